@@ -1,0 +1,92 @@
+"""Pure statistics engine of the harness: numpy + scipy only, never torch.
+
+Every check follows the TFP `statistical_testing` contract: a stated false-alarm rate α and a detectable
+discrepancy ε at a power, with the planner beside the test (see shared/STATS.md).
+
+result        TestResult, the record every check returns
+categorical   one categorical with known p: support, pooled Pearson/G, Monte Carlo Pearson, event tests
+pit           randomized PIT for sequences with known conditionals: uniformity, per position, serial
+multiplicity  Holm (the gate) and Benjamini–Hochberg (reporting only)
+power         sample-size planner: n ↔ detectable TV, power against a given alternative, theory floor
+pooling       merging of under-filled cells, shared by the tests and the planner
+"""
+
+from harness.stats.categorical import (
+    binomial_event_test,
+    categorical_battery,
+    monte_carlo_pvalue,
+    nucleus_mask_top_p,
+    pearson_mc,
+    pearson_statistic,
+    pool_cells,
+    pooled_gtest,
+    pooled_pearson,
+    support_check,
+)
+from harness.stats.multiplicity import benjamini_hochberg, holm, holm_adjusted
+from harness.stats.pit import (
+    ks_uniformity_test,
+    mass_above_descending,
+    per_position_uniformity,
+    pit_bin_edges,
+    pit_from_masses,
+    randomized_pit,
+    serial_grid_test,
+    serial_independence_test,
+    uniformity_test,
+)
+from harness.stats.power import (
+    DEFAULT_ALPHA,
+    DEFAULT_POWER,
+    chi2_distance,
+    detectable_binomial_shift,
+    detectable_kolmogorov,
+    detectable_rank_correlation,
+    detectable_tv,
+    identity_testing_floor,
+    noncentrality_needed,
+    power_against,
+    samples_needed,
+    samples_needed_against,
+    samples_needed_binomial,
+)
+from harness.stats.result import TestResult
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_POWER",
+    "TestResult",
+    "benjamini_hochberg",
+    "chi2_distance",
+    "binomial_event_test",
+    "categorical_battery",
+    "detectable_binomial_shift",
+    "detectable_kolmogorov",
+    "detectable_rank_correlation",
+    "detectable_tv",
+    "holm",
+    "holm_adjusted",
+    "identity_testing_floor",
+    "ks_uniformity_test",
+    "mass_above_descending",
+    "monte_carlo_pvalue",
+    "noncentrality_needed",
+    "nucleus_mask_top_p",
+    "pearson_mc",
+    "pearson_statistic",
+    "per_position_uniformity",
+    "pit_bin_edges",
+    "pit_from_masses",
+    "pool_cells",
+    "pooled_gtest",
+    "pooled_pearson",
+    "power_against",
+    "randomized_pit",
+    "samples_needed",
+    "samples_needed_against",
+    "samples_needed_binomial",
+    "serial_grid_test",
+    "serial_independence_test",
+    "support_check",
+    "uniformity_test",
+]

@@ -1,0 +1,69 @@
+"""Toy pairs: tiny real transformers models with exact, enumerable laws (see specdec_ref.toy).
+
+- `toy` (α ≈ 0.7), `toy-high` (α ≈ 0.9), `toy-low` (α ≈ 0.2), `toy-anti` (draft LM head = −target's,
+  α ≈ 0.06, exercises residual and bonus paths), `toy-same` (draft = target, α = 1);
+- `const-a0.2` … `const-a0.95`: context-free laws with Σ min(p, q) = α exactly (for checking the
+  Leviathan token formula); add `synthetic_cost=(target_s, draft_s)` to emulate an accelerator.
+Models are built once per process (float64 for exact checks, float32 by default).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+
+from harness.pairs import ModelPair, register_pair
+from specdec_ref import toy
+
+TOY_VOCAB = 16
+CONSTANT_ALPHAS = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95)
+
+
+@functools.cache
+def _toy_models(kind: str, dtype: torch.dtype):
+    if kind == "anti":
+        target = toy.tiny_llama(TOY_VOCAB, dtype=torch.float64)
+        draft = copy.deepcopy(target)
+        with torch.no_grad():
+            draft.lm_head.weight.neg_()
+        return target.to(dtype), draft.to(dtype)
+    if kind.startswith("const-a"):
+        return toy.constant_alpha_pair(float(kind.removeprefix("const-a")), vocab_size=TOY_VOCAB, dtype=dtype)
+    return toy.toy_pair(float(kind), vocab_size=TOY_VOCAB, dtype=dtype)
+
+
+def _prompts(n: int = 8, length: int = 4, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, TOY_VOCAB, (n, length), generator=g).tolist()
+
+
+def _build(name: str, kind: str, description: str, device="cpu", dtype=None, synthetic_cost=None, **options):
+    if options:
+        raise TypeError(f"pair {name!r} takes no options {sorted(options)}")
+    target, draft = _toy_models(kind, dtype or torch.float32)
+    meta = {"kind": kind, "alpha_mean_random_contexts": toy.mean_alpha(target, draft)}
+    # Copies, so a caller that adds hooks (synthetic cost) or moves devices never alters the cache.
+    target, draft = copy.deepcopy(target).to(device), copy.deepcopy(draft).to(device)
+    if synthetic_cost is not None:
+        target_s, draft_s = synthetic_cost
+        toy.add_synthetic_cost(target, target_s)
+        toy.add_synthetic_cost(draft, draft_s)
+        meta["synthetic_cost_s"] = {"target": target_s, "draft": draft_s}
+    return ModelPair(name=name, target=target, draft=draft, vocab_size=TOY_VOCAB, description=description,
+                     prompts=_prompts(), meta=meta)
+
+
+def _register(name: str, kind: str, description: str) -> None:
+    register_pair(name, description, tags=("toy",))(functools.partial(_build, name, kind, description))
+
+
+_register("toy", "0.7", "1-layer Llama, V=16, draft = noisy copy, mean alpha ~0.7")
+_register("toy-high", "0.9", "1-layer Llama, V=16, mean alpha ~0.9")
+_register("toy-low", "0.2", "1-layer Llama, V=16, mean alpha ~0.2")
+_register("toy-anti", "anti", "1-layer Llama, V=16, draft logits = -target logits (alpha ~0.06)")
+_register("toy-same", "1.0", "1-layer Llama, V=16, draft identical to target (alpha = 1)")
+for _alpha in CONSTANT_ALPHAS:
+    _register(f"const-a{_alpha}", f"const-a{_alpha}",
+              f"context-free laws with sum min(p,q) = {_alpha} exactly (Llama, V=16)")

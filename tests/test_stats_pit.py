@@ -1,0 +1,210 @@
+"""Randomized PIT: exact mechanics, uniform under correct sampling, and the planted bugs it catches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from scipy.stats import binomtest
+
+from harness.stats.categorical import nucleus_mask_top_p
+from harness.stats.multiplicity import holm
+from harness.stats.pit import (
+    ks_uniformity_test,
+    mass_above_descending,
+    per_position_uniformity,
+    pit_bin_edges,
+    pit_from_masses,
+    randomized_pit,
+    serial_grid_test,
+    serial_independence_test,
+    uniformity_test,
+)
+
+SEEDS = range(20)
+VOCAB = 64
+
+
+def random_conditionals(rng: np.random.Generator, n: int, vocab: int = VOCAB) -> np.ndarray:
+    """(n, vocab) softmax rows of N(0, 2²) logits: peaked, with token order unrelated to probability."""
+    logits = rng.normal(0.0, 2.0, size=(n, vocab))
+    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def sample_inverse_cdf(probs: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """Tokens (n,) by inverse CDF in token-id order, as a typical sampler does."""
+    cdf = np.cumsum(probs, axis=1)
+    return np.minimum((cdf < uniforms[:, None]).sum(axis=1), probs.shape[1] - 1)
+
+
+def tempered(probs: np.ndarray, exponent: float) -> np.ndarray:
+    q = probs**exponent
+    return q / q.sum(axis=1, keepdims=True)
+
+
+def tail_dropped(probs: np.ndarray, top_p: float = 0.99) -> np.ndarray:
+    """Rows truncated to their top-p nucleus and renormalized (vectorized `nucleus_mask_top_p`)."""
+    order = np.argsort(-probs, axis=1, kind="stable")
+    ranked = np.take_along_axis(probs, order, axis=1)
+    keep = np.zeros(probs.shape, dtype=bool)
+    np.put_along_axis(keep, order, np.cumsum(ranked, axis=1) - ranked < top_p, axis=1)
+    q = np.where(keep, probs, 0.0)
+    return q / q.sum(axis=1, keepdims=True)
+
+
+def pit_of_sampler(rng: np.random.Generator, probs: np.ndarray, sampler_probs: np.ndarray) -> np.ndarray:
+    """PIT against the true conditionals of tokens drawn from sampler_probs."""
+    tokens = sample_inverse_cdf(sampler_probs, rng.random(len(probs)))
+    return randomized_pit(probs, tokens, rng)
+
+
+def detections(pvalues, alpha: float = 1e-3) -> int:
+    return int(np.sum(np.asarray(pvalues) <= alpha))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Mechanics
+# ---------------------------------------------------------------------------------------------------
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(
+    grid=arrays(np.int64, st.tuples(st.integers(1, 6), st.integers(1, 9)), elements=st.integers(0, 4)),
+    data=st.data(),
+)
+def test_mass_above_descending_matches_brute_force_with_ties(grid, data):
+    grid[:, 0] += 1  # every row needs some mass; small integers make ties common
+    rows = grid / grid.sum(axis=1, keepdims=True)
+    tokens = np.array([data.draw(st.integers(0, rows.shape[1] - 1)) for _ in range(rows.shape[0])])
+    expected = [
+        sum(row[x] for x in range(len(row)) if row[x] > row[y] or (row[x] == row[y] and x < y))
+        for row, y in zip(rows, tokens, strict=True)
+    ]
+    np.testing.assert_allclose(mass_above_descending(rows, tokens), expected, atol=1e-15)
+    np.testing.assert_allclose(mass_above_descending(rows, tokens, chunk_elems=1), expected, atol=1e-15)
+
+
+def test_vectorized_tail_drop_agrees_with_nucleus_mask():
+    probs = random_conditionals(np.random.default_rng(4), 50)
+    for row, dropped in zip(probs, tail_dropped(probs), strict=True):
+        np.testing.assert_array_equal(dropped > 0, nucleus_mask_top_p(row))
+
+
+def test_pit_falls_inside_the_tokens_interval_and_matches_the_mass_variant():
+    rng = np.random.default_rng(0)
+    probs = random_conditionals(rng, 500)
+    tokens = sample_inverse_cdf(probs, rng.random(500))
+    u = randomized_pit(probs, tokens, rng=7)
+    above = mass_above_descending(probs, tokens)
+    p_y = probs[np.arange(500), tokens]
+    assert np.all((above <= u) & (u <= above + p_y))
+    np.testing.assert_array_equal(u, pit_from_masses(above, p_y, rng=7))
+
+
+def test_bin_edges_resolve_tail_decades_as_far_as_counts_allow():
+    edges = pit_bin_edges(20_000)
+    np.testing.assert_allclose(edges[-3:], [0.99, 0.999, 1.0])  # 20000·1e-4 = 2 < 5: stop at 1e-3
+    assert np.all(20_000 * np.diff(edges) >= 5)
+    assert len(pit_bin_edges(30)) == 7  # too few draws for deciles: 6 equal bins
+    assert len(pit_bin_edges(50)) == 11  # exactly deciles
+
+
+# ---------------------------------------------------------------------------------------------------
+# False alarms under correct sampling
+# ---------------------------------------------------------------------------------------------------
+
+NULL_REPLICATES = 300
+NULL_CONTEXTS = 400
+
+
+@pytest.fixture(scope="module")
+def null_pits() -> np.ndarray:
+    """(300, 2, 400) PITs of a correct sampler: replicate × step × context, fresh uniforms everywhere."""
+    rng = np.random.default_rng(2024)
+    probs = random_conditionals(rng, NULL_REPLICATES * 2 * NULL_CONTEXTS, vocab=32)
+    return pit_of_sampler(rng, probs, probs).reshape(NULL_REPLICATES, 2, NULL_CONTEXTS)
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        lambda u: uniformity_test(u[0]),
+        lambda u: ks_uniformity_test(u[0]),
+        lambda u: serial_independence_test(u[0], u[1]),
+        lambda u: serial_grid_test(u[0], u[1]),
+    ],
+    ids=["binned", "ks", "spearman", "grid"],
+)
+def test_false_alarm_rate_is_nominal_under_correct_sampling(test, null_pits):
+    hits = detections([test(u).p_value for u in null_pits], alpha=0.05)
+    ci = binomtest(hits, NULL_REPLICATES).proportion_ci(0.95)
+    assert ci.low <= 0.05 <= ci.high, hits / NULL_REPLICATES
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planted bugs
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exponent", [0.9, 1.1])
+def test_tempered_sampler_fails_uniformity(exponent):
+    pvalues = []
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        probs = random_conditionals(rng, 4000)
+        pvalues.append(uniformity_test(pit_of_sampler(rng, probs, tempered(probs, exponent))).p_value)
+    assert detections(pvalues) >= 19  # measured 20/20 for both exponents
+
+
+def test_dropped_tail_fails_binned_uniformity_where_ks_is_blind():
+    # top-p 0.99 truncation. Measured over 20 seeds at α = 1e-3, 5000 steps: binned 20/20, KS 0/20
+    binned, ks = [], []
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        probs = random_conditionals(rng, 5000)
+        u = pit_of_sampler(rng, probs, tail_dropped(probs))
+        binned.append(uniformity_test(u).p_value)
+        ks.append(ks_uniformity_test(u).p_value)
+    assert detections(binned) >= 19 and detections(ks) <= 5
+
+
+def test_uniform_reused_across_steps_fails_serial_test():
+    # a sampler that draws one uniform and uses it for two consecutive steps. Measured over 20 seeds at
+    # α = 1e-3: Spearman 20/20 with 5000 pairs (15/20 with 2000); the 10×10 grid 15/20 (4/20).
+    pvalues = []
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        first = random_conditionals(rng, 5000)
+        second = first[:, rng.permutation(VOCAB)]  # next context: same shape of distribution, reshuffled
+        shared = rng.random(5000)
+        u_t = randomized_pit(first, sample_inverse_cdf(first, shared), rng)
+        u_next = randomized_pit(second, sample_inverse_cdf(second, shared), rng)
+        pvalues.append(serial_independence_test(u_t, u_next).p_value)
+    assert detections(pvalues) >= 18
+
+
+def test_identical_consecutive_pits_fail_both_serial_tests():
+    u = np.random.default_rng(0).random(1000)
+    assert serial_independence_test(u, u).p_value < 1e-12
+    assert serial_grid_test(u, u).p_value < 1e-12
+
+
+def test_grid_catches_non_monotone_dependence_that_rank_correlation_misses():
+    u = np.random.default_rng(1).random(2000)
+    tent = 1.0 - np.abs(2.0 * u - 1.0)  # uniform margin, dependence invisible to ranks
+    assert serial_independence_test(u, tent).p_value > 0.01
+    assert serial_grid_test(u, tent).p_value < 1e-12
+
+
+def test_per_position_uniformity_points_at_the_broken_position():
+    rng = np.random.default_rng(3)
+    probs = random_conditionals(rng, 4 * 3000)
+    positions = np.repeat(np.arange(4), 3000)
+    sampler = probs.copy()
+    sampler[positions == 2] = tempered(probs[positions == 2], 1.2)  # only position 2 is broken
+    u = pit_of_sampler(rng, probs, sampler)
+    results = holm(per_position_uniformity(u, positions), 1e-3)
+    assert [r.name for r in results if r.reject] == ["pit_uniform/pos2"]
