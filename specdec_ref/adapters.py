@@ -37,9 +37,14 @@ def generate(
     top_p: float | None,
     seed: int,
 ) -> torch.Tensor:  # [B, N], -1 after EOS
-    short = input_ids.dim() == 2 and input_ids.shape[1] + max_new_tokens <= _RECOMPUTE_MAX_POSITIONS
-    cache = "recompute" if short and input_ids.shape[0] > 1 else "cache"
     return speculative_generate(
         target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature,
-        top_k=top_k, top_p=top_p, seed=seed, eos_token_id=default_eos(target), cache=cache,
+        top_k=top_k, top_p=top_p, seed=seed, eos_token_id=default_eos(target),
+        cache=cache_strategy(input_ids, max_new_tokens),
     ).tokens
+
+
+def cache_strategy(input_ids: torch.Tensor, max_new_tokens: int) -> str:
+    """'recompute' (one batched pass over all rows) for many short rows, else per-row KV caches."""
+    short = input_ids.dim() == 2 and input_ids.shape[1] + max_new_tokens <= _RECOMPUTE_MAX_POSITIONS
+    return "recompute" if short and input_ids.shape[0] > 1 else "cache"

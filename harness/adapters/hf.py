@@ -1,0 +1,56 @@
+"""transformers' own speculative decoders behind the §1b contract (the implementations under test).
+
+- `assisted_generate`: `target.generate(..., assistant_model=draft)` (assisted generation).
+- `prompt_lookup_generate`: `target.generate(..., prompt_lookup_num_tokens=γ)`; the draft is unused.
+transformers runs these for one row at a time, so rows are looped here with a seed per row.
+Sampling settings are passed explicitly (top_k=0 / top_p=1.0 when off) so the generation config's
+defaults (top_k=50) can never sneak in, and an attention mask is always given (a prompt holding the
+pad id would otherwise be silently masked).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.adapters.loading import pad_rows
+from specdec_ref.generate import default_eos
+
+
+def _eos_list(model) -> list[int]:
+    eos = default_eos(model)
+    if eos is None:
+        return []
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
+def _hf_generate(target, input_ids, *, max_new_tokens, temperature, top_k, top_p, seed, **mode) -> torch.Tensor:
+    eos = _eos_list(target)
+    rows = []
+    for b in range(input_ids.shape[0]):
+        prompt = input_ids[b : b + 1]
+        torch.manual_seed(seed * 100_003 + b)
+        sampling = dict(do_sample=False) if temperature == 0 else dict(
+            do_sample=True, temperature=float(temperature), top_k=int(top_k or 0), top_p=float(top_p or 1.0))
+        out = target.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+            eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0, **sampling, **mode,
+        )[0, prompt.shape[1]:]
+        stop = [i for i, tok in enumerate(out.tolist()) if tok in eos]
+        rows.append(out[: stop[0] + 1] if stop else out)  # after EOS: -1 (pad_rows)
+    return pad_rows(rows)
+
+
+def assisted_generate(target, draft, input_ids: torch.Tensor, *, max_new_tokens: int, gamma: int,
+                      temperature: float, top_k: int | None, top_p: float | None, seed: int) -> torch.Tensor:
+    """transformers assisted generation with a fixed γ (constant candidate schedule)."""
+    return _hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                        top_p=top_p, seed=seed, assistant_model=draft, num_assistant_tokens=gamma,
+                        num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+
+
+def prompt_lookup_generate(target, draft, input_ids: torch.Tensor, *, max_new_tokens: int, gamma: int,
+                           temperature: float, top_k: int | None, top_p: float | None, seed: int) -> torch.Tensor:
+    """transformers prompt-lookup decoding (n-gram drafts from the prompt); `draft` is ignored."""
+    del draft
+    return _hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                        top_p=top_p, seed=seed, prompt_lookup_num_tokens=gamma)
