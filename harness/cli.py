@@ -26,11 +26,96 @@ def _cmd_pairs(args) -> int:
     return EXIT_OK
 
 
+def _progress_bar(total: int | None, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="rows", file=sys.stderr, dynamic_ncols=True,
+                disable=not sys.stderr.isatty() and total is None)
+
+
+def _fmt(x, spec=".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def print_check_report(report, verbose: bool = False) -> None:
+    rejected = [t for t in report.tests if t.reject]
+    print(f"\n{report.level}-level losslessness check of {report.impl}")
+    for note in report.notes:
+        print(f"  note: {note}")
+    if report.level == "sampler":
+        print(f"\n  {'case':<26} {'γ':>2} {'V':>6} {'rows':>8}  acceptance measured/optimal per position")
+        for c in report.cases:
+            acc = " ".join(f"{a['measured']:.3f}/{a['optimal']:.3f}" for a in c.get("acceptance", []))
+            flag = "  WASTEFUL (lossless, below optimal)" if c.get("wasteful") else ""
+            print(f"  {c['name']:<26} {c['gamma']:>2} {c['vocab']:>6} {c['rows']:>8}  {acc}{flag}")
+    shown = report.tests if verbose else rejected
+    if shown:
+        print(f"\n  {'test':<52} {'statistic':>10} {'p-value':>9} {'Holm p':>9} {'decision':>8} {'detect TV':>9}")
+        for t in shown:
+            print(f"  {t.name:<52} {_fmt(t.statistic, '.4g'):>10} {_fmt(t.p_value, '.2e'):>9} "
+                  f"{_fmt(t.details.get('p_holm'), '.2e'):>9} {'REJECT' if t.reject else 'pass':>8} "
+                  f"{_fmt(t.detectable_tv):>9}")
+            if t.reject and t.details.get("message"):
+                print(f"      {t.details['message']}")
+    for a in report.advisories:
+        if a.p_value < 1e-3 or a.details.get("kind"):
+            print(f"  advisory: {a.name}: {a.details.get('message') or f'p = {a.p_value:.2e}'}")
+    print(f"\n  {len(report.tests)} tests, {report.samples} samples, {report.seconds:.1f} s; family-wise "
+          f"false-alarm rate {report.false_alarm_rate:g}; detectable TV ≤ {_fmt(report.detectable_tv)} at power "
+          f"{report.power:g} (per tested position)")
+    print(f"  verdict: {report.verdict.upper()}" + (f" ({len(rejected)} tests reject losslessness)" if rejected else ""))
+
+
+def _cmd_verify(args) -> int:
+    from harness.check.api import VerifyConfig, planned_rows, resolve, run_verify
+    from harness.records import atomic_write_json
+
+    config = VerifyConfig(impl=args.impl, level=args.level, pair=args.pair, target=args.target, draft=args.draft,
+                          alpha=args.alpha, tv=args.tv, power=args.power, seed=args.seed, samples=args.samples,
+                          cases=args.cases, gamma=args.gamma, device=args.device,
+                          time_budget_s=args.time_budget)
+    for name, value, ok in [("--alpha", args.alpha, 0 < args.alpha < 1), ("--tv", args.tv, 0 < args.tv < 1),
+                            ("--power", args.power, 0 < args.power < 1)]:
+        if not ok:
+            raise HarnessError(f"{name} must be in (0, 1), got {value}")
+    resolve(config.impl, config.level)  # usage errors before any progress bar
+    with _progress_bar(planned_rows(config), f"verify {args.level}") as bar:
+        report = run_verify(config, progress=bar.update)
+    print_check_report(report, verbose=args.verbose)
+    if args.json:
+        atomic_write_json(args.json, report.to_dict())
+        print(f"  report written to {args.json}")
+    return EXIT_OK if report.verdict == "pass" else EXIT_FAIL
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pairs", help="list registered model pairs and whether each is available here")
     p.set_defaults(func=_cmd_pairs)
+
+    p = sub.add_parser("verify", help="statistical losslessness check of one implementation",
+                       description="Exit 0: every test passes; 1: a test rejects losslessness; 2: bad usage/input.")
+    p.add_argument("--impl", required=True, help="MODULE:CALLABLE, e.g. specdec_ref.adapters:verify")
+    p.add_argument("--level", choices=["sampler", "generation"], default="sampler",
+                   help="sampler: one verification step (CONTRACT §1a); generation: whole generate() (§1b)")
+    p.add_argument("--pair", default="toy", help="generation level: model pair (see `specdec pairs`)")
+    p.add_argument("--target", help="generation level: target checkpoint (hub id or local path), with --draft")
+    p.add_argument("--draft", help="generation level: draft checkpoint, with --target")
+    p.add_argument("--alpha", type=float, default=1e-3,
+                   help="suite false-alarm rate: a correct implementation fails with probability <= this")
+    p.add_argument("--tv", type=float, default=0.02,
+                   help="sampler level: smallest total variation to detect at --power at every tested position")
+    p.add_argument("--power", type=float, default=0.99)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--samples", type=int, help="override the planned trials (per case / per prompt and setting)")
+    p.add_argument("--cases", nargs="+", help="sampler level: run only these configurations")
+    p.add_argument("--gamma", type=int, default=3, help="generation level: drafted tokens per step")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--time-budget", type=float, help="generation level: stop sampling after this many seconds")
+    p.add_argument("--json", help="write the machine-readable report here")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
+    p.set_defaults(func=_cmd_verify)
     return parser
 
 

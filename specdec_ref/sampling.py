@@ -17,15 +17,18 @@ def sample_from_uniform(
     """Inverse-CDF sample: the first index whose cumulative mass exceeds u · total.
 
     Tokens of probability zero can never be returned: the cumulative sum is flat across them,
-    and float rounding at the top end is clamped to the last token with positive mass.
+    and float rounding at the top end (u · total ≥ the last partial sum) is sent back to the last
+    token with positive mass.
     """
-    probs64 = probs.to(torch.float64)  # float64 cumsum: no visible rounding even at V = 150k
-    cdf = probs64.cumsum(dim=-1)  # [B, V]
+    cdf = probs.to(torch.float64).cumsum(dim=-1)  # [B, V]; float64: no visible rounding at V = 150k
     target = (u.to(torch.float64) * cdf[:, -1]).unsqueeze(-1)  # [B, 1]
-    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # [B]
-    positions = torch.arange(probs.shape[-1], device=probs.device)
-    last_positive = torch.where(probs64 > 0, positions, -1).amax(dim=-1)  # [B]
-    return torch.minimum(idx, last_positive)
+    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)  # [B]
+    landed_on_zero = probs.gather(-1, idx.unsqueeze(-1)).squeeze(-1) <= 0  # only at the rounding edge
+    if bool(landed_on_zero.any()):
+        rows = landed_on_zero.nonzero().squeeze(-1)
+        positions = torch.arange(probs.shape[-1], device=probs.device)
+        idx[rows] = torch.where(probs[rows] > 0, positions, -1).amax(dim=-1)
+    return idx
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

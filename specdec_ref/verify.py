@@ -41,12 +41,17 @@ def check_probs(probs: torch.Tensor, name: str, ndim: int = 3) -> None:
         raise SpecDecInputError(f"{name} must have {ndim} dimensions, got shape {tuple(probs.shape)}")
     if not probs.is_floating_point():
         raise SpecDecInputError(f"{name} must be a floating-point tensor of probabilities, got {probs.dtype}")
-    if not bool(torch.isfinite(probs).all()):
-        raise SpecDecInputError(f"{name} contains NaN or inf; probabilities must be finite")
-    if bool((probs < 0).any()):
-        raise SpecDecInputError(f"{name} contains negative probabilities (min {float(probs.min()):.3g})")
-    sums = probs.to(torch.float64).sum(dim=-1)
-    worst = float((sums - 1).abs().max()) if sums.numel() else 0.0
+    if probs.numel() == 0:
+        return
+    # One pass for NaN, ±inf and negatives: NaN fails every comparison, inf fails `<= 1`.
+    low, high = torch.aminmax(probs)
+    if not (float(low) >= 0 and float(high) <= 1 + 1e-3):
+        if bool(torch.isnan(probs).any()) or bool(torch.isinf(probs).any()):
+            raise SpecDecInputError(f"{name} contains NaN or inf; probabilities must be finite")
+        raise SpecDecInputError(f"{name} must hold probabilities in [0, 1] (found min {float(low):.3g}, "
+                                f"max {float(high):.3g}); pass softmax probabilities, not logits")
+    sums = probs.sum(dim=-1, dtype=torch.float64 if probs.dtype == torch.float64 else torch.float32)
+    worst = float((sums - 1).abs().max())
     tol = _SUM_TOLERANCE.get(probs.dtype, 1e-4)
     if worst > tol:
         raise SpecDecInputError(
@@ -94,26 +99,28 @@ def accept_and_final_law(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # n_accepted [B], final_law [B, V]
     """Deterministic core: how many drafts are accepted, and the law of the token emitted after them."""
     dtype = _work_dtype(target_probs, draft_probs)
-    # Renormalise in the working precision: half-precision rows sum to 1 only to ~1e-3, and using
-    # them raw would tilt min(1, p/q) by that much (the bf16-on-one-side bug class, DeepSpec #31).
-    p = target_probs.to(dtype)
-    p = p / p.sum(dim=-1, keepdim=True)
-    q = draft_probs.to(dtype)
-    q = q / q.sum(dim=-1, keepdim=True)
-    B, gamma_plus_1, V = p.shape
+    B, gamma_plus_1, V = target_probs.shape
+    gamma = gamma_plus_1 - 1
+    # Rows are renormalised in the working precision (half-precision rows sum to 1 only to ~1e-3,
+    # and using them raw would tilt min(1, p/q) by that much: the bf16-on-one-side bug class,
+    # DeepSpec #31). Only the gathered entries and the one final row per batch row are divided,
+    # so no full [B, γ+1, V] copy is made.
+    p_sum = target_probs.sum(dim=-1, dtype=dtype)  # [B, γ+1]
+    q_sum = draft_probs.sum(dim=-1, dtype=dtype)  # [B, γ]
     tokens = draft_tokens.long().unsqueeze(-1)  # [B, γ, 1]
-    p_x = p[:, :-1].gather(-1, tokens).squeeze(-1)  # [B, γ]
-    q_x = q.gather(-1, tokens).squeeze(-1)  # [B, γ]
+    p_x = target_probs[:, :-1].gather(-1, tokens).squeeze(-1).to(dtype) / p_sum[:, :-1]  # [B, γ]
+    q_x = draft_probs.gather(-1, tokens).squeeze(-1).to(dtype) / q_sum  # [B, γ]
     # u < p/q written without division: q(x) = 0 (a token q could not have produced) counts as
     # ratio +inf, accepted iff p(x) > 0; no NaN from 0/0.
     accepted = u_accept.to(dtype) * q_x < p_x  # [B, γ]
     n_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)  # [B] leading run of acceptances
-    # The law after n accepted drafts is norm((p_n − q_n)₊); padding q with a zero row at position γ
-    # turns the same formula into the bonus law p_γ.
+    # The law after n accepted drafts is norm((p_n − q_n)₊); with q_γ := 0 the same formula is the
+    # bonus law p_γ.
     index = n_accepted.view(B, 1, 1).expand(B, 1, V)
-    p_n = p.gather(1, index).squeeze(1)  # [B, V]
-    q_padded = torch.cat([q, q.new_zeros(B, 1, V)], dim=1)  # [B, γ+1, V]
-    q_n = q_padded.gather(1, index).squeeze(1)  # [B, V]
+    p_n = target_probs.gather(1, index).squeeze(1).to(dtype) / p_sum.gather(1, n_accepted.view(B, 1))  # [B, V]
+    q_index = n_accepted.clamp(max=gamma - 1).view(B, 1, 1).expand(B, 1, V)
+    q_n = draft_probs.gather(1, q_index).squeeze(1).to(dtype) / q_sum.gather(1, q_index[:, :, 0])  # [B, V]
+    q_n = q_n * (n_accepted < gamma).unsqueeze(1)  # bonus position: q = 0
     residual = (p_n - q_n).clamp_min(0)
     mass = residual.sum(dim=-1, keepdim=True)  # [B, 1]
     # mass == 0 means p_n ≤ q_n everywhere, i.e. p_n = q_n: a rejection there has probability 0 and
