@@ -190,7 +190,8 @@ def plan_rows(plans: list[CasePlan], *, tv: float, alpha: float, power: float, m
         eps = plan.case.tv or tv
         need = [samples_needed(eps, min(MAX_CELLS, int((plan.p[j] > 0).sum())) - 1, level, power) / plan.reach[j]
                 for j in plan.tested]
-        plan.rows = int(min(max_rows, math.ceil(max(need))))
+        # 5 % headroom: the number of rows that reach a position fluctuates around rows · P(reach)
+        plan.rows = int(min(max_rows, math.ceil(1.05 * max(need))))
     return m
 
 

