@@ -88,6 +88,37 @@ def _cmd_verify(args) -> int:
     return EXIT_OK if report.verdict == "pass" else EXIT_FAIL
 
 
+def _cmd_mutants(args) -> int:
+    from harness.campaign import CampaignConfig, run_campaign, write_report
+
+    config = CampaignConfig(seeds=args.seeds, control_seeds=args.control_seeds, gate_alpha=args.alpha,
+                            only=tuple(args.only or ()))
+    if config.seeds < 1 or config.control_seeds < 1:
+        raise HarnessError("--seeds and --control-seeds must be >= 1")
+    if config.only:
+        from harness.mutants.registry import get
+
+        for name in config.only:
+            get(name)  # unknown names: "Did you mean ...?"
+    from tqdm import tqdm
+
+    with tqdm(desc="mutant zoo", unit="runs", file=sys.stderr, dynamic_ncols=True) as bar:
+        def progress(done, total):
+            bar.total = total
+            bar.update(done - bar.n)
+
+        result = run_campaign(config, progress=progress)
+    summary = write_report(result, args.out)
+    for r in result["rows"]:
+        print(f"  {r['name']:<34} {r['level']:<10} {r['kind']:<10} rate at gate {100 * r['rate_at_gate']:5.1f}% "
+              f"({r['runs']} runs)")
+    print(f"\n  report: {summary['out']}/report.md")
+    for problem in summary["problems"]:
+        print(f"  PROBLEM: {problem}")
+    print(f"  overall: {'PASS' if summary['ok'] else 'FAIL'}")
+    return EXIT_OK if summary["ok"] else EXIT_FAIL
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -116,6 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the machine-readable report here")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
     p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("mutants", help="run the mutant zoo and correct controls; detection / false-alarm report",
+                       description="Exit 0 if every mutant is caught (>= 95% of seeds) and every control passes.")
+    p.add_argument("--seeds", type=int, default=20, help="seeds per mutant (detection rate)")
+    p.add_argument("--control-seeds", type=int, default=200, help="seeds per correct control (false-alarm rate)")
+    p.add_argument("--alpha", type=float, default=1e-3, help="gate: family-wise false-alarm rate")
+    p.add_argument("--only", nargs="+", help="run only these implementations")
+    p.add_argument("--out", default="results/lossless")
+    p.set_defaults(func=_cmd_mutants)
     return parser
 
 

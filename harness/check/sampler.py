@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import zlib
 from collections.abc import Callable
 
 import numpy as np
@@ -136,15 +137,15 @@ def _case_gamma8(rng):
     return _softmax(z), _softmax(z[:8] + rng.normal(0, 0.3, size=(8, 100)))
 
 
-CASES: list[SamplerCase] = [
-    SamplerCase("zipf1000-high-alpha", 3, 1000, _case_zipf_high, "Zipf(1.1) p over 1000 tokens, q = tempered p (α ≈ 0.87)"),
+CASES: list[SamplerCase] = [  # cheapest first, so a failing implementation is usually caught in seconds
     SamplerCase("anti-logits", 3, 64, _case_anti, "draft logits = −target logits: low α, residual path dominates"),
     SamplerCase("disjoint-support", 2, 20, _case_disjoint, "p and q on disjoint halves: α = 0, every draft rejected"),
     SamplerCase("q-zero-where-p-positive", 3, 32, _case_q_zero, "q = 0 on a third of the tokens p can emit"),
-    SamplerCase("sparse-top-p-top-k", 3, 512, _case_sparse, "p = top-p 0.9 rows, q = top-k 50 rows (many zeros)"),
     SamplerCase("binary-gamma8", 8, 2, _case_binary, "V = 2, γ = 8: the smallest vocabulary, the longest block"),
-    SamplerCase("llm-width-32000", 1, 32000, _case_llm_width, "V = 32,000 (a real LLM width), Zipf(1.05)", tv=0.05),
     SamplerCase("gamma8-v100", 8, 100, _case_gamma8, "V = 100, γ = 8, q = noisy p (α ≈ 0.87)"),
+    SamplerCase("sparse-top-p-top-k", 3, 512, _case_sparse, "p = top-p 0.9 rows, q = top-k 50 rows (many zeros)"),
+    SamplerCase("zipf1000-high-alpha", 3, 1000, _case_zipf_high, "Zipf(1.1) p over 1000 tokens, q = tempered p (α ≈ 0.87)"),
+    SamplerCase("llm-width-32000", 1, 32000, _case_llm_width, "V = 32,000 (a real LLM width), Zipf(1.05)", tv=0.05),
 ]
 
 
@@ -165,8 +166,8 @@ class CasePlan:
 
 def _plan_cases(cases: list[SamplerCase], seed: int) -> list[CasePlan]:
     plans = []
-    for i, case in enumerate(cases):
-        p, q = case.build(np.random.default_rng([seed, i]))
+    for case in cases:
+        p, q = case.build(np.random.default_rng([seed, zlib.crc32(case.name.encode())]))  # stable per case
         alphas = np.minimum(p[:-1], q).sum(-1)
         reach = np.concatenate([[1.0], np.cumprod(alphas)])
         tested = [j for j in range(case.gamma + 1) if reach[j] >= MIN_REACH]
@@ -319,17 +320,21 @@ def run_sampler_check(
     tv: float = 0.02,
     power: float = 0.99,
     seed: int = 0,
-    cases: list[str] | None = None,
+    cases: list[str | SamplerCase] | None = None,
     max_rows: int = 400_000,
     rows: int | None = None,
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
     progress: Callable[[int], None] | None = None,
+    stop_on_fail: bool = False,
+    max_rows_per_case_floats: float | None = None,
 ) -> CheckReport:
     """Run every configuration against `impl` (a §1a verify) and decide with Holm at `false_alarm_rate`.
 
     `rows` fixes the trials per case (skipping the planner: the stated detectable TVs then follow
-    from it); `progress(n)` is called with the number of rows just processed.
+    from it); `progress(n)` is called with the number of rows just processed. With `stop_on_fail`,
+    cases stop as soon as one test has p ≤ false_alarm_rate / m: Holm's first step then rejects
+    whatever the remaining tests say, so the verdict is the same as running everything.
     """
     started = time.perf_counter()
     selected = _select(cases)
@@ -337,7 +342,9 @@ def run_sampler_check(
     m = plan_rows(plans, tv=tv, alpha=false_alarm_rate, power=power, max_rows=max_rows)
     if rows is not None:
         for plan in plans:
-            plan.rows = int(rows)
+            per_row = (2 * plan.case.gamma + 1) * plan.case.vocab
+            cap = int(max_rows_per_case_floats // per_row) if max_rows_per_case_floats else rows
+            plan.rows = int(max(1, min(rows, cap)))
     level = false_alarm_rate / m
     report = CheckReport(impl_name, "sampler", false_alarm_rate, tv, power, seed, device=device)
     torch.manual_seed(seed)
@@ -361,6 +368,11 @@ def run_sampler_check(
             summary["acceptance"] = rates
             summary["wasteful"] = any(a.p_value < level for a in advisory)
         report.cases.append(summary)
+        if stop_on_fail and any(t.p_value <= level for t in report.tests):
+            skipped = [p.case.name for p in plans[plans.index(plan) + 1 :]]
+            if skipped:
+                report.notes.append(f"verdict decided (a test has p <= {level:.2g}); skipped cases: {', '.join(skipped)}")
+            break
     report.advisories.append(_reproducibility(impl, plans[0], seed, dtype, device))
     report.notes.append(f"{m} gating tests, Holm at family-wise {false_alarm_rate:g} (per-test plan level {level:.2g}); "
                         f"omnibus tests use the {MAX_CELLS - 1} likeliest tokens + the rest (detectable TV is on that "
@@ -370,16 +382,25 @@ def run_sampler_check(
     return report.decide()
 
 
-def _select(cases: list[str] | None) -> list[SamplerCase]:
+def _select(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:
+    """Case names (from CASES) or SamplerCase objects (e.g. `custom_case`); None: all of CASES."""
     if not cases:
         return list(CASES)
     by_name = {c.name: c for c in CASES}
-    unknown = [c for c in cases if c not in by_name]
+    unknown = [c for c in cases if isinstance(c, str) and c not in by_name]
     if unknown:
         from harness.errors import UnknownNameError
 
         raise UnknownNameError("sampler case", unknown[0], list(by_name))
-    return [by_name[c] for c in cases]
+    return [by_name[c] if isinstance(c, str) else c for c in cases]
+
+
+def custom_case(name: str, p: np.ndarray, q: np.ndarray, description: str = "", tv: float | None = None) -> SamplerCase:
+    """A configuration from explicit laws: p [γ+1, V] (target per position), q [γ, V] (draft)."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if p.ndim != 2 or q.ndim != 2 or p.shape[0] != q.shape[0] + 1 or p.shape[1] != q.shape[1]:
+        raise HarnessError(f"custom case {name!r}: need p [γ+1, V] and q [γ, V], got {p.shape} and {q.shape}")
+    return SamplerCase(name, q.shape[0], q.shape[1], lambda rng: (_norm(p), _norm(q)), description or name, tv)
 
 
 def _run_case(impl, plan: CasePlan, generator, dtype, device, progress):

@@ -1,0 +1,276 @@
+"""`specdec mutants`: run the mutant zoo and the correct controls through the checks; measure rates.
+
+- **Detection** of each mutant: the fraction of seeds whose verdict is "fail" at default settings
+  (full plan, stopping a run as soon as its verdict is decided), with a Clopper–Pearson 95% interval.
+- **False alarms** of each control (and the equivalent / wasteful variants, which must pass): many
+  seeds on the calibration battery (every configuration, fixed rows per case: the false-alarm rate of
+  the procedure does not depend on n when pooled cells are adequately filled). Each run's family
+  p-value min(1, m · min p) gives the rate at the gate α and at a nominal 0.05 (where a 95% interval
+  is informative) from the same runs.
+- **Detection vs samples**: each mutant on the calibration battery at growing rows per case.
+- **Exact TV** of analytic mutants on two standard configurations (high and low α).
+Library code returns rows; the CLI prints and `write_report` writes results/lossless/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from scipy.stats import binomtest
+
+from harness.check.generation import run_generation_check
+from harness.check.sampler import run_sampler_check
+from harness.pairs import get_pair
+
+
+@dataclasses.dataclass
+class CampaignConfig:
+    seeds: int = 20  # detection seeds per mutant (and runs per equivalent / wasteful variant)
+    control_seeds: int = 200  # false-alarm runs per control
+    gate_alpha: float = 1e-3  # the suite false-alarm rate the verdicts use
+    nominal_alpha: float = 0.05
+    calibration_rows: int = 1_500  # rows per case in calibration runs
+    slow_control_rows: int = 300  # ... for pure-Python controls
+    curve_rows: tuple[int, ...] = (100, 400, 1_600)
+    generation_samples: int = 3_000  # per prompt × setting, generation-level runs
+    generation_control_seeds: int = 20
+    generation_pair: str = "toy-low"
+    curve_seeds: int = 10  # seeds per point of the detection-vs-samples curve
+    workers: int = 2  # processes (runs are independent)
+    only: tuple[str, ...] = ()  # run only these implementations (names)
+
+
+def clopper_pearson(k: int, n: int) -> tuple[float, float]:
+    if n == 0:
+        return (math.nan, math.nan)
+    ci = binomtest(k, n).proportion_ci(0.95, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def family_p(report) -> float:
+    """Smallest Holm-adjusted p-value: the family rejects at level a iff this is ≤ a."""
+    if not report.tests:
+        return 1.0
+    m = len(report.tests)
+    return float(min(1.0, m * min(t.p_value for t in report.tests)))
+
+
+def _exact_tvs(impl) -> dict:
+    from harness.mutants.laws import exact_tv
+
+    if impl.exact_law is None:
+        return {}
+    from harness.check.sampler import CASES
+
+    out = {}
+    for case in CASES:
+        if case.name in ("zipf1000-high-alpha", "anti-logits"):
+            p, q = case.build(np.random.default_rng(0))
+            try:
+                out[f"exact_tv_{case.name}"] = exact_tv(impl, torch.from_numpy(p), torch.from_numpy(q))
+            except Exception as exc:  # noqa: BLE001 - a law that does not apply to this shape is reported, not fatal
+                out[f"exact_tv_{case.name}"] = f"n/a ({type(exc).__name__})"
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    name: str  # registered implementation
+    purpose: str  # "detect" | "calibrate" | "curve"
+    seed: int
+    rows: int | None  # sampler rows per case (None: the default plan)
+    samples: int = 0  # generation level: per prompt × setting
+    pair: str = ""
+
+
+# Calibration runs cap each case at this many input floats, (2γ+1)·V·rows: the V = 32,000 case gets
+# fewer rows so that 200 seeds per control stay affordable.
+CALIBRATION_FLOATS = 3e7
+
+
+@functools.lru_cache(maxsize=4)
+def _pair(name: str):
+    return get_pair(name)
+
+
+def run_task(task: Task, gate: float) -> dict:
+    """One verification run; returns a compact, picklable summary (runs in a worker process)."""
+    from harness.mutants.registry import get
+
+    torch.set_num_threads(1)  # many small problems: threads only add contention on 2 cores
+    impl = get(task.name)
+    if impl.level == "sampler":
+        report = run_sampler_check(impl.fn, impl_name=impl.name, false_alarm_rate=gate, seed=task.seed,
+                                   rows=task.rows, stop_on_fail=task.purpose != "calibrate",
+                                   max_rows_per_case_floats=CALIBRATION_FLOATS if task.rows else None)
+    else:
+        report = run_generation_check(impl.fn, _pair(task.pair), impl_name=impl.name, false_alarm_rate=gate,
+                                      seed=task.seed, samples=task.samples, gamma=3)
+    return {"task": task, "fail": report.verdict == "fail", "family_p": family_p(report),
+            "samples": report.samples, "wasteful": bool(report.wasteful) if impl.level == "sampler" else None}
+
+
+def _tasks(config: CampaignConfig, impls) -> list[Task]:
+    tasks = []
+    for impl in impls:
+        mutant = impl.kind == "mutant"
+        if impl.level == "sampler":
+            if mutant:
+                tasks += [Task(impl.name, "detect", s, None) for s in range(config.seeds)]
+                tasks += [Task(impl.name, "curve", 3000 + s, n) for n in config.curve_rows
+                          for s in range(config.curve_seeds)]
+            else:
+                slow = "loop" in impl.name
+                n_seeds = config.control_seeds if impl.kind == "control" else config.seeds
+                rows = config.slow_control_rows if slow else config.calibration_rows
+                tasks += [Task(impl.name, "calibrate", 1000 + s, rows) for s in range(n_seeds)]
+        else:
+            n_seeds = config.generation_control_seeds if impl.kind == "control" else config.seeds
+            tasks += [Task(impl.name, "detect" if mutant else "calibrate", 2000 + s, None,
+                           config.generation_samples, config.generation_pair) for s in range(n_seeds)]
+    return tasks
+
+
+def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Returns {"rows": [...], "curve": [...], "config": ...}; nothing is printed.
+
+    Runs are independent, so they are spread over `config.workers` processes."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from harness.mutants.registry import implementations
+
+    impls = [i for i in implementations() if not config.only or i.name in config.only]
+    tasks = _tasks(config, impls)
+    results: list[dict] = []
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=config.workers) as pool:
+        for i, res in enumerate(pool.map(run_task, tasks, [config.gate_alpha] * len(tasks), chunksize=1)):
+            results.append(res)
+            if progress:
+                progress(i + 1, len(tasks))
+    rows, curve = [], []
+    for impl in impls:
+        mine = [r for r in results if r["task"].name == impl.name and r["task"].purpose != "curve"]
+        row = _summarise(impl, mine, gate=config.gate_alpha, nominal=config.nominal_alpha)
+        row.update(_exact_tvs(impl))
+        rows.append(row)
+        for n_rows in config.curve_rows if impl.kind == "mutant" and impl.level == "sampler" else ():
+            pts = [r["fail"] for r in results if r["task"].name == impl.name and r["task"].purpose == "curve"
+                   and r["task"].rows == n_rows]
+            curve.append({"name": impl.name, "rows_per_case": n_rows, "detection_rate": float(np.mean(pts))})
+    return {"rows": rows, "curve": curve, "config": dataclasses.asdict(config),
+            "seconds": time.perf_counter() - started}
+
+
+def _summarise(impl, runs: list[dict], *, gate: float, nominal: float) -> dict:
+    fam = [r["family_p"] for r in runs]
+    k_gate = sum(p <= gate for p in fam)
+    k_nom = sum(p <= nominal for p in fam)
+    n = len(runs)
+    row = {"name": impl.name, "level": impl.level, "kind": impl.kind, "models": impl.models,
+           "description": impl.description, "needs": "; ".join(impl.needs), "runs": n,
+           "failed_runs": sum(r["fail"] for r in runs), "rate_at_gate": k_gate / n if n else math.nan,
+           "rate_at_nominal": k_nom / n if n else math.nan,
+           "median_samples": float(np.median([r["samples"] for r in runs])) if runs else math.nan,
+           "wasteful_runs": sum(bool(r["wasteful"]) for r in runs) if impl.level == "sampler" else None,
+           "plan": ("default plan" if runs[0]["task"].rows is None else f"{runs[0]['task'].rows} rows/case")
+           if runs else "-"}
+    row["ci_gate_low"], row["ci_gate_high"] = clopper_pearson(k_gate, n)
+    row["ci_nominal_low"], row["ci_nominal_high"] = clopper_pearson(k_nom, n)
+    return row
+
+
+def campaign_ok(rows: list[dict]) -> tuple[bool, list[str]]:
+    """Exit-0 criterion: every mutant detected in ≥ 95% of seeds; nothing that must pass failed at the gate."""
+    problems = []
+    for r in rows:
+        if r["kind"] == "mutant" and r["rate_at_gate"] < 0.95:
+            problems.append(f"mutant {r['name']} detected in only {r['rate_at_gate']:.0%} of seeds")
+        if r["kind"] != "mutant" and r["failed_runs"] > 0:
+            problems.append(f"{r['kind']} {r['name']} failed {r['failed_runs']} of {r['runs']} runs at the gate")
+        if r["kind"] == "wasteful" and r.get("wasteful_runs") == 0:
+            problems.append(f"wasteful variant {r['name']} was never reported as wasteful")
+    return not problems, problems
+
+
+def write_report(result: dict, out_dir, *, seed_note: str = "") -> dict:
+    """results/lossless/: campaign.csv, campaign.json, detection_vs_samples.png, report.md (atomic writes)."""
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from harness.records import atomic_write_json, atomic_write_text, provenance, save_figure
+
+    out = Path(out_dir)
+    meta = provenance(seed=list(range(result["config"]["seeds"])), dtype="float32")
+    rows = pd.DataFrame(result["rows"])
+    for key, value in meta.items():
+        rows[key] = str(value) if isinstance(value, (dict, list)) else value
+    atomic_write_text(out / "campaign.csv", rows.to_csv(index=False))
+    atomic_write_json(out / "campaign.json", {**result, "provenance": meta})
+    fig, ax = plt.subplots(figsize=(8, 5))
+    curve = pd.DataFrame(result["curve"])
+    if not curve.empty:
+        for name, group in curve.groupby("name"):
+            ax.plot(group["rows_per_case"], group["detection_rate"], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("rows per configuration (calibration battery)")
+    ax.set_ylabel(f"detection rate over {result['config']['seeds']} seeds")
+    ax.set_ylim(-0.02, 1.02)
+    ax.axhline(0.95, color="grey", lw=0.8, ls="--")
+    ax.legend(fontsize=6, ncol=2, loc="lower right")
+    ax.set_title("Sampler-level mutants: detection vs samples")
+    save_figure(fig, out / "detection_vs_samples.png")
+    plt.close(fig)
+    ok, problems = campaign_ok(result["rows"])
+    atomic_write_text(out / "report.md", _markdown(result, meta, ok, problems))
+    return {"ok": ok, "problems": problems, "out": str(out)}
+
+
+def _pct(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def _markdown(result, meta, ok, problems) -> str:
+    cfg = result["config"]
+    lines = [
+        "# Mutant zoo: detection and false-alarm rates", "",
+        f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · torch "
+        f"{meta['versions']['torch']} · transformers {meta['versions']['transformers']}", "",
+        f"Gate: family-wise false-alarm rate {cfg['gate_alpha']:g} (Holm). Mutants: {cfg['seeds']} seeds at the "
+        "default plan (a run stops once its verdict is decided). Controls: "
+        f"{cfg['control_seeds']} seeds on the calibration battery ({cfg['calibration_rows']} rows per "
+        f"configuration; pure-Python controls {cfg['slow_control_rows']}), rates at the gate and at a nominal "
+        f"{cfg['nominal_alpha']:g} with Clopper–Pearson 95% intervals. Generation level on pair "
+        f"`{cfg['generation_pair']}`, {cfg['generation_samples']} samples per prompt × setting.", "",
+        f"**Overall: {'PASS' if ok else 'FAIL'}**" + ("" if ok else " — " + "; ".join(problems)), "",
+        f"Wall time {result.get('seconds', 0):.0f} s on {cfg['workers']} worker processes.", "",
+        "| implementation | level | kind | models | runs | rate at gate (95% CI) | rate at 0.05 (95% CI) | "
+        "median samples | exact TV (high α / low α) | wasteful runs | s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        tv = " / ".join(_fmt_tv(r.get(f"exact_tv_{c}")) for c in ("zipf1000-high-alpha", "anti-logits"))
+        lines.append(
+            f"| `{r['name']}` | {r['level']} | {r['kind']} | {r['models']} | {r['runs']} | {_pct(r['rate_at_gate'])} "
+            f"({_pct(r['ci_gate_low'])}–{_pct(r['ci_gate_high'])}) | {_pct(r['rate_at_nominal'])} "
+            f"({_pct(r['ci_nominal_low'])}–{_pct(r['ci_nominal_high'])}) | {r['median_samples']:.0f} | {r['plan']} | "
+            f"{tv} | {'-' if r['wasteful_runs'] is None else r['wasteful_runs']} |")
+    lines += ["", "For a mutant the rate is its detection rate; for everything else it is the false-alarm rate.",
+              "", "![detection vs samples](detection_vs_samples.png)", "",
+              "Reproduce: `specdec mutants --out results/lossless` (see `specdec mutants --help`).", ""]
+    return "\n".join(lines)
+
+
+def _fmt_tv(x) -> str:
+    return f"{x:.3f}" if isinstance(x, float) else ("-" if x is None else str(x))
