@@ -62,7 +62,8 @@ def family_p(report) -> float:
 
 
 def _exact_tvs(impl) -> dict:
-    from harness.mutants.laws import exact_tv
+    """Worst-position exact TV on the two standard configurations (high and low α)."""
+    from harness.mutants.laws import exact_tvs
 
     if impl.exact_law is None:
         return {}
@@ -73,7 +74,7 @@ def _exact_tvs(impl) -> dict:
         if case.name in ("zipf1000-high-alpha", "anti-logits"):
             p, q = case.build(np.random.default_rng(0))
             try:
-                out[f"exact_tv_{case.name}"] = exact_tv(impl, torch.from_numpy(p), torch.from_numpy(q))
+                out[f"exact_tv_{case.name}"] = max(exact_tvs(impl, torch.from_numpy(p), torch.from_numpy(q)))
             except Exception as exc:  # noqa: BLE001 - a law that does not apply to this shape is reported, not fatal
                 out[f"exact_tv_{case.name}"] = f"n/a ({type(exc).__name__})"
     return out
@@ -133,7 +134,7 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
         else:
             n_seeds = config.generation_control_seeds if impl.kind == "control" else config.seeds
             tasks += [Task(impl.name, "detect" if mutant else "calibrate", 2000 + s, None,
-                           config.generation_samples, config.generation_pair) for s in range(n_seeds)]
+                           config.generation_samples, impl.pair or config.generation_pair) for s in range(n_seeds)]
     return tasks
 
 
@@ -186,11 +187,18 @@ def _summarise(impl, runs: list[dict], *, gate: float, nominal: float) -> dict:
     return row
 
 
-def campaign_ok(rows: list[dict]) -> tuple[bool, list[str]]:
-    """Exit-0 criterion: every mutant detected in ≥ 95% of seeds; nothing that must pass failed at the gate."""
+def below_resolution(row: dict, tv: float) -> bool:
+    """A mutant whose exact TV is below the planned detectable TV everywhere: nothing is promised for it."""
+    tvs = [v for k, v in row.items() if k.startswith("exact_tv_") and isinstance(v, float)]
+    return bool(tvs) and max(tvs) < tv
+
+
+def campaign_ok(rows: list[dict], tv: float = 0.02) -> tuple[bool, list[str]]:
+    """Exit-0 criterion: every mutant detected in ≥ 95% of seeds (except those below resolution, which
+    are reported); nothing that must pass failed at the gate; wasteful variants reported as wasteful."""
     problems = []
     for r in rows:
-        if r["kind"] == "mutant" and r["rate_at_gate"] < 0.95:
+        if r["kind"] == "mutant" and r["rate_at_gate"] < 0.95 and not below_resolution(r, tv):
             problems.append(f"mutant {r['name']} detected in only {r['rate_at_gate']:.0%} of seeds")
         if r["kind"] != "mutant" and r["failed_runs"] > 0:
             problems.append(f"{r['kind']} {r['name']} failed {r['failed_runs']} of {r['runs']} runs at the gate")
@@ -266,7 +274,10 @@ def _markdown(result, meta, ok, problems) -> str:
             f"({_pct(r['ci_gate_low'])}–{_pct(r['ci_gate_high'])}) | {_pct(r['rate_at_nominal'])} "
             f"({_pct(r['ci_nominal_low'])}–{_pct(r['ci_nominal_high'])}) | {r['median_samples']:.0f} | {r['plan']} | "
             f"{tv} | {'-' if r['wasteful_runs'] is None else r['wasteful_runs']} |")
+    below = [r["name"] for r in result["rows"] if r["kind"] == "mutant" and below_resolution(r, 0.02)]
     lines += ["", "For a mutant the rate is its detection rate; for everything else it is the false-alarm rate.",
+              "Below resolution (exact TV < the planned detectable 0.02 at every position of both standard "
+              f"configurations; reported, not gated — nothing is promised below ε): {', '.join(below) or 'none'}.",
               "", "![detection vs samples](detection_vs_samples.png)", "",
               "Reproduce: `specdec mutants --out results/lossless` (see `specdec mutants --help`).", ""]
     return "\n".join(lines)

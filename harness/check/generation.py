@@ -194,7 +194,10 @@ def _divergence(pair, prompt, want, got, pos) -> dict:
     margin = float(top2[0] - top2[1])
     got_tok = got[pos] if pos < len(got) else None
     gap = float(logits.max() - logits[got_tok]) if got_tok is not None and got_tok < len(logits) else float("inf")
-    kind = "numerics (near-tie)" if gap <= NEAR_TIE * max(1.0, float(logits.abs().max())) else "logic"
+    # gap == 0: an exact tie broken differently from argmax's first index (vLLM #7627 class) is logic;
+    # 0 < gap <= tolerance: the implementation's numerics (e.g. batch-variant kernels) flipped a near-tie.
+    near = 0 < gap <= NEAR_TIE * max(1.0, float(logits.abs().max()))
+    kind = "numerics (near-tie)" if near else ("tie-break (exact tie)" if gap == 0 else "logic")
     return {"position": pos, "expected_token": want[pos] if pos < len(want) else None, "got_token": got_tok,
             "target_margin_top1_top2": margin, "logit_gap_of_got_token": gap, "kind": kind,
             "message": f"diverges at new token {pos}: expected {want[pos] if pos < len(want) else 'end'}, "

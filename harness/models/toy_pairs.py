@@ -2,6 +2,8 @@
 
 - `toy` (α ≈ 0.7), `toy-high` (α ≈ 0.9), `toy-low` (α ≈ 0.2), `toy-anti` (draft LM head = −target's,
   α ≈ 0.06, exercises residual and bonus paths), `toy-same` (draft = target, α = 1);
+- `toy-eos` (an EOS id the draft proposes inside blocks), `toy-tied` (exactly tied logits: greedy
+  tie-breaks);
 - `const-a0.2` … `const-a0.95`: context-free laws with Σ min(p, q) = α exactly (for checking the
   Leviathan token formula); add `synthetic_cost=(target_s, draft_s)` to emulate an accelerator.
 Models are built once per process (float64 for exact checks, float32 by default).
@@ -23,6 +25,19 @@ CONSTANT_ALPHAS = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95)
 
 @functools.cache
 def _toy_models(kind: str, dtype: torch.dtype):
+    if kind == "eos":  # toy 0.7 whose target stops at its favourite first token: EOS lands inside blocks
+        target, draft = (copy.deepcopy(m) for m in _toy_models("0.7", torch.float64))
+        with torch.inference_mode():
+            eos = int(target(input_ids=torch.tensor([_prompts()[0]])).logits[0, -1].argmax())
+        for model in (target, draft):
+            model.config.eos_token_id = eos
+            model.generation_config.eos_token_id = eos
+        return target.to(dtype), draft.to(dtype)
+    if kind == "tied":  # LM-head rows 8..15 copy rows 0..7: every logit has an exact twin (greedy ties)
+        target = toy.tiny_llama(TOY_VOCAB, seed=7, dtype=torch.float64)
+        with torch.no_grad():
+            target.lm_head.weight[TOY_VOCAB // 2 :] = target.lm_head.weight[: TOY_VOCAB // 2]
+        return target.to(dtype), toy.tiny_llama(TOY_VOCAB, seed=8, dtype=dtype)
     if kind == "anti":
         target = toy.tiny_llama(TOY_VOCAB, dtype=torch.float64)
         draft = copy.deepcopy(target)
@@ -64,6 +79,8 @@ _register("toy-high", "0.9", "1-layer Llama, V=16, mean alpha ~0.9")
 _register("toy-low", "0.2", "1-layer Llama, V=16, mean alpha ~0.2")
 _register("toy-anti", "anti", "1-layer Llama, V=16, draft logits = -target logits (alpha ~0.06)")
 _register("toy-same", "1.0", "1-layer Llama, V=16, draft identical to target (alpha = 1)")
+_register("toy-eos", "eos", "toy with an EOS id = the target's favourite first token (EOS inside draft blocks)")
+_register("toy-tied", "tied", "1-layer Llama, V=16, exactly tied logit pairs (greedy tie-breaks)")
 for _alpha in CONSTANT_ALPHAS:
     _register(f"const-a{_alpha}", f"const-a{_alpha}",
               f"context-free laws with sum min(p,q) = {_alpha} exactly (Llama, V=16)")

@@ -1,0 +1,193 @@
+"""Generation-level zoo: the hooked loop equals the reference, every entry runs, each mutant is blind
+without what it needs and caught (marginal chi-square against the exact target law) with it."""
+
+import copy
+
+import pytest
+import torch
+from scipy import stats
+
+from harness.models.toy_pairs import _toy_models
+from harness.mutants import get, implementations
+from harness.mutants.generation import hooked_generate
+from specdec_ref import toy
+from specdec_ref.adapters import generate as reference_generate
+from specdec_ref.generate import speculative_generate
+from specdec_ref.processing import logits_to_probs
+
+GENERATION = implementations(level="generation")
+PROMPT = [3, 1, 4, 1]
+V = 16
+
+
+def _run(impl_or_fn, pair, *, B=8, n=8, gamma=3, temperature=1.0, top_k=None, top_p=None, seed=0, ids=None):
+    fn = getattr(impl_or_fn, "fn", impl_or_fn)
+    target, draft = pair
+    if ids is None:
+        ids = torch.tensor([PROMPT] * B)
+    return fn(target, draft, ids, max_new_tokens=n, gamma=gamma, temperature=temperature, top_k=top_k,
+              top_p=top_p, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    def with_eos(kind: str) -> tuple:
+        """A toy pair whose target stops at its most likely first token (frequently drafted and accepted)."""
+        target, draft = (copy.deepcopy(m) for m in _toy_models(kind, torch.float32))
+        with torch.inference_mode():
+            eos = int(target(input_ids=torch.tensor([PROMPT])).logits[0, -1].argmax())
+        target.generation_config.eos_token_id = eos
+        return target, draft
+
+    tied = toy.tiny_llama(V, seed=7)
+    with torch.no_grad():  # every logit has an exact twin: greedy ties at every step
+        tied.lm_head.weight[V // 2 :] = tied.lm_head.weight[: V // 2]
+    return {kind: _toy_models(kind, torch.float32) for kind in ("0.7", "0.2", "anti", "1.0")} | {
+        "eos": with_eos("0.7"), "tied": (tied, toy.tiny_llama(V, seed=8))}
+
+
+def exact_marginals(target, n: int, temperature: float) -> torch.Tensor:
+    """[n, V] law of the j-th new token after PROMPT under the target (enumerating prefixes, float64)."""
+    marginals, contexts = [], [(1.0, [])]
+    for _ in range(n):
+        with torch.inference_mode():
+            logits = target(input_ids=torch.tensor([PROMPT + c for _, c in contexts])).logits[:, -1].double()
+        probs = logits_to_probs(logits, temperature)
+        weights = torch.tensor([w for w, _ in contexts], dtype=torch.float64)
+        marginals.append((weights.unsqueeze(1) * probs).sum(0))
+        contexts = [(w * float(probs[i, y]), c + [y]) for i, (w, c) in enumerate(contexts) for y in range(V)
+                    if w * float(probs[i, y]) > 1e-7]
+    return torch.stack(marginals)
+
+
+def marginal_p_values(tokens: torch.Tensor, law: torch.Tensor) -> list[float]:
+    """Per position: support check, then Pearson on cells pooled to expected counts >= 5."""
+    out = []
+    for j in range(law.shape[0]):
+        col = tokens[:, j][tokens[:, j] >= 0]
+        observed = torch.bincount(col, minlength=V).double()
+        expected = law[j] * len(col)
+        if bool((observed[expected == 0] > 0).any()):
+            out.append(0.0)
+            continue
+        big = expected >= 5
+        o = torch.cat([observed[big], observed[~big].sum().reshape(1)])
+        e = torch.cat([expected[big], expected[~big].sum().reshape(1)])
+        keep = e > 0
+        o, e = o[keep], e[keep]
+        out.append(float(stats.chisquare(o.numpy(), (e * o.sum() / e.sum()).numpy()).pvalue))
+    return out
+
+
+def test_hooked_loop_reproduces_the_reference_token_for_token(pairs):
+    ids = torch.randint(0, V, (6, 4), generator=torch.Generator().manual_seed(0))
+    for temperature, top_k, top_p in [(1.0, None, None), (0.7, 5, 0.9), (0.0, None, None)]:
+        kwargs = dict(max_new_tokens=9, gamma=3, temperature=temperature, top_k=top_k, top_p=top_p, seed=4)
+        ours = hooked_generate(*pairs["0.7"], ids, **kwargs)
+        assert torch.equal(ours.tokens, reference_generate(*pairs["0.7"], ids, **kwargs))
+        if temperature == 0:
+            continue  # the KV-cache path at temperature 0 is covered by tests/test_generate.py
+        cached = speculative_generate(*pairs["0.7"], ids, cache="cache", **kwargs)
+        ours_cached = hooked_generate(*pairs["0.7"], ids, cache="cache", **kwargs)
+        assert torch.equal(ours_cached.tokens, cached.tokens)
+        assert ours_cached.stats.accepted_per_step == cached.stats.accepted_per_step
+        assert ours_cached.stats.target_calls == cached.stats.target_calls
+
+
+@pytest.mark.parametrize("impl", GENERATION, ids=lambda impl: impl.name)
+def test_every_generation_entry_runs(pairs, impl):
+    out = _run(impl, pairs["eos"], B=4, n=6, gamma=2)
+    assert out.dtype == torch.int64 and out.shape[0] == 4 and out.shape[1] <= 6
+    assert int(out.min()) >= -1 and int(out.max()) < V
+
+
+# Where a mutant is blind: without what it needs it returns the reference's tokens exactly.
+BLIND = {
+    "target_ignores_sampling_params": dict(pair="0.7", temperature=1.0),
+    "processing_first_position_only": dict(pair="0.7", temperature=1.0),
+    "draft_q_unprocessed": dict(pair="0.7", temperature=1.0),
+    "draft_greedy_softmax_q": dict(pair="0.7", temperature=0.0),
+    "greedy_verify_when_sampling": dict(pair="0.7", temperature=0.0),
+    "greedy_tie_last_index": dict(pair="0.7", temperature=0.0),
+    "stale_target_cache": dict(pair="1.0", temperature=1.0),  # draft = target: nothing is ever rejected
+    "eos_continues_in_block": dict(pair="0.7", temperature=1.0),  # no EOS id
+    "eos_dropped_in_block": dict(pair="0.7", temperature=1.0),
+}
+
+
+def test_every_generation_mutant_has_a_documented_blind_spot():
+    assert set(BLIND) == {impl.name for impl in implementations(kind="mutant", level="generation")}
+    assert all(get(name).needs for name in BLIND)
+
+
+@pytest.mark.parametrize("name", sorted(BLIND))
+def test_mutant_is_blind_without_what_it_needs(pairs, name):
+    config = BLIND[name]
+    pair = pairs[config["pair"]]
+    expected = _run(get("hooked_reference"), pair, temperature=config["temperature"], B=16)
+    assert torch.equal(_run(get(name), pair, temperature=config["temperature"], B=16), expected)
+
+
+# Where a mutant is caught: 2000 rows of one prompt, marginal law of each of the first 3 new tokens.
+CAUGHT = {
+    "target_ignores_sampling_params": dict(pair="0.7", temperature=0.4),
+    "processing_first_position_only": dict(pair="0.7", temperature=0.4),
+    "draft_q_unprocessed": dict(pair="0.7", temperature=0.4),
+    "draft_greedy_softmax_q": dict(pair="0.7", temperature=1.0),
+    "greedy_verify_when_sampling": dict(pair="0.7", temperature=1.0),
+    "stale_target_cache": dict(pair="0.2", temperature=1.0, gamma=3),
+    "eos_dropped_in_block": dict(pair="eos", temperature=1.0),
+}
+# Must pass the same check (hooked_reference is token-identical to reference_generate, tested above).
+MUST_PASS = [("reference_generate", "0.7", 0.4), ("reference_generate", "anti", 1.0), ("target_only", "0.7", 0.4),
+             ("stale_draft_cache", "anti", 1.0), ("scaled_acceptance_generate", "0.7", 0.4)]
+
+
+@pytest.fixture(scope="module")
+def p_values(pairs):
+    """p_values(name, pair, temperature, gamma=2): per-position marginal p-values of 2000 rows (laws cached)."""
+    cache = {}
+
+    def run(name, pair, temperature, gamma=2):
+        if (pair, temperature) not in cache:
+            cache[pair, temperature] = exact_marginals(pairs[pair][0], 3, temperature)
+        tokens = _run(get(name), pairs[pair], B=2000, n=3, gamma=gamma, temperature=temperature, seed=1)
+        return marginal_p_values(tokens, cache[pair, temperature])
+
+    return run
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT))
+def test_mutant_is_caught_with_what_it_needs(p_values, name):
+    assert min(p_values(name, **CAUGHT[name])) < 1e-6
+
+
+@pytest.mark.parametrize("name,pair,temperature", MUST_PASS)
+def test_controls_equivalent_and_wasteful_pass_the_same_check(p_values, name, pair, temperature):
+    assert min(p_values(name, pair, temperature)) > 1e-4 / 3
+
+
+def test_eos_continuing_mutant_returns_tokens_after_eos(pairs):
+    target, _ = pairs["eos"]
+    eos = target.generation_config.eos_token_id
+    for name, leaks in (("hooked_reference", False), ("eos_continues_in_block", True)):
+        out = _run(get(name), pairs["eos"], B=200, n=8, gamma=3)
+        is_eos = (out == eos).long()
+        after_eos = (is_eos.cumsum(1) - is_eos) > 0  # strictly after the first EOS of the row
+        assert bool((out[after_eos] >= 0).any()) == leaks, name
+
+
+def test_tie_mutant_differs_from_plain_greedy_on_tied_logits(pairs):
+    ids = torch.randint(0, V, (4, 4), generator=torch.Generator().manual_seed(2))
+    greedy = _run(get("target_only"), pairs["tied"], ids=ids, temperature=0.0)
+    assert torch.equal(_run(get("reference_generate"), pairs["tied"], ids=ids, temperature=0.0), greedy)
+    assert not torch.equal(_run(get("greedy_tie_last_index"), pairs["tied"], ids=ids, temperature=0.0), greedy)
+
+
+def test_wasteful_variant_accepts_fewer_drafts():
+    pair = _toy_models("0.7", torch.float32)
+    ids = torch.tensor([PROMPT] * 200)
+    kwargs = dict(max_new_tokens=12, gamma=3, temperature=1.0, top_k=None, top_p=None, seed=3)
+    fair = hooked_generate(*pair, ids, **kwargs).stats
+    scaled = hooked_generate(*pair, ids, hooks=get("scaled_acceptance_generate").fn.hooks, **kwargs).stats
+    assert scaled.mean_accepted_tokens < fair.mean_accepted_tokens - 0.2
