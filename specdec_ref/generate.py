@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -66,7 +67,7 @@ class GenerationResult:
     stats: GenerationStats
 
 
-def _eos_set(eos_token_id) -> set[int]:
+def eos_set(eos_token_id) -> set[int]:
     if eos_token_id is None:
         return set()
     if isinstance(eos_token_id, int):
@@ -105,7 +106,7 @@ def check_prompt(input_ids, model, max_new_tokens: int) -> None:
         )
 
 
-def _check_gamma(gamma) -> None:
+def check_gamma(gamma) -> None:
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise SpecDecInputError(f"gamma must be an integer >= 1 (tokens drafted per step), got {gamma!r}")
 
@@ -121,7 +122,7 @@ def check_same_vocab(target, draft) -> int:
     return vt
 
 
-class _Rows:
+class Rows:
     """Bookkeeping of ragged per-row sequences and outputs."""
 
     def __init__(self, input_ids: torch.Tensor, max_new_tokens: int, eos: set[int]):
@@ -156,9 +157,49 @@ class _Rows:
         return result.to(device)
 
 
-def _probs(logits, temperature, top_k, top_p, name):
+def processed(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+              name: str = "logits") -> torch.Tensor:
+    """logits [..., V] -> the processed sampling law (the same function for p and q); NaN/inf refused."""
     check_finite_logits(logits, name)
     return logits_to_probs(logits, temperature, top_k, top_p, validate=False)
+
+
+def _target_law(logits, temperature, top_k, top_p):
+    return processed(logits, temperature, top_k, top_p, "target logits")
+
+
+def _draft_laws(logits, temperature, top_k, top_p):
+    """-> (q the draft token is sampled from, q handed to verification): the same law."""
+    q = processed(logits, temperature, top_k, top_p, "draft logits")
+    return q, q
+
+
+def _verify_block(p, q, x, u_accept, u_final, temperature):
+    """p [A, g+1, V], q [A, g, V], x [A, g]: the greedy rule at temperature 0, else Algorithm 1."""
+    if temperature == 0:
+        return greedy_verify(p, x)
+    return verify_from_uniforms(p, q, x, u_accept, u_final, validate=False)
+
+
+def _emit_block(rows: Rows, row: int, tokens: list[int]) -> int:
+    return rows.emit(row, tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepHooks:
+    """The parts of a speculative step, named so that a harness can swap exactly one of them (the
+    mutant zoo models real bugs this way). The defaults are the reference."""
+
+    target_probs: Callable = _target_law  # (logits [A, g+1, V], temperature, top_k, top_p) -> p
+    draft_probs: Callable = _draft_laws  # (logits [A, V], temperature, top_k, top_p) -> (q sampled, q verified)
+    draft_token: Callable = sample_from_uniform  # (q [A, V], u [A]) -> draft tokens [A]
+    verify: Callable = _verify_block  # (p, q, x, u_accept, u_final, temperature) -> VerifyOutput
+    target_runner: Callable = make_runner  # (model, name, n_rows, strategy) -> runner with .logits()
+    draft_runner: Callable = make_runner
+    emit: Callable = _emit_block  # (rows, row, tokens) -> number of tokens kept
+
+
+REFERENCE_HOOKS = StepHooks()
 
 
 def speculative_generate(
@@ -174,49 +215,46 @@ def speculative_generate(
     seed: int = 0,
     eos_token_id: int | list[int] | None = None,
     cache: str = "cache",
+    hooks: StepHooks = REFERENCE_HOOKS,
 ) -> GenerationResult:
     """Speculative sampling with `draft` proposing for `target` (greedy at temperature 0)."""
     check_sampling_params(temperature, top_k, top_p)
-    _check_gamma(gamma)
+    check_gamma(gamma)
     check_same_vocab(target, draft)
     check_prompt(input_ids, target, max_new_tokens)
     started = time.perf_counter()
     device = model_device(target)
-    rows = _Rows(input_ids.to(device), max_new_tokens, _eos_set(eos_token_id))
+    rows = Rows(input_ids.to(device), max_new_tokens, eos_set(eos_token_id))
     streams = RowStreams(seed, len(rows.seqs), device="cpu")
-    t_run = make_runner(target, "target", len(rows.seqs), cache)
-    d_run = make_runner(draft, "draft", len(rows.seqs), cache)
+    t_run = hooks.target_runner(target, "target", len(rows.seqs), cache)
+    d_run = hooks.draft_runner(draft, "draft", len(rows.seqs), cache)
     stats = GenerationStats(gamma=gamma, reached=[0] * gamma, accepted=[0] * gamma)
+    sampling = (temperature, top_k, top_p)
     while rows.active:
         active = list(rows.active)
         g = min(gamma, max(rows.remaining(b) for b in active) - 1)
-        u = streams.uniforms(active, 2 * gamma + 1).to(device)  # [A, 2γ+1]
+        u = streams.uniforms(active, 2 * gamma + 1).to(device)  # [A, 2γ+1]: γ drafts, γ tests, 1 final
         seqs = [rows.seqs[b] for b in active]
         drafts, q_rows = [], []
         for i in range(g):
-            q_i = _probs(d_run.logits(active, seqs, 1)[:, -1], temperature, top_k, top_p, "draft logits")  # [A, V]
-            x_i = sample_from_uniform(q_i, u[:, i])  # [A]; argmax when q_i is one-hot (greedy)
+            q_sample, q_verify = hooks.draft_probs(d_run.logits(active, seqs, 1)[:, -1], *sampling)  # [A, V]
+            x_i = hooks.draft_token(q_sample, u[:, i])  # [A]; argmax when q is one-hot (greedy)
             drafts.append(x_i)
-            q_rows.append(q_i)
+            q_rows.append(q_verify)
             seqs = [torch.cat([s, x_i[j : j + 1]]) for j, s in enumerate(seqs)]
-        p = _probs(t_run.logits(active, seqs, g + 1), temperature, top_k, top_p, "target logits")  # [A, g+1, V]
+        p = hooks.target_probs(t_run.logits(active, seqs, g + 1), *sampling)  # [A, g+1, V]
         if g == 0:  # one token left to produce: a plain target step
-            final = sample_from_uniform(p[:, 0], u[:, 2 * gamma])
-            emitted, n_acc = final.unsqueeze(1), torch.zeros_like(final)
+            emitted = sample_from_uniform(p[:, 0], u[:, 2 * gamma]).unsqueeze(1)
+            n_acc = torch.zeros(len(active), dtype=torch.long, device=device)
         else:
-            draft_tokens = torch.stack(drafts, dim=1)  # [A, g]
             q = torch.stack(q_rows, dim=1)  # [A, g, V]
-            if temperature == 0:
-                result = greedy_verify(p, draft_tokens)
-            else:
-                result = verify_from_uniforms(p, q, draft_tokens, u[:, gamma : gamma + g], u[:, 2 * gamma],
-                                              validate=False)
+            result = hooks.verify(p, q, torch.stack(drafts, dim=1), u[:, gamma : gamma + g], u[:, 2 * gamma],
+                                  temperature)
             emitted, n_acc = result.tokens, result.n_accepted
             _record_alpha(stats, p[:, :g], q, n_acc)
         for j, row in enumerate(active):
             n = int(n_acc[j])
-            kept = rows.emit(row, emitted[j, : n + 1].tolist())
-            stats.emitted_per_step.append(kept)
+            stats.emitted_per_step.append(hooks.emit(rows, row, emitted[j, : n + 1].tolist()))
             stats.accepted_per_step.append(n)
             stats.drafted_per_step.append(g)
             for i in range(min(g, n + 1)):
@@ -255,15 +293,14 @@ def autoregressive_generate(
     check_prompt(input_ids, model, max_new_tokens)
     started = time.perf_counter()
     device = model_device(model)
-    rows = _Rows(input_ids.to(device), max_new_tokens, _eos_set(eos_token_id))
+    rows = Rows(input_ids.to(device), max_new_tokens, eos_set(eos_token_id))
     streams = RowStreams(seed, len(rows.seqs), device="cpu")
     run = make_runner(model, "target", len(rows.seqs), cache)
     stats = GenerationStats(gamma=0)
     while rows.active:
         active = list(rows.active)
         u = streams.uniforms(active, 1).to(device)[:, 0]  # [A]
-        probs = _probs(run.logits(active, [rows.seqs[b] for b in active], 1)[:, -1], temperature, top_k, top_p,
-                       "logits")
+        probs = processed(run.logits(active, [rows.seqs[b] for b in active], 1)[:, -1], temperature, top_k, top_p)
         tokens = sample_from_uniform(probs, u)
         for j, row in enumerate(active):
             stats.emitted_per_step.append(rows.emit(row, [int(tokens[j])]))

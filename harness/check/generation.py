@@ -37,7 +37,7 @@ from harness.stats import (
     support_check,
     uniformity_test,
 )
-from specdec_ref.generate import autoregressive_generate, default_eos
+from specdec_ref.generate import autoregressive_generate, default_eos, eos_set
 from specdec_ref.processing import logits_to_probs
 
 MAX_JOINT_CELLS = 64  # joint-law omnibus tests: the 63 likeliest continuations + the rest
@@ -62,11 +62,6 @@ class Setting:
 
 
 DEFAULT_SETTINGS = (Setting(1.0), Setting(0.7, top_p=0.9), Setting(0.0))
-
-
-def _eos_set(model) -> set[int]:
-    eos = default_eos(model)
-    return set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))
 
 
 def _target64(pair: ModelPair):
@@ -267,7 +262,7 @@ def run_generation_check(
     m = len(sampling) * len(chosen) * per_cell + sum(s.temperature == 0 for s in settings) * len(chosen)
     level = false_alarm_rate / max(1, m)
     target64 = _target64(pair)
-    eos = _eos_set(pair.target)
+    eos = eos_set(default_eos(pair.target))
     deadline_each = None if time_budget_s is None else time_budget_s / max(1, len(sampling) * len(chosen))
     for setting in sampling:
         for i, prompt in enumerate(chosen):

@@ -1,7 +1,7 @@
 """Generation-level zoo (§1b `generate`): whole speculative generation with one part swapped.
 
 `hooked_generate` is the reference step loop (`specdec_ref.generate.speculative_generate`) rebuilt
-from the reference's pieces (processing, runners, streams, verify, and its private `_Rows` row
+from the reference's pieces (processing, runners, streams, verify, and its private `Rows` row
 bookkeeping) with its replaceable parts collected in `Hooks`; with the default
 hooks it reproduces `specdec_ref.adapters:generate` token for token (tests/test_mutants_generation.py
 checks it), so each mutant below differs from a lossless loop by exactly one hook. The loop is
@@ -13,7 +13,6 @@ Names are importable as `harness.mutants.generation:NAME`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -25,62 +24,22 @@ from harness.mutants.sampler import scaled_acceptance
 from specdec_ref.adapters import cache_strategy
 from specdec_ref.adapters import generate as _reference_generate
 from specdec_ref.generate import (
+    REFERENCE_HOOKS,
     GenerationResult,
-    GenerationStats,
-    _check_gamma,
-    _eos_set,
-    _Rows,
-    check_prompt,
-    check_same_vocab,
+    Rows,
+    StepHooks,
     default_eos,
+    processed,
     speculative_generate,
 )
-from specdec_ref.processing import check_finite_logits, check_sampling_params, logits_to_probs
-from specdec_ref.runners import RecomputeRunner, make_runner, model_device
-from specdec_ref.sampling import RowStreams, sample_from_uniform
-from specdec_ref.verify import VerifyOutput, greedy_verify, verify_from_uniforms
+from specdec_ref.processing import check_finite_logits
+from specdec_ref.runners import RecomputeRunner
+from specdec_ref.verify import greedy_verify
 
 Tensor = torch.Tensor
 
 
-# ---------------------------------------------------------------- default parts (the reference's behaviour)
-
-def processed(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
-    """logits [..., V] -> the processed sampling law (the same function for p and q)."""
-    check_finite_logits(logits)
-    return logits_to_probs(logits, temperature, top_k, top_p, validate=False)
-
-
-def draft_laws(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None):
-    """logits [A, V] -> (q the draft token is sampled from, q handed to verification): the same law."""
-    q = processed(logits, temperature, top_k, top_p)
-    return q, q
-
-
-def verify_block(p: Tensor, q: Tensor, x: Tensor, u_accept: Tensor, u_final: Tensor,
-                 temperature: float) -> VerifyOutput:
-    """p [A, g+1, V], q [A, g, V], x [A, g]: the greedy rule at temperature 0, else Algorithm 1."""
-    if temperature == 0:
-        return greedy_verify(p, x)
-    return verify_from_uniforms(p, q, x, u_accept, u_final, validate=False)
-
-
-def emit_block(rows: _Rows, row: int, tokens: list[int]) -> int:
-    """Append a row's emitted block (cut at max_new_tokens and after the first EOS)."""
-    return rows.emit(row, tokens)
-
-
-@dataclasses.dataclass(frozen=True)
-class Hooks:
-    """The parts of a speculative step that real bugs changed; the defaults are the reference."""
-
-    target_probs: Callable = processed  # (logits [A, g+1, V], temperature, top_k, top_p) -> p
-    draft_probs: Callable = draft_laws  # (logits [A, V], temperature, top_k, top_p) -> (q to sample, q to verify)
-    draft_token: Callable = sample_from_uniform  # (q [A, V], u [A]) -> draft token [A]
-    verify: Callable = verify_block  # (p, q, x, u_accept, u_final, temperature) -> VerifyOutput
-    target_runner: Callable = make_runner  # (model, name, n_rows, strategy) -> runner with .logits()
-    draft_runner: Callable = make_runner
-    emit: Callable = emit_block  # (rows, row, tokens) -> number of tokens kept
+Hooks = StepHooks  # the reference's swappable parts; each mutant below replaces one
 
 
 def hooked_generate(
@@ -94,57 +53,14 @@ def hooked_generate(
     top_k: int | None,
     top_p: float | None,
     seed: int,
-    hooks: Hooks = Hooks(),
+    hooks: StepHooks = REFERENCE_HOOKS,
     cache: str | None = None,  # None: the reference adapter's choice (cache_strategy)
 ) -> GenerationResult:
-    """The reference's speculative loop (same random streams, same order of draws) with `hooks`.
-
-    Stats carry the counts (steps, accepted, reached, calls), not timings or α.
-    """
-    check_sampling_params(temperature, top_k, top_p)
-    _check_gamma(gamma)
-    check_same_vocab(target, draft)
-    check_prompt(input_ids, target, max_new_tokens)
-    device = model_device(target)
-    strategy = cache or cache_strategy(input_ids, max_new_tokens)
-    rows = _Rows(input_ids.to(device), max_new_tokens, _eos_set(default_eos(target)))
-    streams = RowStreams(seed, len(rows.seqs), device="cpu")
-    t_run = hooks.target_runner(target, "target", len(rows.seqs), strategy)
-    d_run = hooks.draft_runner(draft, "draft", len(rows.seqs), strategy)
-    stats = GenerationStats(gamma=gamma, reached=[0] * gamma, accepted=[0] * gamma)
-    sampling = (temperature, top_k, top_p)
-    while rows.active:
-        active = list(rows.active)
-        g = min(gamma, max(rows.remaining(b) for b in active) - 1)
-        u = streams.uniforms(active, 2 * gamma + 1).to(device)  # [A, 2γ+1]: γ drafts, γ tests, 1 final
-        seqs = [rows.seqs[b] for b in active]
-        drafts, q_rows = [], []
-        for i in range(g):
-            q_sample, q_verify = hooks.draft_probs(d_run.logits(active, seqs, 1)[:, -1], *sampling)  # [A, V]
-            x_i = hooks.draft_token(q_sample, u[:, i])  # [A]
-            drafts.append(x_i)
-            q_rows.append(q_verify)
-            seqs = [torch.cat([s, x_i[j : j + 1]]) for j, s in enumerate(seqs)]
-        p = hooks.target_probs(t_run.logits(active, seqs, g + 1), *sampling)  # [A, g+1, V]
-        if g == 0:  # one token left to produce: a plain target step
-            emitted = sample_from_uniform(p[:, 0], u[:, 2 * gamma]).unsqueeze(1)
-            n_acc = torch.zeros(len(active), dtype=torch.long)
-        else:
-            result = hooks.verify(p, torch.stack(q_rows, dim=1), torch.stack(drafts, dim=1),
-                                  u[:, gamma : gamma + g], u[:, 2 * gamma], temperature)
-            emitted, n_acc = result.tokens, result.n_accepted
-        for j, row in enumerate(active):
-            n = int(n_acc[j])
-            stats.emitted_per_step.append(hooks.emit(rows, row, emitted[j, : n + 1].tolist()))
-            stats.accepted_per_step.append(n)
-            stats.drafted_per_step.append(g)
-            for i in range(min(g, n + 1)):
-                stats.reached[i] += 1
-                stats.accepted[i] += int(i < n)
-    stats.target_calls, stats.draft_calls = t_run.calls, d_run.calls
-    tokens = rows.tensor(input_ids.device)
-    stats.new_tokens = int((tokens >= 0).sum())
-    return GenerationResult(tokens, stats)
+    """The reference's speculative loop (same random streams, same order of draws) with `hooks`."""
+    return speculative_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                eos_token_id=default_eos(target), hooks=hooks,
+                                cache=cache or cache_strategy(input_ids, max_new_tokens))
 
 
 # ---------------------------------------------------------------- swapped parts
@@ -183,7 +99,7 @@ def _greedy_last_index_on_ties(logits, temperature, top_k, top_p):
     return torch.nn.functional.one_hot(last, V).to(dtype)
 
 
-def _emit_past_eos(rows: _Rows, row: int, tokens: list[int]) -> int:
+def _emit_past_eos(rows: Rows, row: int, tokens: list[int]) -> int:
     """Keeps the whole block even after an EOS inside it; the row stops only after the block."""
     eos, rows.eos = rows.eos, set()
     try:
@@ -195,7 +111,7 @@ def _emit_past_eos(rows: _Rows, row: int, tokens: list[int]) -> int:
     return kept
 
 
-def _emit_dropping_accepted_eos(rows: _Rows, row: int, tokens: list[int]) -> int:
+def _emit_dropping_accepted_eos(rows: Rows, row: int, tokens: list[int]) -> int:
     """Accepted drafts equal to EOS are filtered out (the row goes on); only a final EOS stops it."""
     return rows.emit(row, [t for t in tokens[:-1] if t not in rows.eos] + tokens[-1:])
 
