@@ -119,6 +119,24 @@ def _cmd_mutants(args) -> int:
     return EXIT_OK if summary["ok"] else EXIT_FAIL
 
 
+def _cmd_demo(args) -> int:
+    from harness.demo import choose_pair, run_demo
+
+    pair, reason = choose_pair()
+    print(f"specdec demo: using {reason}", flush=True)
+    with _progress_bar(None, "demo") as bar:
+        result = run_demo(args.out, quick=args.quick, progress=bar.update)
+    print_check_report(result.sampler)
+    print_check_report(result.generation)
+    from harness.bench.cli import summary_lines
+
+    print("\nspeedup (reference, next to the Leviathan prediction and transformers assisted generation):")
+    for line in summary_lines(result.bench.rows):
+        print("  " + line)
+    print(f"\ndemo report: {result.out / 'report.md'}")
+    return EXIT_OK if result.ok else EXIT_FAIL
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +165,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the machine-readable report here")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
     p.set_defaults(func=_cmd_verify)
+
+    from harness.bench.cli import add_arguments as add_bench_arguments
+    from harness.bench.cli import run as run_bench
+
+    p = sub.add_parser("bench", help="speedup sweep -> tables, plots, report (results/bench)",
+                       description="Speedup sweeps over pairs x gamma x temperature next to the Leviathan prediction.")
+    add_bench_arguments(p)
+    p.set_defaults(func=run_bench)
+
+    p = sub.add_parser("demo", help="the main job end to end on the embedded default pair -> results/demo")
+    p.add_argument("--out", default="results/demo")
+    p.add_argument("--quick", action="store_true", help="smaller samples (a minute or two)")
+    p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("mutants", help="run the mutant zoo and correct controls; detection / false-alarm report",
                        description="Exit 0 if every mutant is caught (>= 95% of seeds) and every control passes.")
