@@ -1,0 +1,104 @@
+"""`specdec bench`: flags built from `BenchConfig`, and the only place in harness.bench that prints.
+
+Wiring (harness/cli.py): `p = sub.add_parser("bench", ...); add_arguments(p); p.set_defaults(func=run)`.
+Exit code 0 (CONTRACT.md §2); bad usage raises HarnessError, which `specdec` turns into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from harness.bench.config import BenchConfig, config_fields
+from harness.errors import HarnessError
+
+
+def _argparse_type(parse):
+    """argparse reports ValueError/ArgumentTypeError as usage errors; HarnessError would escape it."""
+
+    def convert(text: str):
+        try:
+            return parse(text)
+        except HarnessError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per BenchConfig field (defaults come from the dataclass, not from here)."""
+    for field in config_fields():
+        meta = field.metadata
+        kwargs = {"dest": field.name, "help": meta["help"], "default": field.default}
+        if meta["action"]:
+            kwargs["action"] = meta["action"]
+        else:
+            kwargs["metavar"] = meta["metavar"]
+            if meta["parse"] is not None:
+                kwargs["type"] = _argparse_type(meta["parse"])
+        parser.add_argument(meta["flag"], **kwargs)
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    return BenchConfig(**{f.name: getattr(args, f.name) for f in config_fields()}).validate()
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "–" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """A few lines per section of the report, for the terminal."""
+    lines = []
+    tokens = [r for r in rows if r["kind"] == "tokens"]
+    if tokens:
+        ratios = [r["tokens_ratio"] for r in tokens]
+        lines.append(f"token formula: {sum(r['within_tolerance'] for r in tokens)}/{len(tokens)} cells within ±3%, "
+                     f"measured/predicted in [{min(ratios):.4f}, {max(ratios):.4f}], "
+                     f">= {min(r['full_row_steps'] for r in tokens):,} row-steps per cell")
+    spec = [r for r in rows if r["kind"] == "spec" and "speedup_median" in r]
+    for group in dict.fromkeys(r["group"] for r in spec):
+        members = [r for r in spec if r["group"] == group]
+        best = max(members, key=lambda r: r["speedup_median"])
+        worst = min(r.get("speedup_ratio", math.inf) for r in members)
+        lines.append(f"{group}: best γ={best['gamma']} speedup {_fmt(best['speedup_median'])} "
+                     f"(predicted {_fmt(best.get('predicted_speedup'))}); lowest measured/predicted {_fmt(worst)}")
+    for r in (r for r in rows if r["kind"] == "compare"):
+        lines.append(f"{r['pair']} {r['sampling']} γ={r['gamma']}: reference speedup {_fmt(r['ref_speedup_median'])}, "
+                     f"transformers assisted {_fmt(r['hf_speedup_median'])}, ratio {_fmt(r['ref_over_hf_speedup_median'])}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.bench.runner import run_bench
+
+    config = config_from_args(args)
+    result = run_bench(config, progress=True)
+    if result.skipped:
+        print(f"specdec bench: suite {result.plan.suite!r} skipped: {result.skipped}")
+        return 0
+    print(f"specdec bench: {len(result.computed)} cells measured, {len(result.resumed)} resumed from "
+          f"{result.files['rows.jsonl']}, {result.seconds:.0f} s")
+    if result.unfinished:
+        print(f"  {len(result.unfinished)} cells left unmeasured (--time-budget); rerun to resume")
+    for line in summary_lines(result.rows):
+        print("  " + line)
+    print(f"  report: {result.files.get('report.md')}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (`python -m harness.bench.cli`) until `specdec bench` is wired."""
+    parser = argparse.ArgumentParser(prog="specdec bench", description="speculative decoding speedup sweeps")
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except HarnessError as exc:
+        print(f"specdec bench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""Measuring one cell: warm-up, repeats, device-synchronized timers, tokens counted one way for every method.
+
+Timing protocol (STYLE.md principle 7): every method first runs `warmup` times untimed (a short
+generation on the first prompt); then, in each of `repeats` rounds, every method of the cell generates
+for the same prompts with the same seeds (prompt i of round r: seed + 1000 r + i), B = 1, the device
+synchronized before the clock starts and before it stops. Methods rotate their order from round to
+round so a slow drift of the machine does not favour one. Tokens are counted identically for all
+methods: the new tokens returned (−1 padding after EOS excluded), divided by the wall time of the round.
+
+Counts protocol (`tokens` cells): batched rows with the recomputing runner, repeated with fresh seeds
+until at least `min_row_steps` row-steps drafted the full γ; only those enter the token formula (a
+step drafting fewer tokens near max_new_tokens follows the formula of a smaller γ).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from harness.bench.cells import Cell
+from harness.errors import HarnessError
+from harness.pairs import ModelPair
+from specdec_ref.generate import GenerationStats, autoregressive_generate, default_eos, speculative_generate
+from specdec_ref.runners import context_length
+from specdec_ref.toy import add_synthetic_cost
+
+WARMUP_TOKENS = 16
+_RANDOM_PROMPT_LENGTH = 8  # pairs without default prompts get random token ids of this length
+
+# method(ids [1, T], seed, max_new_tokens) -> (tokens [1, N] with -1 padding, stats or None)
+Method = Callable[[torch.Tensor, int, int], tuple[torch.Tensor, GenerationStats | None]]
+
+
+def sync(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' deprecation notices would tear the progress bar; errors still show."""
+    from transformers.utils import logging
+
+    before = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(before)
+
+
+@contextlib.contextmanager
+def synthetic_cost(pair: ModelPair, cost_ms: tuple[float, float] | None) -> Iterator[None]:
+    """Pad every target/draft forward to (target_ms, draft_ms) for the duration; no-op for None."""
+    if cost_ms is None:
+        yield
+        return
+    handles = [*add_synthetic_cost(pair.target, cost_ms[0] / 1e3), *add_synthetic_cost(pair.draft, cost_ms[1] / 1e3)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        for model in (pair.target, pair.draft):
+            vars(model).pop("specdec_synthetic_cost", None)
+
+
+class ForwardCounter:
+    """Counts forward passes of a module (for implementations that report no statistics)."""
+
+    def __init__(self, module):
+        self.calls = 0
+        self._handle = module.register_forward_pre_hook(self._count)
+
+    def _count(self, module, args):
+        self.calls += 1
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+@contextlib.contextmanager
+def fixed_assistant_schedule(draft, gamma: int) -> Iterator[None]:
+    """Make transformers draft exactly γ tokens per step.
+
+    transformers 5 reads the candidate count and schedule from the *assistant's* generation_config (the
+    `num_assistant_tokens=` argument of `generate` is not used), and its default "heuristic" schedule
+    writes the adapted count back into that config, so it drifts from call to call (measured: γ = 1
+    whatever was asked, after a few calls). Set it on the draft for the call, then restore it.
+    """
+    config = draft.generation_config
+    wanted = {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
+              "assistant_confidence_threshold": 0.0}
+    before = {key: getattr(config, key, None) for key in wanted}
+    for key, value in wanted.items():
+        setattr(config, key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            setattr(config, key, value)
+
+
+def cell_prompts(pair: ModelPair, cell: Cell) -> list[torch.Tensor]:
+    """[1, T] prompts: the pair's defaults (cycled if there are fewer than asked), else random ids."""
+    n = cell.prompts
+    if pair.prompts:
+        chosen = [pair.prompts[i % len(pair.prompts)] for i in range(n)]
+    else:
+        g = torch.Generator().manual_seed(cell.seed)
+        chosen = torch.randint(0, pair.vocab_size, (n, _RANDOM_PROMPT_LENGTH), generator=g).tolist()
+    return [torch.tensor([ids], dtype=torch.long, device=cell.device) for ids in chosen]
+
+
+def usable_new_tokens(pair: ModelPair, prompt_length: int, wanted: int) -> int:
+    """max_new_tokens clamped so prompt + new tokens fit the target's context."""
+    limit = context_length(pair.target)
+    return wanted if limit is None else max(1, min(wanted, limit - prompt_length))
+
+
+def _eos(pair: ModelPair):
+    eos = default_eos(pair.target)  # what transformers' generate stops at, so both sides stop alike
+    return eos if eos is not None else pair.eos_token_id
+
+
+def methods(pair: ModelPair, cell: Cell) -> dict[str, Method]:
+    """The generators a cell can time, all with the cell's sampling settings."""
+    sampling = dict(temperature=cell.temperature, top_k=cell.top_k, top_p=cell.top_p)
+    eos = _eos(pair)
+
+    def ar(ids, seed, n):
+        r = autoregressive_generate(pair.target, ids, max_new_tokens=n, seed=seed, eos_token_id=eos, **sampling)
+        return r.tokens, r.stats
+
+    def ref(ids, seed, n):
+        r = speculative_generate(pair.target, pair.draft, ids, max_new_tokens=n, gamma=cell.gamma, seed=seed,
+                                 eos_token_id=eos, **sampling)
+        return r.tokens, r.stats
+
+    def hf_ar(ids, seed, n):
+        from harness.adapters.hf import _hf_generate  # transformers' own generate, no assistant
+
+        return _hf_generate(pair.target, ids, max_new_tokens=n, seed=seed, **sampling), None
+
+    def hf(ids, seed, n):
+        from harness.adapters.hf import assisted_generate
+
+        with fixed_assistant_schedule(pair.draft, cell.gamma):
+            return assisted_generate(pair.target, pair.draft, ids, max_new_tokens=n, gamma=cell.gamma, seed=seed,
+                                     **sampling), None
+
+    table = {"ar": ar, "ref": ref, "hf_ar": hf_ar, "hf": hf}
+    return {name: table[name] for name in cell.methods}
+
+
+def merge_stats(stats: list[GenerationStats]) -> dict:
+    """Sum of per-run statistics (one γ); the accepted-count histogram covers the row-steps that drafted all γ."""
+    gamma = stats[0].gamma
+    hist = [0] * (gamma + 1)
+    full = [n for s in stats  # the autoregressive baseline (γ = 0) records no drafted counts
+            for n, d in zip(s.accepted_per_step, s.drafted_per_step or [0] * len(s.accepted_per_step), strict=True)
+            if d == gamma]
+    for n in full:
+        hist[n] += 1
+    every = [n for s in stats for n in s.accepted_per_step]
+    return {
+        "row_steps": len(every),
+        "full_row_steps": len(full),
+        "accepted_hist": hist,  # [γ+1] full-γ row-steps that accepted k drafts
+        "accepted_all_steps": sum(every),
+        "reached": [sum(s.reached[i] for s in stats) for i in range(gamma)],
+        "accepted": [sum(s.accepted[i] for s in stats) for i in range(gamma)],
+        "alpha_sum": sum(s.alpha_sum for s in stats),
+        "alpha_count": sum(s.alpha_count for s in stats),
+        "target_calls": sum(s.target_calls for s in stats),
+        "draft_calls": sum(s.draft_calls for s in stats),
+        "target_seconds": sum(s.target_seconds for s in stats),
+        "draft_seconds": sum(s.draft_seconds for s in stats),
+        "new_tokens": sum(s.new_tokens for s in stats),
+    }
+
+
+def measure_timing(pair: ModelPair, cell: Cell) -> dict:
+    """Warm-up, then `repeats` rounds timing every method of the cell on the same prompts and seeds."""
+    prompts = cell_prompts(pair, cell)
+    n_new = usable_new_tokens(pair, max(p.shape[1] for p in prompts), cell.max_new_tokens)
+    runs = methods(pair, cell)
+    names = list(runs)
+    timings = {m: {"tokens": [], "seconds": []} for m in names}
+    stats: dict[str, list[GenerationStats]] = {m: [] for m in names}
+    counters = {m: {"target_calls": [], "draft_calls": []} for m in names}
+    with torch_threads(cell.threads), synthetic_cost(pair, cell.synthetic_cost_ms), quiet_transformers():
+        for _ in range(cell.warmup):
+            for name in names:
+                runs[name](prompts[0], cell.seed, min(n_new, WARMUP_TOKENS))
+        for r in range(cell.repeats):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                target_count, draft_count = ForwardCounter(pair.target), ForwardCounter(pair.draft)
+                sync(cell.device)
+                start = time.perf_counter()
+                outs = [runs[name](ids, cell.seed + 1000 * r + i, n_new) for i, ids in enumerate(prompts)]
+                sync(cell.device)
+                seconds = time.perf_counter() - start
+                target_count.remove()
+                draft_count.remove()
+                timings[name]["tokens"].append(sum(int((tokens >= 0).sum()) for tokens, _ in outs))
+                timings[name]["seconds"].append(seconds)
+                stats[name] += [s for _, s in outs if s is not None]
+                counters[name]["target_calls"].append(target_count.calls)
+                counters[name]["draft_calls"].append(draft_count.calls)
+    return {
+        "max_new_tokens_used": n_new,
+        "prompt_lengths": [int(p.shape[1]) for p in prompts],
+        "timings": timings,  # per method: per-repeat tokens and seconds
+        "forwards": counters,  # per method: per-repeat model forward passes (B = 1 each), counted by hooks
+        "stats": {m: merge_stats(s) for m, s in stats.items() if s},
+    }
+
+
+def measure_tokens(pair: ModelPair, cell: Cell) -> dict:
+    """Batches of `cell.prompts` rows until ≥ min_row_steps full-γ row-steps; counts only."""
+    prompt = cell_prompts(pair, cell)[0]  # [1, T]
+    n_new = usable_new_tokens(pair, prompt.shape[1], cell.max_new_tokens)
+    batch = prompt.expand(cell.prompts, -1).contiguous()  # [B, T]: rows differ by their random streams
+    collected: list[GenerationStats] = []
+    full = 0
+    start = time.perf_counter()
+    with torch_threads(cell.threads):
+        while full < cell.min_row_steps:
+            result = speculative_generate(
+                pair.target, pair.draft, batch, max_new_tokens=n_new, gamma=cell.gamma,
+                temperature=cell.temperature, top_k=cell.top_k, top_p=cell.top_p,
+                seed=cell.seed + 7919 * len(collected), eos_token_id=_eos(pair), cache="recompute")
+            collected.append(result.stats)
+            new_full = sum(d == cell.gamma for d in result.stats.drafted_per_step)
+            if new_full == 0:
+                raise HarnessError(f"{cell.label}: no step drafted all {cell.gamma} tokens (max_new_tokens {n_new} "
+                                   "is too short or rows stop at EOS); raise max_new_tokens")
+            full += new_full
+    return {"max_new_tokens_used": n_new, "batches": len(collected), "seconds": time.perf_counter() - start,
+            "stats": {"ref": merge_stats(collected)}}
+
+
+def measure_cell(pair: ModelPair, cell: Cell) -> dict:
+    return measure_tokens(pair, cell) if cell.kind == "tokens" else measure_timing(pair, cell)

@@ -1,0 +1,120 @@
+"""Orchestration of a benchmark run: plan → measure the unfinished cells → summarize → report.
+
+Finished cells are read back from OUT/RUN/rows.jsonl and not measured again, so an interrupted sweep
+resumes where it stopped. Pairs are built once per run. Nothing here prints except the optional
+progress bar (tqdm, on stderr).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from harness.bench import measure
+from harness.bench.cells import Cell
+from harness.bench.config import BenchConfig, command_line
+from harness.bench.store import RowStore
+from harness.bench.suites import Plan, make_plan
+from harness.bench.summarize import summarize
+from harness.pairs import ModelPair
+from harness.records import provenance
+
+
+@dataclasses.dataclass
+class BenchRun:
+    """What a run did and where it wrote it."""
+
+    plan: Plan
+    out_dir: Path
+    rows: list[dict]  # summary rows of every measured cell of the plan (this run's and earlier runs')
+    computed: list[str]  # ids of the cells measured by this call
+    resumed: list[str]  # ids found finished in rows.jsonl and skipped
+    unfinished: list[str]  # ids left for a rerun (time budget exhausted)
+    files: dict[str, Path]
+    seconds: float
+
+    @property
+    def skipped(self) -> str | None:
+        return self.plan.skip_reason
+
+
+class PairCache:
+    """Builds each (pair, device, dtype) once per run."""
+
+    def __init__(self):
+        self._pairs: dict[tuple, ModelPair] = {}
+
+    def get(self, cell: Cell) -> ModelPair:
+        key = (cell.pair, cell.checkpoints, cell.device, cell.dtype)
+        if key not in self._pairs:
+            self._pairs[key] = _build_pair(cell)
+        return self._pairs[key]
+
+
+def _build_pair(cell: Cell) -> ModelPair:
+    from harness.models.hf_pair import pair_from_checkpoints, resolve_dtype
+    from harness.pairs import get_pair
+
+    dtype = None if cell.dtype is None else resolve_dtype(cell.dtype, device=cell.device)
+    if cell.checkpoints is not None:
+        return pair_from_checkpoints(*cell.checkpoints, device=cell.device, dtype=dtype)
+    return get_pair(cell.pair, device=cell.device, dtype=dtype)
+
+
+def _cost_estimate(cell: Cell) -> float:
+    """Rough seconds, only to make the progress bar's ETA honest across very unequal cells."""
+    if cell.kind == "tokens":
+        return 1e-4 * cell.min_row_steps * (cell.gamma + 1)
+    target_s, draft_s = (cell.synthetic_cost_ms or (5.0, 2.0))
+    per_token = {"ar": target_s, "spec": (target_s + cell.gamma * draft_s) / 2.5,
+                 "compare": 2 * target_s + 2 * (target_s + cell.gamma * draft_s) / 2.5}[cell.kind] / 1e3
+    return per_token * cell.max_new_tokens * cell.prompts * cell.repeats + 0.2
+
+
+def _record(cell: Cell, pair: ModelPair, measurement: dict) -> dict:
+    return {"cell_id": cell.id, "cell": cell.to_dict(), "measurement": measurement,
+            "pair": {"name": pair.name, "description": pair.description, "meta": pair.meta},
+            "provenance": provenance(seed=cell.seed, device=cell.device, dtype=cell.dtype or "pair default")}
+
+
+def run_bench(config: BenchConfig, *, progress: bool = False) -> BenchRun:
+    """Run (or resume) the benchmark `config` describes and write its report; returns what happened."""
+    started = time.perf_counter()
+    plan = make_plan(config)
+    out_dir = Path(config.out) / plan.name
+    if plan.skip_reason:
+        return BenchRun(plan, out_dir, [], [], [], [c.id for c in plan.cells], {}, 0.0)
+    store = RowStore(out_dir / "rows.jsonl")
+    records = store.load()
+    todo = [c for c in plan.cells if not (config.resume and c.id in records)]
+    resumed = [c.id for c in plan.cells if c not in todo]
+    computed, unfinished = [], []
+    pairs = PairCache()
+    from tqdm import tqdm
+
+    with tqdm(total=sum(map(_cost_estimate, todo)), unit="s~", file=sys.stderr, disable=not progress,
+              desc=f"bench {plan.name}", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} est. s "
+              "[{elapsed}<{remaining}] {postfix}") as bar:
+        for cell in todo:
+            if plan.time_budget_s is not None and time.perf_counter() - started > plan.time_budget_s:
+                unfinished.append(cell.id)
+                continue
+            bar.set_postfix_str(f"{len(computed) + 1}/{len(todo)} {cell.label}")
+            pair = pairs.get(cell)
+            record = _record(cell, pair, measure.measure_cell(pair, cell))
+            store.append(record)
+            records[cell.id] = record
+            computed.append(cell.id)
+            bar.update(min(_cost_estimate(cell), bar.total - bar.n))
+    rows = summarize(plan.cells, records)
+    files = {"rows.jsonl": store.path}
+    files.update(_write(out_dir, plan, rows, command_line(config), len(unfinished)))
+    return BenchRun(plan, out_dir, rows, computed, resumed, unfinished, files, time.perf_counter() - started)
+
+
+def _write(out_dir: Path, plan: Plan, rows: list[dict], command: str | None, unfinished: int) -> dict[str, Path]:
+    from harness.bench.report import write_report
+
+    return write_report(out_dir, plan.name, plan.suite, rows, command=command, unfinished=unfinished)

@@ -1,0 +1,229 @@
+"""Registry of benchmark suites and the planner that turns a `BenchConfig` into cells.
+
+A suite is a list of `Sweep`s (a grid of one kind over pairs × temperatures × γ). Suites register with
+`@register_suite`; unknown names get a "Did you mean" error. Built in:
+
+- `synthetic` — const-α toy pairs (α ∈ {0.2 … 0.95}, exact and context-free) at T = 1, γ = 1..8:
+  the token formula over ≥ 10k full-γ row-steps per cell (counts only, batched rows), and the walltime
+  speedup with every forward padded to 40 ms (target) / 4 ms (draft), so c ≈ 0.1;
+- `default`   — `synthetic`, plus the γ 1..8 × temperature {0, 1} grid on the context-dependent `toy` pair
+  and the reference vs transformers assisted generation on it (same synthetic cost). Real pairs are
+  benchmarked with `--pair smollm2` (minutes per cell on a 2-core CPU) or the `gpu` suite;
+- `quick`     — `default` shrunk to what CI can afford (≤ 2 min);
+- `gpu`       — a quick grid on a real pair on CUDA (≤ 10 min), skipped cleanly where there is no CUDA.
+With `--pair`/`--target` and no `--suite`, the plan is a plain grid on that pair (CONTRACT.md §2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.bench.cells import Cell
+from harness.bench.config import BenchConfig
+from harness.errors import HarnessError, UnknownNameError
+
+GAMMAS = tuple(range(1, 9))
+SYNTHETIC_COST_MS = (40.0, 4.0)  # c ≈ 0.1; the pad dwarfs Python's per-step overhead (~3 ms)
+QUICK_COST_MS = (20.0, 2.0)
+GPU_PAIRS = ("smollm2-trunc", "smollm2", "toy")  # first one available is benchmarked
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    kind: str  # "timing" (ar + spec cells), "compare" (reference vs transformers) or "tokens" (counts only)
+    pairs: tuple[str, ...]
+    gammas: tuple[int, ...] = GAMMAS
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    top_k: int | None = None
+    top_p: float | None = None
+    prompts: int = 2  # timing: prompts per repeat (B = 1 each); tokens: rows per batch
+    max_new_tokens: int = 64  # timing: per prompt; tokens: 0 = 2(γ + 1) per row
+    repeats: int = 3
+    warmup: int = 1
+    synthetic_cost_ms: tuple[float, float] | None = None
+    min_row_steps: int = 10_000  # tokens sweeps only
+    device: str = "cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteSpec:
+    name: str
+    build: Callable[[bool], list[Sweep]]  # build(quick) -> sweeps
+    description: str
+    time_budget_s: float | None = None  # no new cell starts after this (unless --time-budget says otherwise)
+
+
+@dataclasses.dataclass
+class Plan:
+    name: str  # run folder name
+    suite: str
+    cells: list[Cell]
+    skip_reason: str | None = None  # set when the whole plan cannot run here (gpu suite without CUDA)
+    time_budget_s: float | None = None
+
+
+_SUITES: dict[str, SuiteSpec] = {}
+
+
+def register_suite(name: str, description: str, time_budget_s: float | None = None):
+    def deco(build):
+        if name in _SUITES:
+            raise ValueError(f"suite {name!r} registered twice")
+        _SUITES[name] = SuiteSpec(name, build, description, time_budget_s)
+        return build
+
+    return deco
+
+
+def suite_specs() -> dict[str, SuiteSpec]:
+    return dict(_SUITES)
+
+
+def _const_pairs(alphas=None) -> tuple[str, ...]:
+    from harness.models.toy_pairs import CONSTANT_ALPHAS
+
+    return tuple(f"const-a{a}" for a in (alphas or CONSTANT_ALPHAS))
+
+
+def _available(name: str) -> bool:
+    from harness.pairs import pair_specs
+
+    spec = pair_specs().get(name)
+    return spec is not None and spec.available()[0]
+
+
+@register_suite("synthetic", "const-alpha toy pairs: token formula (counts) and walltime with synthetic cost")
+def _synthetic(quick: bool) -> list[Sweep]:
+    if quick:
+        return [Sweep("tokens", _const_pairs((0.4, 0.8, 0.95)), gammas=(1, 4, 8), temperatures=(1.0,),
+                      prompts=512, max_new_tokens=0, repeats=1, min_row_steps=1500),
+                Sweep("timing", _const_pairs((0.6, 0.9)), gammas=(1, 2, 4, 8), temperatures=(1.0,), prompts=1,
+                      max_new_tokens=32, synthetic_cost_ms=QUICK_COST_MS)]
+    return [Sweep("tokens", _const_pairs(), temperatures=(1.0,), prompts=2048, max_new_tokens=0, repeats=1),
+            Sweep("timing", _const_pairs(), temperatures=(1.0,), prompts=1, max_new_tokens=64,
+                  synthetic_cost_ms=SYNTHETIC_COST_MS)]
+
+
+@register_suite("default", "synthetic + gamma x temperature grid and reference vs transformers assisted on toy")
+def _default(quick: bool) -> list[Sweep]:
+    sweeps = _synthetic(quick)
+    if quick:
+        return [*sweeps, Sweep("compare", ("toy",), gammas=(4,), temperatures=(0.0, 1.0), prompts=1,
+                               max_new_tokens=24, synthetic_cost_ms=QUICK_COST_MS)]
+    return [*sweeps,
+            Sweep("timing", ("toy",), prompts=1, max_new_tokens=48, synthetic_cost_ms=SYNTHETIC_COST_MS),
+            Sweep("compare", ("toy",), gammas=(2, 4), prompts=1, max_new_tokens=48, synthetic_cost_ms=SYNTHETIC_COST_MS)]
+
+
+@register_suite("quick", "the default suite shrunk to what CI can afford (<= 2 min)")
+def _quick(quick: bool) -> list[Sweep]:
+    return _default(True)
+
+
+# 9 min: the cell running at the deadline still finishes, and the report must be written within 10 min.
+@register_suite("gpu", "quick grid + transformers comparison on a real pair on CUDA (<= 10 min)", time_budget_s=540)
+def _gpu(quick: bool) -> list[Sweep]:
+    pair = next(name for name in GPU_PAIRS if _available(name))
+    return [Sweep("timing", (pair,), gammas=(1, 2, 3, 4, 6, 8), prompts=4, max_new_tokens=64, device="cuda"),
+            Sweep("compare", (pair,), gammas=(2, 4), prompts=2, max_new_tokens=64, device="cuda")]
+
+
+def grid_sweeps(pairs: tuple[str, ...], quick: bool) -> list[Sweep]:
+    """The plain `--pair NAME` grid: γ 1..8 × temperature {0, 1} × prompts."""
+    if quick:
+        return [Sweep("timing", pairs, gammas=(1, 2, 4, 8), prompts=1, max_new_tokens=32)]
+    return [Sweep("timing", pairs)]
+
+
+def _overrides(config: BenchConfig, kind: str) -> dict:
+    """Sweep fields that the config sets explicitly (None means: keep the suite's). Counts-only sweeps
+    keep their own batch shape and take no synthetic cost (only timing depends on those)."""
+    values = {"gammas": config.gammas, "temperatures": config.temperatures, "top_k": config.top_k,
+              "top_p": config.top_p, "device": config.device}
+    if kind != "tokens":
+        values.update(repeats=config.repeats, prompts=config.prompts, max_new_tokens=config.max_new_tokens,
+                      synthetic_cost_ms=config.synthetic_cost_ms)
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _threads(config: BenchConfig, pair: str) -> int | None:
+    if config.threads is not None:
+        return config.threads
+    from harness.pairs import pair_specs
+
+    spec = pair_specs().get(pair)
+    # Tiny toy models: OpenMP threads only add contention (1.8 ms vs 14-37 ms per forward under load).
+    return 1 if spec is not None and "toy" in spec.tags else None
+
+
+def sweep_cells(sweep: Sweep, config: BenchConfig, checkpoints: tuple[str, str] | None = None) -> list[Cell]:
+    """The cells of one sweep; in a timing sweep each group's `ar` cell comes first."""
+    cells = []
+    for pair in sweep.pairs:
+        for temperature in sweep.temperatures:
+            base = Cell(kind="ar", pair=pair, gamma=0, temperature=float(temperature), top_k=sweep.top_k,
+                        top_p=sweep.top_p, prompts=sweep.prompts, max_new_tokens=sweep.max_new_tokens,
+                        repeats=sweep.repeats, warmup=sweep.warmup, synthetic_cost_ms=sweep.synthetic_cost_ms,
+                        device=sweep.device, dtype=config.dtype, seed=config.seed, threads=_threads(config, pair),
+                        checkpoints=checkpoints)
+            if sweep.kind == "timing":
+                cells.append(base)
+            kind = {"timing": "spec", "compare": "compare", "tokens": "tokens"}[sweep.kind]
+            for gamma in sweep.gammas:
+                extra = {"repeats": 1, "warmup": 0, "min_row_steps": sweep.min_row_steps,
+                         "max_new_tokens": sweep.max_new_tokens or 2 * (gamma + 1)} if kind == "tokens" else {}
+                cells.append(dataclasses.replace(base, kind=kind, gamma=gamma, **extra))
+    return cells
+
+
+def make_plan(config: BenchConfig) -> Plan:
+    """Suite (or plain grid) -> cells, with the config's explicit values applied to every sweep."""
+    config.validate()
+    checkpoints = None
+    if config.target is not None:
+        checkpoints = (str(config.target), str(config.draft))
+        pairs: tuple[str, ...] | None = (f"{Path(config.target).name}+{Path(config.draft).name}",)
+    else:
+        pairs = config.pairs
+        if pairs:
+            from harness.pairs import pair_specs
+
+            known = pair_specs()
+            for name in pairs:
+                if name not in known:
+                    raise UnknownNameError("pair", name, list(known))
+    suite = config.suite or ("grid" if pairs else ("quick" if config.quick else "default"))
+    if suite == "grid":
+        sweeps = grid_sweeps(pairs, config.quick)
+    elif suite in _SUITES:
+        sweeps = _SUITES[suite].build(config.quick)
+    else:
+        raise UnknownNameError("suite", suite, [*_SUITES, "grid"])
+    if pairs:
+        sweeps = [dataclasses.replace(s, pairs=pairs) for s in sweeps]
+    if config.compare_hf:
+        sweeps += [dataclasses.replace(s, kind="compare") for s in sweeps if s.kind == "timing"]
+    cells = [c for s in sweeps
+             for c in sweep_cells(dataclasses.replace(s, **_overrides(config, s.kind)), config, checkpoints)]
+    cells = list(dict.fromkeys(cells))  # a cell asked for twice is measured once
+    name = config.run_name or (suite if suite != "grid" else "grid-" + "-".join(pairs))
+    budget = config.time_budget_s if config.time_budget_s is not None else getattr(_SUITES.get(suite), "time_budget_s",
+                                                                                   None)
+    return Plan(name=name, suite=suite, cells=cells, skip_reason=_device_problem(cells, suite), time_budget_s=budget)
+
+
+def _device_problem(cells: list[Cell], suite: str) -> str | None:
+    """The gpu suite skips cleanly without CUDA; any other CUDA request there is a usage error."""
+    devices = {c.device for c in cells}
+    if not any(d.startswith("cuda") for d in devices):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    reason = "no CUDA device here (torch.cuda.is_available() is False)"
+    if suite == "gpu":
+        return reason
+    raise HarnessError(f"--device cuda was asked for but there is {reason}; use --device cpu")

@@ -1,0 +1,198 @@
+"""Raw cell records -> flat summary rows (what rows.csv / rows.json hold and the report plots).
+
+Per timing cell: tokens/s, speedup over the autoregressive baseline per repeat (median and spread),
+tokens per target call and the accepted-count histogram, acceptance per draft position, measured α
+(Σ min(p, q) over the positions that were tested) and cost ratio c (draft pass / target pass, from the
+reference's own timers), the Leviathan predictions at those α and c, and measured/predicted ratios.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from harness.bench import theory
+from harness.bench.cells import Cell, sampling_label
+
+TOKEN_TOLERANCE = 0.03  # the token formula must hold within ±3% (issue: ≥ 10k target calls)
+SPEEDUP_FLOOR = 0.9  # measured speedup must reach 0.9 × predicted on synthetic-cost pairs
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b else math.nan
+
+
+def _spread(values: list[float], prefix: str) -> dict:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return {f"{prefix}_median": math.nan, f"{prefix}_min": math.nan, f"{prefix}_max": math.nan,
+                f"{prefix}_per_repeat": values}
+    return {f"{prefix}_median": statistics.median(finite), f"{prefix}_min": min(finite),
+            f"{prefix}_max": max(finite), f"{prefix}_per_repeat": values}
+
+
+def rates(measurement: dict, method: str) -> list[float]:
+    """Tokens per second of each repeat."""
+    t = measurement["timings"][method]
+    return [_div(n, s) for n, s in zip(t["tokens"], t["seconds"], strict=True)]
+
+
+def _ratios(num: list[float], den: list[float]) -> list[float]:
+    """Per-repeat ratios (repeat r of one method over repeat r of the other: measured side by side)."""
+    return [_div(a, b) for a, b in zip(num, den, strict=False)]
+
+
+def stats_summary(s: dict, gamma: int) -> dict:
+    """Acceptance statistics of the reference's runs (merged GenerationStats, see measure.merge_stats)."""
+    hist = s["accepted_hist"]
+    full = sum(hist)
+    mean_tokens = _div(sum((k + 1) * h for k, h in enumerate(hist)), full)
+    second = _div(sum((k + 1) ** 2 * h for k, h in enumerate(hist)), full)
+    sd = math.sqrt(max(second - mean_tokens**2, 0.0)) if full else math.nan
+    alpha = _div(s["alpha_sum"], s["alpha_count"])
+    target_ms = 1e3 * _div(s["target_seconds"], s["target_calls"])
+    draft_ms = 1e3 * _div(s["draft_seconds"], s["draft_calls"])
+    out = {
+        "alpha": alpha,
+        "row_steps": s["row_steps"],
+        "full_row_steps": full,
+        "target_calls": s["target_calls"],
+        "tokens_per_call": mean_tokens,  # over full-γ row-steps: what the formula describes
+        "tokens_per_call_se": _div(sd, math.sqrt(full)) if full else math.nan,
+        "tokens_per_call_all_steps": _div(s["accepted_all_steps"] + s["row_steps"], s["row_steps"]),
+        "accepted_hist": hist,
+        "acceptance_per_position": [_div(a, r) for a, r in zip(s["accepted"], s["reached"], strict=True)],
+        "target_ms_per_call": target_ms,
+        "draft_ms_per_call": draft_ms,
+        "c": _div(draft_ms, target_ms),
+    }
+    if math.isfinite(alpha) and 0 <= alpha <= 1:
+        out["predicted_tokens_per_call"] = theory.expected_tokens_per_call(alpha, gamma)
+        out["tokens_ratio"] = _div(mean_tokens, out["predicted_tokens_per_call"])
+        if math.isfinite(out["c"]):
+            out["predicted_speedup"] = theory.predicted_speedup(alpha, gamma, out["c"])
+    return out
+
+
+def _common(cell: Cell, record: dict) -> dict:
+    prov = record.get("provenance", {})
+    m = record["measurement"]
+    cost = cell.synthetic_cost_ms
+    return {
+        "cell_id": record["cell_id"], "kind": cell.kind, "pair": cell.pair, "gamma": cell.gamma,
+        "temperature": cell.temperature, "top_k": cell.top_k, "top_p": cell.top_p,
+        "sampling": sampling_label(cell.temperature, cell.top_k, cell.top_p),
+        "prompts": cell.prompts, "max_new_tokens": m.get("max_new_tokens_used", cell.max_new_tokens),
+        "repeats": cell.repeats, "warmup": cell.warmup,
+        "synthetic_target_ms": cost[0] if cost else None, "synthetic_draft_ms": cost[1] if cost else None,
+        "threads": cell.threads, "seed": cell.seed, "device": prov.get("device", cell.device),
+        "dtype": prov.get("dtype", cell.dtype), "git_commit": prov.get("git_commit"),
+        "utc_time": prov.get("utc_time"), "versions": prov.get("versions"),
+    }
+
+
+def _ar_row(cell: Cell, record: dict) -> dict:
+    m = record["measurement"]
+    s = m["stats"]["ar"]
+    return {**_spread(rates(m, "ar"), "tokens_per_s"),
+            "target_ms_per_call": 1e3 * _div(s["target_seconds"], s["target_calls"])}
+
+
+def _spec_row(cell: Cell, record: dict, baseline: dict | None) -> dict:
+    m = record["measurement"]
+    row = stats_summary(m["stats"]["ref"], cell.gamma)
+    row.update(_spread(rates(m, "ref"), "tokens_per_s"))
+    if baseline is None:  # its baseline was not measured (time budget): no speedup to report
+        return row
+    ar_rates = rates(baseline["measurement"], "ar")
+    ar = baseline["measurement"]["stats"]["ar"]
+    row.update(_spread(ar_rates, "ar_tokens_per_s"))
+    row.update(_spread(_ratios(rates(m, "ref"), ar_rates), "speedup"))
+    row["ar_target_ms_per_call"] = 1e3 * _div(ar["target_seconds"], ar["target_calls"])
+    row["verify_cost_ratio"] = _div(row["target_ms_per_call"], row["ar_target_ms_per_call"])
+    if "predicted_speedup" in row:
+        row["speedup_ratio"] = _div(row["speedup_median"], row["predicted_speedup"])
+    return row
+
+
+def _compare_row(cell: Cell, record: dict) -> dict:
+    m = record["measurement"]
+    row = stats_summary(m["stats"]["ref"], cell.gamma)
+    r = {name: rates(m, name) for name in ("ar", "ref", "hf_ar", "hf")}
+    for name, values in r.items():
+        row.update(_spread(values, f"{name}_tokens_per_s"))
+    ref_speedup, hf_speedup = _ratios(r["ref"], r["ar"]), _ratios(r["hf"], r["hf_ar"])
+    row.update(_spread(ref_speedup, "ref_speedup"))
+    row.update(_spread(hf_speedup, "hf_speedup"))
+    row.update(_spread(_ratios(ref_speedup, hf_speedup), "ref_over_hf_speedup"))
+    row.update(_spread(_ratios(r["ref"], r["hf"]), "ref_over_hf_tokens_per_s"))
+    hf_tokens = sum(m["timings"]["hf"]["tokens"])
+    row["hf_tokens_per_call"] = _div(hf_tokens, m["forwards"]["hf"]["target_calls"])
+    row["hf_draft_calls_per_target_call"] = _div(m["forwards"]["hf"]["draft_calls"], m["forwards"]["hf"]["target_calls"])
+    if "predicted_speedup" in row:
+        row["speedup_ratio"] = _div(row["ref_speedup_median"], row["predicted_speedup"])
+    return row
+
+
+def _tokens_row(cell: Cell, record: dict) -> dict:
+    m = record["measurement"]
+    row = stats_summary(m["stats"]["ref"], cell.gamma)
+    row["batches"] = m["batches"]
+    row["measure_seconds"] = m["seconds"]
+    pred = row.get("predicted_tokens_per_call", math.nan)
+    row["tokens_z"] = _div(row["tokens_per_call"] - pred, row["tokens_per_call_se"])
+    row["within_tolerance"] = bool(abs(row.get("tokens_ratio", math.nan) - 1) <= TOKEN_TOLERANCE)
+    return row
+
+
+def summarize(cells: list[Cell], records: dict[str, dict]) -> list[dict]:
+    """One row per measured cell of the plan, in plan order; marks the best γ of each timing group."""
+    rows = []
+    for cell in cells:
+        record = records.get(cell.id)
+        if record is None:
+            continue
+        if cell.kind == "ar":
+            extra = _ar_row(cell, record)
+        elif cell.kind == "spec":
+            extra = _spec_row(cell, record, records.get(cell.baseline().id))
+        elif cell.kind == "compare":
+            extra = _compare_row(cell, record)
+        else:
+            extra = _tokens_row(cell, record)
+        rows.append({**_common(cell, record), **extra, "group": _group_name(cell)})
+    _mark_best_gamma(rows)
+    return rows
+
+
+def _group_name(cell: Cell) -> str:
+    cost = f", cost {cell.synthetic_cost_ms[0]:g}/{cell.synthetic_cost_ms[1]:g} ms" if cell.synthetic_cost_ms else ""
+    return f"{cell.pair} ({sampling_label(cell.temperature, cell.top_k, cell.top_p)}{cost})"
+
+
+def _mark_best_gamma(rows: list[dict]) -> None:
+    """best_gamma: the measured γ with the highest median speedup in the row's group (and theory's pick)."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["kind"] == "spec" and math.isfinite(row.get("speedup_median", math.nan)):
+            groups.setdefault(row["group"], []).append(row)
+    for members in groups.values():
+        best = max(members, key=lambda r: r["speedup_median"])
+        alphas = [r["alpha"] for r in members if math.isfinite(r["alpha"])]
+        cs = [r["c"] for r in members if math.isfinite(r["c"])]
+        predicted = (theory.optimal_gamma(statistics.mean(alphas), statistics.mean(cs), max(r["gamma"] for r in members))
+                     if alphas and cs else None)
+        for row in members:
+            row["best_gamma"] = best["gamma"]
+            row["predicted_best_gamma"] = predicted
+
+
+def best_gammas(rows: list[dict]) -> list[dict]:
+    """One entry per timing group: pair, sampling, best γ measured and predicted, its speedup."""
+    out = {}
+    for row in rows:
+        if row["kind"] == "spec" and row.get("best_gamma") == row["gamma"]:
+            out[row["group"]] = {"group": row["group"], "pair": row["pair"], "sampling": row["sampling"],
+                                 "best_gamma": row["gamma"], "speedup_median": row["speedup_median"],
+                                 "predicted_best_gamma": row["predicted_best_gamma"]}
+    return list(out.values())

@@ -1,0 +1,1 @@
+"""Acceptance checks of the benchmark claims (slow; run with `pytest suites/bench`)."""
