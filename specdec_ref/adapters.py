@@ -11,9 +11,10 @@ import torch
 from specdec_ref.generate import default_eos, speculative_generate
 from specdec_ref.verify import verify_step
 
-# Below this many positions per row, one batched recompute of every row is cheaper than B
-# sequential KV-cached passes (tiny models, thousands of rows in statistical tests).
+# For tiny models (toy pairs) and short rows, one batched recompute of every row is cheaper than B
+# sequential KV-cached passes (thousands of rows in statistical tests); real models use caches.
 _RECOMPUTE_MAX_POSITIONS = 64
+_RECOMPUTE_MAX_PARAMETERS = 5_000_000
 
 
 def verify(
@@ -40,11 +41,12 @@ def generate(
     return speculative_generate(
         target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, eos_token_id=default_eos(target),
-        cache=cache_strategy(input_ids, max_new_tokens),
+        cache=cache_strategy(input_ids, max_new_tokens, target),
     ).tokens
 
 
-def cache_strategy(input_ids: torch.Tensor, max_new_tokens: int) -> str:
-    """'recompute' (one batched pass over all rows) for many short rows, else per-row KV caches."""
+def cache_strategy(input_ids: torch.Tensor, max_new_tokens: int, model) -> str:
+    """'recompute' (one batched pass over all rows) for many short rows of a tiny model, else per-row KV caches."""
     short = input_ids.dim() == 2 and input_ids.shape[1] + max_new_tokens <= _RECOMPUTE_MAX_POSITIONS
-    return "recompute" if short and input_ids.shape[0] > 1 else "cache"
+    tiny = sum(p.numel() for p in model.parameters()) <= _RECOMPUTE_MAX_PARAMETERS
+    return "recompute" if short and tiny and input_ids.shape[0] > 1 else "cache"

@@ -14,5 +14,5 @@ def target_only_generate(target, draft, input_ids: torch.Tensor, *, max_new_toke
     del draft, gamma
     return autoregressive_generate(
         target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        seed=seed, eos_token_id=default_eos(target), cache=cache_strategy(input_ids, max_new_tokens),
+        seed=seed, eos_token_id=default_eos(target), cache=cache_strategy(input_ids, max_new_tokens, target),
     ).tokens

@@ -60,7 +60,7 @@ def hooked_generate(
     return speculative_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                 eos_token_id=default_eos(target), hooks=hooks,
-                                cache=cache or cache_strategy(input_ids, max_new_tokens))
+                                cache=cache or cache_strategy(input_ids, max_new_tokens, target))
 
 
 # ---------------------------------------------------------------- swapped parts
