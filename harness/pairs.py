@@ -39,6 +39,7 @@ class PairSpec:
 
 
 _REGISTRY: dict[str, PairSpec] = {}
+_BUILTINS_LOADED = False
 
 
 def _always() -> tuple[bool, str]:
@@ -65,8 +66,10 @@ def _load_builtin_pairs() -> None:
 
 
 def pair_specs() -> dict[str, PairSpec]:
-    if not _REGISTRY:
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:  # a flag, not "registry empty": importing one pair module first must not hide the rest
         _load_builtin_pairs()
+        _BUILTINS_LOADED = True
     return dict(_REGISTRY)
 
 

@@ -82,6 +82,11 @@ def _cache_kwarg(model_class) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
+@functools.cache
+def _accepts_logits_to_keep(model_class) -> bool:
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
+
+
 class CachedRunner(_TimedRunner):
     """One DynamicCache per row, cropped to the common prefix before every call."""
 
@@ -133,10 +138,15 @@ class RecomputeRunner(_TimedRunner):
         for i, seq in enumerate(seqs):
             batch[i, : len(seq)] = seq
             mask[i, : len(seq)] = 1
+        # Only the last `keep` positions are needed: models that accept `logits_to_keep` skip the LM
+        # head elsewhere (a [B, W, V] logits tensor is most of the cost for a big vocabulary).
+        keep = width - int(lengths.min()) + n_last
+        extra = {"logits_to_keep": keep} if _accepts_logits_to_keep(type(self.model)) else {}
         with torch.inference_mode():
-            logits = self.model(input_ids=batch, attention_mask=mask, use_cache=False).logits  # [B, W, V]
+            logits = self.model(input_ids=batch, attention_mask=mask, use_cache=False, **extra).logits  # [B, W', V]
         # position L_b - n_last + j predicts the token after the (L_b - n_last + j)-th real token
-        index = (lengths - n_last).unsqueeze(1) + torch.arange(n_last, device=self.device)  # [B, n_last]
+        offset = width - logits.shape[1]  # logits cover positions offset..width-1
+        index = (lengths - n_last - offset).unsqueeze(1) + torch.arange(n_last, device=self.device)  # [B, n_last]
         return logits.gather(1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
 
 

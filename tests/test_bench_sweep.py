@@ -50,7 +50,7 @@ def recorder(monkeypatch):
 def test_tiny_sweep_writes_rows_report_and_figures(tmp_path, tiny_suite):
     result = run_bench(BenchConfig(suite=tiny_suite, out=str(tmp_path)))
     out = tmp_path / "tiny"
-    for name in ("rows.jsonl", "rows.csv", "rows.json", "report.md", "speedup_vs_gamma.png",
+    for name in ("rows.jsonl", "rows.csv", "rows.json", "report.md", "speedup_vs_gamma.png", "speedup_ratio_vs_gamma.png",
                  "tokens_per_call_vs_gamma.png", "accepted_hist.png", "acceptance_per_position.png",
                  "reference_vs_assisted.png"):
         assert (out / name).is_file(), name

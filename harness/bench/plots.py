@@ -48,36 +48,72 @@ def _label(name: str, members: list[dict], with_c: bool) -> str:
     return text + (f", c={_mean(members, 'c'):.3f}" if with_c else "")
 
 
+def _panels(n: int, width: float = 3.6, height: float = 3.0):
+    plt = _pyplot()
+    ncols = min(4, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)[:n]
+
+
 def speedup_vs_gamma(rows: list[dict]):
-    """Top: median speedup (bars: min–max over repeats) with the predicted curve; bottom: measured/predicted."""
+    """One panel per series: median speedup (bars: min–max over repeats), Leviathan's curve at the measured
+    α and c, and the prediction at the acceptance realized in the timed runs."""
     series = _series(rows, "spec")
     if not series:
         return None
-    plt = _pyplot()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8.5, 8), sharex=True, height_ratios=(2, 1))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (name, members) in enumerate(series.items()):
-        color = colors[i % len(colors)]
+    fig, axes = _panels(len(series))
+    for ax, (name, members) in zip(axes, series.items(), strict=True):
         gammas = [r["gamma"] for r in members]
         med = [r.get("speedup_median", math.nan) for r in members]
         err = [[m - r.get("speedup_min", m) for m, r in zip(med, members, strict=True)],
                [r.get("speedup_max", m) - m for m, r in zip(med, members, strict=True)]]
-        top.errorbar(gammas, med, yerr=err, fmt="o-", color=color, capsize=3, label=_label(name, members, True))
+        ax.errorbar(gammas, med, yerr=err, fmt="o-", color="tab:blue", capsize=3, label="measured")
         alpha, c = _mean(members, "alpha"), _mean(members, "c")
         if math.isfinite(alpha) and math.isfinite(c):
             grid = list(range(1, max(gammas) + 1))
-            top.plot(grid, [theory.predicted_speedup(alpha, g, c) for g in grid], "--", color=color, alpha=0.7)
-        bottom.plot(gammas, [r.get("speedup_ratio", math.nan) for r in members], "o-", color=color)
-    top.axhline(1.0, color="grey", lw=0.8)
-    top.set_ylabel("speedup over autoregressive (median)")
-    top.set_title("Speedup vs γ — dashed: predicted (1−α^(γ+1)) / ((1−α)(γc+1)) at measured α, c")
-    top.legend(fontsize=7)
-    bottom.axhline(1.0, color="grey", lw=0.8)
-    bottom.axhline(SPEEDUP_FLOOR, color="red", lw=0.8, ls=":", label=f"{SPEEDUP_FLOOR} × predicted")
-    bottom.set_ylabel("measured / predicted")
-    bottom.set_xlabel("γ (drafted tokens per step)")
-    bottom.legend(fontsize=7)
-    _integer_ticks(bottom)
+            ax.plot(grid, [theory.predicted_speedup(alpha, g, c) for g in grid], "--", color="black",
+                    label="predicted at α, c")
+        ax.plot(gammas, [r.get("predicted_speedup_realized", math.nan) for r in members], "x", color="tab:red",
+                label="predicted at realized acceptance")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(f"{name}\nα={alpha:.2f}, c={c:.3f}", fontsize=8)
+        ax.set_xlabel("γ", fontsize=8)
+        ax.legend(fontsize=6)
+    axes[0].set_ylabel("speedup over autoregressive")
+    fig.suptitle("Speedup vs γ; predicted = (1−α^(γ+1)) / ((1−α)(γc+1)) (Leviathan et al. 2023)", fontsize=10)
+    _integer_ticks(*axes)
+    fig.tight_layout()
+    return fig
+
+
+def speedup_ratio_vs_gamma(rows: list[dict]):
+    """Measured / predicted speedup per series: at the measured α (bars ±1 SE of the realized acceptance)
+    and at the acceptance realized in the timed runs (what the wall clock alone measures)."""
+    series = _series(rows, "spec")
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, members) in enumerate(series.items()):
+        color = colors[i % len(colors)]
+        gammas = [r["gamma"] for r in members]
+        ratio = [r.get("speedup_ratio", math.nan) for r in members]
+        se = [q * r.get("speedup_ratio_se", math.nan) for q, r in zip(ratio, members, strict=True)]
+        left.errorbar(gammas, ratio, yerr=se, fmt="o-", color=color, capsize=2, label=name)
+        right.plot(gammas, [r.get("walltime_ratio_median", math.nan) for r in members], "o-", color=color)
+    for ax, title in ((left, "at the measured α (bars: ±1 SE from the timed sample's acceptance)"),
+                      (right, "at the acceptance realized in the timed runs")):
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axhline(SPEEDUP_FLOOR, color="red", lw=0.8, ls=":")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("γ")
+    left.set_ylabel("measured / predicted speedup")
+    left.legend(fontsize=6)
+    _integer_ticks(left, right)
     return fig
 
 
@@ -116,8 +152,12 @@ def tokens_vs_gamma(rows: list[dict]):
 
 
 def _at_largest_gamma(rows: list[dict]) -> list[tuple[str, dict]]:
-    kind = "tokens" if any(r["kind"] == "tokens" for r in rows) else "spec"
-    return [(name, members[-1]) for name, members in _series(rows, kind).items()]
+    """Each series' row at its largest γ: counts-only cells where a pair has them (many more steps), else
+    its timed cells."""
+    counted = _series(rows, "tokens")
+    covered = {(m[0]["pair"], m[0]["sampling"]) for m in counted.values()}
+    timed = {k: m for k, m in _series(rows, "spec").items() if (m[0]["pair"], m[0]["sampling"]) not in covered}
+    return [(name, members[-1]) for name, members in {**counted, **timed}.items()]
 
 
 def accepted_histograms(rows: list[dict]):
@@ -135,7 +175,7 @@ def accepted_histograms(rows: list[dict]):
         ks = list(range(len(hist)))
         ax.bar(ks, [h / total for h in hist], color="tab:blue", alpha=0.7, label="measured")
         if math.isfinite(row["alpha"]):
-            ax.plot(ks, theory.accepted_count_pmf(row["alpha"], row["gamma"]), "ko", ms=4, label="theory")
+            ax.plot(ks, theory.accepted_count_pmf(row["alpha"], row["gamma"]), "ko", ms=4, label="truncated geometric at α")
         ax.set_title(f"{name}\nγ={row['gamma']}, α={row['alpha']:.3f}, {total:,} steps", fontsize=8)
         ax.set_xlabel("drafts accepted in a step")
         ax.legend(fontsize=7)
@@ -146,8 +186,11 @@ def accepted_histograms(rows: list[dict]):
     return fig
 
 
+MIN_REACHED = 30  # positions tested fewer times than this are not plotted (their rate is mostly noise)
+
+
 def acceptance_per_position(rows: list[dict]):
-    """P(draft i accepted | position i tested), largest γ per series; dashed: measured α."""
+    """P(draft i accepted | position i tested), largest γ per series, bars ±2 binomial SE; dashed: measured α."""
     picked = _at_largest_gamma(rows)
     if not picked:
         return None
@@ -156,14 +199,20 @@ def acceptance_per_position(rows: list[dict]):
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, row) in enumerate(picked):
         color = colors[i % len(colors)]
-        positions = list(range(1, row["gamma"] + 1))
-        ax.plot(positions, row["acceptance_per_position"], "o-", color=color, label=f"{name} (γ={row['gamma']})")
+        points = [(pos + 1, rate, n) for pos, (rate, n) in
+                  enumerate(zip(row["acceptance_per_position"], row["reached_per_position"], strict=True))
+                  if n >= MIN_REACHED]
+        if points:
+            xs, rates, ns = zip(*points, strict=True)
+            se = [2 * math.sqrt(max(r * (1 - r), 0.0) / n) for r, n in zip(rates, ns, strict=True)]
+            ax.errorbar(xs, rates, yerr=se, fmt="o-", color=color, capsize=2, label=f"{name} (γ={row['gamma']})")
         if math.isfinite(row["alpha"]):
             ax.axhline(row["alpha"], color=color, ls="--", lw=0.8)
     ax.set_xlabel("draft position i")
     ax.set_ylabel("acceptance rate at position i")
     ax.set_ylim(0, 1.05)
-    ax.set_title("Acceptance per draft position (dashed: measured α)")
+    ax.set_title(f"Acceptance per draft position (dashed: measured α; positions tested < {MIN_REACHED} times omitted)",
+                 fontsize=9)
     ax.legend(fontsize=7)
     _integer_ticks(ax)
     return fig
@@ -175,7 +224,7 @@ def reference_vs_assisted(rows: list[dict]):
     if not compare:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(compare)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(compare)), 5))
     xs = list(range(len(compare)))
     for offset, key, label in ((-0.2, "ref_speedup", "reference"), (0.2, "hf_speedup", "transformers assisted")):
         med = [r[f"{key}_median"] for r in compare]
@@ -184,20 +233,22 @@ def reference_vs_assisted(rows: list[dict]):
         ax.bar([x + offset for x in xs], med, width=0.4, yerr=err, capsize=3, label=label)
     ax.plot(xs, [r.get("predicted_speedup", math.nan) for r in compare], "k_", ms=20, mew=2,
             label="predicted (reference's α, c)")
-    for x, r in zip(xs, compare, strict=True):
-        top = max(r["ref_speedup_max"], r["hf_speedup_max"])
-        ax.annotate(f"ratio {r['ref_over_hf_speedup_median']:.2f}", (x, top), textcoords="offset points",
-                    xytext=(0, 4), ha="center", fontsize=7)
+    tops = [max(r["ref_speedup_max"], r["hf_speedup_max"], r.get("predicted_speedup", 0.0)) for r in compare]
+    for x, r, top in zip(xs, compare, tops, strict=True):
+        ax.annotate(f"ref/assisted\n{r['ref_over_hf_speedup_median']:.2f}", (x, top), textcoords="offset points",
+                    xytext=(0, 6), ha="center", fontsize=7)
+    ax.set_ylim(0, 1.25 * max(tops))
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(xs, [f"{r['pair']}\n{r['sampling']}\nγ={r['gamma']}" for r in compare], fontsize=8)
     ax.set_ylabel("speedup over own autoregressive baseline")
-    ax.set_title("Reference vs transformers assisted generation (same pair, prompts, seeds, settings)")
-    ax.legend(fontsize=7)
+    ax.set_title("Reference vs transformers assisted generation (same pair, prompts, seeds, settings)", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
     return fig
 
 
 FIGURES = {
     "speedup_vs_gamma.png": speedup_vs_gamma,
+    "speedup_ratio_vs_gamma.png": speedup_ratio_vs_gamma,
     "tokens_per_call_vs_gamma.png": tokens_vs_gamma,
     "accepted_hist.png": accepted_histograms,
     "acceptance_per_position.png": acceptance_per_position,

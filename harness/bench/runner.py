@@ -76,7 +76,11 @@ def _cost_estimate(cell: Cell) -> float:
 def _record(cell: Cell, pair: ModelPair, measurement: dict) -> dict:
     return {"cell_id": cell.id, "cell": cell.to_dict(), "measurement": measurement,
             "pair": {"name": pair.name, "description": pair.description, "meta": pair.meta},
-            "provenance": provenance(seed=cell.seed, device=cell.device, dtype=cell.dtype or "pair default")}
+            "provenance": provenance(seed=cell.seed, device=cell.device, dtype=cell.dtype or _model_dtype(pair.target))}
+
+
+def _model_dtype(model) -> str:
+    return str(getattr(model, "dtype", "unknown"))  # transformers models expose their parameters' dtype
 
 
 def run_bench(config: BenchConfig, *, progress: bool = False) -> BenchRun:

