@@ -84,6 +84,8 @@ def continuation_law(model, prompt: list[int], length: int, setting: Setting, vo
     law: dict[tuple[int, ...], float] = {}
     frontier = [((), 1.0)]
     for _ in range(length):
+        if not frontier:  # every continuation has ended with EOS
+            break
         seqs = torch.tensor([list(prompt) + list(prefix) for prefix, _ in frontier], dtype=torch.long)
         probs = _next_probs(model, seqs, setting, vocab).numpy()
         nxt = []
