@@ -10,6 +10,9 @@ pad id would otherwise be silently masked).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from harness.adapters.loading import pad_rows
@@ -23,7 +26,8 @@ def _eos_list(model) -> list[int]:
     return [eos] if isinstance(eos, int) else list(eos)
 
 
-def _hf_generate(target, input_ids, *, max_new_tokens, temperature, top_k, top_p, seed, **mode) -> torch.Tensor:
+def hf_generate(target, input_ids, *, max_new_tokens, temperature, top_k, top_p, seed, **mode) -> torch.Tensor:
+    """transformers' own `generate()` row by row (no assistant unless `mode` names one); [B, N], -1 after EOS."""
     eos = _eos_list(target)
     rows = []
     for b in range(input_ids.shape[0]):
@@ -40,17 +44,39 @@ def _hf_generate(target, input_ids, *, max_new_tokens, temperature, top_k, top_p
     return pad_rows(rows)
 
 
+@contextlib.contextmanager
+def fixed_assistant_schedule(draft, gamma: int) -> Iterator[None]:
+    """Make transformers draft exactly γ tokens per step.
+
+    transformers 5 reads the candidate count and schedule from the *assistant's* generation_config (the
+    `num_assistant_tokens=` argument of `generate` is not used), and its default "heuristic" schedule
+    writes the adapted count back into that config, so it drifts from call to call (measured: γ = 1
+    whatever was asked, after a few calls). Set it on the draft for the call, then restore it.
+    """
+    config = draft.generation_config
+    wanted = {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
+              "assistant_confidence_threshold": 0.0}
+    before = {key: getattr(config, key, None) for key in wanted}
+    for key, value in wanted.items():
+        setattr(config, key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            setattr(config, key, value)
+
+
 def assisted_generate(target, draft, input_ids: torch.Tensor, *, max_new_tokens: int, gamma: int,
                       temperature: float, top_k: int | None, top_p: float | None, seed: int) -> torch.Tensor:
     """transformers assisted generation with a fixed γ (constant candidate schedule)."""
-    return _hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                        top_p=top_p, seed=seed, assistant_model=draft, num_assistant_tokens=gamma,
-                        num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    with fixed_assistant_schedule(draft, gamma):
+        return hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                           top_p=top_p, seed=seed, assistant_model=draft)
 
 
 def prompt_lookup_generate(target, draft, input_ids: torch.Tensor, *, max_new_tokens: int, gamma: int,
                            temperature: float, top_k: int | None, top_p: float | None, seed: int) -> torch.Tensor:
     """transformers prompt-lookup decoding (n-gram drafts from the prompt); `draft` is ignored."""
     del draft
-    return _hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                        top_p=top_p, seed=seed, prompt_lookup_num_tokens=gamma)
+    return hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                       top_p=top_p, seed=seed, prompt_lookup_num_tokens=gamma)

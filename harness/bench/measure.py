@@ -94,28 +94,6 @@ class ForwardCounter:
         self._handle.remove()
 
 
-@contextlib.contextmanager
-def fixed_assistant_schedule(draft, gamma: int) -> Iterator[None]:
-    """Make transformers draft exactly γ tokens per step.
-
-    transformers 5 reads the candidate count and schedule from the *assistant's* generation_config (the
-    `num_assistant_tokens=` argument of `generate` is not used), and its default "heuristic" schedule
-    writes the adapted count back into that config, so it drifts from call to call (measured: γ = 1
-    whatever was asked, after a few calls). Set it on the draft for the call, then restore it.
-    """
-    config = draft.generation_config
-    wanted = {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
-              "assistant_confidence_threshold": 0.0}
-    before = {key: getattr(config, key, None) for key in wanted}
-    for key, value in wanted.items():
-        setattr(config, key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            setattr(config, key, value)
-
-
 def cell_prompts(pair: ModelPair, cell: Cell) -> list[torch.Tensor]:
     """[1, T] prompts: the pair's defaults (cycled if there are fewer than asked), else random ids."""
     n = cell.prompts
@@ -153,16 +131,15 @@ def methods(pair: ModelPair, cell: Cell) -> dict[str, Method]:
         return r.tokens, r.stats
 
     def hf_ar(ids, seed, n):
-        from harness.adapters.hf import _hf_generate  # transformers' own generate, no assistant
+        from harness.adapters.hf import hf_generate  # transformers' own generate, no assistant
 
-        return _hf_generate(pair.target, ids, max_new_tokens=n, seed=seed, **sampling), None
+        return hf_generate(pair.target, ids, max_new_tokens=n, seed=seed, **sampling), None
 
     def hf(ids, seed, n):
         from harness.adapters.hf import assisted_generate
 
-        with fixed_assistant_schedule(pair.draft, cell.gamma):
-            return assisted_generate(pair.target, pair.draft, ids, max_new_tokens=n, gamma=cell.gamma, seed=seed,
-                                     **sampling), None
+        return assisted_generate(pair.target, pair.draft, ids, max_new_tokens=n, gamma=cell.gamma, seed=seed,
+                                 **sampling), None
 
     table = {"ar": ar, "ref": ref, "hf_ar": hf_ar, "hf": hf}
     return {name: table[name] for name in cell.methods}
