@@ -47,9 +47,10 @@ def lossless(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Speedup sweeps (toy synthetic-cost pairs and the embedded real pair) -> results/bench."""
+    """Speedup sweeps: synthetic-cost toy pairs over gamma, alpha, temperature, and the reference vs transformers
+    assisted generation -> results/bench (the embedded real pair: `nox -s bench -- --pair smollm2`)."""
     install(session)
-    session.run("specdec", "bench", "--suite", "default", "--out", "results/bench", *session.posargs)
+    session.run("specdec", "bench", "--out", "results/bench", *(session.posargs or ["--suite", "default"]))
 
 
 @nox.session(default=False)
