@@ -38,10 +38,11 @@ class CampaignConfig:
     calibration_rows: int = 1_000  # rows per case in calibration runs
     slow_control_rows: int = 300  # ... for pure-Python controls
     curve_rows: tuple[int, ...] = (100, 400, 1_600)
-    generation_samples: int = 2_000  # per prompt × setting, generation-level runs
+    generation_samples: int = 4_000  # per prompt × setting, generation-level runs
     slow_generation_samples: int = 200  # ... for implementations that run rows one at a time
+    slow_generation_seeds: int = 5
     below_resolution_seeds: int = 5  # mutants whose exact TV is below the planned ε: reported, not gated
-    generation_control_seeds: int = 20
+    generation_control_seeds: int = 10
     generation_pair: str = "toy-low"
     curve_seeds: int = 10  # seeds per point of the detection-vs-samples curve
     workers: int = 2  # processes (runs are independent)
@@ -114,7 +115,8 @@ def run_task(task: Task, gate: float) -> dict:
                                    max_rows_per_case_floats=CALIBRATION_FLOATS if task.rows else None)
     else:
         report = run_generation_check(impl.fn, _pair(task.pair), impl_name=impl.name, false_alarm_rate=gate,
-                                      seed=task.seed, samples=task.samples, gamma=3)
+                                      seed=task.seed, samples=task.samples, gamma=3,
+                                      stop_on_fail=task.purpose != "calibrate")
     return {"task": task, "fail": report.verdict == "fail", "family_p": family_p(report),
             "samples": report.samples, "wasteful": bool(report.wasteful) if impl.level == "sampler" else None}
 
@@ -141,6 +143,7 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
         else:
             n_seeds = config.generation_control_seeds if impl.kind == "control" else config.seeds
             samples = config.slow_generation_samples if _slow(impl) else config.generation_samples
+            n_seeds = min(n_seeds, config.slow_generation_seeds) if _slow(impl) else n_seeds
             tasks += [Task(impl.name, "detect" if mutant else "calibrate", 2000 + s, None,
                            samples, impl.pair or config.generation_pair) for s in range(n_seeds)]
     return tasks

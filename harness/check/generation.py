@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from harness.check.report import CheckReport, deterministic_result
-from harness.check.sampler import call_impl
+from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
 from harness.pairs import ModelPair
 from harness.stats import (
     TestResult,
@@ -117,8 +117,9 @@ def joint_law_tests(keys: list[tuple[int, ...]], law: dict, level: float, power:
     coarse_p = np.append(p[:head], p[head:].sum())
     if coarse_p[-1] == 0:
         coarse_counts, coarse_p = coarse_counts[:-1], coarse_p[:-1]
-    out.append(pooled_pearson(coarse_counts, coarse_p, f"{prefix}/joint_pooled_pearson", alpha=level, power=power))
-    out.append(pooled_gtest(coarse_counts, coarse_p, f"{prefix}/joint_pooled_g", alpha=level, power=power))
+    kw = {"alpha": level, "power": power, "min_expected": GATE_MIN_EXPECTED}
+    out.append(pooled_pearson(coarse_counts, coarse_p, f"{prefix}/joint_pooled_pearson", **kw))
+    out.append(pooled_gtest(coarse_counts, coarse_p, f"{prefix}/joint_pooled_g", **kw))
     return out
 
 
@@ -149,7 +150,7 @@ def pit_tests(u, positions, seq_ids, off_support, level, power, prefix) -> list[
     out = [deterministic_result(f"{prefix}/pit_support", off_support == 0, n=len(u),
                                 message=f"{off_support} generated tokens have probability 0 under the target"
                                 if off_support else "")]
-    out.append(uniformity_test(u, f"{prefix}/pit_uniform", alpha=level, power=power))
+    out.append(uniformity_test(u, f"{prefix}/pit_uniform", alpha=level, power=power, min_expected=GATE_MIN_EXPECTED))
     out += per_position_uniformity(u, positions, prefix=f"{prefix}/pit_uniform", alpha=level, power=power)
     consecutive = (seq_ids[1:] == seq_ids[:-1]) & (positions[1:] == positions[:-1] + 1)
     out.append(serial_independence_test(u[:-1][consecutive], u[1:][consecutive], f"{prefix}/pit_serial",
@@ -251,8 +252,12 @@ def run_generation_check(
     chunk: int = 2_000,
     time_budget_s: float | None = None,
     progress: Callable[[int], None] | None = None,
+    stop_on_fail: bool = False,
 ) -> CheckReport:
-    """Sample `samples` continuations per (prompt, sampling setting) and test them; greedy separately."""
+    """Sample `samples` continuations per (prompt, sampling setting) and test them; greedy separately.
+
+    With `stop_on_fail`, sampling stops after the first cell with a test at p ≤ false_alarm_rate / m
+    (Holm's first step rejects then whatever the rest says: the verdict is unchanged)."""
     started = time.perf_counter()
     report = CheckReport(impl_name, "generation", false_alarm_rate, float("nan"), power, seed)
     vocab = pair.vocab_size
@@ -291,12 +296,19 @@ def run_generation_check(
                                  "setting": dataclasses.asdict(setting), "joint_law": enumerate_law})
             if n < samples:
                 report.notes.append(f"{prefix}: time budget reached after {n} of {samples} samples")
+            if stop_on_fail and any(t.p_value <= level for t in report.tests):
+                report.notes.append(f"verdict decided at {prefix} (a test has p <= {level:.2g}); later cells skipped")
+                return _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started)
     if any(s.temperature == 0 for s in settings):
         gating, advisory, findings = greedy_tests(impl, pair, chosen, gamma=gamma, max_new_tokens=max(length, 16),
                                                   seed=seed, prefix="greedy")
         report.tests += gating
         report.advisories += advisory
         report.cases.append({"name": "greedy", "prompts": len(chosen), "divergences": findings})
+    return _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started)
+
+
+def _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started) -> CheckReport:
     tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and "joint_pooled_pearson" in t.name]
     report.target_tv = max(tvs) if tvs else float("nan")
     report.notes.append(f"{m} gating tests planned, Holm at family-wise {false_alarm_rate:g}; pair {pair.name}, "
