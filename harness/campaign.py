@@ -247,7 +247,7 @@ def write_report(result: dict, out_dir, *, seed_note: str = "") -> dict:
             ax.plot(group["rows_per_case"], group["detection_rate"], marker="o", label=name)
     ax.set_xscale("log")
     ax.set_xlabel("rows per configuration (calibration battery)")
-    ax.set_ylabel(f"detection rate over {result['config']['seeds']} seeds")
+    ax.set_ylabel(f"detection rate over {result['config']['curve_seeds']} seeds")
     ax.set_ylim(-0.02, 1.02)
     ax.axhline(0.95, color="grey", lw=0.8, ls="--")
     ax.legend(fontsize=6, ncol=2, loc="lower right")
