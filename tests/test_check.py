@@ -106,3 +106,10 @@ def test_bad_flags_exit_2(capsys):
     assert "Did you mean" in capsys.readouterr().err or True
     assert main(["verify", "--impl", "specdec_ref.adapters:generate", "--level", "generation", "--pair", "toyy"]) == 2
     assert "Did you mean 'toy'" in capsys.readouterr().err
+
+
+def test_row_independence_catches_shared_randomness():
+    """The rows_independent test has a planted bug: neighbouring rows sharing their uniforms (marginals stay right)."""
+    report = run_verify(VerifyConfig(impl=broken.shared_uniforms_across_rows, level="sampler",
+                                     cases=["zipf1000-high-alpha"], samples=3000))
+    assert any(t.reject and t.name.endswith("rows_independent") for t in report.tests)

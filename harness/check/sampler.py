@@ -35,7 +35,6 @@ from harness.stats import (
     TestResult,
     binomial_event_test,
     nucleus_mask_top_p,
-    pit_from_masses,
     pooled_gtest,
     pooled_pearson,
     samples_needed,
@@ -307,14 +306,10 @@ def _acceptance_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: f
 
 
 def _row_independence(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str, seed: int):
-    """Rank correlation of consecutive rows' PIT values of their first token (shared randomness shows up)."""
-    p0 = plan.p[0]
-    order = np.lexsort((np.arange(len(p0)), -p0))  # descending p, ties by token id (surprisal order)
-    mass_above = np.empty_like(p0)
-    mass_above[order] = np.cumsum(p0[order]) - p0[order]
-    first = np.clip(tokens[:, 0], 0, plan.case.vocab - 1)
-    u = pit_from_masses(mass_above[first], p0[first], np.random.default_rng(seed))
-    return serial_independence_test(u[:-1], u[1:], f"{prefix}/rows_independent", alpha=level, power=power)
+    """Rank correlation of consecutive rows' emitted lengths: random numbers shared across rows make
+    their accept/reject patterns, hence their lengths, move together (planted bug in tests/test_check.py)."""
+    lengths = (tokens >= 0).sum(1).astype(np.float64)
+    return serial_independence_test(lengths[:-1], lengths[1:], f"{prefix}/rows_independent", alpha=level, power=power)
 
 
 def run_sampler_check(

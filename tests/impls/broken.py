@@ -52,3 +52,12 @@ def two_args(target_probs, draft_probs):
 
 
 not_callable = 42
+
+
+def shared_uniforms_across_rows(target_probs, draft_probs, draft_tokens, generator):
+    """Each pair of neighbouring rows shares its random numbers (rows are no longer independent)."""
+    from specdec_ref.verify import verify_from_uniforms
+
+    B, gamma = draft_tokens.shape
+    u = torch.rand((B + 1) // 2, gamma + 1, generator=generator, dtype=torch.float64).repeat_interleave(2, 0)[:B]
+    return verify_from_uniforms(target_probs, draft_probs, draft_tokens, u[:, :gamma], u[:, gamma]).tokens
