@@ -221,7 +221,7 @@ def campaign_ok(rows: list[dict], tv: float = TARGET_TV) -> tuple[bool, list[str
     return not problems, problems
 
 
-def write_report(result: dict, out_dir, *, seed_note: str = "") -> dict:
+def write_report(result: dict, out_dir) -> dict:
     """results/lossless/: campaign.csv, campaign.json, detection_vs_samples.png, report.md (atomic writes)."""
     from pathlib import Path
 

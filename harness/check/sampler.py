@@ -305,7 +305,7 @@ def _acceptance_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: f
     return gating, advisory, rates
 
 
-def _row_independence(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str, seed: int):
+def _row_independence(tokens: np.ndarray, level: float, power: float, prefix: str):
     """Rank correlation of consecutive rows' emitted lengths: random numbers shared across rows make
     their accept/reject patterns, hence their lengths, move together (planted bug in tests/test_check.py)."""
     lengths = (tokens >= 0).sum(1).astype(np.float64)
@@ -366,7 +366,7 @@ def run_sampler_check(
             gating, advisory, rates = _acceptance_tests(tokens, plan, level, power, prefix)
             report.tests += gating
             report.advisories += advisory
-            report.tests.append(_row_independence(tokens, plan, level, power, prefix, seed))
+            report.tests.append(_row_independence(tokens, level, power, prefix))
             summary["acceptance"] = rates
             summary["wasteful"] = any(a.p_value < level for a in advisory)
         report.cases.append(summary)
