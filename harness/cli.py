@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from harness.errors import HarnessError
+from specdec_ref.errors import SpecDecInputError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -72,7 +73,7 @@ def _cmd_verify(args) -> int:
 
     config = VerifyConfig(impl=args.impl, level=args.level, pair=args.pair, target=args.target, draft=args.draft,
                           alpha=args.alpha, tv=args.tv, power=args.power, seed=args.seed, samples=args.samples,
-                          cases=args.cases, gamma=args.gamma, device=args.device,
+                          cases=args.cases, gamma=args.gamma, device=args.device, dtype=args.dtype,
                           time_budget_s=args.time_budget)
     for name, value, ok in [("--alpha", args.alpha, 0 < args.alpha < 1), ("--tv", args.tv, 0 < args.tv < 1),
                             ("--power", args.power, 0 < args.power < 1)]:
@@ -91,8 +92,9 @@ def _cmd_verify(args) -> int:
 def _cmd_mutants(args) -> int:
     from harness.campaign import CampaignConfig, run_campaign, write_report
 
-    config = CampaignConfig(seeds=args.seeds, control_seeds=args.control_seeds, gate_alpha=args.alpha,
-                            only=tuple(args.only or ()))
+    chosen = {k: v for k, v in (("seeds", args.seeds), ("control_seeds", args.control_seeds)) if v is not None}
+    make = CampaignConfig.quick if args.quick else CampaignConfig
+    config = make(gate_alpha=args.alpha, only=tuple(args.only or ()), **chosen)
     if config.seeds < 1 or config.control_seeds < 1:
         raise HarnessError("--seeds and --control-seeds must be >= 1")
     if config.only:
@@ -117,6 +119,37 @@ def _cmd_mutants(args) -> int:
         print(f"  PROBLEM: {problem}")
     print(f"  overall: {'PASS' if summary['ok'] else 'FAIL'}")
     return EXIT_OK if summary["ok"] else EXIT_FAIL
+
+
+def _cmd_numerics(args) -> int:
+    import torch
+
+    from harness.check.api import load_pair, resolve
+    from harness.check.numerics import NumericsConfig, run_numerics, write_numerics_report
+    from harness.models.hf_pair import resolve_dtype
+
+    fn = resolve(args.impl, "generation")
+    low_dtype = resolve_dtype(args.dtype, device=args.device)
+    if low_dtype not in (torch.bfloat16, torch.float16):
+        raise HarnessError(f"--dtype must be a low precision (bfloat16 or float16), got {args.dtype!r}")
+    config = NumericsConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens, gamma=args.gamma, seed=args.seed)
+    if config.prompts < 1 or config.max_new_tokens < 1 or config.gamma < 1:
+        raise HarnessError("--prompts, --max-new-tokens and --gamma must be >= 1")
+    full = load_pair(args.pair, args.target, args.draft, device=args.device, dtype="float32")
+    low = load_pair(args.pair, args.target, args.draft, device=args.device, dtype=low_dtype)
+    prompts = (full.prompts or [[0]])[: config.prompts]
+    with _progress_bar(len(prompts), "numerics") as bar:
+        result = run_numerics(fn, low, full, prompts, config, progress=bar.update)
+    name = args.pair if not args.target else f"{args.target} + {args.draft}"
+    write_numerics_report(result, args.out, impl_name=args.impl, pair_name=name)
+    s = result["summary"]
+    print(f"greedy numerics of {args.impl} on {name}: {s['low_dtype']} identical {s['low_equal']}/{s['prompts']} "
+          f"(divergences {s['low_divergences'] or 'none'}), float32 identical {s['full_equal']}/{s['prompts']}, "
+          f"target {s['low_dtype']} vs float32 identical {s['floor_equal']}/{s['prompts']}")
+    for problem in s["problems"]:
+        print(f"  PROBLEM: {problem}")
+    print(f"  verdict: {s['verdict'].upper()}; report: {args.out}/report.md")
+    return EXIT_OK if s["verdict"] == "pass" else EXIT_FAIL
 
 
 def _cmd_demo(args) -> int:
@@ -161,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", nargs="+", help="sampler level: run only these configurations")
     p.add_argument("--gamma", type=int, default=3, help="generation level: drafted tokens per step")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", help="generation level: model dtype, e.g. bfloat16 (default float32 on CPU); "
+                   "greedy divergences are then classified against that dtype's rounding")
     p.add_argument("--time-budget", type=float, help="generation level: stop sampling after this many seconds")
     p.add_argument("--json", help="write the machine-readable report here")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
@@ -179,10 +214,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smaller samples (a minute or two)")
     p.set_defaults(func=_cmd_demo)
 
+    p = sub.add_parser("numerics", help="greedy with vs without speculation in bfloat16: divergences classified",
+                       description="Greedy output of an implementation in low precision vs the target alone, with "
+                       "each first divergence classified as numerics (near-tie within rounding) or logic (a bug). "
+                       "Exit 0 if no divergence is logic.")
+    p.add_argument("--impl", default="specdec_ref.adapters:generate", help="MODULE:CALLABLE (generation level)")
+    p.add_argument("--pair", default="smollm2", help="registered pair (see `specdec pairs`)")
+    p.add_argument("--target", help="target checkpoint (hub id or local path), with --draft")
+    p.add_argument("--draft", help="draft checkpoint, with --target")
+    p.add_argument("--dtype", default="bfloat16", help="the low precision to examine (bfloat16 or float16)")
+    p.add_argument("--prompts", type=int, default=20)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", default="results/numerics")
+    p.set_defaults(func=_cmd_numerics)
+
     p = sub.add_parser("mutants", help="run the mutant zoo and correct controls; detection / false-alarm report",
                        description="Exit 0 if every mutant is caught (>= 95% of seeds) and every control passes.")
-    p.add_argument("--seeds", type=int, default=20, help="seeds per mutant (detection rate)")
-    p.add_argument("--control-seeds", type=int, default=200, help="seeds per correct control (false-alarm rate)")
+    p.add_argument("--seeds", type=int, help="seeds per mutant (detection rate); default 20 (quick: 10)")
+    p.add_argument("--control-seeds", type=int,
+                   help="seeds per correct control (false-alarm rate); default 200 (quick: 20)")
+    p.add_argument("--quick", action="store_true",
+                   help="the CI profile of `nox -s lossless`: fewer seeds, no detection-vs-samples curve (minutes)")
     p.add_argument("--alpha", type=float, default=1e-3, help="gate: family-wise false-alarm rate")
     p.add_argument("--only", nargs="+", help="run only these implementations")
     p.add_argument("--out", default="results/lossless")
@@ -195,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except HarnessError as exc:
+    except (HarnessError, SpecDecInputError) as exc:
         print(f"specdec: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

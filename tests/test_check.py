@@ -2,10 +2,12 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from harness.adapters.control import target_only_generate
 from harness.check.api import VerifyConfig, run_verify
+from harness.check.sampler import custom_case, run_sampler_check
 from harness.cli import main
 from specdec_ref.adapters import generate, verify
 from tests.impls import broken
@@ -102,8 +104,9 @@ def test_json_schema(tmp_path):
 
 def test_bad_flags_exit_2(capsys):
     assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--alpha", "2"]) == 2
-    assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--cases", "nope"]) == 2
-    assert "Did you mean" in capsys.readouterr().err or True
+    capsys.readouterr()
+    assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--cases", "zipf1000-high-alphq"]) == 2
+    assert "Did you mean 'zipf1000-high-alpha'" in capsys.readouterr().err
     assert main(["verify", "--impl", "specdec_ref.adapters:generate", "--level", "generation", "--pair", "toyy"]) == 2
     assert "Did you mean 'toy'" in capsys.readouterr().err
 
@@ -113,3 +116,14 @@ def test_row_independence_catches_shared_randomness():
     report = run_verify(VerifyConfig(impl=broken.shared_uniforms_across_rows, level="sampler",
                                      cases=["zipf1000-high-alpha"], samples=3000))
     assert any(t.reject and t.name.endswith("rows_independent") for t in report.tests)
+
+
+def test_one_token_laws_are_planned_and_pass():
+    """Regression (found by the hypothesis suite): top-p 0.5 on V = 2 leaves one token per position (df 0)."""
+    p = np.array([[1.0, 0.0], [0.0, 1.0]])
+    q = np.array([[1.0, 0.0]])
+    report = run_sampler_check(verify, cases=[custom_case("one-token", p, q)], seed=0, max_rows=5000)
+    assert report.verdict == "pass" and report.samples > 0
+    broken_report = run_sampler_check(broken.always_accept, cases=[custom_case("one-token-swapped", p, q[:, ::-1])],
+                                      seed=0, max_rows=5000)
+    assert broken_report.verdict == "fail"  # q proposes token 1 where p puts all mass on 0: support violation

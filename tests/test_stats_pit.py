@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,6 +21,8 @@ from harness.stats.pit import (
     pit_bin_edges,
     pit_from_masses,
     randomized_pit,
+    runs_pmf,
+    runs_test,
     serial_grid_test,
     serial_independence_test,
     uniformity_test,
@@ -208,3 +213,40 @@ def test_per_position_uniformity_points_at_the_broken_position():
     u = pit_of_sampler(rng, probs, sampler)
     results = holm(per_position_uniformity(u, positions), 1e-3)
     assert [r.name for r in results if r.reject] == ["pit_uniform/pos2"]
+
+
+@pytest.mark.parametrize("n1,n0", [(1, 1), (2, 3), (4, 4), (3, 7), (1, 6), (5, 2)])
+def test_runs_law_matches_enumeration(n1, n0):
+    counts: dict[int, int] = {}
+    for ones in itertools.combinations(range(n1 + n0), n1):
+        x = np.zeros(n1 + n0, bool)
+        x[list(ones)] = True
+        r = 1 + int(np.count_nonzero(x[1:] != x[:-1]))
+        counts[r] = counts.get(r, 0) + 1
+    r, pmf = runs_pmf(n1, n0)
+    assert sorted(counts) == r.tolist()
+    np.testing.assert_allclose(pmf, [counts[int(v)] / math.comb(n1 + n0, n1) for v in r], rtol=1e-10)
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
+def test_runs_test_valid_on_rare_values_where_rank_correlation_is_not():
+    """Heavily tied lengths with a rare value (the correct per-row loop's 1-in-200 gate false alarm):
+    the runs test keeps its level; Spearman's normal approximation does not, far in the tail."""
+    rng = np.random.default_rng(0)
+    runs_p, rank_p = [], []
+    for _ in range(3000):
+        x = rng.choice([1, 2], 300, p=[0.99, 0.01])
+        runs_p.append(runs_test(x).p_value)
+        rank_p.append(serial_independence_test(x[:-1].astype(float), x[1:].astype(float)).p_value)
+    assert np.mean(np.array(runs_p) <= 0.01) <= 0.01 + 3 * math.sqrt(0.01 * 0.99 / 3000)
+    assert min(runs_p) > 1e-4
+    assert min(rank_p) < 1e-5  # the invalid tail the runs test replaces (two adjacent rare values)
+
+
+def test_runs_test_catches_neighbours_alike_and_alternating():
+    """Planted bugs: rows repeated in pairs (shared random numbers), and strictly alternating rows."""
+    rng = np.random.default_rng(1)
+    paired = np.repeat(rng.integers(1, 5, 200), 2)
+    assert runs_test(np.roll(paired, 1)).p_value < 1e-9
+    assert runs_test(np.tile([1, 3], 100)).p_value < 1e-9
+    assert runs_test(np.full(50, 2)).p_value == 1.0  # constant: nothing to test

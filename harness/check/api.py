@@ -29,6 +29,7 @@ class VerifyConfig:
     cases: list[str] | None = None  # sampler cases to run (default: all)
     gamma: int = 3  # generation level
     device: str = "cpu"
+    dtype: str | None = None  # generation level: model dtype (float32 on CPU by default; "bfloat16", ...)
     time_budget_s: float | None = None  # generation level: stop sampling early (noted in the report)
 
 
@@ -80,20 +81,26 @@ def run_verify(config: VerifyConfig, progress: Callable[[int], None] | None = No
         report.notes = notes + report.notes
         return report
     from harness.check.generation import run_generation_check
-    from harness.pairs import get_pair
 
-    if config.target or config.draft:
-        if not (config.target and config.draft):
-            raise HarnessError("give both --target and --draft (or neither, and --pair)")
-        from harness.models.hf_pair import pair_from_checkpoints
-
-        pair = pair_from_checkpoints(config.target, config.draft, device=config.device, dtype=None)
-    else:
-        pair = get_pair(config.pair, device=config.device)
+    pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
     samples = config.samples or (20_000 if pair.vocab_size <= 64 else 200)
     return run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.alpha, power=config.power,
                                 seed=config.seed, samples=samples, gamma=config.gamma,
                                 time_budget_s=config.time_budget_s, progress=progress)
+
+
+def load_pair(pair: str, target: str | None = None, draft: str | None = None, *, device: str = "cpu",
+              dtype=None):
+    """A registered pair by name, or `--target/--draft` checkpoints (both or neither)."""
+    if target or draft:
+        if not (target and draft):
+            raise HarnessError("give both --target and --draft (or neither, and --pair)")
+        from harness.models.hf_pair import pair_from_checkpoints
+
+        return pair_from_checkpoints(target, draft, device=device, dtype=dtype)
+    from harness.pairs import get_pair
+
+    return get_pair(pair, device=device, dtype=dtype)
 
 
 def planned_rows(config: VerifyConfig) -> int | None:

@@ -61,7 +61,10 @@ class Setting:
         return ",".join(parts)
 
 
-DEFAULT_SETTINGS = (Setting(1.0), Setting(0.7, top_p=0.9), Setting(0.0))
+# Order = the order cells run in (a run with stop_on_fail ends at the first decided cell): greedy first
+# (deterministic and cheap), then the setting with the most processing (temperature and top-p, where
+# processing bugs show), then plain sampling.
+DEFAULT_SETTINGS = (Setting(0.0), Setting(0.7, top_p=0.9), Setting(1.0))
 
 
 def _target64(pair: ModelPair):
@@ -183,23 +186,52 @@ def greedy_tests(impl, pair: ModelPair, prompts: list[list[int]], *, gamma: int,
     return gating, advisory, findings
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
 def _divergence(pair, prompt, want, got, pos) -> dict:
-    """Target logit margin at the first divergence: a near-tie is numerics, a clear margin is a bug."""
+    """Target logit margin at the first divergence: a near-tie is numerics, a clear margin is a bug.
+
+    float32/float64 targets: the gap of the emitted token below the argmax, in the target's own
+    arithmetic; 0 < gap ≤ NEAR_TIE·scale is numerics, gap = 0 a tie broken the wrong way (logic).
+    bfloat16/float16 targets: rounding moves every logit, so ties and near-ties are common and differ
+    between a one-token and a multi-position pass. The divergence is numerics when the *exact* gap
+    between the expected and the emitted token (the same weights in float64) is at most twice the
+    largest logit error of the low-precision target at that context (one full pass vs float64);
+    anything wider cannot be explained by rounding and is logic."""
     context = torch.tensor([list(prompt) + want[:pos]])
+    device = next(pair.target.parameters()).device
     with torch.inference_mode():
-        logits = pair.target(input_ids=context, attention_mask=torch.ones_like(context)).logits[0, -1].double()
+        logits = pair.target(input_ids=context.to(device),
+                             attention_mask=torch.ones_like(context).to(device)).logits[0, -1].double().cpu()
+    logits = logits[: pair.vocab_size]
     top2 = torch.topk(logits, 2).values
     margin = float(top2[0] - top2[1])
+    want_tok = want[pos] if pos < len(want) else None
     got_tok = got[pos] if pos < len(got) else None
     gap = float(logits.max() - logits[got_tok]) if got_tok is not None and got_tok < len(logits) else float("inf")
-    # gap == 0: an exact tie broken differently from argmax's first index (vLLM #7627 class) is logic;
-    # 0 < gap <= tolerance: the implementation's numerics (e.g. batch-variant kernels) flipped a near-tie.
-    near = 0 < gap <= NEAR_TIE * max(1.0, float(logits.abs().max()))
-    kind = "numerics (near-tie)" if near else ("tie-break (exact tie)" if gap == 0 else "logic")
-    return {"position": pos, "expected_token": want[pos] if pos < len(want) else None, "got_token": got_tok,
-            "target_margin_top1_top2": margin, "logit_gap_of_got_token": gap, "kind": kind,
-            "message": f"diverges at new token {pos}: expected {want[pos] if pos < len(want) else 'end'}, "
-                       f"got {got_tok} (target logit gap {gap:.3g}, margin {margin:.3g}) -> {kind}"}
+    extra: dict = {}
+    if pair.target.dtype in LOW_PRECISION and want_tok is not None and got_tok is not None and got_tok < len(logits):
+        with torch.inference_mode():
+            exact = _target64(pair)(input_ids=context.to(device),
+                                    attention_mask=torch.ones_like(context).to(device)).logits[0, -1, : pair.vocab_size]
+        exact = exact.double().cpu()
+        rounding = float((logits - exact).abs().max())
+        gap64 = float(exact[want_tok] - exact[got_tok])
+        kind = "numerics (near-tie)" if abs(gap64) <= 2 * rounding else "logic"
+        extra = {"exact_gap_expected_minus_got": gap64, "rounding_error_max": rounding,
+                 "tolerance": 2 * rounding, "dtype": str(pair.target.dtype).removeprefix("torch.")}
+        detail = f"exact gap {gap64:.3g} vs tolerance {2 * rounding:.3g} ({extra['dtype']} rounding)"
+    else:
+        # gap == 0: an exact tie broken differently from argmax's first index (vLLM #7627 class) is logic;
+        # 0 < gap <= tolerance: the implementation's numerics (e.g. batch-variant kernels) flipped a near-tie.
+        near = 0 < gap <= NEAR_TIE * max(1.0, float(logits.abs().max()))
+        kind = "numerics (near-tie)" if near else ("tie-break (exact tie)" if gap == 0 else "logic")
+        detail = f"target logit gap {gap:.3g}, margin {margin:.3g}"
+    return {"position": pos, "expected_token": want_tok, "got_token": got_tok,
+            "target_margin_top1_top2": margin, "logit_gap_of_got_token": gap, "kind": kind, **extra,
+            "message": f"diverges at new token {pos}: expected {want_tok if want_tok is not None else 'end'}, "
+                       f"got {got_tok} ({detail}) -> {kind}"}
 
 
 def _sample(impl, pair, prompt, n, setting, gamma, length, seed, chunk, progress, deadline):
@@ -271,6 +303,15 @@ def run_generation_check(
     target64 = _target64(pair)
     eos = eos_set(default_eos(pair.target))
     deadline_each = None if time_budget_s is None else time_budget_s / max(1, len(sampling) * len(chosen))
+    if any(s.temperature == 0 for s in settings):  # first: deterministic and cheap
+        gating, advisory, findings = greedy_tests(impl, pair, chosen, gamma=gamma, max_new_tokens=max(length, 16),
+                                                  seed=seed, prefix="greedy")
+        report.tests += gating
+        report.advisories += advisory
+        report.cases.append({"name": "greedy", "prompts": len(chosen), "divergences": findings})
+        if stop_on_fail and any(t.p_value <= level for t in gating):
+            report.notes.append("verdict decided by greedy equality; sampling cells skipped")
+            return _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started)
     for setting in sampling:
         for i, prompt in enumerate(chosen):
             prefix = f"{setting.label}/prompt{i}"
@@ -299,12 +340,6 @@ def run_generation_check(
             if stop_on_fail and any(t.p_value <= level for t in report.tests):
                 report.notes.append(f"verdict decided at {prefix} (a test has p <= {level:.2g}); later cells skipped")
                 return _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started)
-    if any(s.temperature == 0 for s in settings):
-        gating, advisory, findings = greedy_tests(impl, pair, chosen, gamma=gamma, max_new_tokens=max(length, 16),
-                                                  seed=seed, prefix="greedy")
-        report.tests += gating
-        report.advisories += advisory
-        report.cases.append({"name": "greedy", "prompts": len(chosen), "divergences": findings})
     return _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started)
 
 

@@ -57,7 +57,10 @@ def _prompts(n: int = 8, length: int = 4, seed: int = 0) -> list[list[int]]:
 def _build(name: str, kind: str, description: str, device="cpu", dtype=None, synthetic_cost=None, **options):
     if options:
         raise TypeError(f"pair {name!r} takes no options {sorted(options)}")
-    target, draft = _toy_models(kind, dtype or torch.float32)
+    from harness.models.hf_pair import resolve_dtype
+
+    dtype = resolve_dtype(dtype)  # None -> float32; names such as "bf16" accepted; unknown names: clear error
+    target, draft = _toy_models(kind, torch.float32 if dtype == "auto" else dtype)
     meta = {"kind": kind, "alpha_mean_random_contexts": toy.mean_alpha(target, draft)}
     # Copies, so a caller that adds hooks (synthetic cost) or moves devices never alters the cache.
     target, draft = copy.deepcopy(target).to(device), copy.deepcopy(draft).to(device)

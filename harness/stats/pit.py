@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import chdtrc
+from scipy.special import chdtrc, gammaln
 from scipy.stats import chi2_contingency, kstest, spearmanr
 
 from harness.stats.pooling import DEFAULT_MIN_EXPECTED
@@ -257,3 +257,56 @@ def _paired(u_t: np.ndarray, u_next: np.ndarray) -> tuple[np.ndarray, np.ndarray
     if u_t.shape != u_next.shape or u_t.ndim != 1:
         raise ValueError(f"u_t {u_t.shape} and u_next {u_next.shape} must be equal 1-D shapes")
     return u_t, u_next
+
+
+def _log_comb(n: np.ndarray | int, k: np.ndarray | int) -> np.ndarray:
+    n, k = np.asarray(n, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    out = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+    return np.where((k < 0) | (k > n), -np.inf, out)
+
+
+def runs_pmf(n1: int, n0: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact law of the number of runs in a uniformly random arrangement of n1 ones and n0 zeros.
+
+    P(R = 2k) = 2·C(n1−1, k−1)·C(n0−1, k−1) / C(n, n1);
+    P(R = 2k+1) = [C(n1−1, k)·C(n0−1, k−1) + C(n1−1, k−1)·C(n0−1, k)] / C(n, n1)
+    (Wald & Wolfowitz 1940). Returns (r values, probabilities); computed in log space."""
+    if n1 < 1 or n0 < 1:
+        return np.array([1]), np.array([1.0])
+    r = np.arange(2, 2 * min(n1, n0) + 2)
+    k = r // 2
+    even = 2 * np.exp(_log_comb(n1 - 1, k - 1) + _log_comb(n0 - 1, k - 1) - _log_comb(n1 + n0, n1))
+    odd = (np.exp(_log_comb(n1 - 1, k) + _log_comb(n0 - 1, k - 1) - _log_comb(n1 + n0, n1))
+           + np.exp(_log_comb(n1 - 1, k - 1) + _log_comb(n0 - 1, k) - _log_comb(n1 + n0, n1)))
+    pmf = np.where(r % 2 == 0, even, odd)
+    keep = pmf > 0
+    return r[keep], pmf[keep]
+
+
+def runs_test(values: np.ndarray, name: str = "runs", *, alpha: float = DEFAULT_ALPHA,
+              power: float = DEFAULT_POWER) -> TestResult:
+    """Exact two-sided Wald–Wolfowitz runs test of serial independence for a sequence of discrete values.
+
+    The values are split at the threshold that balances the two groups best (a function of the multiset of
+    values only, so under independence every arrangement stays equally likely and the test is exact given
+    the split). Too few runs: neighbours alike (e.g. random numbers shared by neighbouring rows); too many:
+    neighbours alternate. Exact at any sparsity — unlike a rank correlation of heavily tied values, whose
+    normal approximation puts p ≈ 1e-6 on two adjacent rare values (measured: 1 of 200 correct-control
+    runs failed the gate that way)."""
+    values = np.asarray(values)
+    n = len(values)
+    details: dict = {"detectable_indicator_correlation": detectable_rank_correlation(n, alpha, power)}
+    levels = np.unique(values)
+    if n < 3 or len(levels) < 2:
+        return TestResult(name, 0.0, 1.0, n=n, details={**details, "constant": True})
+    below = np.array([(values <= t).sum() for t in levels[:-1]])
+    t = levels[:-1][int(np.argmin(np.abs(below - n / 2)))]
+    x = values <= t
+    n1 = int(x.sum())
+    runs = int(1 + np.count_nonzero(x[1:] != x[:-1]))
+    r, pmf = runs_pmf(n1, n - n1)
+    low, high = float(pmf[r <= runs].sum()), float(pmf[r >= runs].sum())
+    p_value = min(1.0, 2 * min(low, high))
+    expected = 1 + 2 * n1 * (n - n1) / n
+    details.update(threshold=float(t), minority=min(n1, n - n1), runs=runs, expected_runs=expected)
+    return TestResult(name, float(runs - expected), p_value, n=n, details=details)
