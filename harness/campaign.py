@@ -55,7 +55,7 @@ class CampaignConfig:
         must be caught in every seed, every control and variant must pass, but with fewer seeds, no
         detection-vs-samples curve and one run per below-resolution mutant. Its rates are a smoke test;
         the published calibration is the full profile (`specdec mutants`)."""
-        base = dict(seeds=10, control_seeds=20, curve_seeds=0, below_resolution_seeds=1, generation_control_seeds=3,
+        base = dict(seeds=8, control_seeds=20, curve_seeds=0, below_resolution_seeds=1, generation_control_seeds=3,
                     slow_generation_seeds=2, profile="quick")
         return cls(**{**base, **overrides})
 

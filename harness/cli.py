@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("mutants", help="run the mutant zoo and correct controls; detection / false-alarm report",
                        description="Exit 0 if every mutant is caught (>= 95% of seeds) and every control passes.")
-    p.add_argument("--seeds", type=int, help="seeds per mutant (detection rate); default 20 (quick: 10)")
+    p.add_argument("--seeds", type=int, help="seeds per mutant (detection rate); default 20 (quick: 8)")
     p.add_argument("--control-seeds", type=int,
                    help="seeds per correct control (false-alarm rate); default 200 (quick: 20)")
     p.add_argument("--quick", action="store_true",
