@@ -161,27 +161,46 @@ def pit_tests(u, positions, seq_ids, off_support, level, power, prefix) -> list[
     return out
 
 
+def _tokens(row: torch.Tensor) -> list[int]:
+    return [t for t in row.detach().cpu().tolist() if t >= 0]
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token (the shorter length if one is a prefix); None if equal."""
+    if a == b:
+        return None
+    return next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def greedy_target(pair: ModelPair, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """The target's own greedy continuation (the ground truth at temperature 0)."""
+    ids = torch.tensor([prompt], device=next(pair.target.parameters()).device)
+    return _tokens(autoregressive_generate(pair.target, ids, max_new_tokens=max_new_tokens, temperature=0,
+                                           eos_token_id=default_eos(pair.target)).tokens[0])
+
+
+def greedy_impl(impl, pair: ModelPair, prompt: list[int], *, max_new_tokens: int, gamma: int, seed: int) -> list[int]:
+    """The implementation's greedy continuation of one prompt."""
+    ids = torch.tensor([prompt], device=next(pair.target.parameters()).device)
+    return _tokens(call_impl(impl, pair.target, pair.draft, ids, what="greedy generation",
+                             max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0, top_k=None, top_p=None,
+                             seed=seed)[0])
+
+
 def greedy_tests(impl, pair: ModelPair, prompts: list[list[int]], *, gamma: int, max_new_tokens: int,
                  seed: int, prefix: str) -> tuple[list[TestResult], list[TestResult], list[dict]]:
     """Token equality with the target's own greedy output; divergences classified by logit margin."""
     gating, advisory, findings = [], [], []
-    eos = default_eos(pair.target)
     for i, prompt in enumerate(prompts):
-        ids = torch.tensor([prompt])
-        want = autoregressive_generate(pair.target, ids, max_new_tokens=max_new_tokens, temperature=0,
-                                       eos_token_id=eos).tokens[0]
-        got = call_impl(impl, pair.target, pair.draft, ids, what="greedy generation",
-                        **dict(max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0, top_k=None,
-                               top_p=None, seed=seed))[0]
-        want_l, got_l = [t for t in want.tolist() if t >= 0], [t for t in got.tolist() if t >= 0]
-        if want_l == got_l:
-            gating.append(deterministic_result(f"{prefix}/prompt{i}", True, n=len(want_l)))
+        want = greedy_target(pair, prompt, max_new_tokens)
+        got = greedy_impl(impl, pair, prompt, max_new_tokens=max_new_tokens, gamma=gamma, seed=seed)
+        pos = first_difference(want, got)
+        if pos is None:
+            gating.append(deterministic_result(f"{prefix}/prompt{i}", True, n=len(want)))
             continue
-        pos = next((j for j, (a, b) in enumerate(zip(want_l, got_l, strict=False)) if a != b),
-                   min(len(want_l), len(got_l)))
-        finding = _divergence(pair, prompt, want_l, got_l, pos)
+        finding = _divergence(pair, prompt, want, got, pos)
         findings.append({"prompt": i, **finding})
-        result = deterministic_result(f"{prefix}/prompt{i}", False, n=len(want_l), **finding)
+        result = deterministic_result(f"{prefix}/prompt{i}", False, n=len(want), **finding)
         (advisory if finding["kind"] == "numerics (near-tie)" else gating).append(result)
     return gating, advisory, findings
 
@@ -199,12 +218,10 @@ def _divergence(pair, prompt, want, got, pos) -> dict:
     between the expected and the emitted token (the same weights in float64) is at most twice the
     largest logit error of the low-precision target at that context (one full pass vs float64);
     anything wider cannot be explained by rounding and is logic."""
-    context = torch.tensor([list(prompt) + want[:pos]])
-    device = next(pair.target.parameters()).device
+    context = torch.tensor([list(prompt) + want[:pos]], device=next(pair.target.parameters()).device)
+    inputs = {"input_ids": context, "attention_mask": torch.ones_like(context)}
     with torch.inference_mode():
-        logits = pair.target(input_ids=context.to(device),
-                             attention_mask=torch.ones_like(context).to(device)).logits[0, -1].double().cpu()
-    logits = logits[: pair.vocab_size]
+        logits = pair.target(**inputs).logits[0, -1, : pair.vocab_size].double().cpu()
     top2 = torch.topk(logits, 2).values
     margin = float(top2[0] - top2[1])
     want_tok = want[pos] if pos < len(want) else None
@@ -213,9 +230,7 @@ def _divergence(pair, prompt, want, got, pos) -> dict:
     extra: dict = {}
     if pair.target.dtype in LOW_PRECISION and want_tok is not None and got_tok is not None and got_tok < len(logits):
         with torch.inference_mode():
-            exact = _target64(pair)(input_ids=context.to(device),
-                                    attention_mask=torch.ones_like(context).to(device)).logits[0, -1, : pair.vocab_size]
-        exact = exact.double().cpu()
+            exact = _target64(pair)(**inputs).logits[0, -1, : pair.vocab_size].double().cpu()
         rounding = float((logits - exact).abs().max())
         gap64 = float(exact[want_tok] - exact[got_tok])
         kind = "numerics (near-tie)" if abs(gap64) <= 2 * rounding else "logic"

@@ -24,13 +24,10 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import torch
 
-from harness.check.generation import _divergence
-from harness.check.sampler import call_impl
+from harness.check.generation import _divergence, first_difference, greedy_impl, greedy_target
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
-from specdec_ref.generate import autoregressive_generate, default_eos
 
 
 @dataclasses.dataclass
@@ -41,31 +38,8 @@ class NumericsConfig:
     seed: int = 0
 
 
-def _tokens(row: torch.Tensor) -> list[int]:
-    return [t for t in row.tolist() if t >= 0]
-
-
-def _first_difference(a: list[int], b: list[int]) -> int | None:
-    if a == b:
-        return None
-    return next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-
-
-def _greedy_target(pair: ModelPair, prompt: list[int], n: int) -> list[int]:
-    ids = torch.tensor([prompt], device=next(pair.target.parameters()).device)
-    return _tokens(autoregressive_generate(pair.target, ids, max_new_tokens=n, temperature=0,
-                                           eos_token_id=default_eos(pair.target)).tokens[0].cpu())
-
-
-def _greedy_impl(impl: Callable, pair: ModelPair, prompt: list[int], config: NumericsConfig) -> list[int]:
-    ids = torch.tensor([prompt], device=next(pair.target.parameters()).device)
-    out = call_impl(impl, pair.target, pair.draft, ids, what="greedy generation", max_new_tokens=config.max_new_tokens,
-                    gamma=config.gamma, temperature=0.0, top_k=None, top_p=None, seed=config.seed)
-    return _tokens(out[0].detach().cpu())
-
-
 def _compare(impl_pair: ModelPair, prompt, want, got) -> dict:
-    pos = _first_difference(want, got)
+    pos = first_difference(want, got)
     if pos is None:
         return {"equal": True, "agree_tokens": len(want)}
     return {"equal": False, "agree_tokens": pos, **_divergence(impl_pair, prompt, want, got, pos)}
@@ -79,11 +53,10 @@ def run_numerics(impl: Callable, low: ModelPair, full: ModelPair, prompts: list[
     started = time.perf_counter()
     rows = []
     for i, prompt in enumerate(prompts):
-        ar_low = _greedy_target(low, prompt, config.max_new_tokens)
-        spec_low = _greedy_impl(impl, low, prompt, config)
-        ar_full = _greedy_target(full, prompt, config.max_new_tokens)
-        spec_full = _greedy_impl(impl, full, prompt, config)
-        floor_pos = _first_difference(ar_full, ar_low)
+        run = dict(max_new_tokens=config.max_new_tokens, gamma=config.gamma, seed=config.seed)
+        ar_low, spec_low = greedy_target(low, prompt, config.max_new_tokens), greedy_impl(impl, low, prompt, **run)
+        ar_full, spec_full = greedy_target(full, prompt, config.max_new_tokens), greedy_impl(impl, full, prompt, **run)
+        floor_pos = first_difference(ar_full, ar_low)
         rows.append({"prompt": i, "prompt_tokens": len(prompt), "new_tokens": len(ar_low),
                      "low": _compare(low, prompt, ar_low, spec_low),
                      "full": _compare(full, prompt, ar_full, spec_full),

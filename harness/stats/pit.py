@@ -296,11 +296,11 @@ def runs_test(values: np.ndarray, name: str = "runs", *, alpha: float = DEFAULT_
     values = np.asarray(values)
     n = len(values)
     details: dict = {"detectable_indicator_correlation": detectable_rank_correlation(n, alpha, power)}
-    levels = np.unique(values)
+    levels, counts = np.unique(values, return_counts=True)
     if n < 3 or len(levels) < 2:
         return TestResult(name, 0.0, 1.0, n=n, details={**details, "constant": True})
-    below = np.array([(values <= t).sum() for t in levels[:-1]])
-    t = levels[:-1][int(np.argmin(np.abs(below - n / 2)))]
+    below = np.cumsum(counts)[:-1]  # values <= levels[i]
+    t = levels[int(np.argmin(np.abs(below - n / 2)))]
     x = values <= t
     n1 = int(x.sum())
     runs = int(1 + np.count_nonzero(x[1:] != x[:-1]))
