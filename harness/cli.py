@@ -38,18 +38,29 @@ def _fmt(x, spec=".3g") -> str:
     return "-" if x is None else format(x, spec)
 
 
+SHOWN_REJECTIONS = 8  # without -v: the failure summary, then this many rejected tests
+
+
 def print_check_report(report, verbose: bool = False) -> None:
+    """Verdict and where it fails first, then the per-case table and (with -v) every test."""
     rejected = [t for t in report.tests if t.reject]
-    print(f"\n{report.level}-level losslessness check of {report.impl}")
+    family = f", {report.family} family" if report.level == "sampler" and report.family != "chain" else ""
+    print(f"\n{report.level}-level losslessness check of {report.impl}{family}")
+    print(f"  verdict: {report.verdict.upper()}" + (f" ({len(rejected)} tests reject losslessness)" if rejected else ""))
+    for line in report.failure_summary():
+        print(f"    {line}")
+    if report.verdict == "inconclusive":
+        print(f"    achieved detectable TV {_fmt(report.detectable_tv)} is above the ceiling {report.inconclusive_tv:g}: "
+              "this run could not have seen a useful error (more --samples, or --inconclusive-tv to accept it)")
     for note in report.notes:
         print(f"  note: {note}")
     if report.level == "sampler":
         print(f"\n  {'case':<26} {'γ':>2} {'V':>6} {'rows':>8}  acceptance measured/optimal per position")
         for c in report.cases:
             acc = " ".join(f"{a['measured']:.3f}/{a['optimal']:.3f}" for a in c.get("acceptance", []))
-            flag = "  WASTEFUL (lossless, below optimal)" if c.get("wasteful") else ""
-            print(f"  {c['name']:<26} {c['gamma']:>2} {c['vocab']:>6} {c['rows']:>8}  {acc}{flag}")
-    shown = report.tests if verbose else rejected
+            flag = "  WASTEFUL (lossless, below optimal)" if c.get("wasteful") and not rejected else ""
+            print(f"  {c['name']:<26} {c['gamma']:>2} {c['vocab']:>6} {c.get('samples', 0):>8}  {acc}{flag}")
+    shown = report.tests if verbose else rejected[:SHOWN_REJECTIONS]
     if shown:
         print(f"\n  {'test':<52} {'statistic':>10} {'p-value':>9} {'Holm p':>9} {'decision':>8} {'detect TV':>9}")
         for t in shown:
@@ -58,27 +69,31 @@ def print_check_report(report, verbose: bool = False) -> None:
                   f"{_fmt(t.detectable_tv):>9}")
             if t.reject and t.details.get("message"):
                 print(f"      {t.details['message']}")
+        if not verbose and len(rejected) > len(shown):
+            print(f"  … {len(rejected) - len(shown)} more rejections (-v shows every test)")
     for a in report.advisories:
         if a.p_value < 1e-3 or a.details.get("kind"):
             print(f"  advisory: {a.name}: {a.details.get('message') or f'p = {a.p_value:.2e}'}")
-    print(f"\n  {len(report.tests)} tests, {report.samples} samples, {report.seconds:.1f} s; family-wise "
-          f"false-alarm rate {report.false_alarm_rate:g}; detectable TV ≤ {_fmt(report.detectable_tv)} at power "
-          f"{report.power:g} (per tested position)")
-    print(f"  verdict: {report.verdict.upper()}" + (f" ({len(rejected)} tests reject losslessness)" if rejected else ""))
+    print(f"\n  {len(report.tests)} of {report.declared_tests} declared gating tests, {report.samples} samples, "
+          f"{report.seconds:.1f} s; family-wise false-alarm rate {report.false_alarm_rate:g}; achieved detectable "
+          f"TV ≤ {_fmt(report.detectable_tv)} at power {report.power:g} (per tested position"
+          + (f"; requested --tv {report.target_tv:g}" if report.level == "sampler" else "") + ")")
+
+
+EXIT_INCONCLUSIVE = 3
 
 
 def _cmd_verify(args) -> int:
-    from harness.check.api import VerifyConfig, planned_rows, resolve, run_verify
+    from harness.check.api import planned_rows, resolve, run_verify
+    from harness.check.config import CheckConfig
+    from harness.configs import from_args
     from harness.records import atomic_write_json
 
-    config = VerifyConfig(impl=args.impl, level=args.level, pair=args.pair, target=args.target, draft=args.draft,
-                          alpha=args.alpha, tv=args.tv, power=args.power, seed=args.seed, samples=args.samples,
-                          cases=args.cases, gamma=args.gamma, device=args.device, dtype=args.dtype,
-                          time_budget_s=args.time_budget)
-    for name, value, ok in [("--alpha", args.alpha, 0 < args.alpha < 1), ("--tv", args.tv, 0 < args.tv < 1),
-                            ("--power", args.power, 0 < args.power < 1)]:
-        if not ok:
-            raise HarnessError(f"{name} must be in (0, 1), got {value}")
+    if args.alpha is not None:
+        print("specdec: warning: --alpha is deprecated (α is the acceptance rate everywhere else): use "
+              "--false-alarm-rate", file=sys.stderr)
+        args.false_alarm_rate = args.alpha
+    config = from_args(CheckConfig, args, cases=args.cases).validate()
     resolve(config.impl, config.level)  # usage errors before any progress bar
     with _progress_bar(planned_rows(config), f"verify {args.level}") as bar:
         report = run_verify(config, progress=bar.update)
@@ -86,6 +101,8 @@ def _cmd_verify(args) -> int:
     if args.json:
         atomic_write_json(args.json, report.to_dict())
         print(f"  report written to {args.json}")
+    if report.verdict == "inconclusive":
+        return EXIT_OK if args.allow_inconclusive else EXIT_INCONCLUSIVE
     return EXIT_OK if report.verdict == "pass" else EXIT_FAIL
 
 
@@ -170,33 +187,31 @@ def _cmd_demo(args) -> int:
     return EXIT_OK if result.ok else EXIT_FAIL
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors in one line (exit 2), pointing at -h instead of printing the whole usage."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="specdec", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     p = sub.add_parser("pairs", help="list registered model pairs and whether each is available here")
     p.set_defaults(func=_cmd_pairs)
 
     p = sub.add_parser("verify", help="statistical losslessness check of one implementation",
-                       description="Exit 0: every test passes; 1: a test rejects losslessness; 2: bad usage/input.")
-    p.add_argument("--impl", required=True, help="MODULE:CALLABLE, e.g. specdec_ref.adapters:verify")
-    p.add_argument("--level", choices=["sampler", "generation"], default="sampler",
-                   help="sampler: one verification step (CONTRACT §1a); generation: whole generate() (§1b)")
-    p.add_argument("--pair", default="toy", help="generation level: model pair (see `specdec pairs`)")
-    p.add_argument("--target", help="generation level: target checkpoint (hub id or local path), with --draft")
-    p.add_argument("--draft", help="generation level: draft checkpoint, with --target")
-    p.add_argument("--alpha", type=float, default=1e-3,
-                   help="suite false-alarm rate: a correct implementation fails with probability <= this")
-    p.add_argument("--tv", type=float, default=0.02,
-                   help="sampler level: smallest total variation to detect at --power at every tested position")
-    p.add_argument("--power", type=float, default=0.99)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--samples", type=int, help="override the planned trials (per case / per prompt and setting)")
+                       description="Exit 0: every test passes; 1: the implementation is not lossless (a test "
+                       "rejects, malformed output, or it raised); 2: the run could not be done (usage, input, "
+                       "environment, outputs); 3: INCONCLUSIVE (nothing rejects, but the achieved detectable TV "
+                       "is above --inconclusive-tv).")
+    from harness.check.config import CheckConfig
+    from harness.configs import add_arguments
+
+    add_arguments(p, CheckConfig)
+    p.add_argument("--alpha", type=float, default=None, help="deprecated alias of --false-alarm-rate")
     p.add_argument("--cases", nargs="+", help="sampler level: run only these configurations")
-    p.add_argument("--gamma", type=int, default=3, help="generation level: drafted tokens per step")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", help="generation level: model dtype, e.g. bfloat16 (default float32 on CPU); "
-                   "greedy divergences are then classified against that dtype's rounding")
-    p.add_argument("--time-budget", type=float, help="generation level: stop sampling after this many seconds")
+    p.add_argument("--allow-inconclusive", action="store_true", help="exit 0 on an INCONCLUSIVE verdict")
     p.add_argument("--json", help="write the machine-readable report here")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
     p.set_defaults(func=_cmd_verify)
@@ -247,7 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage error (one line, already printed) or -h
+        return int(exc.code or 0)
     try:
         return args.func(args)
     except (HarnessError, SpecDecInputError) as exc:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from harness.check.api import VerifyConfig, run_verify
+from harness.check.api import run_verify
+from harness.check.config import CheckConfig
 from harness.records import atomic_write_json, atomic_write_text, provenance
 
 
@@ -47,11 +48,11 @@ def run_demo(out: str | Path = "results/demo", *, quick: bool = False, progress=
     out = Path(out)
     pair, reason = choose_pair()
     real = pair != "toy"
-    sampler = run_verify(VerifyConfig(impl="specdec_ref.adapters:verify", level="sampler",
+    sampler = run_verify(CheckConfig(impl="specdec_ref.adapters:verify", level="sampler",
                                       samples=3000 if quick else None), progress=progress)
     atomic_write_json(out / "verify_sampler.json", sampler.to_dict())
     # A real 135M model on a CPU generates ~10-20 tokens/s: the PIT check gets a few hundred tokens.
-    generation = run_verify(VerifyConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
+    generation = run_verify(CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
                                          samples=(8 if quick else 24) if real else (2000 if quick else 20_000)),
                             progress=progress)
     atomic_write_json(out / "verify_generation.json", generation.to_dict())

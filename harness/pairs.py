@@ -1,76 +1,56 @@
 """Registry of model pairs (target p, draft q) that verification and benchmarks run on.
 
 A pair is named on the command line (`--pair NAME`) or built from two checkpoints
-(`--target NAME_OR_PATH --draft NAME_OR_PATH`). Factories register themselves with
-`@register_pair`; `get_pair` builds one, `list_pairs` says which are available here.
+(`--target NAME_OR_PATH --draft NAME_OR_PATH`). Built-in pairs are declared by the modules in
+`PROVIDERS` (each has a `PAIRS` list); users add their own with `@register_pair`. `get_pair` builds
+one, `list_pairs` says which are available here.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 from harness.errors import HarnessError, UnknownNameError
+from harness.models.pair import ModelPair, PairSpec, always_available
+
+__all__ = ["ModelPair", "PairSpec", "get_pair", "list_pairs", "pair_specs", "register_pair"]
 
 
-@dataclasses.dataclass
-class ModelPair:
-    """A target/draft pair sharing one vocabulary."""
-
-    name: str
-    target: Any  # transformers PreTrainedModel (causal LM), the model whose law must be preserved
-    draft: Any  # transformers PreTrainedModel (causal LM), proposes tokens
-    vocab_size: int  # tokens both models may emit (tokenizer size; embedding padding is sliced off)
-    description: str = ""
-    tokenizer: Any = None  # None for toy pairs (token ids are the text)
-    eos_token_id: int | None = None
-    prompts: list[list[int]] | None = None  # default prompts as token ids
-    meta: dict = dataclasses.field(default_factory=dict)  # e.g. analytic alpha, synthetic cost
+# Modules that declare built-in pairs (a module-level `PAIRS: list[PairSpec]`), read on first use. They
+# import only harness.models.pair, never this module: the catalogue is a declaration, not an import side effect.
+PROVIDERS = ("harness.models.toy_pairs", "harness.models.smollm2")
+_USER: dict[str, PairSpec] = {}  # pairs users add with `register_pair`
 
 
-@dataclasses.dataclass(frozen=True)
-class PairSpec:
-    name: str
-    factory: Callable[..., ModelPair]  # factory(device=..., dtype=..., **options) -> ModelPair
-    description: str
-    available: Callable[[], tuple[bool, str]]  # -> (available here?, why not / how to install)
-    tags: tuple[str, ...] = ()
-
-
-_REGISTRY: dict[str, PairSpec] = {}
-_BUILTINS_LOADED = False
-
-
-def _always() -> tuple[bool, str]:
-    return True, ""
-
-
-def register_pair(name: str, description: str, available: Callable[[], tuple[bool, str]] = _always,
+def register_pair(name: str, description: str, available: Callable[[], tuple[bool, str]] = always_available,
                   tags: tuple[str, ...] = ()):
-    """Decorator: register `factory(device, dtype, **options) -> ModelPair` under `name`."""
+    """Decorator for users' own pairs: register `factory(device, dtype, **options) -> ModelPair` under `name`."""
 
     def deco(factory):
-        if name in _REGISTRY:
+        if name in pair_specs():
             raise ValueError(f"pair {name!r} registered twice")
-        _REGISTRY[name] = PairSpec(name, factory, description, available, tags)
+        _USER[name] = PairSpec(name, factory, description, available, tags)
         return factory
 
     return deco
 
 
-def _load_builtin_pairs() -> None:
-    # Imported lazily so that `import harness.pairs` stays light; each module registers on import.
-    import harness.models.smollm2  # noqa: F401  (the wheel itself is checked by each pair's `available`)
-    import harness.models.toy_pairs  # noqa: F401
+@functools.cache
+def _declared() -> dict[str, PairSpec]:
+    specs: dict[str, PairSpec] = {}
+    for module in PROVIDERS:
+        for spec in importlib.import_module(module).PAIRS:
+            if spec.name in specs:
+                raise ValueError(f"pair {spec.name!r} declared twice")
+            specs[spec.name] = spec
+    return specs
 
 
 def pair_specs() -> dict[str, PairSpec]:
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:  # a flag, not "registry empty": importing one pair module first must not hide the rest
-        _load_builtin_pairs()
-        _BUILTINS_LOADED = True
-    return dict(_REGISTRY)
+    return {**_declared(), **_USER}
 
 
 def list_pairs() -> list[dict]:

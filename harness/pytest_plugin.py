@@ -1,53 +1,82 @@
 """pytest plugin (entry point `pytest11: specdec`). Light on import: torch loads only when a check runs.
 
-Options (group "specdec"): --specdec-seed, --specdec-alpha, --specdec-tv, --specdec-samples.
-Fixtures: `assert_lossless` and `assert_lossless_generation` — the functions of harness.testing
-with those options as defaults. Marker: `specdec`. The report header shows the seed and levels.
+Options (group "specdec"), built from `CheckConfig` fields: --specdec-false-alarm-rate, --specdec-tv,
+--specdec-power, --specdec-seed, --specdec-samples (--specdec-alpha: deprecated alias of the first).
+Fixtures, one per verifier family and level — the functions of harness.testing with those options as
+defaults: `assert_lossless` (chain), `assert_lossless_block`, `assert_lossless_tree`,
+`assert_lossless_generation`. Marker: `specdec`. The report header shows the seed and levels.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
 
+from harness.check.config import CheckConfig
+
+OPTION_FIELDS = ("false_alarm_rate", "tv", "power", "seed", "samples")
+
+
+def _fields():
+    return [f for f in dataclasses.fields(CheckConfig) if f.name in OPTION_FIELDS]
+
 
 def pytest_addoption(parser):
     group = parser.getgroup("specdec", "speculative decoding losslessness checks")
-    group.addoption("--specdec-seed", type=int, default=0, help="seed of every specdec check (default 0)")
-    group.addoption("--specdec-alpha", type=float, default=1e-3,
-                    help="family-wise false-alarm rate of each check (default 1e-3)")
-    group.addoption("--specdec-tv", type=float, default=0.02,
-                    help="sampler level: total variation each tested position detects at power 0.99")
-    group.addoption("--specdec-samples", type=int, default=None, help="override the planned sample sizes")
+    for field in _fields():
+        meta = field.metadata
+        group.addoption("--specdec-" + meta["flag"].removeprefix("--"), dest=f"specdec_{field.name}",
+                        type=meta["parse"], default=field.default, help=f"{meta['help']} (default {field.default})")
+    group.addoption("--specdec-alpha", dest="specdec_alpha", type=float, default=None,
+                    help="deprecated alias of --specdec-false-alarm-rate")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "specdec: a losslessness check written with the specdec pytest plugin")
 
 
-def pytest_report_header(config):
-    return (f"specdec: seed={config.getoption('specdec_seed')}, false-alarm rate={config.getoption('specdec_alpha')}, "
-            f"detectable TV={config.getoption('specdec_tv')}")
-
-
 def _options(config) -> dict:
-    return {"seed": config.getoption("specdec_seed"), "alpha": config.getoption("specdec_alpha"),
-            "samples": config.getoption("specdec_samples")}
+    values = {name: config.getoption(f"specdec_{name}") for name in OPTION_FIELDS}
+    if config.getoption("specdec_alpha") is not None:
+        values["false_alarm_rate"] = config.getoption("specdec_alpha")
+    return values
+
+
+def pytest_report_header(config):
+    o = _options(config)
+    return f"specdec: seed={o['seed']}, false-alarm rate={o['false_alarm_rate']}, detectable TV={o['tv']}"
+
+
+def _fixture(request, name: str, **fixed):
+    from harness import testing
+
+    options = _options(request.config)
+    if name == "assert_lossless_generation":
+        options.pop("tv")
+    return functools.partial(getattr(testing, name), **options, **fixed)
 
 
 @pytest.fixture
 def assert_lossless(request):
-    """assert_lossless(verify, **overrides): sampler-level check with the session's --specdec-* options."""
-    from harness import testing
+    """assert_lossless(verify, **overrides): sampler-level check of a chain verifier (contract §1a)."""
+    return _fixture(request, "assert_lossless")
 
-    return functools.partial(testing.assert_lossless, tv=request.config.getoption("specdec_tv"),
-                             **_options(request.config))
+
+@pytest.fixture
+def assert_lossless_block(request):
+    """assert_lossless_block(verify, **overrides): sampler-level check of a block verifier (§1a signature)."""
+    return _fixture(request, "assert_lossless", family="block")
+
+
+@pytest.fixture
+def assert_lossless_tree(request):
+    """assert_lossless_tree(tree_verify, **overrides): sampler-level check of a tree verifier (§1c)."""
+    return _fixture(request, "assert_lossless", family="tree")
 
 
 @pytest.fixture
 def assert_lossless_generation(request):
     """assert_lossless_generation(generate, pair="toy", **overrides): generation-level check."""
-    from harness import testing
-
-    return functools.partial(testing.assert_lossless_generation, **_options(request.config))
+    return _fixture(request, "assert_lossless_generation")

@@ -2,23 +2,30 @@
 
     from harness.testing import assert_lossless
     def test_my_sampler_is_lossless():
-        assert_lossless(my_verify)                       # sampler level (CONTRACT §1a)
-        assert_lossless_generation(my_generate, pair="toy")  # generation level (§1b)
+        assert_lossless(my_verify)                          # sampler level, chain family (contract §1a)
+        assert_lossless(my_block_verify, family="block")    # block verification, same signature
+        assert_lossless_generation(my_generate, pair="toy") # generation level (§1b)
 
-Each call runs the same battery as `specdec verify` and raises AssertionError with the rejected
-tests (name, statistic, p-value) if losslessness is rejected at the suite false-alarm rate.
+Each call runs the same battery as `specdec verify` and raises AssertionError with the failure summary
+and the rejected tests (name, statistic, p-value) unless the verdict is PASS: an INCONCLUSIVE run (a plan
+too small to see a useful error) fails too, saying so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness.check.config import DEFAULT_FALSE_ALARM_RATE, DEFAULT_GAMMA, DEFAULT_POWER, DEFAULT_TV
 
-def _raise_if_failed(report) -> None:
+
+def _raise_unless_passed(report) -> None:
     if report.verdict == "pass":
         return
+    if report.verdict == "inconclusive":
+        raise AssertionError(f"{report.impl}: INCONCLUSIVE ({report.level} level): achieved detectable TV "
+                             f"{report.detectable_tv:.3g} is above {report.inconclusive_tv:g}; give more samples")
     lines = [f"{report.impl} is not lossless ({report.level} level, family-wise false-alarm rate "
-             f"{report.false_alarm_rate:g}, seed {report.seed}):"]
+             f"{report.false_alarm_rate:g}, seed {report.seed}):", *("  " + s for s in report.failure_summary())]
     for t in report.tests:
         if t.reject:
             message = t.details.get("message", "")
@@ -26,23 +33,30 @@ def _raise_if_failed(report) -> None:
     raise AssertionError("\n".join(lines))
 
 
-def assert_lossless(verify: Callable | str, *, alpha: float = 1e-3, tv: float = 0.02, power: float = 0.99,
-                    seed: int = 0, samples: int | None = None, cases: list[str] | None = None):
-    """Sampler-level check of a §1a `verify`; returns the CheckReport when it passes."""
-    from harness.check.api import VerifyConfig, run_verify
+def assert_lossless(verify: Callable | str, *, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
+                    tv: float = DEFAULT_TV, power: float = DEFAULT_POWER, seed: int = 0, samples: int | None = None,
+                    cases: list[str] | None = None, family: str = "chain", alpha: float | None = None):
+    """Sampler-level check of a §1a `verify` (or a tree verifier with family="tree"); returns the report."""
+    from harness.check.api import run_verify
+    from harness.check.config import CheckConfig
 
-    report = run_verify(VerifyConfig(impl=verify, level="sampler", alpha=alpha, tv=tv, power=power, seed=seed,
-                                     samples=samples, cases=cases))
-    _raise_if_failed(report)
+    report = run_verify(CheckConfig(impl=verify, level="sampler", family=family,
+                                    false_alarm_rate=alpha if alpha is not None else false_alarm_rate, tv=tv,
+                                    power=power, seed=seed, samples=samples, cases=cases))
+    _raise_unless_passed(report)
     return report
 
 
-def assert_lossless_generation(generate: Callable | str, *, pair: str = "toy", alpha: float = 1e-3,
-                               power: float = 0.99, seed: int = 0, samples: int | None = None, gamma: int = 3):
+def assert_lossless_generation(generate: Callable | str, *, pair: str = "toy",
+                               false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE, power: float = DEFAULT_POWER,
+                               seed: int = 0, samples: int | None = None, gamma: int = DEFAULT_GAMMA,
+                               alpha: float | None = None):
     """Generation-level check of a §1b `generate` on a registered pair; returns the CheckReport."""
-    from harness.check.api import VerifyConfig, run_verify
+    from harness.check.api import run_verify
+    from harness.check.config import CheckConfig
 
-    report = run_verify(VerifyConfig(impl=generate, level="generation", pair=pair, alpha=alpha, power=power,
-                                     seed=seed, samples=samples, gamma=gamma))
-    _raise_if_failed(report)
+    report = run_verify(CheckConfig(impl=generate, level="generation", pair=pair,
+                                    false_alarm_rate=alpha if alpha is not None else false_alarm_rate,
+                                    power=power, seed=seed, samples=samples, gamma=gamma))
+    _raise_unless_passed(report)
     return report

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from harness.adapters.control import target_only_generate
-from harness.check.api import VerifyConfig, run_verify
+from harness.check.api import run_verify
+from harness.check.config import CheckConfig
 from harness.check.sampler import custom_case, run_sampler_check
 from harness.cli import main
 from specdec_ref.adapters import generate, verify
@@ -16,7 +17,7 @@ FAST_CASES = ["anti-logits", "binary-gamma8", "q-zero-where-p-positive"]
 
 
 def _sampler(impl, **kw):
-    return run_verify(VerifyConfig(impl=impl, level="sampler", cases=FAST_CASES, **kw))
+    return run_verify(CheckConfig(impl=impl, level="sampler", cases=FAST_CASES, **kw))
 
 
 def test_reference_passes_sampler_level():
@@ -33,14 +34,14 @@ def test_planted_bugs_fail_sampler_level(mutant):
 
 
 def test_b1_only_implementation_is_wrapped():
-    report = run_verify(VerifyConfig(impl=broken.one_row_only, level="sampler", cases=["binary-gamma8"], samples=300))
+    report = run_verify(CheckConfig(impl=broken.one_row_only, level="sampler", cases=["binary-gamma8"], samples=300))
     assert any("one row at a time" in n for n in report.notes)
     assert all(t.name != "binary-gamma8/format" or not t.reject for t in report.tests)
 
 
 @pytest.mark.parametrize("impl", [generate, target_only_generate])
 def test_reference_and_control_pass_generation_level(impl):
-    report = run_verify(VerifyConfig(impl=impl, level="generation", pair="toy", samples=4000))
+    report = run_verify(CheckConfig(impl=impl, level="generation", pair="toy", samples=4000))
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
 
 
@@ -58,7 +59,7 @@ def test_always_accept_fails_generation_level(monkeypatch):
         finally:
             monkeypatch.setattr(verify_module, "accept_and_final_law", original)
 
-    report = run_verify(VerifyConfig(impl=always_accept_generate, level="generation", pair="toy-low", samples=4000))
+    report = run_verify(CheckConfig(impl=always_accept_generate, level="generation", pair="toy-low", samples=4000))
     assert report.verdict == "fail"
 
 
@@ -113,7 +114,7 @@ def test_bad_flags_exit_2(capsys):
 
 def test_row_independence_catches_shared_randomness():
     """The rows_independent test has a planted bug: neighbouring rows sharing their uniforms (marginals stay right)."""
-    report = run_verify(VerifyConfig(impl=broken.shared_uniforms_across_rows, level="sampler",
+    report = run_verify(CheckConfig(impl=broken.shared_uniforms_across_rows, level="sampler",
                                      cases=["zipf1000-high-alpha"], samples=3000))
     assert any(t.reject and t.name.endswith("rows_independent") for t in report.tests)
 

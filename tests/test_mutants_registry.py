@@ -77,9 +77,23 @@ def test_filters_and_lookup():
         implementations(level="kernel")
 
 
-def test_register_refuses_duplicates_and_bad_fields():
-    with pytest.raises(ValueError, match="registered twice"):
-        register("residual_from_p", level="sampler", kind="mutant", models="x")(lambda *a: None)
+def test_catalogue_refuses_duplicates_and_register_bad_fields(monkeypatch):
+    import sys
+    import types
+
+    from harness.mutants import registry
+
+    fake = types.ModuleType("fake_zoo")
+    for attr in ("a", "b"):
+        fn = register("residual_from_p", level="sampler", kind="mutant", models="x")(lambda *a: None)
+        fn.__module__ = "fake_zoo"
+        setattr(fake, attr, fn)
+    monkeypatch.setitem(sys.modules, "fake_zoo", fake)
+    monkeypatch.setattr(registry, "CATALOGUE", ("fake_zoo",))
+    registry._catalogue.cache_clear()
+    with pytest.raises(ValueError, match="declared twice"):
+        registry.implementations()
+    registry._catalogue.cache_clear()
     with pytest.raises(ValueError, match="kind must be one of"):
         register("new", level="sampler", kind="bug", models="x")
     with pytest.raises(ValueError, match="level must be one of"):

@@ -10,39 +10,18 @@ import argparse
 import math
 import sys
 
-from harness.bench.config import BenchConfig, config_fields
+from harness import configs
+from harness.bench.config import BenchConfig
 from harness.errors import HarnessError
-
-
-def _argparse_type(parse):
-    """argparse reports ValueError/ArgumentTypeError as usage errors; HarnessError would escape it."""
-
-    def convert(text: str):
-        try:
-            return parse(text)
-        except HarnessError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = getattr(parse, "__name__", "value")
-    return convert
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per BenchConfig field (defaults come from the dataclass, not from here)."""
-    for field in config_fields():
-        meta = field.metadata
-        kwargs = {"dest": field.name, "help": meta["help"], "default": field.default}
-        if meta["action"]:
-            kwargs["action"] = meta["action"]
-        else:
-            kwargs["metavar"] = meta["metavar"]
-            if meta["parse"] is not None:
-                kwargs["type"] = _argparse_type(meta["parse"])
-        parser.add_argument(meta["flag"], **kwargs)
+    configs.add_arguments(parser, BenchConfig)
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    return BenchConfig(**{f.name: getattr(args, f.name) for f in config_fields()}).validate()
+    return configs.from_args(BenchConfig, args).validate()
 
 
 def _fmt(x: float | None, spec: str = ".3f") -> str:

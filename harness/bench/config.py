@@ -10,9 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import shlex
-from collections.abc import Callable
-from typing import Any
 
+from harness.configs import option as _field
 from harness.errors import HarnessError
 
 DEFAULT_OUT = "results/bench"
@@ -47,12 +46,6 @@ def parse_cost_ms(text: str) -> tuple[float, float]:
     if len(values) != 2:
         raise HarnessError(f"--synthetic-cost takes TARGET_MS,DRAFT_MS (e.g. 40,4), got {text!r}")
     return values
-
-
-def _field(default: Any, flag: str, help: str, parse: Callable[[str], Any] | None = None,
-           metavar: str | None = None, action: str | None = None) -> Any:
-    return dataclasses.field(default=default, metadata={"flag": flag, "help": help, "parse": parse,
-                                                        "metavar": metavar, "action": action})
 
 
 @dataclasses.dataclass

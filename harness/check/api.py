@@ -2,35 +2,24 @@
 
 from __future__ import annotations
 
-import dataclasses
+import warnings
 from collections.abc import Callable
 
 import torch
 
 from harness.adapters.loading import check_signature, load_callable, one_row_at_a_time
+from harness.check.engine import CheckConfig
 from harness.check.report import CheckReport
 from harness.errors import HarnessError
 
 
-@dataclasses.dataclass
-class VerifyConfig:
-    """Settings of `specdec verify` (the CLI flags are built from these fields)."""
-
-    impl: str | Callable  # MODULE:CALLABLE or the callable itself
-    level: str = "sampler"  # "sampler" (§1a verify step) or "generation" (§1b generate)
-    pair: str = "toy"  # generation level: registered pair name
-    target: str | None = None  # generation level: checkpoint pair (with draft)
-    draft: str | None = None
-    alpha: float = 1e-3  # suite false-alarm rate (family-wise, Holm)
-    tv: float = 0.02  # sampler level: detectable total variation planned at `power`
-    power: float = 0.99
-    seed: int = 0
-    samples: int | None = None  # sampler: rows per case (default: planned); generation: per prompt × setting
-    cases: list[str] | None = None  # sampler cases to run (default: all)
-    gamma: int = 3  # generation level
-    device: str = "cpu"
-    dtype: str | None = None  # generation level: model dtype (float32 on CPU by default; "bfloat16", ...)
-    time_budget_s: float | None = None  # generation level: stop sampling early (noted in the report)
+def VerifyConfig(**kwargs) -> CheckConfig:  # noqa: N802 - the old class name, kept for users' scripts
+    """Deprecated name of `CheckConfig`; `alpha=` (the false-alarm rate) still works, with a warning."""
+    if "alpha" in kwargs:
+        warnings.warn("VerifyConfig(alpha=...) is deprecated: use CheckConfig(false_alarm_rate=...)",
+                      DeprecationWarning, stacklevel=2)
+        kwargs["false_alarm_rate"] = kwargs.pop("alpha")
+    return CheckConfig(**kwargs)
 
 
 def _name(impl) -> str:
@@ -39,7 +28,7 @@ def _name(impl) -> str:
 
 def resolve(impl, level: str) -> Callable:
     if level not in ("sampler", "generation"):
-        raise HarnessError(f"--level must be 'sampler' or 'generation', got {level!r}")
+        raise HarnessError(f"--level must be 'sampler' or 'generation' for an implementation, got {level!r}")
     fn = load_callable(impl) if isinstance(impl, str) else impl
     if not callable(fn):
         raise HarnessError(f"the implementation must be callable, got {type(fn).__name__}")
@@ -67,7 +56,8 @@ def batched_sampler(fn: Callable, notes: list[str]) -> Callable:
     return one_row_at_a_time(fn, "sampler")
 
 
-def run_verify(config: VerifyConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
+def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
+    config.validate()
     fn = resolve(config.impl, config.level)
     name = _name(config.impl)
     if config.level == "sampler":
@@ -75,18 +65,25 @@ def run_verify(config: VerifyConfig, progress: Callable[[int], None] | None = No
 
         notes: list[str] = []
         fn = batched_sampler(fn, notes)
-        report = run_sampler_check(fn, impl_name=name, false_alarm_rate=config.alpha, tv=config.tv,
+        report = run_sampler_check(fn, impl_name=name, false_alarm_rate=config.false_alarm_rate, tv=config.tv,
                                    power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
-                                   device=config.device, progress=progress)
+                                   device=config.device, progress=progress, family=config.family,
+                                   max_rows=config.max_rows, stop_on_fail=config.stop_on_fail,
+                                   inconclusive_tv=config.inconclusive_tv)
         report.notes = notes + report.notes
         return report
     from harness.check.generation import run_generation_check
 
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
-    samples = config.samples or (20_000 if pair.vocab_size <= 64 else 200)
-    return run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.alpha, power=config.power,
-                                seed=config.seed, samples=samples, gamma=config.gamma,
-                                time_budget_s=config.time_budget_s, progress=progress)
+    return run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.false_alarm_rate,
+                                power=config.power, seed=config.seed, samples=generation_samples(config, pair),
+                                gamma=config.gamma, time_budget_s=config.time_budget_s, progress=progress,
+                                stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv)
+
+
+def generation_samples(config: CheckConfig, pair) -> int:
+    """Samples per prompt and setting: the user's, or the default for the pair's size."""
+    return config.samples or (20_000 if pair.vocab_size <= 64 else 200)
 
 
 def load_pair(pair: str, target: str | None = None, draft: str | None = None, *, device: str = "cpu",
@@ -103,12 +100,14 @@ def load_pair(pair: str, target: str | None = None, draft: str | None = None, *,
     return get_pair(pair, device=device, dtype=dtype)
 
 
-def planned_rows(config: VerifyConfig) -> int | None:
+def planned_rows(config: CheckConfig) -> int | None:
     """Total trials the run will draw (for a progress bar), if known in advance."""
     if config.level != "sampler":
         return None
-    from harness.check.sampler import _plan_cases, _select, plan_rows
+    from harness.check.engine import plan_cell
+    from harness.check.sampler import SamplerSource
 
-    plans = _plan_cases(_select(config.cases), config.seed)
-    plan_rows(plans, tv=config.tv, alpha=config.alpha, power=config.power, max_rows=400_000)
-    return sum(config.samples or p.rows for p in plans)
+    cells = SamplerSource(None).cells(config)
+    m = sum(cell.declared_tests() + 1 for cell in cells)
+    return sum(min(config.max_rows, config.samples or plan_cell(c, config.false_alarm_rate / m, config.power))
+               for c in cells)

@@ -17,12 +17,25 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
+from harness.check.engine import (
+    DEFAULT_FALSE_ALARM_RATE,
+    DEFAULT_GAMMA,
+    DEFAULT_POWER,
+    INCONCLUSIVE_TV,
+    Cell,
+    Check,
+    CheckConfig,
+    MalformedTrials,
+    TrialSource,
+    run_battery,
+)
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
 from harness.pairs import ModelPair
@@ -154,7 +167,10 @@ def pit_tests(u, positions, seq_ids, off_support, level, power, prefix) -> list[
                                 message=f"{off_support} generated tokens have probability 0 under the target"
                                 if off_support else "")]
     out.append(uniformity_test(u, f"{prefix}/pit_uniform", alpha=level, power=power, min_expected=GATE_MIN_EXPECTED))
-    out += per_position_uniformity(u, positions, prefix=f"{prefix}/pit_uniform", alpha=level, power=power)
+    per_position = per_position_uniformity(u, positions, prefix=f"{prefix}/pit_uniform", alpha=level, power=power)
+    for t in per_position:  # each states its own (wider) TV; the headline is the pooled test's
+        t.details["headline"] = False
+    out += per_position
     consecutive = (seq_ids[1:] == seq_ids[:-1]) & (positions[1:] == positions[:-1] + 1)
     out.append(serial_independence_test(u[:-1][consecutive], u[1:][consecutive], f"{prefix}/pit_serial",
                                         alpha=level, power=power))
@@ -201,7 +217,10 @@ def greedy_tests(impl, pair: ModelPair, prompts: list[list[int]], *, gamma: int,
         finding = _divergence(pair, prompt, want, got, pos)
         findings.append({"prompt": i, **finding})
         result = deterministic_result(f"{prefix}/prompt{i}", False, n=len(want), **finding)
-        (advisory if finding["kind"] == "numerics (near-tie)" else gating).append(result)
+        if finding["kind"] == "numerics (near-tie)":  # reported, and the prompt's gating test passes
+            advisory.append(result)
+            result = deterministic_result(f"{prefix}/prompt{i}", True, n=len(want), **finding)
+        gating.append(result)
     return gating, advisory, findings
 
 
@@ -288,11 +307,11 @@ def run_generation_check(
     pair: ModelPair,
     *,
     impl_name: str = "impl",
-    false_alarm_rate: float = 1e-3,
-    power: float = 0.99,
+    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
+    power: float = DEFAULT_POWER,
     seed: int = 0,
     samples: int = 20_000,
-    gamma: int = 3,
+    gamma: int = DEFAULT_GAMMA,
     length: int | None = None,
     prompts: int = 2,
     settings: tuple[Setting, ...] = DEFAULT_SETTINGS,
@@ -300,69 +319,127 @@ def run_generation_check(
     time_budget_s: float | None = None,
     progress: Callable[[int], None] | None = None,
     stop_on_fail: bool = False,
+    inconclusive_tv: float = INCONCLUSIVE_TV,
 ) -> CheckReport:
     """Sample `samples` continuations per (prompt, sampling setting) and test them; greedy separately.
 
     With `stop_on_fail`, sampling stops after the first cell with a test at p ≤ false_alarm_rate / m
     (Holm's first step rejects then whatever the rest says: the verdict is unchanged)."""
-    started = time.perf_counter()
-    report = CheckReport(impl_name, "generation", false_alarm_rate, float("nan"), power, seed)
-    vocab = pair.vocab_size
-    enumerate_law = vocab <= ENUMERATION_MAX_VOCAB
-    length = length or (3 if enumerate_law else 16)
-    chosen = (pair.prompts or [[0]])[:prompts]
-    sampling = [s for s in settings if s.temperature > 0]
-    per_cell = 3 * enumerate_law + 3 + length  # joint (3) + pit support/uniform/serial + per position
-    m = len(sampling) * len(chosen) * per_cell + sum(s.temperature == 0 for s in settings) * len(chosen)
-    level = false_alarm_rate / max(1, m)
-    target64 = _target64(pair)
-    eos = eos_set(default_eos(pair.target))
-    deadline_each = None if time_budget_s is None else time_budget_s / max(1, len(sampling) * len(chosen))
-    if any(s.temperature == 0 for s in settings):  # first: deterministic and cheap
-        gating, advisory, findings = greedy_tests(impl, pair, chosen, gamma=gamma, max_new_tokens=max(length, 16),
-                                                  seed=seed, prefix="greedy")
-        report.tests += gating
-        report.advisories += advisory
-        report.cases.append({"name": "greedy", "prompts": len(chosen), "divergences": findings})
-        if stop_on_fail and any(t.p_value <= level for t in gating):
-            report.notes.append("verdict decided by greedy equality; sampling cells skipped")
-            return _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started)
-    for setting in sampling:
-        for i, prompt in enumerate(chosen):
-            prefix = f"{setting.label}/prompt{i}"
-            deadline = None if deadline_each is None else time.monotonic() + deadline_each
-            try:
-                tokens = _sample(impl, pair, prompt, samples, setting, gamma, length, seed + 1000 * i, chunk,
-                                 progress, deadline)
-            except BadGenerationOutput as exc:
-                report.tests.append(deterministic_result(f"{prefix}/format", False, n=0, message=str(exc)))
-                continue
-            n = tokens.shape[0]
-            report.samples += n
-            short = [k for k in _rows_to_keys(tokens) if len(k) < length and not (k and k[-1] in eos)]
-            report.tests.append(deterministic_result(
-                f"{prefix}/format", not short, n=n,
-                message=f"{len(short)} rows stop before max_new_tokens without EOS" if short else ""))
-            if enumerate_law:
-                law = continuation_law(target64, prompt, length, setting, vocab, eos)
-                report.tests += joint_law_tests(_rows_to_keys(tokens), law, level, power, prefix)
-            u, pos, seq, off = pit_values(target64, prompt, tokens, setting, vocab, np.random.default_rng(seed + i))
-            report.tests += pit_tests(u, pos, seq, off, level, power, prefix)
-            report.cases.append({"name": prefix, "samples": n, "length": length, "gamma": gamma,
-                                 "setting": dataclasses.asdict(setting), "joint_law": enumerate_law})
-            if n < samples:
-                report.notes.append(f"{prefix}: time budget reached after {n} of {samples} samples")
-            if stop_on_fail and any(t.p_value <= level for t in report.tests):
-                report.notes.append(f"verdict decided at {prefix} (a test has p <= {level:.2g}); later cells skipped")
-                return _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started)
-    return _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started)
+    config = CheckConfig(impl=impl, level="generation", false_alarm_rate=false_alarm_rate, power=power, seed=seed,
+                         samples=samples, gamma=gamma, time_budget_s=time_budget_s, stop_on_fail=stop_on_fail,
+                         inconclusive_tv=inconclusive_tv, tv=math.nan)
+    source = GenerationSource(impl, pair, length=length, prompts=prompts, settings=settings, chunk=chunk)
+    return run_battery(source, config, impl_name=impl_name, progress=progress)
 
 
-def _finish(report, m, false_alarm_rate, pair, gamma, length, enumerate_law, started) -> CheckReport:
-    tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and "joint_pooled_pearson" in t.name]
-    report.target_tv = max(tvs) if tvs else float("nan")
-    report.notes.append(f"{m} gating tests planned, Holm at family-wise {false_alarm_rate:g}; pair {pair.name}, "
-                        f"γ = {gamma}, {length} new tokens per sample"
-                        + ("; joint law by exact enumeration (float64)" if enumerate_law else "; PIT only"))
-    report.seconds = time.perf_counter() - started
-    return report.decide()
+# --- the generation level as a trial source of the check engine (harness.check.engine) -------------------
+
+
+@dataclasses.dataclass
+class SamplingCell:
+    prompt: list[int]
+    index: int  # prompt index (seeds derive from it)
+    setting: Setting
+
+
+def _greedy_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    gating, _, findings = trials
+    cell.summary["divergences"] = findings
+    return gating
+
+
+def _greedy_numerics(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    return trials[1]  # near-tie divergences: numerics, reported
+
+
+def _joint_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
+    data, source = cell.data, cell.summary["_source"]
+    law = continuation_law(source.target64, data.prompt, source.length, data.setting, source.vocab, source.eos)
+    return joint_law_tests(_rows_to_keys(tokens), law, level, power, cell.name)
+
+
+def _pit_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
+    data, source = cell.data, cell.summary["_source"]
+    u, pos, seq, off = pit_values(source.target64, data.prompt, tokens, data.setting, source.vocab,
+                                  np.random.default_rng(source.seed + data.index))
+    return pit_tests(u, pos, seq, off, level, power, cell.name)
+
+
+GREEDY_EQUALITY = Check("greedy_equality", lambda cell: len(cell.data), _greedy_run)
+GREEDY_NUMERICS = Check("greedy_numerics", lambda cell: 0, _greedy_numerics, gating=False)
+JOINT_LAW = Check("joint_law", lambda cell: 3, _joint_run)
+PIT = Check("pit", lambda cell: 3 + cell.summary["length"], _pit_run)
+
+
+class GenerationSource(TrialSource):
+    """Trials of a whole generate(): continuations of the pair's prompts, per sampling setting."""
+
+    level = "generation"
+
+    def __init__(self, impl: Callable, pair: ModelPair, *, length: int | None = None, prompts: int = 2,
+                 settings: tuple[Setting, ...] = DEFAULT_SETTINGS, chunk: int = 2_000):
+        self.impl, self.pair, self.settings, self.chunk = impl, pair, settings, chunk
+        self.vocab = pair.vocab_size
+        self.enumerate = self.vocab <= ENUMERATION_MAX_VOCAB
+        self.length = length or (3 if self.enumerate else 16)
+        self.prompts = (pair.prompts or [[0]])[:prompts]
+        self.eos = eos_set(default_eos(pair.target))
+
+    def cells(self, config: CheckConfig) -> list[Cell]:
+        self.seed, self.gamma, self.samples = config.seed, config.gamma, config.samples
+        self.target64 = _target64(self.pair)
+        sampling = [s for s in self.settings if s.temperature > 0]
+        self.budget_each = None if config.time_budget_s is None else \
+            config.time_budget_s / max(1, len(sampling) * len(self.prompts))
+        cells = []
+        if any(s.temperature == 0 for s in self.settings):  # first: deterministic and cheap
+            cells.append(Cell("greedy", [GREEDY_EQUALITY, GREEDY_NUMERICS], self.prompts, math.nan,
+                              {"prompts": len(self.prompts), "max_new_tokens": max(self.length, 16)}))
+        checks = [JOINT_LAW, PIT] if self.enumerate else [PIT]
+        for setting in sampling:
+            for i, prompt in enumerate(self.prompts):
+                cells.append(Cell(f"{setting.label}/prompt{i}", list(checks), SamplingCell(prompt, i, setting),
+                                  math.nan, {"_source": self, "length": self.length, "gamma": config.gamma,
+                                             "setting": dataclasses.asdict(setting), "joint_law": self.enumerate}))
+        return cells
+
+    def draw(self, cell: Cell, n: int, progress):
+        if cell.name == "greedy":
+            return greedy_tests(self.impl, self.pair, self.prompts, gamma=self.gamma,
+                                max_new_tokens=cell.summary["max_new_tokens"], seed=self.seed, prefix="greedy")
+        data = cell.data
+        deadline = None if self.budget_each is None else time.monotonic() + self.budget_each
+        try:
+            tokens = _sample(self.impl, self.pair, data.prompt, n, data.setting, self.gamma, self.length,
+                             self.seed + 1000 * data.index, self.chunk, progress, deadline)
+        except BadGenerationOutput as exc:
+            raise MalformedTrials(str(exc)) from None
+        if tokens.shape[0] < n:
+            cell.summary["stopped_early"] = f"time budget reached after {tokens.shape[0]} of {n} samples"
+        short = [k for k in _rows_to_keys(tokens) if len(k) < self.length and not (k and k[-1] in self.eos)]
+        if short:
+            exc = MalformedTrials(f"{len(short)} rows stop before max_new_tokens without EOS")
+            exc.trials = tokens
+            raise exc
+        return tokens
+
+    def count(self, trials) -> int:
+        return len(self.prompts) if isinstance(trials, tuple) else int(trials.shape[0])
+
+    def finish(self, report: CheckReport, config: CheckConfig) -> None:
+        for case in report.cases:
+            case.pop("_source", None)
+            if case.get("stopped_early"):
+                report.notes.append(f"{case['name']}: {case['stopped_early']}")
+        greedy = next((c for c in report.cases if c["name"] == "greedy"), None)
+        if greedy:
+            report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law
+        per_position = [t.detectable_tv for t in report.tests if t.details.get("headline") is False
+                        and t.detectable_tv is not None]
+        if per_position:
+            report.notes.append(f"headline TV: the pooled PIT / joint-law tests; each per-position PIT test "
+                                f"detects TV ≤ {max(per_position):.3g} on its own (fewer tokens per position)")
+        tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and "joint_pooled_pearson" in t.name]
+        report.target_tv = max(tvs) if tvs else math.nan
+        report.notes.append(f"pair {self.pair.name}, γ = {config.gamma}, {self.length} new tokens per sample"
+                            + ("; joint law by exact enumeration (float64)" if self.enumerate else "; PIT only"))

@@ -24,6 +24,9 @@ class CheckReport:
     samples: int = 0
     seconds: float = 0.0
     device: str = "cpu"
+    family: str = "chain"  # verifier family of a sampler-level implementation
+    declared_tests: int = 0  # gating tests the battery declared (the Holm plan); tests may be fewer after a stop
+    inconclusive_tv: float = 0.25  # an achieved detectable TV above this makes a non-failing run INCONCLUSIVE
 
     def decide(self) -> CheckReport:
         """Holm across the gating tests; sets each test's `reject`."""
@@ -32,14 +35,26 @@ class CheckReport:
 
     @property
     def verdict(self) -> str:
-        return "fail" if any(t.reject for t in self.tests) else "pass"
+        """fail: a gating test rejects; inconclusive: nothing rejects but the achieved detectable TV is above
+        the ceiling (the run could not have seen a useful error); pass otherwise."""
+        if any(t.reject for t in self.tests):
+            return "fail"
+        tv = self.detectable_tv
+        return "inconclusive" if not math.isnan(tv) and tv > self.inconclusive_tv else "pass"
 
     @property
     def detectable_tv(self) -> float:
-        """The weakest guarantee among the omnibus distribution tests (largest detectable TV)."""
+        """The weakest guarantee among the omnibus distribution tests (largest detectable TV), leaving out
+        positions the implementation itself reaches too rarely to test (reported in the notes)."""
         values = [t.detectable_tv for t in self.tests if t.detectable_tv is not None
-                  and t.details.get("detectable_metric", "").startswith("TV") and math.isfinite(t.detectable_tv)]
+                  and t.details.get("detectable_metric", "").startswith("TV") and not math.isnan(t.detectable_tv)
+                  and t.details.get("rarely_reached") is None and t.details.get("headline", True)]
+        # inf counts: too few draws to promise anything
         return max(values) if values else math.nan
+
+    def failure_summary(self) -> list[str]:
+        """A few lines that say where the rejections are (which cell, position, kind of test)."""
+        return summarize_rejections([t.name for t in self.tests if t.reject], self.cases)
 
     @property
     def wasteful(self) -> list[dict]:
@@ -68,6 +83,10 @@ class CheckReport:
             "cases": self.cases,
             "wasteful": [c["name"] for c in self.wasteful],
             "notes": self.notes,
+            "family": self.family,
+            "declared_tests": self.declared_tests,
+            "inconclusive_tv": self.inconclusive_tv,
+            "failure_summary": self.failure_summary(),
         }
 
 
@@ -75,3 +94,52 @@ def deterministic_result(name: str, ok: bool, *, n: int, message: str = "", **de
     """A check with no randomness in its decision (format, support, equality): p = 1 if ok else 0."""
     return TestResult(name, 0.0 if ok else 1.0, 1.0 if ok else 0.0, n=n,
                       details={"message": message, **details} if message or details else {})
+
+
+# Words for the kinds of tests the batteries emit (the last part of a test name).
+_KIND = {"support": "tokens the target never emits", "pooled_pearson": "emitted law ≠ target law",
+         "pooled_g": "emitted law ≠ target law", "top1": "probability of the likeliest token",
+         "outside_nucleus": "mass outside the 99% nucleus", "above_optimal": "acceptance above what any lossless "
+         "rule allows", "above_bound": "acceptance above what any lossless rule allows",
+         "rows_independent": "rows not independent", "format": "output breaks the contract",
+         "pit_uniform": "teacher-forced PIT not uniform", "pit_serial": "consecutive tokens dependent",
+         "pit_support": "tokens the target never emits", "joint_support": "continuations the target never emits",
+         "joint_pooled_pearson": "joint law of continuations ≠ target", "joint_pooled_g":
+         "joint law of continuations ≠ target"}
+
+
+def _position_of(parts: list[str]) -> int | None:
+    """j of a "posJ" name part (the emitted token at draft position j)."""
+    for part in parts:
+        if part.startswith("pos") and part[3:].isdigit():
+            return int(part[3:])
+    return None
+
+
+def summarize_rejections(names: list[str], cases: list[dict]) -> list[str]:
+    """Group rejected test names by kind and position: e.g. "all 6 rejections at position 3 = γ (the bonus
+    token): emitted law ≠ target law"."""
+    if not names:
+        return []
+    gammas = {c["name"]: c.get("gamma") for c in cases}
+    by_kind: dict[str, list[str]] = {}
+    positions: set[str] = set()
+    cells: set[str] = set()
+    for name in names:
+        parts = name.split("/")
+        kind = next((k for k in reversed(parts) if k in _KIND), parts[-1].rstrip("0123456789"))
+        by_kind.setdefault(kind, []).append(name)
+        cells.add(parts[0])
+        j = _position_of(parts)
+        if j is not None:
+            bonus = " = γ (the bonus token)" if gammas.get(parts[0]) == j else ""
+            positions.add(f"position {j}{bonus}")
+    lines = [f"{len(names)} rejection{'s' * (len(names) > 1)} in {len(cells)} of {len(cases)} cells "
+             f"({', '.join(sorted(cells)[:6])}{', …' if len(cells) > 6 else ''})"]
+    if len(positions) == 1:
+        lines.append(f"every position-law rejection is at {positions.pop()}")
+    elif positions:
+        lines.append(f"position-law rejections at {len(positions)} positions: {', '.join(sorted(positions))}")
+    for kind, members in sorted(by_kind.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"{len(members)} × {_KIND.get(kind, kind)} ({kind})")
+    return lines

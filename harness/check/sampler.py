@@ -22,13 +22,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 import zlib
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
+from harness.check.engine import (
+    DEFAULT_FALSE_ALARM_RATE,
+    DEFAULT_POWER,
+    DEFAULT_TV,
+    INCONCLUSIVE_TV,
+    Cell,
+    Check,
+    CheckConfig,
+    MalformedTrials,
+    TrialSource,
+    run_battery,
+)
 from harness.check.report import CheckReport, deterministic_result
 from harness.errors import HarnessError
 from harness.stats import (
@@ -59,6 +70,7 @@ class SamplerCase:
     build: Callable[[np.random.Generator], tuple[np.ndarray, np.ndarray]]  # -> p [γ+1, V], q [γ, V]
     description: str
     tv: float | None = None  # planned detectable TV for this case (None: the suite's)
+    laws: int = 1  # > 1: build returns p [R, γ+1, V], q [R, γ, V] and row b holds law b mod R
 
 
 def _norm(x: np.ndarray) -> np.ndarray:
@@ -140,10 +152,27 @@ def _case_gamma8(rng):
     return _softmax(z), _softmax(z[:8] + rng.normal(0, 0.3, size=(8, 100)))
 
 
+def _case_rows_differ(rng):
+    """Four unrelated laws, one per row in turn: a row that reads another row's p or q (a batch-index slip,
+    TRT-LLM #15098 class) emits the wrong law; with identical rows such a slip is invisible."""
+    z = rng.normal(0, 2.0, size=(4, 3, 12))
+    return _softmax(z), _softmax(z[:, :2] + rng.normal(0, 0.8, size=(4, 2, 12)))
+
+
+def _case_rows_differ_low(rng):
+    z = rng.normal(0, 2.0, size=(4, 3, 24))
+    return _softmax(z), _softmax(-z[:, :2])
+
+
 CASES: list[SamplerCase] = [  # cheapest first, so a failing implementation is usually caught in seconds
     SamplerCase("anti-logits", 3, 64, _case_anti, "draft logits = −target logits: low α, residual path dominates"),
     SamplerCase("disjoint-support", 2, 20, _case_disjoint, "p and q on disjoint halves: α = 0, every draft rejected"),
     SamplerCase("q-zero-where-p-positive", 3, 32, _case_q_zero, "q = 0 on a third of the tokens p can emit"),
+    # Planned at TV 0.05: they target batch-index slips, whose TV is that of two unrelated laws (≈ 0.5).
+    SamplerCase("rows-differ", 2, 12, _case_rows_differ, "4 unrelated laws, row b holds law b mod 4 (q = noisy p)",
+                tv=0.05, laws=4),
+    SamplerCase("rows-differ-low-alpha", 2, 24, _case_rows_differ_low,
+                "4 unrelated laws, row b holds law b mod 4, draft logits = −target logits", tv=0.05, laws=4),
     SamplerCase("binary-gamma8", 8, 2, _case_binary, "V = 2, γ = 8: the smallest vocabulary, the longest block"),
     SamplerCase("gamma8-v100", 8, 100, _case_gamma8, "V = 100, γ = 8, q = noisy p (α ≈ 0.87)"),
     SamplerCase("sparse-top-p-top-k", 3, 512, _case_sparse, "p = top-p 0.9 rows, q = top-k 50 rows (many zeros)"),
@@ -176,6 +205,13 @@ def _plan_cases(cases: list[SamplerCase], seed: int) -> list[CasePlan]:
         tested = [j for j in range(case.gamma + 1) if reach[j] >= MIN_REACH]
         plans.append(CasePlan(case, p, q, alphas, reach, tested))
     return plans
+
+
+def _plan_mixed(case: SamplerCase, seed: int) -> list[CasePlan]:
+    """One CasePlan per law of a case whose rows hold different laws."""
+    p, q = case.build(np.random.default_rng([seed, zlib.crc32(case.name.encode())]))
+    return [_plan_cases([SamplerCase(case.name, case.gamma, case.vocab, lambda rng, r=r: (p[r], q[r]),
+                                     case.description, case.tv)], seed)[0] for r in range(case.laws)]
 
 
 def _tests_per_position(p_row: np.ndarray) -> int:
@@ -218,6 +254,35 @@ def _draw_inputs(plan: CasePlan, rows: int, generator: torch.Generator, dtype: t
     target = p.unsqueeze(0).expand(rows, -1, -1).contiguous().to(device)  # [rows, γ+1, V]
     draft = q.unsqueeze(0).expand(rows, -1, -1).contiguous().to(device)  # [rows, γ, V]
     return target, draft, x.to(device)
+
+
+def _draw_mixed_inputs(plans: list[CasePlan], rows: int, offset: int, generator: torch.Generator,
+                       dtype: torch.dtype, device):
+    """Row b (counting from `offset`) holds law (b mod R): target [rows, γ+1, V], draft [rows, γ, V], x [rows, γ]."""
+    law = (torch.arange(rows) + offset) % len(plans)  # [rows]
+    p = torch.from_numpy(np.stack([plan.p for plan in plans])).to(dtype)[law]
+    q = torch.from_numpy(np.stack([plan.q for plan in plans])).to(dtype)[law]
+    u = torch.rand(rows, q.shape[1], 1, generator=generator, dtype=torch.float64)  # inverse-CDF draws of x ~ q
+    x = (q.double().cumsum(-1) < u).sum(-1).clamp_max(q.shape[-1] - 1)
+    return p.to(device), q.to(device), x.to(device)
+
+
+def _run_mixed_case(impl, plans: list[CasePlan], n: int, generator, dtype, device, progress):
+    """Rows cycle over the laws of `plans`; returns (tokens [n', γ+1] or None, format problems)."""
+    case = plans[0].case
+    chunk = max(len(plans), min(n, int(CHUNK_FLOATS // ((2 * case.gamma + 1) * case.vocab))) // len(plans) * len(plans))
+    outputs = []
+    for start in range(0, n, chunk):
+        size = min(chunk, n - start)
+        target, draft, x = _draw_mixed_inputs(plans, size, start, generator, dtype, device)
+        out = call_impl(impl, target, draft, x, generator, what=f"case {case.name}")
+        problems, tokens = _format_problems(out, x, case.vocab)
+        if tokens is None or problems:
+            return (np.concatenate([*outputs, tokens]) if tokens is not None else None), problems
+        outputs.append(tokens)
+        if progress:
+            progress(size)
+    return np.concatenate(outputs), []
 
 
 class ImplementationError(HarnessError):
@@ -319,9 +384,9 @@ def run_sampler_check(
     impl: Callable,
     *,
     impl_name: str = "impl",
-    false_alarm_rate: float = 1e-3,
-    tv: float = 0.02,
-    power: float = 0.99,
+    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
+    tv: float = DEFAULT_TV,
+    power: float = DEFAULT_POWER,
     seed: int = 0,
     cases: list[str | SamplerCase] | None = None,
     max_rows: int = 400_000,
@@ -331,6 +396,8 @@ def run_sampler_check(
     progress: Callable[[int], None] | None = None,
     stop_on_fail: bool = False,
     max_rows_per_case_floats: float | None = None,
+    family: str = "chain",
+    inconclusive_tv: float = INCONCLUSIVE_TV,
 ) -> CheckReport:
     """Run every configuration against `impl` (a §1a verify) and decide with Holm at `false_alarm_rate`.
 
@@ -339,50 +406,175 @@ def run_sampler_check(
     cases stop as soon as one test has p ≤ false_alarm_rate / m: Holm's first step then rejects
     whatever the remaining tests say, so the verdict is the same as running everything.
     """
-    started = time.perf_counter()
-    selected = _select(cases)
-    plans = _plan_cases(selected, seed)
-    m = plan_rows(plans, tv=tv, alpha=false_alarm_rate, power=power, max_rows=max_rows)
-    if rows is not None:
-        for plan in plans:
-            per_row = (2 * plan.case.gamma + 1) * plan.case.vocab
-            cap = int(max_rows_per_case_floats // per_row) if max_rows_per_case_floats else rows
-            plan.rows = int(max(1, min(rows, cap)))
-    level = false_alarm_rate / m
-    report = CheckReport(impl_name, "sampler", false_alarm_rate, tv, power, seed, device=device)
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    for plan in plans:
-        tokens, problems = _run_case(impl, plan, generator, dtype, device, progress)
-        prefix = plan.case.name
-        report.tests.append(deterministic_result(f"{prefix}/format", not problems, n=plan.rows,
-                                                 message="; ".join(problems)))
-        report.samples += plan.rows
-        summary = {"name": prefix, "description": plan.case.description, "gamma": plan.case.gamma,
-                   "vocab": plan.case.vocab, "rows": plan.rows, "tested_positions": plan.tested,
-                   "untested_positions": [j for j in range(plan.case.gamma + 1) if j not in plan.tested],
-                   "reach_probability": plan.reach.tolist(), "format_problems": problems}
-        if tokens is not None:
-            report.tests += _position_tests(tokens, plan, level, power, prefix)
-            gating, advisory, rates = _acceptance_tests(tokens, plan, level, power, prefix)
-            report.tests += gating
-            report.advisories += advisory
-            report.tests.append(_row_independence(tokens, level, power, prefix))
-            summary["acceptance"] = rates
-            summary["wasteful"] = any(a.p_value < level for a in advisory)
-        report.cases.append(summary)
-        if stop_on_fail and any(t.p_value <= level for t in report.tests):
-            skipped = [p.case.name for p in plans[plans.index(plan) + 1 :]]
-            if skipped:
-                report.notes.append(f"verdict decided (a test has p <= {level:.2g}); skipped cases: {', '.join(skipped)}")
-            break
-    report.advisories.append(_reproducibility(impl, plans[0], seed, dtype, device))
-    report.notes.append(f"{m} gating tests, Holm at family-wise {false_alarm_rate:g} (per-test plan level {level:.2g}); "
-                        f"omnibus tests use the {MAX_CELLS - 1} likeliest tokens + the rest (detectable TV is on that "
-                        "coarsening); positions reached with probability < "
-                        f"{MIN_REACH} under the optimal rule are not tested")
-    report.seconds = time.perf_counter() - started
-    return report.decide()
+    config = CheckConfig(impl=impl, level="sampler", family=family, false_alarm_rate=false_alarm_rate, tv=tv,
+                         power=power, seed=seed, samples=rows, cases=cases, device=device, max_rows=max_rows,
+                         stop_on_fail=stop_on_fail, inconclusive_tv=inconclusive_tv)
+    source = SamplerSource(impl, dtype=dtype, device=device, rows_cap_floats=max_rows_per_case_floats)
+    return run_battery(source, config, impl_name=impl_name, progress=progress)
+
+
+# --- the sampler level as a trial source of the check engine (harness.check.engine) ----------------------
+
+
+def _reached(tokens: np.ndarray, j: int) -> int:
+    return int(((tokens >= 0).sum(1) >= j + 1).sum())
+
+
+def _position_need(plan: CasePlan, j: int, tv: float, level: float, power: float) -> int:
+    """Rows that must reach position j to detect `tv` there (df on the ≤ MAX_CELLS coarsening)."""
+    return samples_needed(tv, max(1, min(MAX_CELLS, int((plan.p[j] > 0).sum())) - 1), level, power)
+
+
+def _subplans(cell: Cell) -> list[tuple[CasePlan, slice]]:
+    """(plan, rows) pairs of a cell: one plan for a case whose rows share laws; one per law of a mixed case,
+    whose row b holds law b mod R."""
+    plans = cell.data if isinstance(cell.data, list) else [cell.data]
+    return [(plan, slice(r, None, len(plans))) for r, plan in enumerate(plans)]
+
+
+def _observed_ok(tokens: np.ndarray, j: int) -> bool:
+    """Position j is tested only if this implementation reaches it often enough (MIN_REACH of the rows)."""
+    return j == 0 or _reached(tokens, j) >= MIN_REACH * len(tokens)
+
+
+def _positions_tests(cell: Cell) -> int:
+    return sum(_tests_per_position(plan.p[j]) for plan, _ in _subplans(cell) for j in plan.tested)
+
+
+def _positions_samples(cell: Cell, tv: float, level: float, power: float) -> int:
+    plans = _subplans(cell)
+    need = [_position_need(plan, j, tv, level, power) / plan.reach[j] for plan, _ in plans for j in plan.tested]
+    # 5 % headroom: the number of rows that reach a position fluctuates around rows · P(reach)
+    return int(math.ceil(1.05 * max(need) * len(plans)))
+
+
+def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, level: float, power: float) -> int:
+    """More rows for positions this implementation reaches less often than the optimal rule (wasteful rules):
+    they keep sampling until they have their planned rows (or the run's cap)."""
+    more = 0
+    for plan, rows in _subplans(cell):
+        sub = tokens[rows]
+        for j in plan.tested:
+            reached = _reached(sub, j)
+            if not _observed_ok(sub, j):
+                continue
+            need = _position_need(plan, j, tv, level, power)
+            if reached < need:
+                more = max(more, math.ceil(1.05 * (need - reached) * len(sub) / reached) * len(_subplans(cell)))
+    return more
+
+
+def _positions_run(cell: Cell, tokens: np.ndarray, level: float, power: float) -> list[TestResult]:
+    out = []
+    for r, (plan, rows) in enumerate(_subplans(cell)):
+        prefix = cell.name if len(_subplans(cell)) == 1 else f"{cell.name}/law{r}"
+        results = _position_tests(tokens[rows], plan, level, power, prefix)
+        for t in results:
+            j = int(t.name.split("/pos")[1].split("/")[0])
+            if not _observed_ok(tokens[rows], j):  # a rarely reached position: reported, not the headline TV
+                t.details["rarely_reached"] = _reached(tokens[rows], j) / max(1, len(tokens[rows]))
+        out += results
+    return out
+
+
+def _acceptance_positions(plan: CasePlan) -> list[int]:
+    return [j for j in range(plan.case.gamma) if plan.reach[j] >= MIN_REACH]
+
+
+def _acceptance_run(cell: Cell, tokens: np.ndarray, level: float, power: float, *, gating: bool):
+    gates, advice, rates = [], [], []
+    for r, (plan, rows) in enumerate(_subplans(cell)):
+        prefix = cell.name if len(_subplans(cell)) == 1 else f"{cell.name}/law{r}"
+        g, a, rate = _acceptance_tests(tokens[rows], plan, level, power, prefix)
+        gates, advice, rates = gates + g, advice + a, rates + rate
+    if gating:
+        return gates
+    cell.summary["acceptance"] = rates
+    cell.summary["wasteful"] = any(a.p_value < level for a in advice)
+    return advice
+
+
+def _independence_run(cell: Cell, tokens: np.ndarray, level: float, power: float) -> list[TestResult]:
+    """Runs test per law: rows holding the same law are iid trials (rows of different laws differ by design)."""
+    plans = _subplans(cell)
+    return [_row_independence(tokens[rows], level, power, cell.name if len(plans) == 1 else f"{cell.name}/law{r}")
+            for r, (_, rows) in enumerate(plans)]
+
+
+POSITION_LAWS = Check("position_laws", _positions_tests, _positions_run, _positions_samples, _positions_shortfall)
+ACCEPTANCE_BOUND = Check("acceptance_bound",
+                         lambda cell: sum(len(_acceptance_positions(p)) for p, _ in _subplans(cell)),
+                         lambda cell, t, lv, pw: _acceptance_run(cell, t, lv, pw, gating=True))
+ACCEPTANCE_OPTIMUM = Check("acceptance_vs_optimum", lambda cell: 0,
+                           lambda cell, t, lv, pw: _acceptance_run(cell, t, lv, pw, gating=False), gating=False)
+ROW_INDEPENDENCE = Check("rows_independent", lambda cell: len(_subplans(cell)), _independence_run)
+SAMPLER_BATTERY = [POSITION_LAWS, ACCEPTANCE_BOUND, ACCEPTANCE_OPTIMUM, ROW_INDEPENDENCE]
+
+
+class SamplerSource(TrialSource):
+    """Trials of one verification step: the harness builds (p, q), draws x ~ q, calls `verify`."""
+
+    level = "sampler"
+
+    def __init__(self, impl: Callable, *, dtype=torch.float32, device="cpu", rows_cap_floats: float | None = None):
+        self.impl, self.dtype, self.device, self.rows_cap_floats = impl, dtype, device, rows_cap_floats
+        self.generator = None
+
+    def cells(self, config: CheckConfig) -> list[Cell]:
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.seed = config.seed
+        cells = []
+        for case in _select(config.cases):
+            plans = _plan_mixed(case, config.seed) if case.laws > 1 else _plan_cases([case], config.seed)[0]
+            first = plans[0] if isinstance(plans, list) else plans
+            tested = sorted({j for p in (plans if isinstance(plans, list) else [plans]) for j in p.tested})
+            summary = {"description": case.description, "gamma": case.gamma, "vocab": case.vocab,
+                       "laws_per_row": case.laws, "tested_positions": tested,
+                       "untested_positions": [j for j in range(case.gamma + 1) if j not in tested],
+                       "reach_probability": first.reach.tolist()}
+            cells.append(Cell(case.name, list(SAMPLER_BATTERY), plans, case.tv or config.tv, summary))
+        if config.samples is not None:
+            for cell in cells:
+                cell.summary["planned"] = self._capped(cell, config.samples)
+        return cells
+
+    def _capped(self, cell: Cell, rows: int) -> int:
+        if not self.rows_cap_floats:
+            return rows
+        case = _subplans(cell)[0][0].case
+        return int(max(1, min(rows, self.rows_cap_floats // ((2 * case.gamma + 1) * case.vocab))))
+
+    def draw(self, cell: Cell, n: int, progress):
+        n = self._capped(cell, n)
+        plans = [p for p, _ in _subplans(cell)]
+        if len(plans) == 1:
+            plans[0].rows = n
+            tokens, problems = _run_case(self.impl, plans[0], self.generator, self.dtype, self.device, progress)
+        else:
+            tokens, problems = _run_mixed_case(self.impl, plans, n, self.generator, self.dtype, self.device,
+                                               progress)
+        if problems:
+            exc = MalformedTrials("; ".join(problems))
+            exc.trials = tokens
+            raise exc
+        return tokens
+
+    def finish(self, report: CheckReport, config: CheckConfig) -> None:
+        cells = _select(config.cases)
+        first = _plan_cases([cells[0]], config.seed)[0] if cells[0].laws == 1 else _plan_mixed(cells[0], config.seed)[0]
+        report.advisories.append(_reproducibility(self.impl, first, config.seed, self.dtype, self.device))
+        report.notes.append(f"omnibus tests use the {MAX_CELLS - 1} likeliest tokens + the rest (detectable TV is "
+                            f"on that coarsening); positions reached with probability < {MIN_REACH} (under the "
+                            "optimal rule, or by this implementation) are not in the headline TV")
+        rare = sorted({t.name.rsplit("/", 1)[0] for t in report.tests if t.details.get("rarely_reached") is not None})
+        if rare:
+            report.notes.append(f"positions this implementation reaches with frequency < {MIN_REACH} (wasteful "
+                                f"acceptance), tested on the rows that reached them: {', '.join(rare)}")
+        wider = sorted({c.name for c in cells if c.tv and c.tv != config.tv})
+        if wider:
+            report.notes.append(f"planned at a wider TV than --tv {config.tv:g}: " +
+                                ", ".join(f"{c.name} ({c.tv:g})" for c in cells if c.name in wider))
 
 
 def _select(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:

@@ -34,7 +34,7 @@ from torch import nn
 
 from harness.errors import HarnessError
 from harness.models.hf_pair import load_causal_lm, reconcile_vocab, resolve_dtype
-from harness.pairs import ModelPair, register_pair
+from harness.models.pair import ModelPair, PairSpec
 from harness.prompts import encode_prompts, load_prompts
 
 if TYPE_CHECKING:
@@ -289,7 +289,6 @@ _TRUNC_DESC = "SmolLM2-135M-Instruct target; its first layers + final norm + lm_
 _NGRAM_DESC = "SmolLM2-135M-Instruct target; prompt-lookup n-gram draft (one-hot q)"
 
 
-@register_pair("smollm2-int8", _INT8_DESC, available=smollm2_available, tags=("real", "smollm2"))
 def smollm2_int8_pair(device: str = "cpu", dtype: Any = None, **options) -> ModelPair:
     """Options: method ("auto" | "dynamic" | "weight_only"), keep_float (module-name substrings), cache_dir."""
     opts = _pop_options(options, {"method": "auto", "keep_float": None, "cache_dir": None})
@@ -297,7 +296,6 @@ def smollm2_int8_pair(device: str = "cpu", dtype: Any = None, **options) -> Mode
                          lambda t: int8_draft(t, opts["method"], opts["keep_float"]), opts, _INT8_DESC)
 
 
-@register_pair("smollm2-trunc", _TRUNC_DESC, available=smollm2_available, tags=("real", "smollm2"))
 def smollm2_trunc_pair(device: str = "cpu", dtype: Any = None, **options) -> ModelPair:
     """Options: n_layers (default DEFAULT_TRUNC_LAYERS of 30), cache_dir."""
     opts = _pop_options(options, {"n_layers": DEFAULT_TRUNC_LAYERS, "cache_dir": None})
@@ -305,7 +303,6 @@ def smollm2_trunc_pair(device: str = "cpu", dtype: Any = None, **options) -> Mod
                          lambda t: truncated_draft(t, int(opts["n_layers"])), opts, _TRUNC_DESC)
 
 
-@register_pair("smollm2-ngram", _NGRAM_DESC, available=smollm2_available, tags=("real", "smollm2"))
 def smollm2_ngram_pair(device: str = "cpu", dtype: Any = None, **options) -> ModelPair:
     """Options: max_ngram (default 3), cache_dir."""
     opts = _pop_options(options, {"max_ngram": DEFAULT_MAX_NGRAM, "cache_dir": None})
@@ -316,5 +313,11 @@ def smollm2_ngram_pair(device: str = "cpu", dtype: Any = None, **options) -> Mod
 DEFAULT_PAIR = "smollm2-int8"  # to be chosen by measured speedup
 _DEFAULTS = {"smollm2-int8": (smollm2_int8_pair, _INT8_DESC), "smollm2-trunc": (smollm2_trunc_pair, _TRUNC_DESC),
              "smollm2-ngram": (smollm2_ngram_pair, _NGRAM_DESC)}
-register_pair("smollm2", f"alias of {DEFAULT_PAIR}: {_DEFAULTS[DEFAULT_PAIR][1]}", available=smollm2_available,
-              tags=("real", "smollm2", "default"))(_DEFAULTS[DEFAULT_PAIR][0])
+_REAL = ("real", "smollm2")
+PAIRS = [
+    PairSpec("smollm2-int8", smollm2_int8_pair, _INT8_DESC, smollm2_available, _REAL),
+    PairSpec("smollm2-trunc", smollm2_trunc_pair, _TRUNC_DESC, smollm2_available, _REAL),
+    PairSpec("smollm2-ngram", smollm2_ngram_pair, _NGRAM_DESC, smollm2_available, _REAL),
+    PairSpec("smollm2", _DEFAULTS[DEFAULT_PAIR][0], f"alias of {DEFAULT_PAIR}: {_DEFAULTS[DEFAULT_PAIR][1]}",
+             smollm2_available, (*_REAL, "default")),
+]

@@ -16,7 +16,7 @@ import functools
 
 import torch
 
-from harness.pairs import ModelPair, register_pair
+from harness.models.pair import ModelPair, PairSpec, always_available
 from specdec_ref import toy
 
 TOY_VOCAB = 16
@@ -73,17 +73,18 @@ def _build(name: str, kind: str, description: str, device="cpu", dtype=None, syn
                      prompts=_prompts(), meta=meta)
 
 
-def _register(name: str, kind: str, description: str) -> None:
-    register_pair(name, description, tags=("toy",))(functools.partial(_build, name, kind, description))
+def _spec(name: str, kind: str, description: str) -> PairSpec:
+    return PairSpec(name, functools.partial(_build, name, kind, description), description, always_available, ("toy",))
 
 
-_register("toy", "0.7", "1-layer Llama, V=16, draft = noisy copy, mean alpha ~0.7")
-_register("toy-high", "0.9", "1-layer Llama, V=16, mean alpha ~0.9")
-_register("toy-low", "0.2", "1-layer Llama, V=16, mean alpha ~0.2")
-_register("toy-anti", "anti", "1-layer Llama, V=16, draft logits = -target logits (alpha ~0.06)")
-_register("toy-same", "1.0", "1-layer Llama, V=16, draft identical to target (alpha = 1)")
-_register("toy-eos", "eos", "toy with an EOS id = the target's favourite first token (EOS inside draft blocks)")
-_register("toy-tied", "tied", "1-layer Llama, V=16, exactly tied logit pairs (greedy tie-breaks)")
-for _alpha in CONSTANT_ALPHAS:
-    _register(f"const-a{_alpha}", f"const-a{_alpha}",
-              f"context-free laws with sum min(p,q) = {_alpha} exactly (Llama, V=16)")
+PAIRS = [
+    _spec("toy", "0.7", "1-layer Llama, V=16, draft = noisy copy, mean alpha ~0.7"),
+    _spec("toy-high", "0.9", "1-layer Llama, V=16, mean alpha ~0.9"),
+    _spec("toy-low", "0.2", "1-layer Llama, V=16, mean alpha ~0.2"),
+    _spec("toy-anti", "anti", "1-layer Llama, V=16, draft logits = -target logits (alpha ~0.06)"),
+    _spec("toy-same", "1.0", "1-layer Llama, V=16, draft identical to target (alpha = 1)"),
+    _spec("toy-eos", "eos", "toy with an EOS id = the target's favourite first token (EOS inside draft blocks)"),
+    _spec("toy-tied", "tied", "1-layer Llama, V=16, exactly tied logit pairs (greedy tie-breaks)"),
+    *(_spec(f"const-a{a}", f"const-a{a}", f"context-free laws with sum min(p,q) = {a} exactly (Llama, V=16)")
+      for a in CONSTANT_ALPHAS),
+]

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from harness.mutants.registry import register
+from harness.mutants.base import declare, register
 from harness.mutants.rule import Rule, check_shapes
 from specdec_ref.adapters import verify as _reference_verify
 
@@ -23,9 +23,10 @@ ALGORITHM1 = Rule()  # the exact law of every control
 _CHUNK_ELEMENTS = 1 << 22  # rows × V processed at once by the exponential race (bounds memory)
 _CONTROL = "control: Leviathan et al. 2023 Algorithm 1, an independent formulation"
 
-register("reference_verify", level="sampler", kind="control", models="control: the reference (specdec_ref)",
-         description="specdec_ref.adapters:verify, Algorithm 1 by inverse CDF from explicit uniforms",
-         position_laws=ALGORITHM1.position_laws, exact_acceptance=ALGORITHM1.acceptance)(_reference_verify)
+REFERENCE_VERIFY = declare(
+    _reference_verify, "reference_verify", level="sampler", kind="control", models="control: the reference (specdec_ref)",
+    description="specdec_ref.adapters:verify, Algorithm 1 by inverse CDF from explicit uniforms",
+    position_laws=ALGORITHM1.position_laws, exact_acceptance=ALGORITHM1.acceptance)
 
 
 def _gather_tokens(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 
 from harness.adapters.control import target_only_generate
-from harness.mutants.registry import register
+from harness.mutants.base import declare, register
 from harness.mutants.rule import Rule
 from harness.mutants.sampler import scaled_acceptance
 from specdec_ref.adapters import cache_strategy
@@ -183,12 +183,13 @@ _PROCESSING = "temperature ≠ 1 (or top-k / top-p set) and temperature > 0"
 _EOS = "a target with an EOS id that the draft proposes and the target accepts (EOS inside a block)"
 _CONTEXT = "a context-dependent pair (not const-a*, whose laws ignore the context)"
 
-register("reference_generate", level="generation", kind="control", models="control: the reference (specdec_ref)",
-         description="specdec_ref.adapters:generate (recompute for many short rows, else per-row KV caches)",
-         )(_reference_generate)
-register("target_only", level="generation", kind="control", models="control: plain target sampling",
-         description="harness.adapters.control:target_only_generate, the ground truth (ignores the draft)",
-         )(target_only_generate)
+REFERENCE_GENERATE = declare(
+    _reference_generate, "reference_generate", level="generation", kind="control",
+    models="control: the reference (specdec_ref)",
+    description="specdec_ref.adapters:generate (recompute for many short rows, else per-row KV caches)")
+TARGET_ONLY = declare(target_only_generate, "target_only", level="generation", kind="control",
+                      models="control: plain target sampling",
+                      description="harness.adapters.control:target_only_generate, the ground truth (ignores the draft)")
 
 
 @register(level="generation", kind="control", models="control: the reference, per-row KV-cache path",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from harness.errors import HarnessError
-from harness.mutants.registry import Implementation
+from harness.mutants.base import Implementation
 
 
 def tv(law: torch.Tensor, p: torch.Tensor) -> float:

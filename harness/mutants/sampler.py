@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.mutants.registry import register
+from harness.mutants.base import register
 from harness.mutants.rule import (
     Accept,
     Draw,
@@ -403,3 +403,16 @@ def one_hot_q(target_probs, draft_probs, draft_tokens, generator):
     from p with x removed. Lossless for any draft law:
     P(y) = q(y)p(y) + Σ_(x≠y) q(x)(1 − p(x))·p(y)/(1 − p(x)) = q(y)p(y) + p(y)(1 − q(y)) = p(y);
     acceptance Σ q·p ≤ Σ min(p, q)."""
+
+
+# ================================================================ batch-index slips (need rows that differ)
+
+@register(level="sampler", kind="mutant", models="TRT-LLM #15098 (Eagle3 tree verification read the wrong logits "
+          "slice), vllm-ascend #2881: a row reads another row's target law",
+          needs=("rows holding different laws (the rows-differ cases)",))
+def row_slip_target(target_probs, draft_probs, draft_tokens, generator):
+    """Row b verifies against row (b + 1) mod B's target law: correct arithmetic on the wrong row.
+
+    Invisible when every row holds the same (p, q); on rows holding different laws the emitted law of
+    row b is the chain's law for (p of row b + 1, q of row b)."""
+    return Rule()(target_probs.roll(-1, dims=0), draft_probs, draft_tokens, generator)

@@ -3,14 +3,15 @@
 import pytest
 import torch
 
-from harness.check.api import VerifyConfig, run_verify
+from harness.check.api import run_verify
+from harness.check.config import CheckConfig
 
 torch.set_num_threads(1)
 
 
 @pytest.mark.parametrize("impl", ["specdec_ref.adapters:verify", "harness.mutants.controls:per_row_loop"])
 def test_sampler_level_default_plan(impl):
-    config = VerifyConfig(impl=impl, level="sampler", seed=20261130)
+    config = CheckConfig(impl=impl, level="sampler", seed=20261130)
     if "per_row" in impl:  # a pure-Python loop: a smaller plan, same battery
         config.samples = 4000
     report = run_verify(config)
@@ -21,7 +22,7 @@ def test_sampler_level_default_plan(impl):
 @pytest.mark.parametrize("impl", ["specdec_ref.adapters:generate", "harness.adapters.control:target_only_generate"])
 def test_generation_level_toy_pairs(pair, impl):
     # 8,000 samples per prompt × setting: joint-law TV ≥ ~0.05 per cell at power 0.99 (the report says)
-    report = run_verify(VerifyConfig(impl=impl, level="generation", pair=pair, seed=20261130, samples=8_000))
+    report = run_verify(CheckConfig(impl=impl, level="generation", pair=pair, seed=20261130, samples=8_000))
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
 
 
@@ -36,6 +37,6 @@ def test_generation_level_embedded_real_pair():
     # 8 samples per prompt × setting (≈ 256 PIT values per setting): a smoke-level check on a real model;
     # the reference runs rows one forward each on this path, so samples cost ~70 ms × tokens each.
     with torch_threads(2):  # one large model: intra-op threads help here (the toy runs above use one)
-        report = run_verify(VerifyConfig(impl="specdec_ref.adapters:generate", level="generation", pair="smollm2",
+        report = run_verify(CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair="smollm2",
                                          samples=8, seed=20261130))
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]

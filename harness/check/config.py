@@ -1,0 +1,90 @@
+"""`CheckConfig`: the one description of a losslessness check (light: no torch, numpy or scipy on import).
+
+`specdec verify` builds its flags from these fields and the pytest plugin its `--specdec-*` options
+(harness.configs), so the CLI, the plugin and the Python API share every default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from harness.configs import option
+from harness.errors import HarnessError, UnknownNameError
+
+DEFAULT_FALSE_ALARM_RATE = 1e-3  # family-wise: a correct implementation fails a whole run with probability <= this
+DEFAULT_TV = 0.02  # sampler level: detectable total variation per tested position
+DEFAULT_POWER = 0.99
+DEFAULT_GAMMA = 3
+# A plan whose achieved detectable TV is above this says almost nothing: the verdict is INCONCLUSIVE.
+INCONCLUSIVE_TV = 0.25
+LEVELS = ("sampler", "generation", "engine")
+FAMILIES = ("chain", "block", "tree")
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise HarnessError(f"the false-alarm rate must be in (0, 1), got {text}")
+    return value
+
+
+@dataclasses.dataclass
+class CheckConfig:
+    """Everything a losslessness check depends on; `specdec verify` flags and the pytest options are built
+    from these fields (harness.configs)."""
+
+    impl: Any = option(None, "--impl", "MODULE:CALLABLE, e.g. specdec_ref.adapters:verify (the implementation "
+                       "under test)", metavar="MODULE:CALLABLE")
+    level: str = option("sampler", "--level", "sampler: one verification step (contract §1a); generation: a "
+                        "whole generate() (§1b); engine: a served engine over HTTP", choices=LEVELS)
+    family: str = option("chain", "--family", "verifier family of a sampler-level implementation: chain "
+                         "(token by token), block (block verification), tree", choices=FAMILIES)
+    pair: str = option("toy", "--pair", "generation level: model pair (see `specdec pairs`)", metavar="NAME")
+    target: str | None = option(None, "--target", "generation level: target checkpoint (hub id or local path), "
+                                "with --draft", metavar="PATH")
+    draft: str | None = option(None, "--draft", "generation level: draft checkpoint, with --target", metavar="PATH")
+    false_alarm_rate: float = option(DEFAULT_FALSE_ALARM_RATE, "--false-alarm-rate", "family-wise false-alarm "
+                                     "rate: a correct implementation fails with probability <= this", _rate, "A")
+    tv: float = option(DEFAULT_TV, "--tv", "sampler level: smallest total variation to detect at --power at "
+                       "every tested position", float, "EPS")
+    power: float = option(DEFAULT_POWER, "--power", "probability of detecting a discrepancy of --tv", float, "P")
+    seed: int = option(0, "--seed", "seed of every random draw of the run", int, "S")
+    samples: int | None = option(None, "--samples", "override the planned trials (per case / per prompt and "
+                                 "setting)", int, "N")
+    cases: list[str] | None = option(None, None, "sampler level: run only these configurations")
+    gamma: int = option(DEFAULT_GAMMA, "--gamma", "generation level: drafted tokens per step", int, "G")
+    device: str = option("cpu", "--device", "torch device (cpu, cuda, cuda:1, ...)", metavar="DEV")
+    dtype: str | None = option(None, "--dtype", "generation level: model dtype, e.g. bfloat16 (default float32 on "
+                               "CPU); greedy divergences are then classified against that dtype's rounding",
+                               metavar="DT")
+    time_budget_s: float | None = option(None, "--time-budget", "generation level: stop sampling after this many "
+                                         "seconds (the achieved detectable TV is reported)", float, "SECONDS")
+    max_rows: int = option(400_000, "--max-rows", "sampler level: cap on the rows of one case (a position reached "
+                           "less often than planned keeps sampling up to this)", int, "N")
+    inconclusive_tv: float = option(INCONCLUSIVE_TV, "--inconclusive-tv", "a run whose achieved detectable TV is "
+                                    "above this is INCONCLUSIVE (exit 3), not PASS", float, "EPS")
+    stop_on_fail: bool = option(True, "--no-early-stop", "draw every planned sample even after the verdict is "
+                                "decided", action="store_false")
+
+    def validate(self) -> CheckConfig:
+        """Raise HarnessError naming the bad setting; return self."""
+        if self.impl is None and self.level != "engine":
+            raise HarnessError("give the implementation under test: --impl MODULE:CALLABLE "
+                               "(e.g. specdec_ref.adapters:verify)")
+        if self.level not in LEVELS:
+            raise HarnessError(f"--level must be one of {', '.join(LEVELS)}, got {self.level!r}")
+        if self.family not in FAMILIES:
+            raise UnknownNameError("verifier family (--family)", self.family, list(FAMILIES))
+        for flag, value in (("--false-alarm-rate", self.false_alarm_rate), ("--tv", self.tv),
+                            ("--power", self.power), ("--inconclusive-tv", self.inconclusive_tv)):
+            if not (isinstance(value, (int, float)) and 0 < value < 1):
+                raise HarnessError(f"{flag} must be in (0, 1), got {value}")
+        for flag, value in (("--samples", self.samples), ("--gamma", self.gamma), ("--max-rows", self.max_rows)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise HarnessError(f"{flag} must be an integer >= 1, got {value}")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise HarnessError(f"--time-budget must be > 0 seconds, got {self.time_budget_s}")
+        if bool(self.target) != bool(self.draft):
+            raise HarnessError("give both --target and --draft (or neither, and --pair)")
+        return self
