@@ -72,9 +72,14 @@ def summary_lines(rows: list[dict]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness import preflight
     from harness.bench.runner import run_bench
 
     config = config_from_args(args)
+    preflight.output_dir(config.out, "--out")
+    preflight.device(config.device)
+    if config.dtype:
+        preflight.dtype(config.dtype, config.device or "cpu")
     result = run_bench(config, progress=True)
     if result.skipped:
         print(f"specdec bench: suite {result.plan.suite!r} skipped: {result.skipped}")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import torch
-
-from harness.adapters.loading import check_signature, load_callable, one_row_at_a_time
+from harness.adapters.calling import with_timeout
+from harness.adapters.loading import batched_generation, batched_sampler, check_signature, load_callable
 from harness.check.report import CheckReport
 from harness.errors import HarnessError
 
@@ -31,6 +30,7 @@ class VerifyConfig:
     device: str = "cpu"
     dtype: str | None = None  # generation level: model dtype (float32 on CPU by default; "bfloat16", ...)
     time_budget_s: float | None = None  # generation level: stop sampling early (noted in the report)
+    timeout_s: float | None = None  # one implementation call longer than this fails the run (hangs are bugs)
 
 
 def _name(impl) -> str:
@@ -47,34 +47,17 @@ def resolve(impl, level: str) -> Callable:
     return fn
 
 
-def batched_sampler(fn: Callable, notes: list[str]) -> Callable:
-    """Probe with B = 2; an implementation that only handles B = 1 is wrapped (and the report says so)."""
-    g = torch.Generator().manual_seed(0)
-    p = torch.full((2, 2, 4), 0.25)
-    q = torch.full((2, 1, 4), 0.25)
-    x = torch.zeros(2, 1, dtype=torch.long)
-    try:
-        out = fn(p, q, x, g)
-        if isinstance(out, torch.Tensor) and out.shape[0] == 2:
-            return fn
-    except Exception:  # noqa: BLE001 - any failure at B = 2 means "try one row at a time"
-        pass
-    try:
-        fn(p[:1], q[:1], x[:1], g)
-    except Exception:  # noqa: BLE001 - fails at B = 1 too: let the real run report it in context
-        return fn
-    notes.append("the implementation handles one row at a time (B = 1): rows were run one by one")
-    return one_row_at_a_time(fn, "sampler")
-
-
 def run_verify(config: VerifyConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
-    fn = resolve(config.impl, config.level)
+    if config.samples is not None and config.samples < 1:
+        raise HarnessError(f"--samples must be >= 1, got {config.samples}")
+    fn = with_timeout(resolve(config.impl, config.level), config.timeout_s)
     name = _name(config.impl)
+    on_row = getattr(progress, "row", None)  # harness.progress displays: per-row ticks of wrapped B = 1 impls
+    notes: list[str] = []
     if config.level == "sampler":
         from harness.check.sampler import run_sampler_check
 
-        notes: list[str] = []
-        fn = batched_sampler(fn, notes)
+        fn = batched_sampler(fn, notes, on_row)
         report = run_sampler_check(fn, impl_name=name, false_alarm_rate=config.alpha, tv=config.tv,
                                    power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
                                    device=config.device, progress=progress)
@@ -83,10 +66,23 @@ def run_verify(config: VerifyConfig, progress: Callable[[int], None] | None = No
     from harness.check.generation import run_generation_check
 
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
-    samples = config.samples or (20_000 if pair.vocab_size <= 64 else 200)
-    return run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.alpha, power=config.power,
-                                seed=config.seed, samples=samples, gamma=config.gamma,
-                                time_budget_s=config.time_budget_s, progress=progress)
+    fn = batched_generation(fn, pair, notes, on_row)
+    samples = generation_samples(config, pair.vocab_size)
+    if hasattr(progress, "set_total"):
+        from harness.check.generation import DEFAULT_SETTINGS
+
+        prompts = min(2, len(pair.prompts or [[0]]))  # run_generation_check's default: 2 prompts
+        progress.set_total(samples * prompts * sum(s.temperature > 0 for s in DEFAULT_SETTINGS))
+    report = run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.alpha, power=config.power,
+                                  seed=config.seed, samples=samples,
+                                  gamma=config.gamma, time_budget_s=config.time_budget_s, progress=progress)
+    report.notes = notes + report.notes
+    return report
+
+
+def generation_samples(config: VerifyConfig, vocab: int) -> int:
+    """Samples per (prompt, sampling setting): the exact joint law of a toy pair affords many."""
+    return config.samples or (20_000 if vocab <= 64 else 200)
 
 
 def load_pair(pair: str, target: str | None = None, draft: str | None = None, *, device: str = "cpu",
@@ -106,7 +102,7 @@ def load_pair(pair: str, target: str | None = None, draft: str | None = None, *,
 def planned_rows(config: VerifyConfig) -> int | None:
     """Total trials the run will draw (for a progress bar), if known in advance."""
     if config.level != "sampler":
-        return None
+        return None  # known once the pair is loaded: run_verify sets it (progress.set_total)
     from harness.check.sampler import _plan_cases, _select, plan_rows
 
     plans = _plan_cases(_select(config.cases), config.seed)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from harness.adapters.calling import ImplementationError, call_impl  # noqa: F401 - re-exported for callers
 from harness.check.report import CheckReport, deterministic_result
 from harness.errors import HarnessError
 from harness.stats import (
@@ -218,19 +219,6 @@ def _draw_inputs(plan: CasePlan, rows: int, generator: torch.Generator, dtype: t
     target = p.unsqueeze(0).expand(rows, -1, -1).contiguous().to(device)  # [rows, γ+1, V]
     draft = q.unsqueeze(0).expand(rows, -1, -1).contiguous().to(device)  # [rows, γ, V]
     return target, draft, x.to(device)
-
-
-class ImplementationError(HarnessError):
-    """The implementation raised instead of returning tokens."""
-
-
-def call_impl(impl: Callable, *args, what: str, **kwargs):
-    try:
-        return impl(*args, **kwargs)
-    except HarnessError:
-        raise
-    except Exception as exc:  # a user implementation may raise anything: report it in one line
-        raise ImplementationError(f"the implementation raised {type(exc).__name__} during {what}: {exc}") from exc
 
 
 def _format_problems(out, draft_tokens: torch.Tensor, V: int) -> tuple[list[str], np.ndarray | None]:
