@@ -83,6 +83,8 @@ def _cmd_verify(args) -> int:
     preflight.device(args.device)
     if args.level == "generation" and args.dtype:
         preflight.dtype(args.dtype, args.device)
+    if args.level == "generation":
+        preflight.pair(args.pair, args.target, args.draft)
     preflight.threads(args.threads)
     resolve(config.impl, config.level)  # usage errors before any progress bar
     with Progress(planned_rows(config), f"verify {args.level}",
@@ -92,7 +94,18 @@ def _cmd_verify(args) -> int:
     if args.json:
         atomic_write_json(args.json, report.to_dict())
         print(f"  report written to {args.json}")
-    return EXIT_OK if report.verdict == "pass" else EXIT_FAIL
+    if report.verdict == "pass":
+        return EXIT_OK
+    print(f"specdec: FAIL: {fail_line(report)}", file=sys.stderr)
+    return EXIT_FAIL
+
+
+def fail_line(report) -> str:
+    """One line for stderr: how many tests reject, and the first of them with its message."""
+    rejected = [t for t in report.tests if t.reject]
+    first = rejected[0]
+    message = " ".join(str(first.details.get("message") or f"p = {first.p_value:.2e}").split())
+    return f"{report.impl} is not lossless: {len(rejected)} tests reject; first {first.name}: {message}"
 
 
 def _cmd_mutants(args) -> int:
@@ -144,6 +157,7 @@ def _cmd_numerics(args) -> int:
     preflight.output_dir(args.out, "--out")
     preflight.device(args.device)
     preflight.dtype(low_dtype, args.device)
+    preflight.pair(args.pair, args.target, args.draft)
     preflight.threads(args.threads)
     full = load_pair(args.pair, args.target, args.draft, device=args.device, dtype="float32")
     low = load_pair(args.pair, args.target, args.draft, device=args.device, dtype=low_dtype)
@@ -185,8 +199,15 @@ def add_threads(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, metavar="N", help="torch CPU threads (default: torch's own choice)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), like every other error of specdec."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="specdec", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pairs", help="list registered model pairs and whether each is available here")
     p.set_defaults(func=_cmd_pairs)
@@ -269,7 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage error (one line, exit 2) or --help (exit 0): a code, not an exception
+        return int(exc.code or 0)
     try:
         return args.func(args)
     except ImplementationError as exc:  # raised, hung or returned a non-output: a verdict, not a crash

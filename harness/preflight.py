@@ -19,6 +19,9 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 
 def _probe_write(folder: Path, flag: str, shown: str) -> None:
     """Create `folder` if needed and write + delete a temporary file in it."""
+    blocker = next((a for a in (folder, *folder.parents) if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise HarnessError(f"{flag} {shown}: {blocker} is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".specdec-probe-")
@@ -117,3 +120,21 @@ def threads(n: int | None) -> int | None:
 
         torch.set_num_threads(n)
     return n
+
+
+def pair(name: str, target: str | None = None, draft: str | None = None) -> str:
+    """A registered pair that is available here, or both checkpoints (before minutes of loading models)."""
+    if target or draft:
+        if not (target and draft):
+            raise HarnessError("give both --target and --draft (or neither, and --pair)")
+        return name
+    from harness.errors import UnknownNameError
+    from harness.pairs import pair_specs
+
+    specs = pair_specs()
+    if name not in specs:
+        raise UnknownNameError("pair", name, list(specs))
+    ok, why = specs[name].available()
+    if not ok:
+        raise HarnessError(f"pair {name!r} is not available here: {why}")
+    return name

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness.adapters.calling import MalformedOutput
+from harness.adapters.calling import ImplementationTimeout, MalformedOutput
 from harness.errors import HarnessError
 
 VERIFY_PARAMS = ("target_probs", "draft_probs", "draft_tokens", "generator")
@@ -139,12 +139,16 @@ def _probe(call: Callable[[int, int], object]) -> str:
         try:
             if _batch_of(call(2, seed), 2):
                 return "batched"
+        except ImplementationTimeout:
+            raise  # a hang is a verdict already, whatever the batch size
         except Exception:  # noqa: BLE001 - failing at B = 2 is what the probe looks for
             pass
     for seed in range(PROBES):
         try:
             if not _batch_of(call(1, seed), 1):
                 return "unknown"
+        except ImplementationTimeout:
+            raise
         except Exception:  # noqa: BLE001 - fails at B = 1 too: let the real run report it in context
             return "unknown"
     return "one-row"
