@@ -1,4 +1,4 @@
-"""Sampler-level losslessness check (shared/CONTRACT.md §1a): one verification step, many trials.
+"""Sampler-level losslessness check (docs/CONTRACT.md §1a): one verification step, many trials.
 
 For each configuration (p_j, q_j fixed per draft position j; see `CASES`) the harness draws the
 draft tokens x_j ~ q_j itself, calls `verify`, and tests what comes back:
