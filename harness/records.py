@@ -8,6 +8,7 @@ mode a plain `open()` would give them (0666 minus the umask, usually 0644), not 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import hashlib
@@ -40,9 +41,17 @@ def git_commit() -> str:
     try:
         sha = git("rev-parse", "HEAD").strip()
         diff = git("diff", "HEAD", "--", ".", _NOT_CODE)
+        new_files = git("ls-files", "--others", "--exclude-standard", "--", ".", _NOT_CODE).split()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return sha + (f"+dirty.{hashlib.sha1(diff.encode()).hexdigest()[:8]}" if diff else "")
+    if not diff and not new_files:
+        return sha
+    digest = hashlib.sha1(diff.encode())
+    for name in sorted(new_files):  # new, not yet committed files are code changes too
+        digest.update(name.encode())
+        with contextlib.suppress(OSError):
+            digest.update((root / name).read_bytes())
+    return f"{sha}+dirty.{digest.hexdigest()[:8]}"
 
 
 @functools.lru_cache(maxsize=1)
