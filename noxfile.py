@@ -1,4 +1,4 @@
-"""nox sessions (shared/CONTRACT.md §4). `python3 -m nox -l` lists them.
+"""nox sessions (docs/CONTRACT.md §4). `python3 -m nox -l` lists them.
 
 torch is pinned here to the CPU build these machines carry on disk (an unpinned torch pulls a
 multi-GB CUDA build); pyproject keeps the range open for users.

@@ -1,7 +1,8 @@
 """Command line: `specdec` (also `python -m harness`). Only this module prints.
 
-Exit codes (shared/CONTRACT.md §2): 0 success / all tests pass, 1 a test rejects losslessness
-(or a mutant escaped), 2 bad usage or input.
+Exit codes (docs/EXIT_CODES.md): 0 success / all tests pass; 1 the implementation under test is judged
+not lossless (a test rejects, it returned malformed output, raised or hung) or a mutant escaped; 2 the
+run itself could not be done (usage, input, unwritable outputs, unavailable device/dtype, environment).
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness import preflight
+from harness.adapters.calling import ImplementationError
 from harness.errors import HarnessError
+from harness.progress import Progress
 from specdec_ref.errors import SpecDecInputError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -25,13 +29,6 @@ def _cmd_pairs(args) -> int:
         print(f"{r['name']:<{width}}  {status:<12}  {r['description']}")
     print("\nBring your own pair: --target NAME_OR_PATH --draft NAME_OR_PATH (any two causal LMs, same tokenizer)")
     return EXIT_OK
-
-
-def _progress_bar(total: int | None, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="rows", file=sys.stderr, dynamic_ncols=True,
-                disable=not sys.stderr.isatty() and total is None)
 
 
 def _fmt(x, spec=".3g") -> str:
@@ -94,16 +91,35 @@ def _cmd_verify(args) -> int:
               "--false-alarm-rate", file=sys.stderr)
         args.false_alarm_rate = args.alpha
     config = from_args(CheckConfig, args, cases=args.cases).validate()
+    preflight.output_file(args.json, "--json")
+    preflight.device(args.device)
+    if args.level == "generation" and args.dtype:
+        preflight.dtype(args.dtype, args.device)
+    if args.level == "generation":
+        preflight.pair(args.pair, args.target, args.draft)
+    preflight.threads(args.threads)
     resolve(config.impl, config.level)  # usage errors before any progress bar
-    with _progress_bar(planned_rows(config), f"verify {args.level}") as bar:
-        report = run_verify(config, progress=bar.update)
+    with Progress(planned_rows(config), f"verify {args.level}",
+                  unit="rows" if args.level == "sampler" else "samples") as bar:
+        report = run_verify(config, progress=bar)
     print_check_report(report, verbose=args.verbose)
     if args.json:
         atomic_write_json(args.json, report.to_dict())
         print(f"  report written to {args.json}")
     if report.verdict == "inconclusive":
         return EXIT_OK if args.allow_inconclusive else EXIT_INCONCLUSIVE
-    return EXIT_OK if report.verdict == "pass" else EXIT_FAIL
+    if report.verdict == "pass":
+        return EXIT_OK
+    print(f"specdec: FAIL: {fail_line(report)}", file=sys.stderr)
+    return EXIT_FAIL
+
+
+def fail_line(report) -> str:
+    """One line for stderr: how many tests reject, and the first of them with its message."""
+    rejected = [t for t in report.tests if t.reject]
+    first = rejected[0]
+    message = " ".join(str(first.details.get("message") or f"p = {first.p_value:.2e}").split())
+    return f"{report.impl} is not lossless: {len(rejected)} tests reject; first {first.name}: {message}"
 
 
 def _cmd_mutants(args) -> int:
@@ -119,11 +135,11 @@ def _cmd_mutants(args) -> int:
 
         for name in config.only:
             get(name)  # unknown names: "Did you mean ...?"
-    from tqdm import tqdm
-
-    with tqdm(desc="mutant zoo", unit="runs", file=sys.stderr, dynamic_ncols=True) as bar:
+    preflight.output_dir(args.out, "--out")
+    preflight.threads(args.threads)
+    with Progress(None, "mutant zoo", unit="runs") as bar:
         def progress(done, total):
-            bar.total = total
+            bar.set_total(total)
             bar.update(done - bar.n)
 
         result = run_campaign(config, progress=progress)
@@ -150,13 +166,18 @@ def _cmd_numerics(args) -> int:
     if low_dtype not in (torch.bfloat16, torch.float16):
         raise HarnessError(f"--dtype must be a low precision (bfloat16 or float16), got {args.dtype!r}")
     config = NumericsConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens, gamma=args.gamma, seed=args.seed)
-    if config.prompts < 1 or config.max_new_tokens < 1 or config.gamma < 1:
-        raise HarnessError("--prompts, --max-new-tokens and --gamma must be >= 1")
+    for flag in ("prompts", "max_new_tokens", "gamma"):
+        preflight.at_least(getattr(args, flag), "--" + flag.replace("_", "-"))
+    preflight.output_dir(args.out, "--out")
+    preflight.device(args.device)
+    preflight.dtype(low_dtype, args.device)
+    preflight.pair(args.pair, args.target, args.draft)
+    preflight.threads(args.threads)
     full = load_pair(args.pair, args.target, args.draft, device=args.device, dtype="float32")
     low = load_pair(args.pair, args.target, args.draft, device=args.device, dtype=low_dtype)
     prompts = (full.prompts or [[0]])[: config.prompts]
-    with _progress_bar(len(prompts), "numerics") as bar:
-        result = run_numerics(fn, low, full, prompts, config, progress=bar.update)
+    with Progress(len(prompts), "numerics", unit="prompts") as bar:
+        result = run_numerics(fn, low, full, prompts, config, progress=bar)
     name = args.pair if not args.target else f"{args.target} + {args.draft}"
     write_numerics_report(result, args.out, impl_name=args.impl, pair_name=name)
     s = result["summary"]
@@ -172,10 +193,11 @@ def _cmd_numerics(args) -> int:
 def _cmd_demo(args) -> int:
     from harness.demo import choose_pair, run_demo
 
+    preflight.output_dir(args.out, "--out")
+    preflight.threads(args.threads)
     pair, reason = choose_pair()
     print(f"specdec demo: using {reason}", flush=True)
-    with _progress_bar(None, "demo") as bar:
-        result = run_demo(args.out, quick=args.quick, progress=bar.update)
+    result = run_demo(args.out, quick=args.quick, progress=Progress)
     print_check_report(result.sampler)
     print_check_report(result.generation)
     from harness.bench.cli import summary_lines
@@ -187,16 +209,20 @@ def _cmd_demo(args) -> int:
     return EXIT_OK if result.ok else EXIT_FAIL
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Usage errors in one line (exit 2), pointing at -h instead of printing the whole usage."""
+def add_threads(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, metavar="N", help="torch CPU threads (default: torch's own choice)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), like every other error of specdec."""
 
     def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="specdec", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    parser = _Parser(prog="specdec", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pairs", help="list registered model pairs and whether each is available here")
     p.set_defaults(func=_cmd_pairs)
 
@@ -212,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=None, help="deprecated alias of --false-alarm-rate")
     p.add_argument("--cases", nargs="+", help="sampler level: run only these configurations")
     p.add_argument("--allow-inconclusive", action="store_true", help="exit 0 on an INCONCLUSIVE verdict")
+    add_threads(p)
     p.add_argument("--json", help="write the machine-readable report here")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
     p.set_defaults(func=_cmd_verify)
@@ -225,8 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=run_bench)
 
     p = sub.add_parser("demo", help="the main job end to end on the embedded default pair -> results/demo")
-    p.add_argument("--out", default="results/demo")
+    p.add_argument("--out", default="results/demo", help="results folder (untracked; the documented example "
+                   "lives in docs/example-demo)")
     p.add_argument("--quick", action="store_true", help="smaller samples (a minute or two)")
+    add_threads(p)
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("numerics", help="greedy with vs without speculation in bfloat16: divergences classified",
@@ -244,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", default="results/numerics")
+    add_threads(p)
     p.set_defaults(func=_cmd_numerics)
 
     p = sub.add_parser("mutants", help="run the mutant zoo and correct controls; detection / false-alarm report",
@@ -256,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=1e-3, help="gate: family-wise false-alarm rate")
     p.add_argument("--only", nargs="+", help="run only these implementations")
     p.add_argument("--out", default="results/lossless")
+    add_threads(p)
     p.set_defaults(func=_cmd_mutants)
     return parser
 
@@ -264,12 +295,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # usage error (one line, already printed) or -h
+    except SystemExit as exc:  # usage error (one line, exit 2) or --help (exit 0): a code, not an exception
         return int(exc.code or 0)
     try:
         return args.func(args)
+    except ImplementationError as exc:  # raised, hung or returned a non-output: a verdict, not a crash
+        print(f"  verdict: FAIL ({exc})")
+        print(f"specdec: FAIL: {exc}", file=sys.stderr)
+        return EXIT_FAIL
     except (HarnessError, SpecDecInputError) as exc:
         print(f"specdec: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:  # outputs checked up front; a disk that fills up mid-run still lands here
+        print(f"specdec: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("specdec: interrupted (results written so far are kept)", file=sys.stderr)

@@ -6,10 +6,16 @@
 3. a speedup sweep of the reference on the demo pair, next to the Leviathan prediction and to
    transformers assisted generation;
 4. results/demo/report.md linking all of it.
+
+Every number is measured by this run: the sweep never resumes cells (not even this folder's own), so
+the report cannot show numbers from another commit or computer next to today's date. results/demo is
+not tracked by git (a demo leaves `git status` clean); the documented example is docs/example-demo,
+regenerated only on purpose (`specdec demo --out docs/example-demo`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -41,25 +47,42 @@ def choose_pair() -> tuple[str, str]:
     return "toy", f"the toy pair, because the embedded real model is not installed ({why})"
 
 
-def run_demo(out: str | Path = "results/demo", *, quick: bool = False, progress=None) -> DemoResult:
+def demo_bench_config(pair: str, out: Path, *, quick: bool):
+    """The demo's sweep: small, and always measured afresh (resume=False)."""
     from harness.bench.config import BenchConfig
+
+    small = pair != "toy" or quick
+    return BenchConfig(pairs=(pair,), gammas=(2, 4) if small else (1, 2, 3, 4, 6), temperatures=(0.0, 1.0),
+                       repeats=2 if small else 3, prompts=1 if pair != "toy" else 2,
+                       max_new_tokens=24 if pair != "toy" else 48, compare_hf=True, out=str(out), run_name="bench",
+                       resume=False)
+
+
+def _phase(progress, total, desc: str, unit: str = "rows"):
+    """A progress display per phase (`progress` is a harness.progress.Progress-like factory) or nothing."""
+    return progress(total, desc, unit=unit) if progress else contextlib.nullcontext()
+
+
+def run_demo(out: str | Path = "results/demo", *, quick: bool = False, progress=None) -> DemoResult:
+    """`progress`: a factory (total, desc, unit=...) -> context manager with update()/set_total(), e.g.
+    harness.progress.Progress; each phase gets its own display."""
     from harness.bench.runner import run_bench
+    from harness.check.api import planned_rows
 
     out = Path(out)
     pair, reason = choose_pair()
     real = pair != "toy"
-    sampler = run_verify(CheckConfig(impl="specdec_ref.adapters:verify", level="sampler",
-                                      samples=3000 if quick else None), progress=progress)
+    config = CheckConfig(impl="specdec_ref.adapters:verify", level="sampler", samples=3000 if quick else None)
+    with _phase(progress, planned_rows(config), "demo 1/3: verify sampler") as bar:
+        sampler = run_verify(config, progress=bar)
     atomic_write_json(out / "verify_sampler.json", sampler.to_dict())
     # A real 135M model on a CPU generates ~10-20 tokens/s: the PIT check gets a few hundred tokens.
-    generation = run_verify(CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
-                                         samples=(8 if quick else 24) if real else (2000 if quick else 20_000)),
-                            progress=progress)
+    config = CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
+                          samples=(8 if quick else 24) if real else (2000 if quick else 20_000))
+    with _phase(progress, None, "demo 2/3: verify generation", "samples") as bar:
+        generation = run_verify(config, progress=bar)
     atomic_write_json(out / "verify_generation.json", generation.to_dict())
-    bench = run_bench(BenchConfig(pairs=(pair,), gammas=(2, 4) if real or quick else (1, 2, 3, 4, 6),
-                                  temperatures=(0.0, 1.0), repeats=2 if real or quick else 3, prompts=1 if real else 2,
-                                  max_new_tokens=24 if real else 48, compare_hf=True, out=str(out),
-                                  run_name="bench"), progress=progress is not None)
+    bench = run_bench(demo_bench_config(pair, out, quick=quick), progress=progress is not None)
     result = DemoResult(pair, reason, sampler, generation, bench, out)
     atomic_write_text(out / "report.md", _markdown(result))
     return result
@@ -84,6 +107,7 @@ def _markdown(r: DemoResult) -> str:
                      f"{rep.false_alarm_rate:g} | {'PIT only' if tv != tv else f'{tv:.3f}'} | {rep.seconds:.0f} |")
     lines += ["", "## Speedup of the reference", "",
               f"Full report: [{rel}]({rel})" if rel else "No bench report was written.", ""]
+    lines += [f"> {note}" for note in r.bench.notes] + ([""] if r.bench.notes else [])
     from harness.bench.cli import summary_lines
 
     lines += [f"- {line}" for line in summary_lines(r.bench.rows)]

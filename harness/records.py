@@ -1,14 +1,17 @@
-"""Results on disk (shared/CONTRACT.md §3): provenance for every record, atomic writes.
+"""Results on disk (docs/CONTRACT.md §3): provenance for every record, atomic writes.
 
-Every record carries seed(s), git commit, package versions, device, dtype and UTC time.
+Every record carries seed(s), git commit, machine, package versions, device, dtype and UTC time.
 Writes go to a temporary file in the same folder and are renamed into place, so an interrupted
-run never leaves a half-written file and results already written are never lost.
+run never leaves a half-written file and results already written are never lost. Files get the
+mode a plain `open()` would give them (0666 minus the umask, usually 0644), not mkstemp's 0600.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
+import hashlib
 import json
 import math
 import os
@@ -21,18 +24,42 @@ from typing import Any
 _PACKAGES = ("specdec", "torch", "transformers", "scipy", "numpy", "pandas", "accelerate", "gguf")
 
 
+_NOT_CODE = ":(exclude)results"  # results the runs themselves rewrite do not change what code measured them
+
+
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str:
-    """Commit of the working tree ('+dirty' if it has uncommitted changes), or 'unknown'."""
+    """Commit of the working tree, or 'unknown'. Uncommitted changes to the code add '+dirty.<hash of the
+    diff>', so two different uncommitted states never look like the same code (resuming a sweep relies
+    on it); changes under results/ are not code and do not count."""
     root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
+                              check=True).stdout
+
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
+        sha = git("rev-parse", "HEAD").strip()
+        diff = git("diff", "HEAD", "--", ".", _NOT_CODE)
+        new_files = git("ls-files", "--others", "--exclude-standard", "--", ".", _NOT_CODE).split()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    if not diff and not new_files:
+        return sha
+    digest = hashlib.sha1(diff.encode())
+    for name in sorted(new_files):  # new, not yet committed files are code changes too
+        digest.update(name.encode())
+        with contextlib.suppress(OSError):
+            digest.update((root / name).read_bytes())
+    return f"{sha}+dirty.{digest.hexdigest()[:8]}"
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> str:
+    """Which computer measured a record: host name, architecture, cores (timings are only comparable on one)."""
+    import platform
+
+    return f"{platform.node() or 'unknown-host'} ({platform.machine()}, {os.cpu_count()} cores)"
 
 
 @functools.lru_cache(maxsize=1)
@@ -65,8 +92,8 @@ def utc_now() -> str:
 
 def provenance(*, seed: int | list[int] | None, device: str = "cpu", dtype: Any = "float32") -> dict:
     """The fields every record carries."""
-    return {"seed": seed, "git_commit": git_commit(), "versions": versions(), "device": device_name(device),
-            "dtype": str(dtype).removeprefix("torch."), "utc_time": utc_now()}
+    return {"seed": seed, "git_commit": git_commit(), "machine": machine(), "versions": versions(),
+            "device": device_name(device), "dtype": str(dtype).removeprefix("torch."), "utc_time": utc_now()}
 
 
 def json_safe(obj: Any) -> Any:
@@ -84,24 +111,12 @@ def json_safe(obj: Any) -> Any:
     return str(obj)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
-    return atomic_write_text(path, json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")
+@functools.lru_cache(maxsize=1)
+def _file_mode() -> int:
+    """0666 minus the process umask: what open(path, "w") would create (mkstemp always creates 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -111,11 +126,22 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
+    return atomic_write_text(path, json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")
 
 
 def save_figure(fig, path: str | os.PathLike) -> Path:

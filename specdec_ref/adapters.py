@@ -1,4 +1,4 @@
-"""The reference, behind the signatures of shared/CONTRACT.md §1 (what `specdec verify --impl` calls).
+"""The reference, behind the signatures of docs/CONTRACT.md §1 (what `specdec verify --impl` calls).
 
 - `specdec_ref.adapters:verify`   — one verification step (§1a), Leviathan Algorithm 1.
 - `specdec_ref.adapters:generate` — whole speculative generation (§1b).

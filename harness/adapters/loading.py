@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from harness.adapters.calling import ImplementationTimeout, MalformedOutput
 from harness.errors import HarnessError
 
 VERIFY_PARAMS = ("target_probs", "draft_probs", "draft_tokens", "generator")
@@ -31,8 +32,7 @@ def load_callable(spec: str) -> Callable:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise HarnessError(f"cannot import module {module_name!r} for --impl {spec}: {exc}. Run specdec from "
-                           "the folder that contains it, or install it") from exc
+        raise HarnessError(_not_found_message(exc, module_name, spec)) from exc
     except Exception as exc:  # the user's module raised while importing: report it, briefly
         raise HarnessError(f"importing {module_name!r} for --impl {spec} raised {type(exc).__name__}: {exc}") from exc
     obj = module
@@ -44,6 +44,17 @@ def load_callable(spec: str) -> Callable:
     if not callable(obj):
         raise HarnessError(f"{spec} is not callable (it is a {type(obj).__name__})")
     return obj
+
+
+def _not_found_message(exc: ModuleNotFoundError, module_name: str, spec: str) -> str:
+    """The module itself (or a parent package) is missing, or something the user's module imports."""
+    missing = exc.name or ""
+    own = module_name == missing or module_name.startswith(missing + ".")
+    if own:
+        return (f"cannot import module {module_name!r} for --impl {spec}: {exc}. Run specdec from the folder "
+                "that contains it, or install it")
+    return (f"importing {module_name!r} for --impl {spec} failed: it imports {missing!r}, which is not installed "
+            f"in this environment ({exc}); install it (e.g. `pip install {missing.split('.')[0]}`)")
 
 
 def check_signature(fn: Callable, level: str, spec: str) -> None:
@@ -73,18 +84,102 @@ def pad_rows(rows: list[torch.Tensor], width: int | None = None) -> torch.Tensor
     return out
 
 
-def one_row_at_a_time(fn: Callable, level: str) -> Callable:
-    """Wrap a B = 1 implementation so it accepts B >= 1 (rows are independent trials)."""
+def _one_row(out, what: str) -> torch.Tensor:
+    """Row 0 of a B = 1 output [1, N]; MalformedOutput (not a TypeError from indexing) for anything else."""
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 1:
+        got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise MalformedOutput(f"the implementation returned {got} for one row (B = 1) during {what}, "
+                              "expected a torch.Tensor [1, N] of token ids")
+    return out[0]
+
+
+def one_row_at_a_time(fn: Callable, level: str, on_row: Callable[[], None] | None = None) -> Callable:
+    """Wrap a B = 1 implementation so it accepts B >= 1 (rows are independent trials).
+
+    `on_row()` is called after every row, so a progress display moves per row, not per batch."""
+    tick = on_row or (lambda: None)
     if level == "sampler":
         def wrapped(target_probs, draft_probs, draft_tokens, generator):
-            rows = [fn(target_probs[b : b + 1], draft_probs[b : b + 1], draft_tokens[b : b + 1], generator)[0]
-                    for b in range(draft_tokens.shape[0])]
+            # target_probs [B, γ+1, V], draft_probs [B, γ, V], draft_tokens [B, γ] -> [B, γ+1]
+            rows = []
+            for b in range(draft_tokens.shape[0]):
+                rows.append(_one_row(fn(target_probs[b : b + 1], draft_probs[b : b + 1], draft_tokens[b : b + 1],
+                                        generator), "a verify call"))
+                tick()
             return pad_rows(rows, draft_tokens.shape[1] + 1)
     else:
         def wrapped(target, draft, input_ids, *, seed, **kwargs):
-            rows = [fn(target, draft, input_ids[b : b + 1], seed=seed * 100_003 + b, **kwargs)[0]
-                    for b in range(input_ids.shape[0])]
+            # input_ids [B, T] -> new tokens [B, N]
+            rows = []
+            for b in range(input_ids.shape[0]):
+                rows.append(_one_row(fn(target, draft, input_ids[b : b + 1], seed=seed * 100_003 + b, **kwargs),
+                                     "a generate call"))
+                tick()
             return pad_rows(rows)
     wrapped.__name__ = f"one_row_at_a_time({getattr(fn, '__name__', 'impl')})"
+    wrapped.__wrapped__ = fn  # error messages look for the user's frames in fn's module
     wrapped.specdec_wrapped_b1 = True
     return wrapped
+
+
+PROBES = 4  # calls per batch size: one random call misclassifies an implementation that fails only sometimes
+
+
+def _batch_of(out, B: int) -> bool:
+    return isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] == B
+
+
+def _probe(call: Callable[[int, int], object]) -> str:
+    """'batched', 'one-row' or 'unknown' from PROBES calls at B = 2 and B = 1 (call(B, seed) -> output).
+
+    batched: some B = 2 call returned a [2, N] tensor (even if others raised: the run will report those);
+    one-row: every B = 2 call failed and every B = 1 call returned a [1, N] tensor;
+    unknown: anything else, left unwrapped so the real run reports the failure in context."""
+    for seed in range(PROBES):
+        try:
+            if _batch_of(call(2, seed), 2):
+                return "batched"
+        except ImplementationTimeout:
+            raise  # a hang is a verdict already, whatever the batch size
+        except Exception:  # noqa: BLE001 - failing at B = 2 is what the probe looks for
+            pass
+    for seed in range(PROBES):
+        try:
+            if not _batch_of(call(1, seed), 1):
+                return "unknown"
+        except ImplementationTimeout:
+            raise
+        except Exception:  # noqa: BLE001 - fails at B = 1 too: let the real run report it in context
+            return "unknown"
+    return "one-row"
+
+
+def batched_sampler(fn: Callable, notes: list[str], on_row: Callable[[], None] | None = None) -> Callable:
+    """fn if it takes B >= 1 rows; a B = 1 implementation is wrapped (and `notes` says so)."""
+    def call(B: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        p = torch.rand(B, 2, 4, generator=g).softmax(-1)  # [B, γ+1 = 2, V = 4]
+        q = torch.rand(B, 1, 4, generator=g).softmax(-1)  # [B, γ = 1, V]
+        x = torch.multinomial(q[:, 0], 1, generator=g)  # [B, 1] drafts ~ q
+        return fn(p, q, x, g)
+
+    if _probe(call) != "one-row":
+        return fn
+    notes.append("the implementation handles one row at a time (B = 1): rows were run one by one")
+    return one_row_at_a_time(fn, "sampler", on_row)
+
+
+def batched_generation(fn: Callable, pair, notes: list[str], on_row: Callable[[], None] | None = None) -> Callable:
+    """The generation-level twin of batched_sampler: probes fn on `pair` with 2-token continuations."""
+    prompt = (pair.prompts or [[0]])[0]
+    device = next(pair.target.parameters()).device
+
+    def call(B: int, seed: int):
+        ids = torch.tensor([prompt] * B, device=device)  # [B, T]
+        return fn(pair.target, pair.draft, ids, max_new_tokens=2, gamma=1, temperature=1.0, top_k=None,
+                  top_p=None, seed=seed)
+
+    if _probe(call) != "one-row":
+        return fn
+    notes.append("the implementation handles one prompt row at a time (B = 1): rows were generated one by one")
+    return one_row_at_a_time(fn, "generation", on_row)

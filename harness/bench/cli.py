@@ -1,7 +1,7 @@
 """`specdec bench`: flags built from `BenchConfig`, and the only place in harness.bench that prints.
 
 Wiring (harness/cli.py): `p = sub.add_parser("bench", ...); add_arguments(p); p.set_defaults(func=run)`.
-Exit code 0 (CONTRACT.md §2); bad usage raises HarnessError, which `specdec` turns into exit code 2.
+Exit code 0 (docs/CONTRACT.md §2); bad usage raises HarnessError, which `specdec` turns into exit code 2.
 """
 
 from __future__ import annotations
@@ -51,15 +51,21 @@ def summary_lines(rows: list[dict]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness import preflight
     from harness.bench.runner import run_bench
 
     config = config_from_args(args)
+    preflight.output_dir(config.out, "--out")
+    preflight.device(config.device)
+    if config.dtype:
+        preflight.dtype(config.dtype, config.device or "cpu")
     result = run_bench(config, progress=True)
     if result.skipped:
         print(f"specdec bench: suite {result.plan.suite!r} skipped: {result.skipped}")
         return 0
-    print(f"specdec bench: {len(result.computed)} cells measured, {len(result.resumed)} resumed from "
-          f"{result.files['rows.jsonl']}, {result.seconds:.0f} s")
+    print(f"specdec bench: {result.seconds:.0f} s; {result.files['rows.jsonl']}")
+    for note in result.notes:
+        print("  " + note)
     if result.unfinished:
         print(f"  {len(result.unfinished)} cells left unmeasured (--time-budget); rerun to resume")
     for line in summary_lines(result.rows):

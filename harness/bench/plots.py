@@ -192,16 +192,16 @@ MIN_REACHED = 30  # positions tested fewer times than this are not plotted (thei
 def acceptance_per_position(rows: list[dict]):
     """P(draft i accepted | position i tested), largest γ per series, bars ±2 binomial SE; dashed: measured α."""
     picked = _at_largest_gamma(rows)
-    if not picked:
-        return None
+    series = [(name, row, [(pos + 1, rate, n) for pos, (rate, n) in
+                           enumerate(zip(row["acceptance_per_position"], row["reached_per_position"], strict=True))
+                           if n >= MIN_REACHED]) for name, row in picked]
+    if not any(points for _, _, points in series):
+        return None  # no position tested often enough: an empty plot would only look like a result
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (name, row) in enumerate(picked):
+    for i, (name, row, points) in enumerate(series):
         color = colors[i % len(colors)]
-        points = [(pos + 1, rate, n) for pos, (rate, n) in
-                  enumerate(zip(row["acceptance_per_position"], row["reached_per_position"], strict=True))
-                  if n >= MIN_REACHED]
         if points:
             xs, rates, ns = zip(*points, strict=True)
             se = [2 * math.sqrt(max(r * (1 - r), 0.0) / n) for r, n in zip(rates, ns, strict=True)]

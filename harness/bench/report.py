@@ -43,6 +43,8 @@ def write_figures(out_dir: Path, rows: list[dict]) -> dict[str, Path]:
         if fig is not None:
             written[name] = save_figure(fig, out_dir / name)
             plt.close(fig)
+        else:
+            (out_dir / name).unlink(missing_ok=True)  # an earlier run's figure would be read as this run's
     return written
 
 
@@ -178,7 +180,7 @@ def _header(plan_name: str, suite: str, rows: list[dict], command: str | None) -
              f"- suite: `{suite}`; cells: {len(rows)}",
              f"- git commit: `{first.get('git_commit')}`; device: {first.get('device')}; dtype: {first.get('dtype')}",
              f"- versions: {', '.join(f'{k} {v}' for k, v in versions.items())}",
-             f"- UTC time of the first cell: {first.get('utc_time')}; seeds: base {first.get('seed')} "
+             f"- UTC time of the first cell of the plan: {first.get('utc_time')}; seeds: base {first.get('seed')} "
              "(repeat r, prompt i: seed + 1000 r + i)",
              "- raw rows: [rows.csv](rows.csv), [rows.json](rows.json); per-cell records: rows.jsonl"]
     if command:
@@ -199,12 +201,15 @@ def _acceptance_section(figures: dict) -> list[str]:
 
 
 def write_report(out_dir: Path, plan_name: str, suite: str, rows: list[dict], *, command: str | None = None,
-                 unfinished: int = 0) -> dict[str, Path]:
-    """rows.csv, rows.json, figures and report.md in out_dir; returns {file name: path}."""
+                 unfinished: int = 0, notes: list[str] | None = None) -> dict[str, Path]:
+    """rows.csv, rows.json, figures and report.md in out_dir; returns {file name: path}.
+
+    `notes` (freshness of the cells: measured now vs resumed and when; clamped lengths) go first."""
     files = write_rows(out_dir, rows)
     figures = write_figures(out_dir, rows)
     files.update(figures)
     lines = _header(plan_name, suite, rows, command)
+    lines += [f"> {note}" for note in notes or []] + ([""] if notes else [])
     if unfinished:
         lines += [f"> **{unfinished} cells not measured yet** (time budget); rerun the same command to resume.", ""]
     lines += _tokens_section(rows) + _timing_section(rows) + _compare_section(rows) + _acceptance_section(figures)

@@ -1,14 +1,16 @@
 """Orchestration of a benchmark run: plan → measure the unfinished cells → summarize → report.
 
 Finished cells are read back from OUT/RUN/rows.jsonl and not measured again, so an interrupted sweep
-resumes where it stopped. Pairs are built once per run. Nothing here prints except the optional
-progress bar (tqdm, on stderr).
+resumes where it stopped — but only cells measured at this commit on this machine (harness.bench.store):
+numbers from elsewhere are measured again, and the report says how many cells were measured now and
+how many resumed, and when each were taken. Pairs are built once per run. Nothing here prints except
+the optional progress display (harness.progress, on stderr).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from harness.bench.store import RowStore
 from harness.bench.suites import Plan, make_plan
 from harness.bench.summarize import summarize
 from harness.pairs import ModelPair
+from harness.progress import Progress
 from harness.records import provenance
 
 
@@ -30,10 +33,12 @@ class BenchRun:
     out_dir: Path
     rows: list[dict]  # summary rows of every measured cell of the plan (this run's and earlier runs')
     computed: list[str]  # ids of the cells measured by this call
-    resumed: list[str]  # ids found finished in rows.jsonl and skipped
+    resumed: list[str]  # ids found finished in rows.jsonl (this commit, this machine) and skipped
     unfinished: list[str]  # ids left for a rerun (time budget exhausted)
     files: dict[str, Path]
     seconds: float
+    remeasured: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> why its old record was not reused
+    notes: list[str] = dataclasses.field(default_factory=list)  # freshness and clamping, as in the report
 
     @property
     def skipped(self) -> str | None:
@@ -91,34 +96,74 @@ def run_bench(config: BenchConfig, *, progress: bool = False) -> BenchRun:
     if plan.skip_reason:
         return BenchRun(plan, out_dir, [], [], [], [c.id for c in plan.cells], {}, 0.0)
     store = RowStore(out_dir / "rows.jsonl")
-    records = store.load()
-    todo = [c for c in plan.cells if not (config.resume and c.id in records)]
-    resumed = [c.id for c in plan.cells if c not in todo]
+    reusable, foreign = store.resumable() if config.resume else ({}, {})
+    records = {c.id: reusable[c.id] for c in plan.cells if c.id in reusable}
+    todo = [c for c in plan.cells if c.id not in records]
+    resumed = list(records)
+    remeasured = {c.id: foreign[c.id] for c in todo if c.id in foreign}
     computed, unfinished = [], []
     pairs = PairCache()
-    from tqdm import tqdm
-
-    with tqdm(total=sum(map(_cost_estimate, todo)), unit="s~", file=sys.stderr, disable=not progress,
-              desc=f"bench {plan.name}", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} est. s "
-              "[{elapsed}<{remaining}] {postfix}") as bar:
+    display = Progress(sum(map(_cost_estimate, todo)), f"bench {plan.name}", unit="est. s") if progress \
+        else contextlib.nullcontext()
+    with display as bar:
         for cell in todo:
             if plan.time_budget_s is not None and time.perf_counter() - started > plan.time_budget_s:
                 unfinished.append(cell.id)
                 continue
-            bar.set_postfix_str(f"{len(computed) + 1}/{len(todo)} {cell.label}")
+            if bar is not None:
+                bar.set_postfix(f"{len(computed) + 1}/{len(todo)} {cell.label}")
             pair = pairs.get(cell)
             record = _record(cell, pair, measure.measure_cell(pair, cell))
             store.append(record)
             records[cell.id] = record
             computed.append(cell.id)
-            bar.update(min(_cost_estimate(cell), bar.total - bar.n))
+            if bar is not None:
+                bar.update(_cost_estimate(cell))
     rows = summarize(plan.cells, records)
+    notes = [freshness_note(records, computed, resumed, remeasured)] + clamp_notes(plan.cells, records)
     files = {"rows.jsonl": store.path}
-    files.update(_write(out_dir, plan, rows, command_line(config), len(unfinished)))
-    return BenchRun(plan, out_dir, rows, computed, resumed, unfinished, files, time.perf_counter() - started)
+    files.update(_write(out_dir, plan, rows, command_line(config), len(unfinished), notes))
+    return BenchRun(plan, out_dir, rows, computed, resumed, unfinished, files, time.perf_counter() - started,
+                    remeasured, notes)
 
 
-def _write(out_dir: Path, plan: Plan, rows: list[dict], command: str | None, unfinished: int) -> dict[str, Path]:
+def _span(records: list[dict]) -> str:
+    times = sorted(r["provenance"]["utc_time"] for r in records if r.get("provenance", {}).get("utc_time"))
+    if not times:
+        return "time unknown"
+    return f"UTC {times[0]}" if times[0] == times[-1] else f"UTC {times[0]} to {times[-1]}"
+
+
+def freshness_note(records: dict[str, dict], computed: list[str], resumed: list[str],
+                   remeasured: dict[str, str]) -> str:
+    """How many cells were measured by this run and how many resumed, and when each were measured."""
+    parts = [f"{len(computed)} cells measured by this run"
+             + (f" ({_span([records[i] for i in computed])})" if computed else "")]
+    if resumed:
+        parts.append(f"{len(resumed)} resumed from an earlier run of the same commit on the same machine "
+                     f"({_span([records[i] for i in resumed])})")
+    else:
+        parts.append("none resumed")
+    if remeasured:
+        example = next(iter(remeasured.values()))
+        parts.append(f"{len(remeasured)} earlier records in rows.jsonl not reused ({example})")
+    return "; ".join(parts)
+
+
+def clamp_notes(cells: list[Cell], records: dict[str, dict]) -> list[str]:
+    """Cells whose max_new_tokens did not fit the model's context: the clamp is reported, never silent."""
+    clamped = [(c, records[c.id]["measurement"].get("max_new_tokens_used")) for c in cells if c.id in records]
+    clamped = [(c, used) for c, used in clamped if used is not None and used < c.max_new_tokens]
+    if not clamped:
+        return []
+    asked = sorted({c.max_new_tokens for c, _ in clamped})
+    used = sorted({u for _, u in clamped})
+    return [f"max_new_tokens clamped to fit the model's context in {len(clamped)} cells: asked "
+            f"{', '.join(map(str, asked))}, generated at most {', '.join(map(str, used))} new tokens"]
+
+
+def _write(out_dir: Path, plan: Plan, rows: list[dict], command: str | None, unfinished: int,
+           notes: list[str]) -> dict[str, Path]:
     from harness.bench.report import write_report
 
-    return write_report(out_dir, plan.name, plan.suite, rows, command=command, unfinished=unfinished)
+    return write_report(out_dir, plan.name, plan.suite, rows, command=command, unfinished=unfinished, notes=notes)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
-import torch
-
-from harness.adapters.loading import check_signature, load_callable, one_row_at_a_time
-from harness.check.engine import CheckConfig
+from harness.adapters.calling import with_timeout
+from harness.adapters.loading import batched_generation, batched_sampler, check_signature, load_callable
+from harness.check.config import CheckConfig
 from harness.check.report import CheckReport
 from harness.errors import HarnessError
 
@@ -36,35 +35,16 @@ def resolve(impl, level: str) -> Callable:
     return fn
 
 
-def batched_sampler(fn: Callable, notes: list[str]) -> Callable:
-    """Probe with B = 2; an implementation that only handles B = 1 is wrapped (and the report says so)."""
-    g = torch.Generator().manual_seed(0)
-    p = torch.full((2, 2, 4), 0.25)
-    q = torch.full((2, 1, 4), 0.25)
-    x = torch.zeros(2, 1, dtype=torch.long)
-    try:
-        out = fn(p, q, x, g)
-        if isinstance(out, torch.Tensor) and out.shape[0] == 2:
-            return fn
-    except Exception:  # noqa: BLE001 - any failure at B = 2 means "try one row at a time"
-        pass
-    try:
-        fn(p[:1], q[:1], x[:1], g)
-    except Exception:  # noqa: BLE001 - fails at B = 1 too: let the real run report it in context
-        return fn
-    notes.append("the implementation handles one row at a time (B = 1): rows were run one by one")
-    return one_row_at_a_time(fn, "sampler")
-
-
 def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
     config.validate()
-    fn = resolve(config.impl, config.level)
+    fn = with_timeout(resolve(config.impl, config.level), config.timeout_s)
     name = _name(config.impl)
+    on_row = getattr(progress, "row", None)  # harness.progress displays: per-row ticks of wrapped B = 1 impls
+    notes: list[str] = []
     if config.level == "sampler":
         from harness.check.sampler import run_sampler_check
 
-        notes: list[str] = []
-        fn = batched_sampler(fn, notes)
+        fn = batched_sampler(fn, notes, on_row)
         report = run_sampler_check(fn, impl_name=name, false_alarm_rate=config.false_alarm_rate, tv=config.tv,
                                    power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
                                    device=config.device, progress=progress, family=config.family,
@@ -72,18 +52,25 @@ def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = Non
                                    inconclusive_tv=config.inconclusive_tv)
         report.notes = notes + report.notes
         return report
-    from harness.check.generation import run_generation_check
+    from harness.check.generation import DEFAULT_SETTINGS, run_generation_check
 
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
-    return run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.false_alarm_rate,
-                                power=config.power, seed=config.seed, samples=generation_samples(config, pair),
-                                gamma=config.gamma, time_budget_s=config.time_budget_s, progress=progress,
-                                stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv)
+    fn = batched_generation(fn, pair, notes, on_row)
+    samples = generation_samples(config, pair.vocab_size)
+    if hasattr(progress, "set_total"):
+        prompts = min(2, len(pair.prompts or [[0]]))  # run_generation_check's default: 2 prompts
+        progress.set_total(samples * prompts * sum(s.temperature > 0 for s in DEFAULT_SETTINGS))
+    report = run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.false_alarm_rate,
+                                  power=config.power, seed=config.seed, samples=samples, gamma=config.gamma,
+                                  time_budget_s=config.time_budget_s, progress=progress,
+                                  stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv)
+    report.notes = notes + report.notes
+    return report
 
 
-def generation_samples(config: CheckConfig, pair) -> int:
-    """Samples per prompt and setting: the user's, or the default for the pair's size."""
-    return config.samples or (20_000 if pair.vocab_size <= 64 else 200)
+def generation_samples(config: CheckConfig, vocab: int) -> int:
+    """Samples per (prompt, sampling setting): the exact joint law of a toy pair affords many."""
+    return config.samples or (20_000 if vocab <= 64 else 200)
 
 
 def load_pair(pair: str, target: str | None = None, draft: str | None = None, *, device: str = "cpu",

@@ -64,6 +64,8 @@ class CheckConfig:
                            "less often than planned keeps sampling up to this)", int, "N")
     inconclusive_tv: float = option(INCONCLUSIVE_TV, "--inconclusive-tv", "a run whose achieved detectable TV is "
                                     "above this is INCONCLUSIVE (exit 3), not PASS", float, "EPS")
+    timeout_s: float | None = option(None, "--timeout", "one implementation call longer than this fails the run "
+                                     "(a hang is a bug: exit 1)", float, "SECONDS")
     stop_on_fail: bool = option(True, "--no-early-stop", "draw every planned sample even after the verdict is "
                                 "decided", action="store_false")
 
@@ -82,7 +84,9 @@ class CheckConfig:
                 raise HarnessError(f"{flag} must be in (0, 1), got {value}")
         for flag, value in (("--samples", self.samples), ("--gamma", self.gamma), ("--max-rows", self.max_rows)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise HarnessError(f"{flag} must be an integer >= 1, got {value}")
+                raise HarnessError(f"{flag} must be >= 1 (an integer), got {value}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise HarnessError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise HarnessError(f"--time-budget must be > 0 seconds, got {self.time_budget_s}")
         if bool(self.target) != bool(self.draft):

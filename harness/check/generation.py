@@ -1,4 +1,4 @@
-"""Generation-level losslessness check (shared/CONTRACT.md §1b): whole generate() over two causal LMs.
+"""Generation-level losslessness check (docs/CONTRACT.md §1b): whole generate() over two causal LMs.
 
 The ground truth is the target alone with the shared processing (specdec_ref.processing):
 - **joint law** (toy pairs, V ≤ 64): the exact law of every L-token continuation of a prompt is
@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from harness.adapters.calling import MalformedOutput
 from harness.check.engine import (
     DEFAULT_FALSE_ALARM_RATE,
     DEFAULT_GAMMA,
@@ -198,9 +199,13 @@ def greedy_target(pair: ModelPair, prompt: list[int], max_new_tokens: int) -> li
 def greedy_impl(impl, pair: ModelPair, prompt: list[int], *, max_new_tokens: int, gamma: int, seed: int) -> list[int]:
     """The implementation's greedy continuation of one prompt."""
     ids = torch.tensor([prompt], device=next(pair.target.parameters()).device)
-    return _tokens(call_impl(impl, pair.target, pair.draft, ids, what="greedy generation",
-                             max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0, top_k=None, top_p=None,
-                             seed=seed)[0])
+    out = call_impl(impl, pair.target, pair.draft, ids, what="greedy generation", max_new_tokens=max_new_tokens,
+                    gamma=gamma, temperature=0.0, top_k=None, top_p=None, seed=seed)
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 1 or out.is_floating_point():
+        got = f"{out.dtype} tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise MalformedOutput(f"the implementation returned {got} during greedy generation, expected an int64 "
+                              "tensor [B = 1, N] of new tokens")
+    return _tokens(out[0])
 
 
 def greedy_tests(impl, pair: ModelPair, prompts: list[list[int]], *, gamma: int, max_new_tokens: int,

@@ -1,4 +1,4 @@
-"""Sampler-level losslessness check (shared/CONTRACT.md §1a): one verification step, many trials.
+"""Sampler-level losslessness check (docs/CONTRACT.md §1a): one verification step, many trials.
 
 For each configuration (p_j, q_j fixed per draft position j; see `CASES`) the harness draws the
 draft tokens x_j ~ q_j itself, calls `verify`, and tests what comes back:
@@ -28,6 +28,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from harness.adapters.calling import ImplementationError, call_impl  # noqa: F401 - re-exported for callers
 from harness.check.engine import (
     DEFAULT_FALSE_ALARM_RATE,
     DEFAULT_POWER,
@@ -283,19 +284,6 @@ def _run_mixed_case(impl, plans: list[CasePlan], n: int, generator, dtype, devic
         if progress:
             progress(size)
     return np.concatenate(outputs), []
-
-
-class ImplementationError(HarnessError):
-    """The implementation raised instead of returning tokens."""
-
-
-def call_impl(impl: Callable, *args, what: str, **kwargs):
-    try:
-        return impl(*args, **kwargs)
-    except HarnessError:
-        raise
-    except Exception as exc:  # a user implementation may raise anything: report it in one line
-        raise ImplementationError(f"the implementation raised {type(exc).__name__} during {what}: {exc}") from exc
 
 
 def _format_problems(out, draft_tokens: torch.Tensor, V: int) -> tuple[list[str], np.ndarray | None]:

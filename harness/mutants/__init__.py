@@ -8,7 +8,7 @@
 Kinds: `mutant` (lossy, must be caught), `equivalent` (cannot change the law, must pass, excluded
 from power claims), `wasteful` (lossless with acceptance below Σ min(p, q): must pass and be reported),
 `control` (independent correct formulations: must pass). Each entry names the real bug it models
-(shared/BUGS.md) in `models`, and what a test needs to catch it in `needs`.
+(docs/BUGS.md) in `models`, and what a test needs to catch it in `needs`.
 """
 
 from harness.mutants.laws import exact_tv, exact_tvs

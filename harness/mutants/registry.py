@@ -1,8 +1,8 @@
 """Registry of the mutant zoo and the correct controls.
 
-Every entry is an `Implementation`: a callable with a contract signature (shared/CONTRACT.md §1a
+Every entry is an `Implementation`: a callable with a contract signature (docs/CONTRACT.md §1a
 `verify` or §1b `generate`), a kind that says what a correct harness must conclude about it, and the
-real bug class (shared/BUGS.md) or failure mode it models:
+real bug class (docs/BUGS.md) or failure mode it models:
 
 - `mutant`: lossy; a harness that passes it has missed a real bug;
 - `equivalent`: a code change that cannot alter the output law; must pass, and is excluded from power claims;

@@ -1,7 +1,7 @@
 """Pure statistics engine of the harness: numpy + scipy only, never torch.
 
 Every check follows the TFP `statistical_testing` contract: a stated false-alarm rate α and a detectable
-discrepancy ε at a power, with the planner beside the test (see shared/STATS.md).
+discrepancy ε at a power, with the planner beside the test.
 
 result        TestResult, the record every check returns
 categorical   one categorical with known p: support, pooled Pearson/G, Monte Carlo Pearson, event tests

@@ -1,7 +1,7 @@
 """Tests that observed counts of one categorical come from a known distribution p.
 
 Inputs are always counts (k,) of non-negative integers and p (k,) float64 summing to 1. The battery
-follows the project playbook (shared/STATS.md): different statistics catch different bugs, so run
+reflects that different statistics catch different bugs, so run
 
 * a support check (no statistics: a draw where p = 0 is a failure),
 * pooled Pearson X² and pooled G (cells with expected count < 5 merged, so the asymptotic χ² p-value is

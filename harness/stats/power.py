@@ -18,7 +18,7 @@ converts between n and ε for the tests in `categorical` and `pit`:
   inequality prover and instance optimal identity testing"; Acharya, Daskalakis & Kamath 2015), so a
   report can say how far above the floor a plan sits.
 
-Defaults α = 1e-3, power 0.95 follow the project playbook (shared/STATS.md).
+Defaults: false-alarm rate 1e-3 and power 0.95, the project's standard plan.
 """
 
 from __future__ import annotations

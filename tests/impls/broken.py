@@ -61,3 +61,63 @@ def shared_uniforms_across_rows(target_probs, draft_probs, draft_tokens, generat
     B, gamma = draft_tokens.shape
     u = torch.rand((B + 1) // 2, gamma + 1, generator=generator, dtype=torch.float64).repeat_interleave(2, 0)[:B]
     return verify_from_uniforms(target_probs, draft_probs, draft_tokens, u[:, :gamma], u[:, gamma]).tokens
+
+
+def returns_none(target_probs, draft_probs, draft_tokens, generator):
+    return None
+
+
+def returns_list(target_probs, draft_probs, draft_tokens, generator):
+    return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens.tolist()
+
+
+def returns_float(target_probs, draft_probs, draft_tokens, generator):
+    return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens.float()
+
+
+def raises_without_message(target_probs, draft_probs, draft_tokens, generator):
+    raise RuntimeError()
+
+
+_calls = {"flaky": 0}
+
+
+def flaky(target_probs, draft_probs, draft_tokens, generator):
+    """Raises on its 1st, 4th, 7th ... call: a single probe call would take it for a B = 1 implementation."""
+    _calls["flaky"] += 1
+    if _calls["flaky"] % 3 == 1:
+        raise ValueError("flaky kernel launch")
+    return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens
+
+
+def one_row_none_beyond_gamma1(target_probs, draft_probs, draft_tokens, generator):
+    """B = 1 only; returns None (not tokens) whenever γ > 1 (the B = 1 probe uses γ = 1)."""
+    if draft_tokens.shape[0] != 1:
+        raise ValueError("batch size 1 only")
+    if draft_tokens.shape[1] > 1:
+        return None
+    return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens
+
+
+def hangs(target_probs, draft_probs, draft_tokens, generator):
+    import time
+
+    time.sleep(30)
+
+
+def generate_raises(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+    raise KeyError("past_key_values")
+
+
+def generate_returns_none(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+    return None
+
+
+def generate_one_row(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+    """The reference, refusing B > 1 (many third-party implementations do)."""
+    from specdec_ref.adapters import generate
+
+    if input_ids.shape[0] != 1:
+        raise ValueError("only batch size 1 is supported")
+    return generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature,
+                    top_k=top_k, top_p=top_p, seed=seed)

@@ -1,0 +1,3 @@
+"""An implementation module that fails while being imported."""
+
+raise RuntimeError("config file not found: ~/.myengine.toml")
