@@ -316,10 +316,11 @@ def walk(
     return Walk(node, tokens, rule.final(p_cur), threshold)
 
 
-def emitted(w: Walk, shape: TreeShape, final_token: Tensor) -> Tensor:
-    """[B, D + 1]: the path tokens, the final token at column depth(node), then −1."""
-    depth = torch.tensor(shape.depth, device=w.node.device)[w.node]  # [B]
-    out = torch.cat([w.tokens, w.tokens.new_full((w.tokens.shape[0], 1), -1)], dim=1)
+def emitted(path: Tensor, node: Tensor, shape: TreeShape, final_token: Tensor) -> Tensor:
+    """path [B, D] accepted tokens, node [B] last target index, final_token [B] -> [B, D + 1]: the path,
+    the final token at column depth(node), then −1."""
+    depth = torch.tensor(shape.depth, device=node.device)[node]  # [B]
+    out = torch.cat([path, path.new_full((path.shape[0], 1), -1)], dim=1)
     out[torch.arange(out.shape[0], device=out.device), depth] = final_token
     return out
 
@@ -337,7 +338,7 @@ def tree_verify_from_uniforms(
     """`rule` on given uniforms (validated unless `shape` is passed in)."""
     shape = shape or validate_tree(parents, draft_tokens, draft_probs, target_probs)
     w = walk(target_probs, draft_probs, draft_tokens, shape, u_accept, rule)
-    return emitted(w, shape, sample_from_uniform(w.final_law, u_final))
+    return emitted(w.tokens, w.node, shape, sample_from_uniform(w.final_law, u_final))
 
 
 def tree_verify(
