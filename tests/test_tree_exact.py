@@ -68,7 +68,7 @@ def test_exact_laws_agree_with_sampling_the_adapters():
         out = adapter(p.expand(B, -1, -1), probs, tokens, torch.tensor(shape.parents), g)
         measured = torch.from_numpy(read_paths(out.numpy(), tokens.numpy(), shape)[0].mean(0))
         _, exact = exact_node_laws(rule, shape, p, q, scheme)
-        sigma = (exact * (1 - exact) / B).sqrt().clamp_min(1e-4)
+        sigma = (exact * (1 - exact) / B).clamp_min(0).sqrt().clamp_min(1e-4)
         assert ((measured - exact).abs() <= 5 * sigma).all(), (scheme, measured, exact)
 
 
@@ -166,3 +166,49 @@ def test_output_format_of_the_adapters():
         assert out.shape == (500, 4) and out.dtype == torch.int64
         assert format_problems(out, tokens.numpy(), shape, 4)[0] == []
 
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_single_coin_law_at_thresholds_one_is_exactly_p(scheme):
+    from harness.mutants.tree import single_coin_rule
+
+    shape = tree_shape(full_tree([3, 1]))
+    p, q = _laws(shape, 4, 7, 1.5)
+    laws, reach = exact_node_laws(single_coin_rule(1.0, 1.0), shape, p, q, scheme)
+    for t in range(shape.n_nodes + 1):
+        if reach[t] > 1e-12:
+            torch.testing.assert_close(laws[t], p[t], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("thresholds", [(1.0, 1.0), (0.5, 0.5)])
+def test_single_coin_sampling_matches_its_exact_walk_law(thresholds):
+    """The one-coin-per-level code and its conditional-threshold walk have the same P(reach node) (5 σ)."""
+    from harness.check.tree import draw_tree, read_paths
+    from harness.mutants.tree import single_coin, single_coin_rule
+
+    shape = tree_shape(full_tree([3, 2]))
+    p, q = _laws(shape, 4, 8, 1.5)
+    B = 40_000
+    g = torch.Generator().manual_seed(12)
+    tokens, probs = draw_tree(shape, q, "without_replacement", B, g)
+    out = single_coin(*thresholds)(p.expand(B, -1, -1), probs, tokens, torch.tensor(shape.parents), g)
+    measured = torch.from_numpy(read_paths(out.numpy(), tokens.numpy(), shape)[0].mean(0))
+    _, exact = exact_node_laws(single_coin_rule(*thresholds), shape, p, q, "without_replacement")
+    sigma = (exact * (1 - exact) / B).clamp_min(0).sqrt().clamp_min(1e-4)
+    assert ((measured - exact).abs() <= 5 * sigma).all(), (measured, exact)
+
+
+def test_zoo_exact_tvs():
+    """Every walk mutant is far from p on some scheme; the two that only misread sibling laws are exact
+    (equivalent) on i.i.d. siblings, whose laws are all equal; controls are exact everywhere."""
+    from harness.mutants.registry import get
+    from harness.mutants.tree import TREE_RULES, exact_tree_tv_table
+
+    table = exact_tree_tv_table(list(TREE_RULES))
+    for name, row in table.items():
+        if get(name).kind == "control":
+            assert max(row.values()) < 1e-12, (name, row)
+        else:
+            assert max(row.values()) > 0.05, (name, row)
+    for name in ("specinfer_q_for_unsampled_candidates", "residual_wrong_sibling"):
+        assert table[name]["iid"] < 1e-12 and table[name]["without_replacement"] > 0.05

@@ -248,6 +248,23 @@ def single_coin(threshold_single: float, threshold_acc: float) -> Callable:
     return verify
 
 
+def single_coin_rule(threshold_single: float, threshold_acc: float) -> SiblingRule:
+    """The law of `single_coin` as a walk (for exact laws): one coin per level, conditioned on the earlier
+    siblings' rejections, accepts sibling i with probability min(1, (m_i / t_acc) / (1 − T / t_acc)), T the
+    target mass tried so far and m_i the sibling's untried mass (1 when m_i ≥ t_single). The working law
+    is the target with tried tokens zeroed, kept unnormalised so that T = 1 − its sum."""
+    def threshold(left: Tensor, d: Tensor, x: Tensor) -> Tensor:
+        mass = left.gather(1, x.unsqueeze(1)).squeeze(1)
+        room = (1 - (1 - left.sum(1)) / threshold_acc).clamp_min(1e-300)  # P(coin above the tried mass)
+        a = (mass / threshold_acc / room).clamp(0, 1)
+        return torch.where(mass >= threshold_single, torch.ones_like(a), a)
+
+    def zero_tried(left: Tensor, d: Tensor, x: Tensor) -> Tensor:
+        return left.scatter(1, x.unsqueeze(1), 0.0)
+
+    return TOPK._replace(threshold=threshold, reject=zero_tried, final=normalized)
+
+
 _single_coin_exact = single_coin(1.0, 1.0)
 _single_coin_relaxed = single_coin(SGLANG_THRESHOLD_SINGLE, SGLANG_THRESHOLD_ACC)
 
@@ -267,6 +284,29 @@ def sglang_relaxed_thresholds(target_probs, draft_probs, draft_tokens, parents, 
     when the coin is under twice the cumulated mass, or when its own target mass is ≥ 0.5 (lossy by
     design: must fail, never be reported lossless)."""
     return _single_coin_relaxed(target_probs, draft_probs, draft_tokens, parents, generator)
+
+
+TREE_RULES["tree_single_coin"] = single_coin_rule(1.0, 1.0)
+TREE_RULES["sglang_relaxed_thresholds"] = single_coin_rule(SGLANG_THRESHOLD_SINGLE, SGLANG_THRESHOLD_ACC)
+
+# Trees small enough to enumerate (V = 4), one per scheme: where the exact TVs of the zoo are computed.
+EXACT_CASES = {"iid": ((-1, -1, 0, 0, 1, 1), "iid"), "without_replacement": ((-1, -1, -1, 0, 1, 2), "without_replacement"),
+               "topk": ((-1, -1, 0, 0, 1, 1), "topk")}
+
+
+def exact_tree_tv_table(names: list[str], V: int = 4, seed: int = 0) -> dict[str, dict[str, float]]:
+    """{name: {scheme: worst node TV}} on EXACT_CASES with laws softmax(N(0, 1.5²)) and a noisy draft."""
+    from specdec_ref.tree import tree_shape
+
+    out: dict[str, dict[str, float]] = {name: {} for name in names}
+    g = torch.Generator().manual_seed(seed)
+    for scheme, (parents, _) in EXACT_CASES.items():
+        shape = tree_shape(parents)
+        z = 1.5 * torch.randn(shape.n_nodes + 1, V, generator=g, dtype=torch.float64)
+        p, q = torch.softmax(z, -1), torch.softmax(z + torch.randn(z.shape, generator=g, dtype=torch.float64), -1)
+        for name in names:
+            out[name][scheme] = max(exact_tree_tvs(TREE_RULES[name], shape, p, q, scheme))
+    return out
 
 
 def tree_zoo_rates(names: list[str], seeds: range, *, cases: list[str] | None = None, rows: int | None = None,
@@ -299,5 +339,5 @@ def tree_case_tensors(name: str) -> tuple[TreeShape, Tensor, Tensor, str]:
     return plan.shape, torch.from_numpy(plan.p), torch.from_numpy(plan.q), plan.case.scheme
 
 
-__all__ = ["TREE_RULES", "enumerate_drafts", "exact_node_laws", "exact_tree_tvs", "single_coin",
+__all__ = ["EXACT_CASES", "TREE_RULES", "enumerate_drafts", "exact_tree_tv_table", "single_coin_rule", "exact_node_laws", "exact_tree_tvs", "single_coin",
            "tree_case_tensors", "tree_zoo_rates"]
