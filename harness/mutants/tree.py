@@ -309,26 +309,66 @@ def exact_tree_tv_table(names: list[str], V: int = 4, seed: int = 0) -> dict[str
     return out
 
 
-def tree_zoo_rates(names: list[str], seeds: range, *, cases: list[str] | None = None, rows: int | None = None,
-                   false_alarm_rate: float = 1e-3, stop_on_fail: bool = True) -> dict[str, dict]:
-    """Run `run_tree_check` for each registered tree entry over `seeds`: {name: {"fails", "runs", "seconds"}}."""
+def run_tree_campaign(*, mutant_seeds: int = 20, control_seeds: int = 200, control_rows: int = 20_000,
+                      gate: float = 1e-3, names: list[str] | None = None) -> dict:
+    """Every tree entry through `run_tree_check`: mutants at the default plan over `mutant_seeds` seeds (a run
+    stops once decided), controls over `control_seeds` seeds with `control_rows` rows per case (the whole
+    run, no early stop). Returns {"rows": [...], "config": {...}}: per entry the runs, failures at the gate,
+    and each run's family p (smallest Holm-adjusted p-value) for rates at other levels."""
     import time
 
     from harness.check.tree import run_tree_check
-    from harness.mutants.registry import get
+    from harness.mutants.registry import get, implementations
 
-    out = {}
+    names = names or [i.name for i in implementations(level="tree")]
+    exact = exact_tree_tv_table([n for n in names if n in TREE_RULES])
+    rows = []
     for name in names:
         impl = get(name)
-        started, fails, worst = time.perf_counter(), 0, 1.0
-        for seed in seeds:
-            report = run_tree_check(impl.fn, impl_name=name, seed=seed, cases=cases, rows=rows,
-                                    false_alarm_rate=false_alarm_rate, stop_on_fail=stop_on_fail)
-            fails += report.verdict == "fail"
-            worst = min([worst] + [t.details.get("p_holm", 1.0) for t in report.tests])
-        out[name] = {"kind": impl.kind, "fails": fails, "runs": len(seeds), "min_p_holm": worst,
-                     "seconds": time.perf_counter() - started}
-    return out
+        started, family_p = time.perf_counter(), []
+        mutant = impl.kind == "mutant"
+        for seed in range(mutant_seeds if mutant else control_seeds):
+            report = run_tree_check(impl.fn, impl_name=name, seed=(0 if mutant else 1000) + seed,
+                                    rows=None if mutant else control_rows, false_alarm_rate=gate, stop_on_fail=mutant)
+            family_p.append(min(t.details.get("p_holm", 1.0) for t in report.tests))
+        rows.append({"name": name, "kind": impl.kind, "models": impl.models, "runs": len(family_p),
+                     "fails_at_gate": sum(p <= gate for p in family_p), "family_p": family_p,
+                     "exact_tv": exact.get(name, {}), "seconds": time.perf_counter() - started})
+    return {"rows": rows, "config": {"mutant_seeds": mutant_seeds, "control_seeds": control_seeds,
+                                     "control_rows": control_rows, "gate": gate}}
+
+
+def tree_campaign_markdown(result: dict, meta: dict) -> str:
+    """The campaign as a report.md table (rates with Clopper–Pearson 95 % intervals)."""
+    from harness.campaign import clopper_pearson
+
+    cfg = result["config"]
+    lines = ["# Tree-level zoo: detection and false-alarm rates", "",
+             f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
+             f"Gate: family-wise false-alarm rate {cfg['gate']:g} (Holm). Mutants: {cfg['mutant_seeds']} seeds at the "
+             f"default plan (stops once decided). Controls: {cfg['control_seeds']} seeds, {cfg['control_rows']} rows "
+             "per case, every case. Exact TV: worst node on small enumerable trees (V = 4), per sibling scheme.", "",
+             "| implementation | kind | models | runs | failed at gate (95% CI) | family p ≤ 0.05 | exact TV iid / wr / topk | s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        k, n = r["fails_at_gate"], r["runs"]
+        lo, hi = clopper_pearson(k, n)
+        at05 = sum(p <= 0.05 for p in r["family_p"])
+        tvs = " / ".join(f"{r['exact_tv'][s]:.3f}" for s in EXACT_CASES) if r["exact_tv"] else "n/a"
+        lines.append(f"| `{r['name']}` | {r['kind']} | {r['models']} | {n} | {k}/{n} ({100 * lo:.1f}%–{100 * hi:.1f}%) "
+                     f"| {at05}/{n} | {tvs} | {r['seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_tree_campaign(result: dict, out_dir: str) -> None:
+    """campaign.json (with provenance) and report.md under out_dir, written atomically."""
+    from pathlib import Path
+
+    from harness.records import atomic_write_json, atomic_write_text, provenance
+
+    meta = provenance(seed=None)
+    atomic_write_json(Path(out_dir) / "campaign.json", {**result, **meta})
+    atomic_write_text(Path(out_dir) / "report.md", tree_campaign_markdown(result, meta))
 
 
 def tree_case_tensors(name: str) -> tuple[TreeShape, Tensor, Tensor, str]:
@@ -340,4 +380,4 @@ def tree_case_tensors(name: str) -> tuple[TreeShape, Tensor, Tensor, str]:
 
 
 __all__ = ["EXACT_CASES", "TREE_RULES", "enumerate_drafts", "exact_tree_tv_table", "single_coin_rule", "exact_node_laws", "exact_tree_tvs", "single_coin",
-           "tree_case_tensors", "tree_zoo_rates"]
+           "run_tree_campaign", "tree_case_tensors", "write_tree_campaign"]
