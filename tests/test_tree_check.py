@@ -61,7 +61,7 @@ def test_zoo_models_the_bugs_of_the_brief():
     names = {i.name for i in TREE}
     assert {"specinfer_q_for_unsampled_candidates", "fallback_unprocessed_logits", "sglang_relaxed_thresholds",
             "rejected_sibling_not_zeroed", "residual_wrong_sibling"} <= names
-    assert {"tree_reference_specinfer", "tree_reference_topk", "tree_single_coin"} <= {
+    assert {"tree_reference_specinfer", "tree_reference_topk", "tree_single_coin", "tree_exponential_race"} <= {
         i.name for i in TREE if i.kind == "control"}
     assert "lossy by design" in get("sglang_relaxed_thresholds").models
     for impl in TREE:

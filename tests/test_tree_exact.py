@@ -180,6 +180,25 @@ def test_single_coin_law_at_thresholds_one_is_exactly_p(scheme):
             torch.testing.assert_close(laws[t], p[t], atol=1e-12, rtol=0)
 
 
+def test_exponential_race_control_matches_the_reference_reach():
+    """The independent SpecInfer formulation (exponential clocks) reaches every node as often as the exact
+    law of the reference walk says (5 σ), on sampled and on distinct siblings."""
+    from harness.check.tree import draw_tree, read_paths
+    from harness.mutants.tree import tree_exponential_race
+
+    shape = tree_shape(full_tree([3, 2]))
+    p, q = _laws(shape, 4, 9, 1.5)
+    B = 40_000
+    for scheme in ("iid", "without_replacement"):
+        g = torch.Generator().manual_seed(13)
+        tokens, probs = draw_tree(shape, q, scheme, B, g)
+        out = tree_exponential_race(p.expand(B, -1, -1), probs, tokens, torch.tensor(shape.parents), g)
+        measured = torch.from_numpy(read_paths(out.numpy(), tokens.numpy(), shape)[0].mean(0))
+        _, exact = exact_node_laws(SPECINFER, shape, p, q, scheme)
+        sigma = (exact * (1 - exact) / B).clamp_min(0).sqrt().clamp_min(1e-4)
+        assert ((measured - exact).abs() <= 5 * sigma).all(), (scheme, measured, exact)
+
+
 @pytest.mark.parametrize("thresholds", [(1.0, 1.0), (0.5, 0.5)])
 def test_single_coin_sampling_matches_its_exact_walk_law(thresholds):
     """The one-coin-per-level code and its conditional-threshold walk have the same P(reach node) (5 σ)."""

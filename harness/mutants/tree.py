@@ -277,6 +277,41 @@ def tree_single_coin(target_probs, draft_probs, draft_tokens, parents, generator
     return _single_coin_exact(target_probs, draft_probs, draft_tokens, parents, generator)
 
 
+@register(level="tree", kind="control", models="control: SpecInfer multi-step speculative sampling (arXiv 2305.09781), "
+          "an independent formulation (exponential clocks, unnormalised residuals)")
+def tree_exponential_race(target_probs, draft_probs, draft_tokens, parents, generator):
+    """SpecInfer against the declared laws with exponential clocks for every random choice: accept child c
+    iff E_c > log d_c(x) − log p′(x) (probability min(1, p′/d_c)); the residual (p′ − m·d_c)₊ is kept
+    unnormalised with its mass m; the last token is argmin_y E_y / r(y) over the working law r."""
+    shape = validate_tree(parents, draft_tokens, draft_probs, target_probs)
+    B, N = draft_tokens.shape
+    V = target_probs.shape[-1]
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    clocks = torch.empty(B, N + V, dtype=torch.float64, device=gen_device).exponential_(generator=generator)
+    clocks = clocks.to(target_probs.device)
+    node = torch.zeros(B, dtype=torch.long, device=target_probs.device)
+    r = target_probs[:, 0].to(torch.float64, copy=True)  # working law (own copy), unnormalised: mass r.sum()
+    tokens = torch.full((B, shape.max_depth), -1, dtype=torch.long, device=target_probs.device)
+    for n in range(N):
+        rows = (node == shape.parents[n] + 1).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            continue
+        x = draft_tokens[rows, n].long()
+        mass = r[rows].sum(1)
+        d = draft_probs[rows, n].double()
+        d = d / d.sum(1, keepdim=True)
+        r_x, d_x = r[rows].gather(1, x.unsqueeze(1)).squeeze(1), d.gather(1, x.unsqueeze(1)).squeeze(1)
+        ok = clocks[rows, n] > d_x.log() - (r_x / mass).log()  # −inf (d_x = 0) accepts, +inf (r_x = 0) rejects
+        rej = rows[~ok]
+        r[rej] = (r[rej] - mass[~ok].unsqueeze(1) * d[~ok]).clamp_min(0)
+        acc = rows[ok]
+        node[acc] = n + 1
+        r[acc] = target_probs[acc, n + 1].double()
+        tokens[acc, shape.depth[n + 1] - 1] = x[ok]
+    final = (r.log() - clocks[:, N:].log()).argmax(1)  # r(y) = 0 never wins
+    return emitted(tokens, node, shape, final)
+
+
 @register(level="tree", kind="mutant",
           models="lossy by design: SGLang --speculative-accept-threshold-single/-acc < 1 (relaxed acceptance)")
 def sglang_relaxed_thresholds(target_probs, draft_probs, draft_tokens, parents, generator):
