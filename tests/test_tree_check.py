@@ -223,3 +223,19 @@ def test_implementation_errors_are_reported():
     with pytest.raises(HarnessError, match="raised RuntimeError during tree case"):
         _check(raises, cases=["topk-b2-d4"], rows=100)
     assert tree_zoo.TREE_RULES["tree_reference_specinfer"] is SPECINFER
+
+
+def _pairs_share_uniforms(target_probs, draft_probs, draft_tokens, parents, generator):
+    """Planted: rows 2k and 2k + 1 use the same uniforms (each row's own law is still exact)."""
+    from specdec_ref.tree import tree_verify_from_uniforms
+
+    B, N = draft_tokens.shape
+    u = torch.rand((B + 1) // 2, N + 1, generator=generator, dtype=torch.float64).repeat_interleave(2, 0)[:B]
+    return tree_verify_from_uniforms(target_probs, draft_probs, draft_tokens, parents, u[:, :N], u[:, N])
+
+
+def test_row_independence_catches_uniforms_shared_across_rows():
+    report = _check(_pairs_share_uniforms, cases=["topk-b2-d4"], rows=20_000)
+    assert report.verdict == "fail"
+    rejected = {t.name for t in report.tests if t.reject}
+    assert rejected == {"topk-b2-d4/rows_independent"}  # every per-node law is right: only this test sees it
