@@ -81,7 +81,7 @@ EXIT_INCONCLUSIVE = 3
 
 
 def _cmd_verify(args) -> int:
-    from harness.check.api import planned_rows, resolve, run_verify
+    from harness.check.api import contract_of, planned_rows, resolve, run_verify
     from harness.check.config import CheckConfig
     from harness.configs import from_args
     from harness.records import atomic_write_json
@@ -98,7 +98,7 @@ def _cmd_verify(args) -> int:
     if args.level == "generation":
         preflight.pair(args.pair, args.target, args.draft)
     preflight.threads(args.threads)
-    resolve(config.impl, config.level)  # usage errors before any progress bar
+    resolve(config.impl, contract_of(config))  # usage errors before any progress bar
     with Progress(planned_rows(config), f"verify {args.level}",
                   unit="rows" if args.level == "sampler" else "samples") as bar:
         report = run_verify(config, progress=bar)

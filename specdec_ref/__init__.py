@@ -20,6 +20,7 @@ Modules:
 - `verify`     — the acceptance rule (stochastic and greedy), batched over rows.
 - `runners`    — how logits are obtained from a transformers model: KV-cached or recomputed.
 - `generate`   — whole speculative generation and the autoregressive baseline, with statistics.
+- `tree`       — one verification step over a token tree (SpecInfer, deterministic top-k children).
 - `toy`        — tiny real transformers models whose exact law is computable by enumeration.
 - `adapters`   — the contract signatures (`verify`, `generate`) the harness calls.
 """

@@ -2,12 +2,18 @@
 
 - `specdec_ref.adapters:verify`   — one verification step (§1a), Leviathan Algorithm 1.
 - `specdec_ref.adapters:generate` — whole speculative generation (§1b).
+- `specdec_ref.adapters:tree_verify_specinfer` — one tree step (docs/CONTRACT-tree.md), SpecInfer
+  multi-step speculative sampling with each node tested against its declared law (i.i.d. or
+  without-replacement siblings; point masses for deterministic ones).
+- `specdec_ref.adapters:tree_verify_topk` — one tree step with every sibling treated as a point mass
+  (EAGLE / SGLang top-k trees); ignores draft_probs, lossless for any drafter.
 """
 
 from __future__ import annotations
 
 import torch
 
+from specdec_ref import tree
 from specdec_ref.generate import default_eos, speculative_generate
 from specdec_ref.verify import verify_step
 
@@ -50,3 +56,23 @@ def cache_strategy(input_ids: torch.Tensor, max_new_tokens: int, model) -> str:
     short = input_ids.dim() == 2 and input_ids.shape[1] + max_new_tokens <= _RECOMPUTE_MAX_POSITIONS
     tiny = sum(p.numel() for p in model.parameters()) <= _RECOMPUTE_MAX_PARAMETERS
     return "recompute" if short and tiny and input_ids.shape[0] > 1 else "cache"
+
+
+def tree_verify_specinfer(
+    target_probs: torch.Tensor,  # [B, N+1, V] target law at the root, then after every node
+    draft_probs: torch.Tensor,  # [B, N, V] the law each node's token was drawn from
+    draft_tokens: torch.Tensor,  # [B, N]
+    parents: torch.Tensor,  # [N] parent node index, -1 = root
+    generator: torch.Generator,
+) -> torch.Tensor:  # [B, D+1] accepted path, one more token, -1 padded
+    return tree.tree_verify(target_probs, draft_probs, draft_tokens, parents, generator, tree.SPECINFER)
+
+
+def tree_verify_topk(
+    target_probs: torch.Tensor,  # [B, N+1, V]
+    draft_probs: torch.Tensor,  # [B, N, V] (validated, not used: siblings are point masses)
+    draft_tokens: torch.Tensor,  # [B, N]
+    parents: torch.Tensor,  # [N]
+    generator: torch.Generator,
+) -> torch.Tensor:  # [B, D+1]
+    return tree.tree_verify(target_probs, draft_probs, draft_tokens, parents, generator, tree.TOPK)

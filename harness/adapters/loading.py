@@ -19,6 +19,7 @@ from harness.adapters.calling import ImplementationTimeout, MalformedOutput
 from harness.errors import HarnessError
 
 VERIFY_PARAMS = ("target_probs", "draft_probs", "draft_tokens", "generator")
+TREE_VERIFY_ARITY = 5  # tree verify(target_probs, draft_probs, draft_tokens, parents, generator)
 GENERATE_KEYWORDS = ("max_new_tokens", "gamma", "temperature", "top_k", "top_p", "seed")
 
 
@@ -66,11 +67,14 @@ def check_signature(fn: Callable, level: str, spec: str) -> None:
     try:
         if level == "sampler":
             sig.bind(*([None] * 4))
+        elif level == "tree":
+            sig.bind(*([None] * TREE_VERIFY_ARITY))
         else:
             sig.bind(None, None, None, **dict.fromkeys(GENERATE_KEYWORDS))
     except TypeError as exc:
-        want = ("verify(target_probs, draft_probs, draft_tokens, generator)" if level == "sampler" else
-                "generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed)")
+        want = {"sampler": "verify(target_probs, draft_probs, draft_tokens, generator)",
+                "tree": "tree_verify(target_probs, draft_probs, draft_tokens, parents, generator)"}.get(
+            level, "generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed)")
         raise HarnessError(f"{spec} has signature {fn.__name__}{sig}, which cannot be called as the "
                            f"{level}-level contract {want}: {exc}") from exc
 

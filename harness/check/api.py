@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from harness.adapters.calling import with_timeout
 from harness.adapters.loading import batched_generation, batched_sampler, check_signature, load_callable
-from harness.check.config import CheckConfig
+from harness.check.config import DEFAULT_TV, CheckConfig
 from harness.check.report import CheckReport
 from harness.errors import HarnessError
 
@@ -25,8 +25,13 @@ def _name(impl) -> str:
     return impl if isinstance(impl, str) else f"{getattr(impl, '__module__', '?')}:{getattr(impl, '__qualname__', impl)}"
 
 
+def contract_of(config: CheckConfig) -> str:
+    """The signature an implementation must have: a §1a step, a tree step, or a §1b generate."""
+    return "tree" if config.level == "sampler" and config.family == "tree" else config.level
+
+
 def resolve(impl, level: str) -> Callable:
-    if level not in ("sampler", "generation"):
+    if level not in ("sampler", "generation", "tree"):
         raise HarnessError(f"--level must be 'sampler' or 'generation' for an implementation, got {level!r}")
     fn = load_callable(impl) if isinstance(impl, str) else impl
     if not callable(fn):
@@ -37,10 +42,19 @@ def resolve(impl, level: str) -> Callable:
 
 def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
     config.validate()
-    fn = with_timeout(resolve(config.impl, config.level), config.timeout_s)
+    fn = with_timeout(resolve(config.impl, contract_of(config)), config.timeout_s)
     name = _name(config.impl)
     on_row = getattr(progress, "row", None)  # harness.progress displays: per-row ticks of wrapped B = 1 impls
     notes: list[str] = []
+    if contract_of(config) == "tree":
+        from harness.check.tree import DEFAULT_TV as TREE_TV
+        from harness.check.tree import run_tree_check
+
+        tv = TREE_TV if config.tv == DEFAULT_TV else config.tv  # trees are planned at 0.05 unless --tv is given
+        return run_tree_check(fn, impl_name=name, false_alarm_rate=config.false_alarm_rate, tv=tv,
+                              power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
+                              max_rows=config.max_rows, stop_on_fail=config.stop_on_fail, progress=progress,
+                              inconclusive_tv=config.inconclusive_tv)
     if config.level == "sampler":
         from harness.check.sampler import run_sampler_check
 
@@ -94,6 +108,8 @@ def planned_rows(config: CheckConfig) -> int | None:
     from harness.check.engine import plan_cell
     from harness.check.sampler import SamplerSource
 
+    if contract_of(config) == "tree":
+        return None
     cells = SamplerSource(None).cells(config)
     m = sum(cell.declared_tests() + 1 for cell in cells)
     return sum(min(config.max_rows, config.samples or plan_cell(c, config.false_alarm_rate / m, config.power))

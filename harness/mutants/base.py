@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-LEVELS = ("sampler", "generation")
+LEVELS = ("sampler", "generation", "tree")  # tree: docs/CONTRACT-tree.md, entries in harness.mutants.tree
 KINDS = ("mutant", "equivalent", "wasteful", "control")
 
 
@@ -19,7 +19,7 @@ class Implementation:
     """One named implementation of the §1a or §1b contract, with what it models."""
 
     name: str  # unique across levels, e.g. "residual_from_p"
-    level: str  # "sampler" (§1a verify) | "generation" (§1b generate)
+    level: str  # "sampler" (§1a verify) | "generation" (§1b generate) | "tree" (tree verify step)
     fn: Callable  # the contract callable itself
     kind: str  # "mutant" | "equivalent" | "wasteful" | "control"
     models: str  # the BUGS.md row (public record) or failure mode it stands for
