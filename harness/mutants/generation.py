@@ -32,7 +32,7 @@ from specdec_ref.generate import (
     processed,
     speculative_generate,
 )
-from specdec_ref.processing import check_finite_logits
+from specdec_ref.processing import SamplingParams, check_finite_logits
 from specdec_ref.runners import RecomputeRunner
 from specdec_ref.verify import greedy_verify
 
@@ -55,30 +55,34 @@ def hooked_generate(
     seed: int,
     hooks: StepHooks = REFERENCE_HOOKS,
     cache: str | None = None,  # None: the reference adapter's choice (cache_strategy)
+    **extra,  # the optional sampling parameters (min_p, logit_bias, ...)
 ) -> GenerationResult:
     """The reference's speculative loop (same random streams, same order of draws) with `hooks`."""
     return speculative_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                 eos_token_id=default_eos(target), hooks=hooks,
-                                cache=cache or cache_strategy(input_ids, max_new_tokens, target))
+                                cache=cache or cache_strategy(input_ids, max_new_tokens, target), **extra)
 
 
 # ---------------------------------------------------------------- swapped parts
 
-def _target_ignores_sampling(logits, temperature, top_k, top_p):
-    return processed(logits, temperature if temperature == 0 else 1.0, None, None)
+RAW = SamplingParams(1.0)  # softmax of the logits, nothing else
 
 
-def _processed_first_position_only(logits, temperature, top_k, top_p):
-    p = processed(logits, temperature, top_k, top_p)  # [A, g+1, V]
-    if temperature == 0:
+def _target_ignores_sampling(logits, params, history):
+    return processed(logits, SamplingParams(0.0) if params.temperature == 0 else RAW)
+
+
+def _processed_first_position_only(logits, params, history):
+    p = processed(logits, params, history)  # [A, g+1, V]
+    if params.temperature == 0:
         return p
-    return torch.cat([p[:, :1], processed(logits[:, 1:], 1.0, None, None)], dim=1)
+    return torch.cat([p[:, :1], processed(logits[:, 1:], RAW)], dim=1)
 
 
-def _draft_q_unprocessed(logits, temperature, top_k, top_p):
-    q = processed(logits, temperature, top_k, top_p)
-    return q, (q if temperature == 0 else processed(logits, 1.0, None, None))
+def _draft_q_unprocessed(logits, params, history):
+    q = processed(logits, params, history)
+    return q, (q if params.temperature == 0 else processed(logits, RAW))
 
 
 def _argmax_draft(q: Tensor, u: Tensor) -> Tensor:
@@ -89,9 +93,9 @@ def _greedy_verify_always(p, q, x, u_accept, u_final, temperature):
     return greedy_verify(p, x)
 
 
-def _greedy_last_index_on_ties(logits, temperature, top_k, top_p):
-    if temperature != 0:
-        return processed(logits, temperature, top_k, top_p)
+def _greedy_last_index_on_ties(logits, params, history):
+    if params.temperature != 0:
+        return processed(logits, params, history)
     check_finite_logits(logits)
     V = logits.shape[-1]
     last = V - 1 - logits.flip(-1).argmax(dim=-1)  # the last maximal index
@@ -168,10 +172,10 @@ def lifted(rule: Rule) -> Callable:
 def _zoo(hooks: Hooks, *, kind: str, models: str, needs: tuple[str, ...] = (), pair: str | None = None):
     """Register a §1b `generate` that runs `hooked_generate` with `hooks`; docstring = description."""
     def deco(fn):
-        def generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+        def generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed, **extra):
             return hooked_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
                                    temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                   hooks=hooks).tokens
+                                   hooks=hooks, **extra).tokens
 
         generate.__name__, generate.__qualname__, generate.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         generate.hooks = hooks
@@ -193,11 +197,12 @@ register("target_only", level="generation", kind="control", models="control: pla
 
 @register(level="generation", kind="control", models="control: the reference, per-row KV-cache path",
           needs=("rows run one at a time: slow for thousands of rows",))
-def reference_kv_cache(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+def reference_kv_cache(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                       **extra):
     """The reference with per-row KV caches forced (cropped after every rejection)."""
     return speculative_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                eos_token_id=default_eos(target), cache="cache").tokens
+                                eos_token_id=default_eos(target), cache="cache", **extra).tokens
 
 
 @_zoo(Hooks(), kind="control", models="control: the mutants' loop with no hook changed")
