@@ -11,6 +11,7 @@ import sys
 
 from harness.errors import HarnessError
 from specdec_ref.errors import SpecDecInputError
+from specdec_ref.processing import ORDERS
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -74,7 +75,7 @@ def _cmd_verify(args) -> int:
     config = VerifyConfig(impl=args.impl, level=args.level, pair=args.pair, target=args.target, draft=args.draft,
                           alpha=args.alpha, tv=args.tv, power=args.power, seed=args.seed, samples=args.samples,
                           cases=args.cases, gamma=args.gamma, device=args.device, dtype=args.dtype,
-                          time_budget_s=args.time_budget)
+                          time_budget_s=args.time_budget, settings=args.setting, processing_order=args.processing_order)
     for name, value, ok in [("--alpha", args.alpha, 0 < args.alpha < 1), ("--tv", args.tv, 0 < args.tv < 1),
                             ("--power", args.power, 0 < args.power < 1)]:
         if not ok:
@@ -197,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", help="generation level: model dtype, e.g. bfloat16 (default float32 on CPU); "
                    "greedy divergences are then classified against that dtype's rounding")
     p.add_argument("--time-budget", type=float, help="generation level: stop sampling after this many seconds")
+    p.add_argument("--setting", action="append", help="generation level: a sampling setting, e.g. 'T=0.8,top_p=0.95,"
+                   "min_p=0.05,repetition_penalty=1.2,logit_bias=5:+1' (repeatable), or 'battery' / 'default'")
+    p.add_argument("--processing-order", default="standard", choices=ORDERS, help="generation level: the processing convention the implementation declares")
     p.add_argument("--json", help="write the machine-readable report here")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
     p.set_defaults(func=_cmd_verify)

@@ -31,6 +31,8 @@ class VerifyConfig:
     device: str = "cpu"
     dtype: str | None = None  # generation level: model dtype (float32 on CPU by default; "bfloat16", ...)
     time_budget_s: float | None = None  # generation level: stop sampling early (noted in the report)
+    settings: list[str] | None = None  # generation level: `--setting` texts (harness.check.generation.parse_setting)
+    processing_order: str = "standard"  # generation level: declared convention (specdec_ref.processing.ORDERS)
 
 
 def _name(impl) -> str:
@@ -80,13 +82,15 @@ def run_verify(config: VerifyConfig, progress: Callable[[int], None] | None = No
                                    device=config.device, progress=progress)
         report.notes = notes + report.notes
         return report
-    from harness.check.generation import run_generation_check
+    from harness.check.generation import DEFAULT_SETTINGS, parse_setting, run_generation_check
 
+    settings = tuple(s for text in config.settings for s in parse_setting(text)) if config.settings else DEFAULT_SETTINGS
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
     samples = config.samples or (20_000 if pair.vocab_size <= 64 else 200)
     return run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.alpha, power=config.power,
                                 seed=config.seed, samples=samples, gamma=config.gamma,
-                                time_budget_s=config.time_budget_s, progress=progress)
+                                time_budget_s=config.time_budget_s, progress=progress, settings=settings,
+                                processing_order=config.processing_order)
 
 
 def load_pair(pair: str, target: str | None = None, draft: str | None = None, *, device: str = "cpu",
