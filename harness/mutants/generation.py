@@ -505,3 +505,21 @@ def _expand_history(history: History, paths: Tensor) -> History:
     n = len(paths)
     return History(torch.cat([history.seq.expand(n, -1), paths], 1), history.n_generated.expand(n) + paths.shape[1],
                    history.eos)
+
+
+# A correct control under the new parameters: the reference with every one of them set at once (one
+# cell per prompt keeps 200 calibration seeds affordable); its false-alarm rate is the issue-13 claim.
+ALL_PARAMETERS = dict(temperature=0.8, top_p=0.95, min_p=0.05, repetition_penalty=1.2, logit_bias=((5, 1.0),),
+                      frequency_penalty=0.5, presence_penalty=0.5, bad_words_ids=((12, 12),))
+
+
+@register(level="generation", kind="control", pair="toy",
+          models="control: the reference with every optional sampling parameter set (issue 13)")
+def reference_all_parameters(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                             **extra):
+    """specdec_ref.adapters:generate run under the settings in `.settings` (all parameters at once)."""
+    return _reference_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, **extra)
+
+
+reference_all_parameters.settings = (_setting(**ALL_PARAMETERS),)
