@@ -119,6 +119,7 @@ def test_an_adapter_without_the_new_parameters_runs_and_the_report_lists_skipped
     ("T=1,min_p=1.5", "min_p"), ("T=1,logit_bias=16:+1", "logit_bias keys"), ("T=1,logit_bias=-1:+1", "logit_bias"),
     ("T=1,logit_bias=3:inf", "logit_bias values"), ("T=1,repetition_penalty=0", "repetition_penalty"),
     ("T=1,repetition_penalty=-2", "repetition_penalty"), ("T=1,min_p=x", "cannot be read"),
+    ("T=0,min_p=0.1", "temperature > 0"),
 ])
 def test_bad_settings_exit_2_with_one_line(setting, needle, capsys):
     code = main(["verify", "--level", "generation", "--impl", "specdec_ref.adapters:generate", "--pair", "toy",
