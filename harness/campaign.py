@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from scipy.stats import binomtest
 
-from harness.check.generation import run_generation_check
+from harness.check.generation import DEFAULT_SETTINGS, run_generation_check
 from harness.check.sampler import run_sampler_check
 from harness.pairs import get_pair
 
@@ -128,7 +128,8 @@ def run_task(task: Task, gate: float) -> dict:
     else:
         report = run_generation_check(impl.fn, _pair(task.pair), impl_name=impl.name, false_alarm_rate=gate,
                                       seed=task.seed, samples=task.samples, gamma=3,
-                                      stop_on_fail=task.purpose != "calibrate")
+                                      stop_on_fail=task.purpose != "calibrate",
+                                      settings=getattr(impl.fn, "settings", DEFAULT_SETTINGS))
     return {"task": task, "fail": report.verdict == "fail", "family_p": family_p(report),
             "samples": report.samples, "wasteful": bool(report.wasteful) if impl.level == "sampler" else None,
             "seconds": time.perf_counter() - started}

@@ -41,8 +41,7 @@ class Progress:
         self._bar = tqdm(total=total, desc=desc, unit=unit, file=self._stream, dynamic_ncols=True) \
             if self._terminal else None
         self._timer = None
-        if not self._terminal:
-            self._log("started")
+        if not self._terminal:  # a line every interval (none at the start: a run refused at once prints only its error)
             self._timer = threading.Thread(target=self._tick, name="specdec-progress", daemon=True)
             self._timer.start()
 
@@ -98,17 +97,17 @@ class Progress:
         while not self._stop.wait(self._interval):
             self._log()
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         if self._stop.is_set():
             return
         self._stop.set()
         if self._bar is not None:
             self._bar.close()
-        else:
+        elif not failed:  # a run that raised prints its error line, not "done"
             self._log("done")
 
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(failed=exc_type is not None)

@@ -15,7 +15,8 @@ if all γ are kept, emit a bonus token drawn from p at position γ. Every emitte
 distributed exactly as the target alone would produce it.
 
 Modules:
-- `processing` — logits → temperature → top-k → top-p → softmax (one function for p and q).
+- `processing` — logits → bias / penalties / masks → temperature → top-k → top-p → min_p → softmax
+  (one function for p and q; `SamplingParams`, the tokens so far as `History`).
 - `sampling`   — inverse-CDF sampling from explicit uniforms (so random draws can be replayed).
 - `verify`     — the acceptance rule (stochastic and greedy), batched over rows.
 - `runners`    — how logits are obtained from a transformers model: KV-cached or recomputed.

@@ -43,11 +43,21 @@ def generate(
     top_k: int | None,
     top_p: float | None,
     seed: int,
+    min_p: float | None = None,
+    logit_bias: dict[int, float] | None = None,
+    repetition_penalty: float | None = None,
+    frequency_penalty: float = 0.0,
+    presence_penalty: float = 0.0,
+    bad_words_ids: list[list[int]] | None = None,
+    min_new_tokens: int = 0,
 ) -> torch.Tensor:  # [B, N], -1 after EOS
+    """The optional parameters (after `seed`, in this order) are applied as specdec_ref.processing documents."""
     return speculative_generate(
         target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, eos_token_id=default_eos(target),
-        cache=cache_strategy(input_ids, max_new_tokens, target),
+        cache=cache_strategy(input_ids, max_new_tokens, target), min_p=min_p, logit_bias=logit_bias,
+        repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+        presence_penalty=presence_penalty, bad_words_ids=bad_words_ids, min_new_tokens=min_new_tokens,
     ).tokens
 
 

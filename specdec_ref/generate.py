@@ -19,7 +19,16 @@ from collections.abc import Callable
 import torch
 
 from specdec_ref.errors import SpecDecInputError
-from specdec_ref.processing import check_finite_logits, check_sampling_params, logits_to_probs
+from specdec_ref.processing import (
+    PARAM_NAMES,
+    History,
+    SamplingParams,
+    check_finite_logits,
+    check_params,
+    extend_history,
+    history_of,
+    process,
+)
 from specdec_ref.runners import context_length, make_runner, model_device, output_width
 from specdec_ref.sampling import RowStreams, sample_from_uniform
 from specdec_ref.verify import greedy_verify, verify_from_uniforms
@@ -149,6 +158,12 @@ class Rows:
             self.active.remove(row)
         return len(kept)
 
+    def history(self, active: list[int], params: SamplingParams) -> History | None:
+        """[A] the tokens so far of these rows, when the parameters depend on them (else None)."""
+        if not params.needs_history:
+            return None
+        return history_of([self.seqs[b] for b in active], [len(self.out[b]) for b in active], sorted(self.eos))
+
     def tensor(self, device) -> torch.Tensor:
         n = max((len(o) for o in self.out), default=0)
         result = torch.full((len(self.out), n), -1, dtype=torch.long)
@@ -157,20 +172,20 @@ class Rows:
         return result.to(device)
 
 
-def processed(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+def processed(logits: torch.Tensor, params: SamplingParams, history: History | None = None,
               name: str = "logits") -> torch.Tensor:
     """logits [..., V] -> the processed sampling law (the same function for p and q); NaN/inf refused."""
     check_finite_logits(logits, name)
-    return logits_to_probs(logits, temperature, top_k, top_p, validate=False)
+    return process(logits, params, history, validate=False)
 
 
-def _target_law(logits, temperature, top_k, top_p):
-    return processed(logits, temperature, top_k, top_p, "target logits")
+def _target_law(logits, params, history):
+    return processed(logits, params, history, "target logits")
 
 
-def _draft_laws(logits, temperature, top_k, top_p):
+def _draft_laws(logits, params, history):
     """-> (q the draft token is sampled from, q handed to verification): the same law."""
-    q = processed(logits, temperature, top_k, top_p, "draft logits")
+    q = processed(logits, params, history, "draft logits")
     return q, q
 
 
@@ -190,8 +205,10 @@ class StepHooks:
     """The parts of a speculative step, named so that a harness can swap exactly one of them (the
     mutant zoo models real bugs this way). The defaults are the reference."""
 
-    target_probs: Callable = _target_law  # (logits [A, g+1, V], temperature, top_k, top_p) -> p
-    draft_probs: Callable = _draft_laws  # (logits [A, V], temperature, top_k, top_p) -> (q sampled, q verified)
+    # History: the tokens before each position (None when the parameters do not depend on them);
+    # the target's position i includes the block's first i drafts.
+    target_probs: Callable = _target_law  # (logits [A, g+1, V], SamplingParams, History [A, g+1]) -> p
+    draft_probs: Callable = _draft_laws  # (logits [A, V], SamplingParams, History [A]) -> (q sampled, q verified)
     draft_token: Callable = sample_from_uniform  # (q [A, V], u [A]) -> draft tokens [A]
     verify: Callable = _verify_block  # (p, q, x, u_accept, u_final, temperature) -> VerifyOutput
     target_runner: Callable = make_runner  # (model, name, n_rows, strategy) -> runner with .logits()
@@ -216,11 +233,11 @@ def speculative_generate(
     eos_token_id: int | list[int] | None = None,
     cache: str = "cache",
     hooks: StepHooks = REFERENCE_HOOKS,
+    **extra,  # min_p, logit_bias, penalties, bad_words_ids, min_new_tokens (specdec_ref.processing.SamplingParams)
 ) -> GenerationResult:
     """Speculative sampling with `draft` proposing for `target` (greedy at temperature 0)."""
-    check_sampling_params(temperature, top_k, top_p)
     check_gamma(gamma)
-    check_same_vocab(target, draft)
+    params = sampling_params(temperature, top_k, top_p, check_same_vocab(target, draft), **extra)
     check_prompt(input_ids, target, max_new_tokens)
     started = time.perf_counter()
     device = model_device(target)
@@ -229,27 +246,29 @@ def speculative_generate(
     t_run = hooks.target_runner(target, "target", len(rows.seqs), cache)
     d_run = hooks.draft_runner(draft, "draft", len(rows.seqs), cache)
     stats = GenerationStats(gamma=gamma, reached=[0] * gamma, accepted=[0] * gamma)
-    sampling = (temperature, top_k, top_p)
     while rows.active:
         active = list(rows.active)
         g = min(gamma, max(rows.remaining(b) for b in active) - 1)
         u = streams.uniforms(active, 2 * gamma + 1).to(device)  # [A, 2γ+1]: γ drafts, γ tests, 1 final
         seqs = [rows.seqs[b] for b in active]
+        before = rows.history(active, params)  # [A]: the tokens before the block
         drafts, q_rows = [], []
         for i in range(g):
-            q_sample, q_verify = hooks.draft_probs(d_run.logits(active, seqs, 1)[:, -1], *sampling)  # [A, V]
+            q_sample, q_verify = hooks.draft_probs(d_run.logits(active, seqs, 1)[:, -1], params,
+                                                   _appended(before, drafts))  # [A, V]
             x_i = hooks.draft_token(q_sample, u[:, i])  # [A]; argmax when q is one-hot (greedy)
             drafts.append(x_i)
             q_rows.append(q_verify)
             seqs = [torch.cat([s, x_i[j : j + 1]]) for j, s in enumerate(seqs)]
-        p = hooks.target_probs(t_run.logits(active, seqs, g + 1), *sampling)  # [A, g+1, V]
+        block = None if before is None else extend_history(before, _stack(drafts, len(active)))  # [A, g+1]
+        p = hooks.target_probs(t_run.logits(active, seqs, g + 1), params, block)  # [A, g+1, V]
         if g == 0:  # one token left to produce: a plain target step
             emitted = sample_from_uniform(p[:, 0], u[:, 2 * gamma]).unsqueeze(1)
             n_acc = torch.zeros(len(active), dtype=torch.long, device=device)
         else:
             q = torch.stack(q_rows, dim=1)  # [A, g, V]
             result = hooks.verify(p, q, torch.stack(drafts, dim=1), u[:, gamma : gamma + g], u[:, 2 * gamma],
-                                  temperature)
+                                  params.temperature)
             emitted, n_acc = result.tokens, result.n_accepted
             _record_alpha(stats, p[:, :g], q, n_acc)
         for j, row in enumerate(active):
@@ -266,6 +285,28 @@ def speculative_generate(
     tokens = rows.tensor(input_ids.device)
     stats.new_tokens = int((tokens >= 0).sum())
     return GenerationResult(tokens, stats)
+
+
+def _stack(drafts: list[torch.Tensor], n_rows: int) -> torch.Tensor:  # -> [A, i] on the CPU
+    return torch.stack(drafts, 1).cpu() if drafts else torch.zeros(n_rows, 0, dtype=torch.long)
+
+
+def _appended(history: History | None, drafts: list[torch.Tensor]) -> History | None:
+    """[A] history with the block's drafts so far appended (the draft's i-th position)."""
+    if history is None:
+        return None
+    x = _stack(drafts, len(history.n_generated))
+    return History(torch.cat([history.seq, x], 1), history.n_generated + x.shape[1], history.eos)
+
+
+def sampling_params(temperature, top_k, top_p, vocab: int, **extra) -> SamplingParams:
+    """The request's parameters, checked (SpecDecInputError names a bad or unknown one)."""
+    unknown = sorted(set(extra) - set(PARAM_NAMES))
+    if unknown:
+        raise SpecDecInputError(f"unknown sampling parameter(s) {', '.join(unknown)}; known: {', '.join(PARAM_NAMES)}")
+    params = SamplingParams(temperature, top_k, top_p, **extra)
+    check_params(params, vocab)
+    return params
 
 
 def _record_alpha(stats: GenerationStats, p: torch.Tensor, q: torch.Tensor, n_acc: torch.Tensor) -> None:
@@ -287,9 +328,10 @@ def autoregressive_generate(
     seed: int = 0,
     eos_token_id: int | list[int] | None = None,
     cache: str = "cache",
+    **extra,  # as speculative_generate
 ) -> GenerationResult:
     """Plain sampling from `model`, with the same processing, caching and timing as the speculative path."""
-    check_sampling_params(temperature, top_k, top_p)
+    params = sampling_params(temperature, top_k, top_p, output_width(model), **extra)
     check_prompt(input_ids, model, max_new_tokens)
     started = time.perf_counter()
     device = model_device(model)
@@ -300,7 +342,8 @@ def autoregressive_generate(
     while rows.active:
         active = list(rows.active)
         u = streams.uniforms(active, 1).to(device)[:, 0]  # [A]
-        probs = processed(run.logits(active, [rows.seqs[b] for b in active], 1)[:, -1], temperature, top_k, top_p)
+        logits = run.logits(active, [rows.seqs[b] for b in active], 1)[:, -1]  # [A, V]
+        probs = processed(logits, params, rows.history(active, params))
         tokens = sample_from_uniform(probs, u)
         for j, row in enumerate(active):
             stats.emitted_per_step.append(rows.emit(row, [int(tokens[j])]))

@@ -22,3 +22,27 @@ def test_assisted_generate_fixes_gamma_for_the_call_and_restores_the_config(monk
     assert out.shape == (2, 6)
     assert len(seen) >= 2 and set(seen) == {(5, "constant")}  # the draft runs generate() too
     assert draft.generation_config.num_assistant_tokens_schedule == before
+
+
+def test_optional_parameters_reach_transformers_and_unsupported_ones_are_not_accepted(monkeypatch):
+    from harness.check.generation import accepted_parameters
+
+    target, draft = _toy_models("0.7", torch.float32)
+    seen = []
+    original = type(target).generate
+
+    def spy(self, *args, **kwargs):
+        if "assistant_model" in kwargs:
+            seen.append({k: kwargs.get(k) for k in ("min_p", "sequence_bias", "repetition_penalty", "bad_words_ids",
+                                                    "min_new_tokens")})
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(target), "generate", spy)
+    out = assisted_generate(target, draft, torch.tensor([[1, 2, 3]]), max_new_tokens=4, gamma=2, temperature=1.0,
+                            top_k=None, top_p=None, seed=0, min_p=0.1, logit_bias={4: -100.0},
+                            repetition_penalty=1.3, bad_words_ids=[[7]], min_new_tokens=2)
+    assert seen == [{"min_p": 0.1, "sequence_bias": {(4,): -100.0}, "repetition_penalty": 1.3,
+                     "bad_words_ids": [[7]], "min_new_tokens": 2}]
+    assert not set(out[0].tolist()) & {4, 7}  # a -100 bias and a bad word are never emitted
+    assert accepted_parameters(assisted_generate) == {"min_p", "logit_bias", "repetition_penalty", "bad_words_ids",
+                                                      "min_new_tokens"}

@@ -130,3 +130,11 @@ def test_config_validate_names_the_family():
 def test_run_verify_validates_before_any_work():
     with pytest.raises(Exception, match="give the implementation under test"):
         run_verify(CheckConfig())
+
+
+def test_config_processing_orders_match_the_reference():
+    """config.py spells the conventions out to stay torch-free; they must be the reference's."""
+    from harness.check.config import PROCESSING_ORDERS
+    from specdec_ref.processing import ORDERS
+
+    assert PROCESSING_ORDERS == ORDERS

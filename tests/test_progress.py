@@ -18,7 +18,7 @@ def test_log_lines_keep_coming_while_a_long_call_runs():
         bar.update(50)
         time.sleep(0.4)  # one long implementation call: no update at all
     lines = stream.getvalue().splitlines()
-    assert lines[0].endswith("(started)") and lines[-1].endswith("(done)")
+    assert lines[-1].endswith("(done)")  # no "started" line: a run refused at once prints only its error
     ticks = [line for line in lines if "ETA" in line]
     assert len(ticks) >= 4  # about one per interval, without any update()
     assert re.search(r"verify sampler: 50/200 rows \(25%\), 00:00 elapsed, ETA 00:0\d", ticks[0])

@@ -6,6 +6,9 @@ transformers runs these for one row at a time, so rows are looped here with a se
 Sampling settings are passed explicitly (top_k=0 / top_p=1.0 when off) so the generation config's
 defaults (top_k=50) can never sneak in, and an attention mask is always given (a prompt holding the
 pad id would otherwise be silently masked).
+The optional parameters map onto transformers' own: min_p, repetition_penalty, bad_words_ids and
+min_new_tokens by name, logit_bias as `sequence_bias` {(id,): bias}. transformers has no OpenAI
+frequency / presence penalty, so these adapters do not accept them (the check skips those settings).
 """
 
 from __future__ import annotations
@@ -26,8 +29,19 @@ def _eos_list(model) -> list[int]:
     return [eos] if isinstance(eos, int) else list(eos)
 
 
+def hf_sampling_kwargs(min_p=None, logit_bias=None, repetition_penalty=None, bad_words_ids=None,
+                       min_new_tokens=0) -> dict:
+    """The optional sampling parameters as transformers `generate()` keyword arguments (unset ones left out)."""
+    out = {"min_p": min_p, "repetition_penalty": repetition_penalty, "bad_words_ids": bad_words_ids,
+           "min_new_tokens": min_new_tokens or None,
+           "sequence_bias": {(int(k),): float(b) for k, b in logit_bias.items()} if logit_bias else None}
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def hf_generate(target, input_ids, *, max_new_tokens, temperature, top_k, top_p, seed, **mode) -> torch.Tensor:
-    """transformers' own `generate()` row by row (no assistant unless `mode` names one); [B, N], -1 after EOS."""
+    """transformers' own `generate()` row by row (no assistant unless `mode` names one); [B, N], -1 after EOS.
+
+    `mode`: generate() keyword arguments (assistant_model, prompt_lookup_num_tokens, hf_sampling_kwargs)."""
     eos = _eos_list(target)
     rows = []
     for b in range(input_ids.shape[0]):
@@ -67,16 +81,24 @@ def fixed_assistant_schedule(draft, gamma: int) -> Iterator[None]:
 
 
 def assisted_generate(target, draft, input_ids: torch.Tensor, *, max_new_tokens: int, gamma: int,
-                      temperature: float, top_k: int | None, top_p: float | None, seed: int) -> torch.Tensor:
+                      temperature: float, top_k: int | None, top_p: float | None, seed: int,
+                      min_p: float | None = None, logit_bias: dict[int, float] | None = None,
+                      repetition_penalty: float | None = None, bad_words_ids: list[list[int]] | None = None,
+                      min_new_tokens: int = 0) -> torch.Tensor:
     """transformers assisted generation with a fixed γ (constant candidate schedule)."""
+    extra = hf_sampling_kwargs(min_p, logit_bias, repetition_penalty, bad_words_ids, min_new_tokens)
     with fixed_assistant_schedule(draft, gamma):
         return hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                           top_p=top_p, seed=seed, assistant_model=draft)
+                           top_p=top_p, seed=seed, assistant_model=draft, **extra)
 
 
 def prompt_lookup_generate(target, draft, input_ids: torch.Tensor, *, max_new_tokens: int, gamma: int,
-                           temperature: float, top_k: int | None, top_p: float | None, seed: int) -> torch.Tensor:
+                           temperature: float, top_k: int | None, top_p: float | None, seed: int,
+                           min_p: float | None = None, logit_bias: dict[int, float] | None = None,
+                           repetition_penalty: float | None = None, bad_words_ids: list[list[int]] | None = None,
+                           min_new_tokens: int = 0) -> torch.Tensor:
     """transformers prompt-lookup decoding (n-gram drafts from the prompt); `draft` is ignored."""
     del draft
+    extra = hf_sampling_kwargs(min_p, logit_bias, repetition_penalty, bad_words_ids, min_new_tokens)
     return hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                       top_p=top_p, seed=seed, prompt_lookup_num_tokens=gamma)
+                       top_p=top_p, seed=seed, prompt_lookup_num_tokens=gamma, **extra)

@@ -66,18 +66,20 @@ def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = Non
                                    inconclusive_tv=config.inconclusive_tv)
         report.notes = notes + report.notes
         return report
-    from harness.check.generation import DEFAULT_SETTINGS, run_generation_check
+    from harness.check.generation import DEFAULT_SETTINGS, parse_setting, run_generation_check
 
+    settings = tuple(s for text in config.settings for s in parse_setting(text)) if config.settings else DEFAULT_SETTINGS
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
     fn = batched_generation(fn, pair, notes, on_row)
     samples = generation_samples(config, pair.vocab_size)
     if hasattr(progress, "set_total"):
         prompts = min(2, len(pair.prompts or [[0]]))  # run_generation_check's default: 2 prompts
-        progress.set_total(samples * prompts * sum(s.temperature > 0 for s in DEFAULT_SETTINGS))
+        progress.set_total(samples * prompts * sum(s.temperature > 0 for s in settings))
     report = run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.false_alarm_rate,
                                   power=config.power, seed=config.seed, samples=samples, gamma=config.gamma,
                                   time_budget_s=config.time_budget_s, progress=progress,
-                                  stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv)
+                                  stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv,
+                                  settings=settings, processing_order=config.processing_order)
     report.notes = notes + report.notes
     return report
 

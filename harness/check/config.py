@@ -19,6 +19,7 @@ DEFAULT_GAMMA = 3
 # A plan whose achieved detectable TV is above this says almost nothing: the verdict is INCONCLUSIVE.
 INCONCLUSIVE_TV = 0.25
 LEVELS = ("sampler", "generation", "engine")
+PROCESSING_ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature")
 FAMILIES = ("chain", "block", "tree")
 
 
@@ -64,6 +65,12 @@ class CheckConfig:
                            "less often than planned keeps sampling up to this)", int, "N")
     inconclusive_tv: float = option(INCONCLUSIVE_TV, "--inconclusive-tv", "a run whose achieved detectable TV is "
                                     "above this is INCONCLUSIVE (exit 3), not PASS", float, "EPS")
+    settings: list[str] | None = option(None, "--setting", "generation level: a sampling setting, e.g. "
+                                        "'T=0.8,top_p=0.95,min_p=0.05,repetition_penalty=1.2,logit_bias=5:+1' (repeatable), "
+                                        "or 'battery' / 'default' (greedy, T=0.7/top-p 0.9, T=1)", action="append")
+    # The processing conventions of specdec_ref.processing.ORDERS (written out: this module stays torch-free).
+    processing_order: str = option("standard", "--processing-order", "generation level: the processing "
+                                   "convention the implementation declares", choices=PROCESSING_ORDERS)
     timeout_s: float | None = option(None, "--timeout", "one implementation call longer than this fails the run "
                                      "(a hang is a bug: exit 1)", float, "SECONDS")
     stop_on_fail: bool = option(True, "--no-early-stop", "draw every planned sample even after the verdict is "

@@ -67,6 +67,11 @@ class Cell:
     data: Any  # what the source needs to draw trials (a case plan, a prompt and a setting, ...)
     tv: float  # detectable TV the plan aims at for this cell
     summary: dict = dataclasses.field(default_factory=dict)  # reported per cell (plan, acceptance, ...)
+    results: list[TestResult] = dataclasses.field(default_factory=list)  # its gating results so far (driver)
+
+    def decided(self, level: float) -> bool:
+        """A gating test of this cell is at or below the per-test level: Holm rejects it whatever the rest say."""
+        return any(t.p_value <= level for t in self.results)
 
     def declared_tests(self) -> int:
         return sum(c.tests(self) for c in self.checks if c.gating)
@@ -178,6 +183,7 @@ def _run_checks(cell: Cell, trials, level: float, power: float, report: CheckRep
                 raise AssertionError(f"check {check.name} on {cell.name} declared {declared} gating tests but "
                                      f"emitted {len(results)}: the Holm plan would be wrong")
             report.tests += results
+            cell.results += results
         else:
             report.advisories += results
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from harness.check.engine import (
 )
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
+from harness.errors import HarnessError
 from harness.pairs import ModelPair
 from harness.stats import (
     TestResult,
@@ -51,8 +53,17 @@ from harness.stats import (
     support_check,
     uniformity_test,
 )
+from specdec_ref.errors import SpecDecInputError
 from specdec_ref.generate import autoregressive_generate, default_eos, eos_set
-from specdec_ref.processing import logits_to_probs
+from specdec_ref.processing import (
+    ORDERS,
+    PARAM_NAMES,
+    History,
+    SamplingParams,
+    check_params,
+    extend_history,
+    process,
+)
 
 MAX_JOINT_CELLS = 64  # joint-law omnibus tests: the 63 likeliest continuations + the rest
 ENUMERATION_MAX_VOCAB = 64
@@ -60,10 +71,8 @@ NEAR_TIE = 1e-3  # logit margin below which a greedy divergence is attributed to
 
 
 @dataclasses.dataclass(frozen=True)
-class Setting:
-    temperature: float
-    top_k: int | None = None
-    top_p: float | None = None
+class Setting(SamplingParams):
+    """One sampling setting of the battery: every parameter of specdec_ref.processing.SamplingParams."""
 
     @property
     def label(self) -> str:
@@ -72,6 +81,10 @@ class Setting:
             parts.append(f"top_k={self.top_k}")
         if self.top_p is not None:
             parts.append(f"top_p={self.top_p:g}")
+        for name, value in self.extras().items():
+            text = (" ".join(f"{k}:{b:+g}" for k, b in value.items()) if name == "logit_bias" else
+                    "|".join(".".join(map(str, w)) for w in value) if name == "bad_words_ids" else f"{value:g}")
+            parts.append(f"{name}={text}")
         return ",".join(parts)
 
 
@@ -79,6 +92,22 @@ class Setting:
 # (deterministic and cheap), then the setting with the most processing (temperature and top-p, where
 # processing bugs show), then plain sampling.
 DEFAULT_SETTINGS = (Setting(0.0), Setting(0.7, top_p=0.9), Setting(1.0))
+
+# The parameters engines serve beyond temperature / top-k / top-p: each alone, then a realistic
+# combination. Sized on the toy pairs (V = 16, where short continuations repeat tokens) so that each
+# moves the exact 3-token law of the toy prompts by a clear TV from the same setting without it
+# (tests/test_generation_params.py measures it). Token 5 is the toy target's favourite first token after its first prompt.
+FREQUENT_TOKEN = 5
+PARAMETER_SETTINGS = (
+    Setting(1.0, min_p=0.2),
+    Setting(1.0, logit_bias=((2, 1.5), (FREQUENT_TOKEN, -2.0))),
+    Setting(1.0, repetition_penalty=2.0),
+    Setting(1.0, frequency_penalty=3.0),
+    Setting(1.0, presence_penalty=3.0),
+    Setting(1.0, bad_words_ids=((FREQUENT_TOKEN,), (12, 12))),
+    Setting(1.0, min_new_tokens=2),
+    Setting(0.8, top_p=0.95, min_p=0.05, repetition_penalty=1.2, logit_bias=((FREQUENT_TOKEN, 1.0),)),
+)
 
 
 def _target64(pair: ModelPair):
@@ -88,23 +117,28 @@ def _target64(pair: ModelPair):
     return pair.meta["_target64"]
 
 
-def _next_probs(model, seqs: torch.Tensor, setting: Setting, vocab: int) -> torch.Tensor:
-    """Processed next-token law after each full sequence in seqs [N, L] -> [N, V] float64."""
+def _next_probs(model, seqs: torch.Tensor, setting: Setting, vocab: int, n_generated: int = 0, eos=(),
+                order: str = "standard") -> torch.Tensor:
+    """Processed next-token law after each full sequence in seqs [N, L] -> [N, V] float64.
+
+    The last `n_generated` tokens of each sequence are the generated ones (penalties count them)."""
     with torch.inference_mode():
         logits = model(input_ids=seqs, attention_mask=torch.ones_like(seqs)).logits[:, -1, :vocab]
-    return logits_to_probs(logits.double(), setting.temperature, setting.top_k, setting.top_p)
+    history = History(seqs.cpu(), torch.full((len(seqs),), n_generated), tuple(sorted(eos)))
+    return process(logits.double(), setting, history, order=order)
 
 
 def continuation_law(model, prompt: list[int], length: int, setting: Setting, vocab: int,
-                     eos: set[int]) -> dict[tuple[int, ...], float]:
-    """Exact law of the next `length` tokens (shorter if EOS) by enumeration, float64."""
+                     eos: set[int], order: str = "standard") -> dict[tuple[int, ...], float]:
+    """Exact law of the next `length` tokens (shorter if EOS) by enumeration, float64; the processing at
+    each position sees the continuation so far (penalties, bad words, minimum length)."""
     law: dict[tuple[int, ...], float] = {}
     frontier = [((), 1.0)]
-    for _ in range(length):
+    for step in range(length):
         if not frontier:  # every continuation has ended with EOS
             break
         seqs = torch.tensor([list(prompt) + list(prefix) for prefix, _ in frontier], dtype=torch.long)
-        probs = _next_probs(model, seqs, setting, vocab).numpy()
+        probs = _next_probs(model, seqs, setting, vocab, step, eos, order).numpy()
         nxt = []
         for (prefix, mass), row in zip(frontier, probs, strict=True):
             for tok in np.nonzero(row)[0]:
@@ -114,6 +148,11 @@ def continuation_law(model, prompt: list[int], length: int, setting: Setting, vo
     for key, m in frontier:
         law[key] = law.get(key, 0.0) + m
     return law
+
+
+def total_variation(a: dict, b: dict) -> float:
+    """TV between two laws given as {outcome: probability}."""
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
 
 
 def _rows_to_keys(tokens: torch.Tensor) -> list[tuple[int, ...]]:
@@ -141,8 +180,10 @@ def joint_law_tests(keys: list[tuple[int, ...]], law: dict, level: float, power:
 
 
 def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting, vocab: int, rng,
-               batch: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Teacher-force rows of generated tokens; returns (u, position, sequence id, off-support count)."""
+               batch: int = 64, eos=(), order: str = "standard") -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Teacher-force rows of generated tokens; returns (u, position, sequence id, off-support count).
+
+    Position j's law is processed with the prompt and the row's first j tokens as its history."""
     us, positions, seq_ids, off_support = [], [], [], 0
     T = len(prompt)
     for start in range(0, tokens.shape[0], batch):
@@ -151,7 +192,12 @@ def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting,
         full = torch.cat([torch.tensor(prompt).expand(len(rows), -1), rows.clamp_min(0)], dim=1)
         with torch.inference_mode():
             logits = model(input_ids=full, attention_mask=torch.ones_like(full)).logits[:, T - 1 : -1, :vocab]
-        probs = logits_to_probs(logits.double(), setting.temperature, setting.top_k, setting.top_p)  # [b, L, V]
+        history = None
+        if setting.needs_history:
+            start_hist = History(torch.tensor(prompt).expand(len(rows), -1), torch.zeros(len(rows), dtype=torch.long),
+                                 tuple(sorted(eos)))
+            history = extend_history(start_hist, rows.clamp_min(0)[:, :-1])  # [b, L]: position j sees rows[:j]
+        probs = process(logits.double(), setting, history, order=order)  # [b, L, V]
         mask = torch.arange(rows.shape[1]).unsqueeze(0) < n_valid.unsqueeze(1)
         flat_p = probs[mask].numpy()
         flat_y = rows[mask].numpy()
@@ -281,7 +327,8 @@ def _sample(impl, pair, prompt, n, setting, gamma, length, seed, chunk, progress
         ids = torch.tensor([prompt] * b)
         out = call_impl(impl, pair.target, pair.draft, ids, what=f"generation at {setting.label}",
                         **dict(max_new_tokens=length, gamma=gamma, temperature=setting.temperature,
-                               top_k=setting.top_k, top_p=setting.top_p, seed=seed + 7919 * done))
+                               top_k=setting.top_k, top_p=setting.top_p, seed=seed + 7919 * done),
+                        **setting.extras())
         _check_generation_output(out, b, length, pair.vocab_size)
         outs.append(out.detach().to("cpu", torch.long))
         done += b
@@ -307,6 +354,94 @@ def _check_generation_output(out, B, length, vocab):
         raise BadGenerationOutput(f"returned ids outside [0, {vocab}) or more than max_new_tokens={length} tokens")
 
 
+def parse_setting(text: str) -> tuple[Setting, ...]:
+    """`--setting` text -> settings: "battery" (PARAMETER_SETTINGS), "default", or comma-separated
+    name=value pairs, e.g. "T=0.8,top_p=0.95,min_p=0.05,logit_bias=5:+1 2:-1,bad_words_ids=3|4.4"."""
+    if text in ("battery", "default"):
+        return PARAMETER_SETTINGS if text == "battery" else DEFAULT_SETTINGS
+    fields: dict = {}
+    try:
+        for item in filter(None, text.split(",")):
+            name, _, value = item.partition("=")
+            name = {"T": "temperature"}.get(name.strip(), name.strip())
+            if name == "logit_bias":
+                fields[name] = tuple((int(k), float(b)) for k, b in (pair.split(":") for pair in value.split()))
+            elif name == "bad_words_ids":
+                fields[name] = tuple(tuple(int(t) for t in w.split(".")) for w in value.split("|"))
+            elif name in ("top_k", "min_new_tokens"):
+                fields[name] = int(value)
+            else:
+                fields[name] = float(value)
+        return (Setting(**fields),)
+    except (TypeError, ValueError) as exc:
+        raise HarnessError(f"--setting {text!r} cannot be read ({exc}); write e.g. "
+                           "'T=0.8,top_p=0.95,min_p=0.05,logit_bias=5:+1' or 'battery'") from None
+
+
+def accepted_parameters(impl: Callable) -> set[str]:
+    """The optional sampling parameters (PARAM_NAMES) that `impl`'s signature accepts (all with **kwargs)."""
+    try:
+        params = inspect.signature(impl).parameters.values()
+    except (TypeError, ValueError):  # builtins / C callables: assume the plain contract only
+        return set()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return set(PARAM_NAMES)
+    return {p.name for p in params} & set(PARAM_NAMES)
+
+
+def supported_settings(impl: Callable, settings, vocab: int) -> tuple[list[Setting], list[dict]]:
+    """(settings to run, skipped ones with the parameters the implementation does not accept); bad
+    parameters raise HarnessError (exit 2) before anything runs."""
+    accepted, run, skipped = accepted_parameters(impl), [], []
+    for setting in settings:
+        try:
+            check_params(setting, vocab)
+        except SpecDecInputError as exc:
+            raise HarnessError(f"setting {setting.label}: {exc}") from None
+        if setting.temperature == 0 and setting.extras():  # greedy_tests compares with plain target greedy
+            raise HarnessError(f"setting {setting.label}: the optional parameters are checked at temperature > 0 "
+                               "only (greedy equality runs without them)")
+        missing = sorted(set(setting.extras()) - accepted)
+        (skipped.append({"setting": setting.label, "not_accepted": missing}) if missing else run.append(setting))
+    return run, skipped
+
+
+def convention_tests(tokens, model, prompt, length, setting, vocab, eos, order, level, power, prefix, enumerate_law,
+                     rng):
+    """The gating tests of one cell, against the target processed under `order`."""
+    if enumerate_law:
+        law = continuation_law(model, prompt, length, setting, vocab, eos, order)
+        return joint_law_tests(_rows_to_keys(tokens), law, level, power, prefix)
+    u, pos, seq, off = pit_values(model, prompt, tokens, setting, vocab, rng, eos=eos, order=order)
+    return pit_tests(u, pos, seq, off, level, power, prefix)
+
+
+def consistent_conventions(tokens, model, prompt, length, setting, vocab, eos, declared, level, power,
+                           enumerate_law, seed) -> list[str]:
+    """After a failed cell: the other processing orders under which the target explains the outputs
+    (every test of the cell passes at the per-test level). A convention, not a verification bug."""
+    found = []
+    for order in ORDERS:
+        if order == declared or not _order_matters(setting, order):
+            continue
+        tests = convention_tests(tokens, model, prompt, length, setting, vocab, eos, order, level, power, "convention",
+                                 enumerate_law, np.random.default_rng(seed))
+        if all(t.p_value > level for t in tests):
+            found.append(order)
+    return found
+
+
+def _order_matters(setting: Setting, order: str) -> bool:
+    """Whether `order` can give a different law than the standard one for this setting."""
+    if setting.temperature in (0, 1) and order != "top_k_after_top_p":
+        return False
+    cuts = setting.top_k is not None or setting.top_p is not None or setting.min_p is not None
+    return {"top_p_before_temperature": cuts,
+            "top_k_after_top_p": setting.top_k is not None and setting.top_p is not None,
+            "penalties_after_temperature": bool(setting.logit_bias or setting.frequency_penalty
+                                                or setting.presence_penalty)}.get(order, False)
+
+
 def run_generation_check(
     impl: Callable,
     pair: ModelPair,
@@ -325,15 +460,21 @@ def run_generation_check(
     progress: Callable[[int], None] | None = None,
     stop_on_fail: bool = False,
     inconclusive_tv: float = INCONCLUSIVE_TV,
+    processing_order: str = "standard",
 ) -> CheckReport:
     """Sample `samples` continuations per (prompt, sampling setting) and test them; greedy separately.
 
     With `stop_on_fail`, sampling stops after the first cell with a test at p ≤ false_alarm_rate / m
-    (Holm's first step rejects then whatever the rest says: the verdict is unchanged)."""
+    (Holm's first step rejects then whatever the rest says: the verdict is unchanged).
+    Settings using parameters the implementation does not accept are skipped (listed in the report);
+    `processing_order` (specdec_ref.processing.ORDERS) is the convention the ground truth uses."""
+    if processing_order not in ORDERS:
+        raise HarnessError(f"--processing-order must be one of {', '.join(ORDERS)}, got {processing_order!r}")
     config = CheckConfig(impl=impl, level="generation", false_alarm_rate=false_alarm_rate, power=power, seed=seed,
                          samples=samples, gamma=gamma, time_budget_s=time_budget_s, stop_on_fail=stop_on_fail,
                          inconclusive_tv=inconclusive_tv, tv=math.nan)
-    source = GenerationSource(impl, pair, length=length, prompts=prompts, settings=settings, chunk=chunk)
+    source = GenerationSource(impl, pair, length=length, prompts=prompts, settings=settings, chunk=chunk,
+                              processing_order=processing_order)
     return run_battery(source, config, impl_name=impl_name, progress=progress)
 
 
@@ -359,21 +500,35 @@ def _greedy_numerics(cell: Cell, trials, level: float, power: float) -> list[Tes
 
 def _joint_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
     data, source = cell.data, cell.summary["_source"]
-    law = continuation_law(source.target64, data.prompt, source.length, data.setting, source.vocab, source.eos)
+    law = continuation_law(source.target64, data.prompt, source.length, data.setting, source.vocab, source.eos,
+                           source.order)
     return joint_law_tests(_rows_to_keys(tokens), law, level, power, cell.name)
 
 
 def _pit_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
     data, source = cell.data, cell.summary["_source"]
     u, pos, seq, off = pit_values(source.target64, data.prompt, tokens, data.setting, source.vocab,
-                                  np.random.default_rng(source.seed + data.index))
+                                  np.random.default_rng(source.seed + data.index), eos=source.eos, order=source.order)
     return pit_tests(u, pos, seq, off, level, power, cell.name)
+
+
+def _conventions_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
+    """Advisory: when a cell's gating tests fail, is the output the target's law under another known processing
+    convention (top-p before temperature, ...)? A convention is not a verification bug: say which."""
+    data, source = cell.data, cell.summary["_source"]
+    if not cell.decided(level):
+        return []
+    fits = consistent_conventions(tokens, source.target64, data.prompt, source.length, data.setting, source.vocab,
+                                  source.eos, source.order, level, power, source.enumerate, source.seed + data.index)
+    cell.summary["consistent_conventions"] = fits
+    return []
 
 
 GREEDY_EQUALITY = Check("greedy_equality", lambda cell: len(cell.data), _greedy_run)
 GREEDY_NUMERICS = Check("greedy_numerics", lambda cell: 0, _greedy_numerics, gating=False)
 JOINT_LAW = Check("joint_law", lambda cell: 3, _joint_run)
 PIT = Check("pit", lambda cell: 3 + cell.summary["length"], _pit_run)
+CONVENTIONS = Check("conventions", lambda cell: 0, _conventions_run, gating=False)
 
 
 class GenerationSource(TrialSource):
@@ -382,9 +537,11 @@ class GenerationSource(TrialSource):
     level = "generation"
 
     def __init__(self, impl: Callable, pair: ModelPair, *, length: int | None = None, prompts: int = 2,
-                 settings: tuple[Setting, ...] = DEFAULT_SETTINGS, chunk: int = 2_000):
-        self.impl, self.pair, self.settings, self.chunk = impl, pair, settings, chunk
+                 settings: tuple[Setting, ...] = DEFAULT_SETTINGS, chunk: int = 2_000,
+                 processing_order: str = "standard"):
+        self.impl, self.pair, self.chunk, self.order = impl, pair, chunk, processing_order
         self.vocab = pair.vocab_size
+        self.settings, self.skipped = supported_settings(impl, settings, self.vocab)
         self.enumerate = self.vocab <= ENUMERATION_MAX_VOCAB
         self.length = length or (3 if self.enumerate else 16)
         self.prompts = (pair.prompts or [[0]])[:prompts]
@@ -400,12 +557,13 @@ class GenerationSource(TrialSource):
         if any(s.temperature == 0 for s in self.settings):  # first: deterministic and cheap
             cells.append(Cell("greedy", [GREEDY_EQUALITY, GREEDY_NUMERICS], self.prompts, math.nan,
                               {"prompts": len(self.prompts), "max_new_tokens": max(self.length, 16)}))
-        checks = [JOINT_LAW, PIT] if self.enumerate else [PIT]
+        checks = [JOINT_LAW, PIT, CONVENTIONS] if self.enumerate else [PIT, CONVENTIONS]
         for setting in sampling:
             for i, prompt in enumerate(self.prompts):
                 cells.append(Cell(f"{setting.label}/prompt{i}", list(checks), SamplingCell(prompt, i, setting),
                                   math.nan, {"_source": self, "length": self.length, "gamma": config.gamma,
-                                             "setting": dataclasses.asdict(setting), "joint_law": self.enumerate}))
+                                             "setting": dataclasses.asdict(setting), "joint_law": self.enumerate,
+                                             "processing_order": self.order}))
         return cells
 
     def draw(self, cell: Cell, n: int, progress):
@@ -432,10 +590,18 @@ class GenerationSource(TrialSource):
         return len(self.prompts) if isinstance(trials, tuple) else int(trials.shape[0])
 
     def finish(self, report: CheckReport, config: CheckConfig) -> None:
+        if self.skipped:
+            report.cases.append({"name": "skipped_settings", "settings": self.skipped})
+            report.notes.append("skipped settings (the implementation does not accept these parameters): " + "; ".join(
+                f"{s['setting']} (needs {', '.join(s['not_accepted'])})" for s in self.skipped))
         for case in report.cases:
             case.pop("_source", None)
             if case.get("stopped_early"):
                 report.notes.append(f"{case['name']}: {case['stopped_early']}")
+            for order in case.get("consistent_conventions", []):
+                report.notes.append(f"{case['name']}: outputs consistent with the target under convention {order!r}: "
+                                    f"a processing convention, not a verification bug (if intended, declare it: "
+                                    f"--processing-order {order})")
         greedy = next((c for c in report.cases if c["name"] == "greedy"), None)
         if greedy:
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law

@@ -32,7 +32,14 @@ from specdec_ref.generate import (
     processed,
     speculative_generate,
 )
-from specdec_ref.processing import check_finite_logits
+from specdec_ref.processing import (
+    History,
+    SamplingParams,
+    check_finite_logits,
+    extend_history,
+    history_of,
+    process,
+)
 from specdec_ref.runners import RecomputeRunner
 from specdec_ref.verify import greedy_verify
 
@@ -55,30 +62,34 @@ def hooked_generate(
     seed: int,
     hooks: StepHooks = REFERENCE_HOOKS,
     cache: str | None = None,  # None: the reference adapter's choice (cache_strategy)
+    **extra,  # the optional sampling parameters (min_p, logit_bias, ...)
 ) -> GenerationResult:
     """The reference's speculative loop (same random streams, same order of draws) with `hooks`."""
     return speculative_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                 eos_token_id=default_eos(target), hooks=hooks,
-                                cache=cache or cache_strategy(input_ids, max_new_tokens, target))
+                                cache=cache or cache_strategy(input_ids, max_new_tokens, target), **extra)
 
 
 # ---------------------------------------------------------------- swapped parts
 
-def _target_ignores_sampling(logits, temperature, top_k, top_p):
-    return processed(logits, temperature if temperature == 0 else 1.0, None, None)
+RAW = SamplingParams(1.0)  # softmax of the logits, nothing else
 
 
-def _processed_first_position_only(logits, temperature, top_k, top_p):
-    p = processed(logits, temperature, top_k, top_p)  # [A, g+1, V]
-    if temperature == 0:
+def _target_ignores_sampling(logits, params, history):
+    return processed(logits, SamplingParams(0.0) if params.temperature == 0 else RAW)
+
+
+def _processed_first_position_only(logits, params, history):
+    p = processed(logits, params, history)  # [A, g+1, V]
+    if params.temperature == 0:
         return p
-    return torch.cat([p[:, :1], processed(logits[:, 1:], 1.0, None, None)], dim=1)
+    return torch.cat([p[:, :1], processed(logits[:, 1:], RAW)], dim=1)
 
 
-def _draft_q_unprocessed(logits, temperature, top_k, top_p):
-    q = processed(logits, temperature, top_k, top_p)
-    return q, (q if temperature == 0 else processed(logits, 1.0, None, None))
+def _draft_q_unprocessed(logits, params, history):
+    q = processed(logits, params, history)
+    return q, (q if params.temperature == 0 else processed(logits, RAW))
 
 
 def _argmax_draft(q: Tensor, u: Tensor) -> Tensor:
@@ -89,9 +100,9 @@ def _greedy_verify_always(p, q, x, u_accept, u_final, temperature):
     return greedy_verify(p, x)
 
 
-def _greedy_last_index_on_ties(logits, temperature, top_k, top_p):
-    if temperature != 0:
-        return processed(logits, temperature, top_k, top_p)
+def _greedy_last_index_on_ties(logits, params, history):
+    if params.temperature != 0:
+        return processed(logits, params, history)
     check_finite_logits(logits)
     V = logits.shape[-1]
     last = V - 1 - logits.flip(-1).argmax(dim=-1)  # the last maximal index
@@ -168,10 +179,10 @@ def lifted(rule: Rule) -> Callable:
 def _zoo(hooks: Hooks, *, kind: str, models: str, needs: tuple[str, ...] = (), pair: str | None = None):
     """Register a §1b `generate` that runs `hooked_generate` with `hooks`; docstring = description."""
     def deco(fn):
-        def generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+        def generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed, **extra):
             return hooked_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
                                    temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                   hooks=hooks).tokens
+                                   hooks=hooks, **extra).tokens
 
         generate.__name__, generate.__qualname__, generate.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         generate.hooks = hooks
@@ -194,11 +205,12 @@ TARGET_ONLY = declare(target_only_generate, "target_only", level="generation", k
 
 @register(level="generation", kind="control", models="control: the reference, per-row KV-cache path",
           needs=("rows run one at a time: slow for thousands of rows",))
-def reference_kv_cache(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+def reference_kv_cache(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                       **extra):
     """The reference with per-row KV caches forced (cropped after every rejection)."""
     return speculative_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                eos_token_id=default_eos(target), cache="cache").tokens
+                                eos_token_id=default_eos(target), cache="cache", **extra).tokens
 
 
 @_zoo(Hooks(), kind="control", models="control: the mutants' loop with no hook changed")
@@ -284,3 +296,231 @@ def greedy_verify_when_sampling(target, draft, input_ids, *, max_new_tokens, gam
       models="vLLM #7627: greedy tie-break `>` vs `>=` on exactly tied logits")
 def greedy_tie_last_index(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
     """At temperature 0 the target's argmax takes the last maximal index; plain greedy takes the first."""
+
+
+# ---------------------------------------------------------------- the sampling parameters beyond T / top-k / top-p
+# (issue 13). Each mutant drops one parameter from one part of the step; `settings` are the sampling
+# settings (harness.check.generation.Setting) under which it shows, on `pair`.
+
+def _target_dropping(names: tuple[str, ...], where: str) -> Callable:
+    """A target hook that processes without `names` at the block positions `where` selects:
+    "after_first" (positions ≥ 1: after an accepted draft, and the bonus), "verified" (every position
+    but the bonus, whose law is the one a plain target step samples), "all"."""
+    def target_probs(logits, params, history):  # logits [A, g+1, V]
+        full = processed(logits, params, history)
+        if params.temperature == 0:
+            return full
+        dropped = processed(logits, params.without(*names), history)
+        keep = torch.zeros(logits.shape[1], dtype=torch.bool)  # positions processed correctly
+        if where == "after_first":
+            keep[0] = True
+        elif where == "verified":
+            keep[-1] = True
+        return torch.where(keep.view(1, -1, 1).to(logits.device), full, dropped)
+    return target_probs
+
+
+def _target_history_before_block(logits, params, history):
+    """Every position of the block processed with the history at its first position (earlier drafts unseen)."""
+    if history is None:
+        return processed(logits, params, history)
+    stale = History(history.seq[:, :1].expand_as(history.seq), history.n_generated[:, :1].expand_as(
+        history.n_generated), history.eos)
+    return processed(logits, params, stale)
+
+
+def _params_mutant(hooks: Hooks, *, settings: tuple, pair: str, needs: tuple[str, ...], models: str):
+    """`_zoo` for the parameter mutants, recording the settings (and pair) under which each shows."""
+    def deco(fn):
+        generate = _zoo(hooks, kind="mutant", models=models, needs=needs, pair=pair)(fn)
+        generate.settings = settings
+        return generate
+    return deco
+
+
+def _setting(**kwargs):
+    from harness.check.generation import Setting
+
+    return Setting(**kwargs)
+
+
+_ACCEPTED = "accepted drafts (positions ≥ 1 of a block are reached): α not tiny, e.g. the toy pair"
+
+
+@_params_mutant(Hooks(target_probs=_target_dropping(("min_p",), "after_first")),
+                settings=(_setting(temperature=1.0, min_p=0.2),), pair="toy", needs=("min_p set", _ACCEPTED),
+                models="vLLM #42744 / PR #42802, sglang #10617: min_p not applied on verified positions")
+def min_p_first_position_only(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                              **extra):
+    """min_p applied at the first verified position of each block only; later positions (after an
+    accepted draft) and the bonus token use the law without min_p."""
+
+
+@_params_mutant(Hooks(target_probs=_target_dropping(("logit_bias",), "all")),
+                settings=(_setting(temperature=1.0, logit_bias=((2, 1.5), (5, -2.0))),), pair="toy",
+                needs=("logit_bias set",),
+                models="vLLM #42744 / PR #42802: logit_bias honoured by the drafter, not the verifier")
+def logit_bias_draft_only(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                          **extra):
+    """logit_bias is added to the draft's logits (q) but not the target's (p): the output follows the
+    unbiased target."""
+
+
+@_params_mutant(Hooks(target_probs=_target_history_before_block),
+                settings=(_setting(temperature=1.0, repetition_penalty=3.0, presence_penalty=2.0),), pair="toy",
+                needs=("a penalty set", _ACCEPTED),
+                models="SGLang #33643 (also vLLM #18902): penalties not updated for tokens accepted in the block")
+def penalties_from_prefix_before_block(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
+                                       top_p, seed, **extra):
+    """The target's penalties at every position of a block are computed from the tokens before the
+    block: drafts accepted earlier in the same block are not counted."""
+
+
+@_params_mutant(Hooks(target_probs=_target_dropping(("repetition_penalty", "frequency_penalty", "presence_penalty"),
+                                                    "all")),
+                settings=(_setting(temperature=1.0, repetition_penalty=2.0),), pair="toy", needs=("a penalty set",),
+                models="TensorRT-LLM #17701: penalties silently ignored on the speculative path (draft only)")
+def penalty_draft_only(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                       **extra):
+    """Repetition / frequency / presence penalties applied to the draft's law but not the target's."""
+
+
+@_params_mutant(Hooks(target_probs=_target_dropping(("min_new_tokens",), "verified")),
+                settings=(_setting(temperature=1.0, min_new_tokens=2),), pair="toy-eos",
+                needs=("min_new_tokens set", "an EOS the draft proposes early (toy-eos)"),
+                models="TensorRT-LLM #17955: min_length honoured by the sampler, EOS still accepted from drafts")
+def min_new_tokens_bonus_only(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p,
+                              seed, **extra):
+    """EOS is masked before min_new_tokens only in the law of the target's own sampled token (bonus /
+    plain step); the target probabilities that verify drafts (and their residuals) keep EOS."""
+
+
+@_params_mutant(Hooks(target_probs=_target_dropping(("bad_words_ids",), "verified")),
+                settings=(_setting(temperature=1.0, bad_words_ids=((5,), (12, 12))),), pair="toy",
+                needs=("bad_words_ids set", "the draft proposes a bad word"),
+                models="TensorRT-LLM #17955, SGLang #27769: bad words / custom processors skipped when verifying")
+def bad_words_bonus_only(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                         **extra):
+    """Bad words are masked only in the bonus token's law; verified positions keep them."""
+
+
+def _top_p_before_temperature(logits, params, history):
+    return process(logits, params, history, order="top_p_before_temperature", validate=False)
+
+
+@_params_mutant(Hooks(target_probs=_top_p_before_temperature,
+                      draft_probs=lambda logits, params, history: (_top_p_before_temperature(logits, params, history),) * 2),
+                settings=(_setting(temperature=0.7, top_p=0.9),), pair="toy",
+                needs=("temperature ≠ 1 with top-p",),
+                models="romsto/Speculative-Decoding: top-p applied before temperature (a convention, not a "
+                       "verification bug: lossless for the target under that order)")
+def top_p_before_temperature(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                             **extra):
+    """p and q both processed with top-p cut on the temperature-1 law, temperature applied after: exact
+    for the target under that convention, lossy against the documented order."""
+
+
+# ---------------------------------------------------------------- exact output law of a hooked loop
+
+def exact_output_law(target, draft, prompt: list[int], length: int, gamma: int, params: SamplingParams,
+                     hooks: Hooks = REFERENCE_HOOKS, eos=()) -> dict[tuple[int, ...], float]:
+    """Law of the `length` tokens (cut after EOS) a many-row run of `hooked_generate` emits, by enumeration.
+
+    Algorithm 1 over the hooks' p and q (the verify hook is not used: for p/q-hook mutants only).
+    Block sizes follow a batched run: step k drafts min(γ, length − k − 1) tokens (the slowest row
+    decides, and in thousands of rows one row emits a single token per step), rows that need fewer
+    tokens keep a prefix of the block. Exact in float64 for small vocabularies (toy pairs)."""
+    eos, law, frontier = frozenset(eos), {}, {(): 1.0}
+    for step in range(length):
+        g = max(0, min(gamma, length - step - 1))
+        nxt: dict[tuple[int, ...], float] = {}
+        for prefix, mass in frontier.items():
+            for tokens, w in _block_law(target, draft, prompt, prefix, g, params, hooks, eos).items():
+                kept = _cut(tokens, length - len(prefix), eos)
+                done = len(prefix) + len(kept) == length or (kept and kept[-1] in eos)
+                bucket = law if done else nxt
+                key = prefix + kept
+                bucket[key] = bucket.get(key, 0.0) + mass * w
+        frontier = nxt
+        if not frontier:
+            break
+    return law
+
+
+def _cut(tokens: tuple[int, ...], room: int, eos) -> tuple[int, ...]:
+    out = []
+    for t in tokens[:room]:
+        out.append(t)
+        if t in eos:
+            break
+    return tuple(out)
+
+
+def _logits(model, seqs: Tensor, n_last: int) -> Tensor:  # seqs [N, L] -> [N, n_last, V] float64
+    with torch.inference_mode():
+        return model(input_ids=seqs, attention_mask=torch.ones_like(seqs)).logits[:, -n_last:].double()
+
+
+def _block_law(target, draft, prompt, prefix, g, params, hooks, eos) -> dict[tuple[int, ...], float]:
+    """Law of the tokens one step emits (before truncation) after prompt + prefix, drafting g tokens."""
+    base = torch.tensor(list(prompt) + list(prefix), dtype=torch.long)
+    V = target.config.vocab_size
+    before = history_of([base], [len(prefix)], sorted(eos)) if params.needs_history else None
+    paths, weight, q_rows = torch.zeros(1, 0, dtype=torch.long), torch.ones(1, dtype=torch.float64), []
+    for _ in range(g):  # every draft path d[:i] with its probability; q at each position
+        seqs = torch.cat([base.expand(len(paths), -1), paths], 1)
+        hist = None if before is None else _expand_history(before, paths)
+        q_sample, q_verify = hooks.draft_probs(_logits(draft, seqs, 1)[:, -1], params, hist)
+        q_rows = [r.repeat_interleave(V, 0) for r in q_rows] + [q_verify.double().repeat_interleave(V, 0)]
+        weight = (weight.unsqueeze(1) * q_sample.double()).reshape(-1)
+        paths = torch.cat([paths.repeat_interleave(V, 0), torch.arange(V).repeat(len(paths)).unsqueeze(1)], 1)
+    seqs = torch.cat([base.expand(len(paths), -1), paths], 1)
+    block = None if before is None else extend_history(_expand_history(before, paths[:, :0]), paths)
+    p = hooks.target_probs(_logits(target, seqs, g + 1), params, block).double()  # [N, g+1, V]
+    out: dict[tuple[int, ...], float] = {}
+    reach = weight.clone()  # P(draft path, and its first i drafts accepted)
+    for i in range(g + 1):
+        if i == g:
+            final = p[:, g]
+        else:
+            x = paths[:, i]
+            q = q_rows[i]
+            px, qx = p[torch.arange(len(x)), i, x], q[torch.arange(len(x)), x]
+            accept = torch.where(qx > 0, torch.clamp(px / qx.clamp_min(1e-300), max=1.0), torch.ones_like(px))
+            residual = (p[:, i] - q).clamp_min(0)
+            total = residual.sum(-1, keepdim=True)
+            final = torch.where(total > 0, residual / total.clamp_min(1e-300), p[:, i])
+        rejected = reach * (1 - accept) if i < g else reach
+        for n in torch.nonzero(rejected > 0).flatten().tolist():
+            head = tuple(paths[n, :i].tolist())
+            for y in torch.nonzero(final[n] > 0).flatten().tolist():
+                key = head + (y,)
+                out[key] = out.get(key, 0.0) + float(rejected[n] * final[n, y])
+        if i < g:
+            reach = reach * accept
+    return out
+
+
+def _expand_history(history: History, paths: Tensor) -> History:
+    """A one-row history repeated for every draft path, with the path's tokens appended."""
+    n = len(paths)
+    return History(torch.cat([history.seq.expand(n, -1), paths], 1), history.n_generated.expand(n) + paths.shape[1],
+                   history.eos)
+
+
+# A correct control under the new parameters: the reference with every one of them set at once (one
+# cell per prompt keeps 200 calibration seeds affordable); its false-alarm rate is the issue-13 claim.
+ALL_PARAMETERS = dict(temperature=0.8, top_p=0.95, min_p=0.05, repetition_penalty=1.2, logit_bias=((5, 1.0),),
+                      frequency_penalty=0.5, presence_penalty=0.5, bad_words_ids=((12, 12),))
+
+
+@register(level="generation", kind="control", pair="toy",
+          models="control: the reference with every optional sampling parameter set (issue 13)")
+def reference_all_parameters(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                             **extra):
+    """specdec_ref.adapters:generate run under the settings in `.settings` (all parameters at once)."""
+    return _reference_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, **extra)
+
+
+reference_all_parameters.settings = (_setting(**ALL_PARAMETERS),)
