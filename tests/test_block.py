@@ -213,3 +213,84 @@ def test_bound_edge_cases():
     np.testing.assert_allclose(universal_acceptance_bound(p, np.array([[0.0, 0.0, 1.0]])), [0.0])
     with pytest.raises(ValueError):
         universal_acceptance_bound(p, np.ones((2, 4)))
+
+
+def test_block_acceptance_monte_carlo_matches_enumeration(monkeypatch):
+    import harness.stats.bounds as bounds
+
+    p, q = _random_laws(4, 5, 2, power=1.5)
+    exact = block_acceptance(p.numpy(), q.numpy())
+    monkeypatch.setattr(bounds, "ENUMERATION_LIMIT", 30)  # sampled from k = 3 on
+    np.testing.assert_allclose(block_acceptance(p.numpy(), q.numpy(), samples=200_000), exact, atol=0.01)
+
+
+# ---------------------------------------------------------------- the universal-bound gate of the sampler check
+
+GATE_CASES = ["binary-gamma8", "q-zero-where-p-positive"]  # block accepts visibly more than the chain here
+
+
+def _acceptance(report, suffix):
+    return [t for t in report.tests + report.advisories if t.name.endswith(suffix)]
+
+
+def test_block_verifier_is_not_failed_for_accepting_more_than_the_chain():
+    from harness.check.sampler import run_sampler_check
+    from harness.stats import binomial_event_test
+
+    report = run_sampler_check(block_verify, impl_name="block", seed=0, cases=GATE_CASES)
+    assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
+    gates = _acceptance(report, "above_universal_bound")
+    assert len(gates) == 8 + 3
+    rates = [a for c in report.cases for a in c["acceptance"]]
+    assert {a["outcome"] for a in rates if a["drafts"] > 1} == {"block optimal"}
+    # what the previous gate (conditional acceptance vs Σ min(p_j, q_j)) says about the same run
+    level = report.false_alarm_rate / len(report.tests)
+    old = [binomial_event_test(round(a["measured"] * a["reached"]), a["reached"], a["optimal"], "", "greater")
+           for a in rates]
+    assert sum(t.p_value < level for t in old) >= 5
+
+
+def test_chain_reference_passes_and_reads_token_level_optimal():
+    from harness.check.sampler import run_sampler_check
+    from specdec_ref.adapters import verify
+
+    report = run_sampler_check(verify, impl_name="chain", seed=1, cases=GATE_CASES)
+    assert report.verdict == "pass"
+    outcomes = [a["outcome"] for a in report.cases[0]["acceptance"] if a["drafts"] > 2]  # binary-gamma8
+    assert len(outcomes) == 6 and set(outcomes) == {"token-level optimal"}
+    # where B_k − T_k is below the resolution (q-zero: 0.448 vs 0.440) either reading is honest
+    assert {a["outcome"] for c in report.cases for a in c["acceptance"]} <= {
+        "optimal", "token-level optimal", "block optimal"}
+
+
+def test_accepting_above_the_universal_bound_is_failed_by_the_gate():
+    """always_accept (transformers PR #28508) is caught by the acceptance gate itself, not only by the laws."""
+    from harness.check.sampler import run_sampler_check
+    from harness.mutants.registry import get
+
+    report = run_sampler_check(get("always_accept").fn, impl_name="always_accept", seed=0, cases=GATE_CASES)
+    assert report.verdict == "fail"
+    rejected = [t for t in _acceptance(report, "above_universal_bound") if t.reject]
+    assert len(rejected) >= 8
+    assert {a["outcome"] for c in report.cases for a in c["acceptance"]} <= {"above block level", "optimal"}
+
+
+def test_acceptance_test_count_matches_what_is_emitted():
+    from harness.check.sampler import CASES, _acceptance_tests, _plan_cases, count_acceptance_tests
+
+    rng = np.random.default_rng(0)
+    for plan in _plan_cases(CASES, 0):
+        tokens = np.where(np.arange(plan.case.gamma + 1) < rng.integers(1, plan.case.gamma + 2, size=(50, 1)),
+                          0, -1)
+        gating, advisory, rates = _acceptance_tests(tokens, plan, 1e-5, 0.99, plan.case.name)
+        assert len(gating) == len(advisory) == len(rates) == count_acceptance_tests(plan), plan.case.name
+
+
+def test_acceptance_outcome_labels():
+    from harness.check.sampler import acceptance_outcome
+
+    assert acceptance_outcome(5000, 10_000, 0.5, 0.6, 1e-4, 0.99) == "token-level optimal"
+    assert acceptance_outcome(6000, 10_000, 0.5, 0.6, 1e-4, 0.99) == "block optimal"
+    assert acceptance_outcome(4000, 10_000, 0.5, 0.6, 1e-4, 0.99) == "wasteful"
+    assert acceptance_outcome(7000, 10_000, 0.5, 0.6, 1e-4, 0.99) == "above block level"
+    assert acceptance_outcome(5000, 10_000, 0.5, 0.5, 1e-4, 0.99) == "optimal"
