@@ -294,3 +294,67 @@ def test_acceptance_outcome_labels():
     assert acceptance_outcome(4000, 10_000, 0.5, 0.6, 1e-4, 0.99) == "wasteful"
     assert acceptance_outcome(7000, 10_000, 0.5, 0.6, 1e-4, 0.99) == "above block level"
     assert acceptance_outcome(5000, 10_000, 0.5, 0.5, 1e-4, 0.99) == "optimal"
+
+
+# ---------------------------------------------------------------- block mutants and controls
+
+def test_block_position_integrator_gives_p_for_the_reference_residual():
+    from harness.mutants.families import block_accept_and_final_law_given_a, block_position_laws
+
+    for gamma, V in [(2, 4), (3, 3)]:
+        p, q = _random_laws(gamma, V, 4)
+        laws = block_position_laws(block_accept_and_final_law_given_a)(p, q)
+        assert torch.allclose(laws, p, atol=1e-12)
+
+
+def test_block_residual_from_p_has_exact_tv_and_is_caught():
+    from harness.check.sampler import run_sampler_check
+    from harness.mutants.laws import exact_tvs
+    from harness.mutants.registry import get
+
+    impl = get("block_residual_from_p")
+    p, q = _random_laws(2, 4, 0)
+    laws, _ = exact_block_laws(p, q, lambda *a: _residual_from_p_core(*a))
+    assert torch.allclose(impl.position_laws(p, q), laws, atol=1e-12)  # the integrator agrees with the replay
+    assert max(exact_tvs(impl, p, q)) > 0.02
+    report = run_sampler_check(impl.fn, impl_name=impl.name, seed=0, cases=["q-zero-where-p-positive"])
+    assert report.verdict == "fail"
+
+
+def _residual_from_p_core(p_, q_, tokens, u):
+    n_acc, _ = block_accept_and_final_law(p_, q_, tokens, u)
+    return n_acc, p_.gather(1, n_acc.view(-1, 1, 1).expand(-1, 1, p_.shape[-1])).squeeze(1)
+
+
+def test_block_token_level_accept_is_caught_by_the_universal_gate():
+    from harness.check.sampler import run_sampler_check
+    from harness.mutants.registry import get
+
+    report = run_sampler_check(get("block_token_level_accept").fn, impl_name="m", seed=0, cases=["binary-gamma8"])
+    assert report.verdict == "fail"
+    assert any(t.reject and t.name.endswith("above_universal_bound") for t in report.tests)
+
+
+@pytest.mark.parametrize("name", ["block_reference", "block_exponential_clocks"])
+def test_block_controls_pass(name):
+    from harness.check.sampler import run_sampler_check
+    from harness.mutants.registry import get
+
+    report = run_sampler_check(get(name).fn, impl_name=name, seed=2, cases=GATE_CASES)
+    assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
+
+
+def test_block_controls_agree_in_law_with_the_reference():
+    """The exponential-clock control's first-token law and acceptance match the reference's exact values."""
+    from harness.mutants.families import block_exponential_clocks
+
+    p, q = _random_laws(3, 5, 9)
+    B = 200_000
+    x = torch.stack([torch.multinomial(q[i], B, replacement=True, generator=torch.Generator().manual_seed(i))
+                     for i in range(3)], 1)
+    out = block_exponential_clocks(p.expand(B, -1, -1), q.expand(B, -1, -1), x, torch.Generator().manual_seed(5))
+    n = (out >= 0).sum(1) - 1
+    accepted = torch.tensor([(n >= k).double().mean().item() for k in (1, 2, 3)], dtype=torch.float64)
+    assert torch.allclose(accepted, torch.from_numpy(block_acceptance(p.numpy(), q.numpy())), atol=0.006)
+    law0 = torch.bincount(out[:, 0], minlength=5).double() / B
+    assert float((law0 - p[0]).abs().sum()) / 2 < 0.006

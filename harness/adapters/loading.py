@@ -55,11 +55,14 @@ def check_signature(fn: Callable, level: str, spec: str) -> None:
     try:
         if level == "sampler":
             sig.bind(*([None] * 4))
+        elif level == "draft_step":
+            sig.bind(*([None] * 3))
         else:
             sig.bind(None, None, None, **dict.fromkeys(GENERATE_KEYWORDS))
     except TypeError as exc:
-        want = ("verify(target_probs, draft_probs, draft_tokens, generator)" if level == "sampler" else
-                "generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed)")
+        want = {"sampler": "verify(target_probs, draft_probs, draft_tokens, generator)",
+                "draft_step": "draft_and_verify(target_probs, draft_probs, generator)"}.get(
+            level, "generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed)")
         raise HarnessError(f"{spec} has signature {fn.__name__}{sig}, which cannot be called as the "
                            f"{level}-level contract {want}: {exc}") from exc
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from harness.errors import HarnessError, UnknownNameError
 
-LEVELS = ("sampler", "generation")
+LEVELS = ("sampler", "generation", "draft_step")  # draft_step: specdec_ref/draft_step.py contract
 KINDS = ("mutant", "equivalent", "wasteful", "control")
 
 
@@ -100,6 +100,7 @@ def _first_row(position_laws: Callable) -> Callable:
 def _load_builtin() -> None:
     # Imported lazily: each module registers its implementations on import.
     import harness.mutants.controls  # noqa: F401
+    import harness.mutants.families  # noqa: F401
     import harness.mutants.generation  # noqa: F401
     import harness.mutants.sampler  # noqa: F401
 
