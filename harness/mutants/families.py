@@ -133,7 +133,7 @@ def block_token_level_accept(target_probs, draft_probs, draft_tokens, generator)
 
 
 @register(level="sampler", kind="mutant", models="vllm-ascend #7807: block verification without the adjusted residual",
-          position_laws=block_position_laws(_p_at_stop))
+          position_laws=block_position_laws(_p_at_stop), exact_acceptance=block_conditional_acceptance)
 def block_residual_from_p(target_probs, draft_probs, draft_tokens, generator):
     """Block verification's stop rule, then the final token from p_A instead of norm((ρ_A p_A − q_A)₊)."""
     u, u_final = _uniforms(target_probs, draft_probs, draft_tokens, generator)
