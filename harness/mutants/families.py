@@ -185,23 +185,32 @@ def _noise_reuse_laws(p: Tensor, q: Tensor) -> Tensor:
     """Exact per-position laws when u_i drafts x_i = F_q⁻¹(u_i), tests u_i·q(x) < p(x) and, on rejection,
     draws the residual by inverse CDF at the same u_i: lengths of [0, 1) segments, [γ+1, V]."""
     p, q = normalized(p.double()), normalized(q.double())
-    gamma, V = q.shape
+    gamma = q.shape[0]
     laws = []
     for j in range(gamma):
         hi = q[j].cumsum(0)
         lo = hi - q[j]
         ratio = torch.where(q[j] > 0, p[j] / q[j].clamp_min(1e-300), torch.zeros_like(q[j]))
         accepted = (torch.minimum(hi, ratio) - lo).clamp_min(0)  # [V] u ∈ [C_{x−1}, min(C_x, r(x)))
-        rej_lo, rej_hi = torch.maximum(lo, ratio), hi  # [V] rejected segment of x
+        rej_lo = torch.minimum(torch.maximum(lo, ratio), hi)  # [V] rejected u of x: [rej_lo, hi), sorted in x
         res = (p[j] - q[j]).clamp_min(0)
         res = res / res.sum() if res.sum() > 0 else p[j]
         r_hi = res.cumsum(0)
-        r_lo = r_hi - res
-        overlap = (torch.minimum(rej_hi[:, None], r_hi[None]) - torch.maximum(rej_lo[:, None], r_lo[None])).clamp_min(0)
-        law = accepted + overlap.sum(0)
+        # mass of residual token y = |S ∩ [R_{y−1}, R_y)|, S = ∪ rejected segments, via F(t) = |S ∩ [0, t)|
+        F = _covered_length(rej_lo, hi, torch.cat([torch.zeros(1, dtype=r_hi.dtype), r_hi]))
+        law = accepted + F.diff()
         laws.append(law / law.sum())
     laws.append(p[gamma])
     return torch.stack(laws)
+
+
+def _covered_length(lo: Tensor, hi: Tensor, t: Tensor) -> Tensor:
+    """|∪_x [lo_x, hi_x) ∩ [0, t)| for sorted, disjoint segments (lo, hi [V]) at points t [M]."""
+    cum = torch.cat([torch.zeros(1, dtype=lo.dtype), (hi - lo).cumsum(0)])  # length of the first k segments
+    k = torch.searchsorted(lo.contiguous(), t.contiguous(), right=True)  # segments starting at or before t
+    last = (k - 1).clamp_min(0)
+    partial = (torch.minimum(t, hi[last]) - lo[last]).clamp_min(0) * (k > 0)
+    return cum[last] + partial
 
 
 def _noise_reuse_acceptance(p: Tensor, q: Tensor) -> Tensor:
