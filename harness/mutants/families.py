@@ -39,7 +39,8 @@ from specdec_ref.verify import accept_and_final_law as chain_accept_and_final_la
 from specdec_ref.verify import assemble, verify_step
 
 Tensor = torch.Tensor
-ENUMERATION_LIMIT = 2e7  # V^γ · V floats per exact block law (larger shapes: no exact law)
+ENUMERATION_LIMIT = 2e7  # V^γ · V: draft tuples × vocabulary of an exact block law (larger shapes: no exact law)
+CHUNK_FLOATS = 1 << 22  # draft tuples × γ × V processed at once by the exact integration (bounds memory)
 _BLOCK = "Sun et al. 2024 (arXiv 2403.10444) block verification"
 
 
@@ -64,31 +65,37 @@ def _all_tuples(gamma: int, V: int) -> Tensor:
 
 def block_position_laws(final_law: Callable) -> Callable:
     """position_laws(p, q) of a rule with the block stop rule and final law `final_law(p, q, x, A)`
-    ([N, γ+1, V], [N, γ, V], [N, γ], [N] -> [N, V]), integrated over every draft tuple."""
+    ([N, γ+1, V], [N, γ, V], [N, γ], [N] -> [N, V]), integrated over every draft tuple (in chunks)."""
     def laws(p: Tensor, q: Tensor) -> Tensor:
         p, q = normalized(p.double()), normalized(q.double())
         gamma, V = q.shape
-        x = _all_tuples(gamma, V)
-        N = len(x)
-        w = torch.stack([q[i, x[:, i]] for i in range(gamma)]).prod(0)  # [N] P(drafts = x)
-        pe, qe = p.expand(N, -1, -1), q.expand(N, -1, -1)
-        rho = block_weights(torch.stack([p[i, x[:, i]] for i in range(gamma)], 1),
-                            torch.stack([q[i, x[:, i]] for i in range(gamma)], 1))
-        h = stop_probabilities(rho, pe, qe)  # [N, γ+1], h_0 = 1
-        # P(A = a | x) = h_a Π_{i>a} (1 − h_i): the largest passing index
-        tail = torch.flip(torch.cumprod(torch.flip(1 - h, [1]), 1), [1])  # [N, γ+1] Π_{i≥a}(1 − h_i)
-        prob_a = h * torch.cat([tail[:, 1:], torch.ones(N, 1, dtype=h.dtype)], 1)
+        tuples = _all_tuples(gamma, V)
         out = torch.zeros(gamma + 1, V, dtype=torch.float64)
         reach = torch.zeros(gamma + 1, dtype=torch.float64)
-        for a in range(gamma + 1):
-            wa = w * prob_a[:, a]
-            reach[: a + 1] += wa.sum()
-            out[a] += (wa.unsqueeze(1) * final_law(pe, qe, x, torch.full((N,), a))).sum(0)
-            for j in range(a):
-                out[j].index_add_(0, x[:, j], wa)
+        for x in tuples.split(max(1, CHUNK_FLOATS // (gamma * V))):
+            _accumulate(p, q, x, final_law, out, reach)
         # A position no draft tuple reaches is never tested; report p there (TV 0) rather than an empty row.
         return torch.where(reach.unsqueeze(1) > 0, out / reach.clamp_min(1e-300).unsqueeze(1), p)
     return laws
+
+
+def _accumulate(p: Tensor, q: Tensor, x: Tensor, final_law: Callable, out: Tensor, reach: Tensor) -> None:
+    """Add the emitted-token mass of draft tuples x [N, γ] to out [γ+1, V] and P(reach j) to reach [γ+1]."""
+    N, gamma = x.shape
+    w = torch.stack([q[i, x[:, i]] for i in range(gamma)]).prod(0)  # [N] P(drafts = x)
+    pe, qe = p.expand(N, -1, -1), q.expand(N, -1, -1)
+    rho = block_weights(torch.stack([p[i, x[:, i]] for i in range(gamma)], 1),
+                        torch.stack([q[i, x[:, i]] for i in range(gamma)], 1))
+    h = stop_probabilities(rho, pe, qe)  # [N, γ+1], h_0 = 1
+    # P(A = a | x) = h_a Π_{i>a} (1 − h_i): the largest passing index
+    tail = torch.flip(torch.cumprod(torch.flip(1 - h, [1]), 1), [1])  # [N, γ+1] Π_{i≥a}(1 − h_i)
+    prob_a = h * torch.cat([tail[:, 1:], torch.ones(N, 1, dtype=h.dtype)], 1)
+    for a in range(gamma + 1):
+        wa = w * prob_a[:, a]
+        reach[: a + 1] += wa.sum()
+        out[a] += (wa.unsqueeze(1) * final_law(pe, qe, x, torch.full((N,), a))).sum(0)
+        for j in range(a):
+            out[j].index_add_(0, x[:, j], wa)
 
 
 def block_accept_and_final_law_given_a(p: Tensor, q: Tensor, x: Tensor, a: Tensor, rho: Tensor | None = None) -> Tensor:
