@@ -114,3 +114,14 @@ def test_argmax_exact_law_is_the_greedy_drafter_rule():
     _, tokens = impl.fn(p.expand(B, -1, -1), q.expand(B, -1, -1), torch.Generator().manual_seed(0))
     freq = torch.bincount(tokens[:, 0], minlength=4).double() / B
     assert float((freq - laws[0]).abs().sum()) / 2 < 0.006
+
+
+def test_calibration_entry_point_counts_failures(capsys):
+    import json
+
+    from harness.check.draft_step import _main
+
+    assert _main(["--calibrate", "--names", "draft_noise_reused", "draft_step_reference", "--seeds", "2",
+                  "--rows", "20000", "--cases", "q-zero-where-p-positive"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["draft_noise_reused"]["failed"] == 2 and result["draft_step_reference"]["failed"] == 0
