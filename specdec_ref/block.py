@@ -47,10 +47,20 @@ def block_weights(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
     return torch.stack(rho, dim=1)
 
 
-def stop_probabilities(rho: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """ρ [B, γ+1], p [B, γ+1, V], q [B, γ, V] (normalised) -> h [B, γ+1] (h_0 = 1, h_γ = ρ_γ)."""
+def stop_probabilities(
+    rho: torch.Tensor,  # [B, γ+1]
+    p: torch.Tensor,  # [B, γ+1, V] (rows may be unnormalised: p_scale divides them)
+    q: torch.Tensor,  # [B, γ, V]
+    p_scale: torch.Tensor | None = None,  # [B, γ+1] row sums of p (None: p is normalised)
+    q_scale: torch.Tensor | None = None,  # [B, γ] row sums of q
+) -> torch.Tensor:  # h [B, γ+1] (h_0 = 1, h_γ = ρ_γ)
     gamma = q.shape[1]
-    mass = (rho[:, :gamma, None] * p[:, :gamma] - q).clamp_min(0).sum(-1)  # [B, γ] M_i
+    # M_i = Σ_y (ρ_i p_i(y)/P_i − q_i(y)/Q_i)₊ = Σ_y (c_i p_i(y) − q_i(y))₊ / Q_i with c_i = ρ_i Q_i / P_i:
+    # one scaled copy of p, then in place (the [B, γ, V] passes dominate the cost).
+    c = rho[:, :gamma] * (1 if q_scale is None else q_scale) / (1 if p_scale is None else p_scale[:, :gamma])
+    excess = p[:, :gamma] * c.unsqueeze(-1)  # in ρ's precision (float32 or float64)
+    mass = excess.sub_(q).clamp_(min=0).sum(-1, dtype=rho.dtype)  # [B, γ]
+    mass = mass if q_scale is None else mass / q_scale  # M_i
     den = mass + 1 - rho[:, :gamma]
     # den = 0 only when ρ_i = 1 and M_i = 0 (p_i = q_i): then x_i is accepted with weight 1 (ρ_{i+1} = 1)
     # and stopping at i never needs the empty residual, so h_i = 1 is the continuous limit.
@@ -68,17 +78,21 @@ def block_accept_and_final_law(
     dtype = torch.float64 if torch.float64 in (target_probs.dtype, draft_probs.dtype) else torch.float32
     B, gamma_plus_1, V = target_probs.shape
     gamma = gamma_plus_1 - 1
-    # Rows renormalised in the working precision, as the chain reference does (half-precision rows).
-    p = _normalized(target_probs, dtype)  # [B, γ+1, V]
-    q = _normalized(draft_probs, dtype)  # [B, γ, V]
+    # Rows are renormalised in the working precision, as the chain reference does (half-precision rows),
+    # by their sums only: no normalised [B, γ+1, V] copy is made.
+    p_sum = target_probs.sum(dim=-1, dtype=dtype)  # [B, γ+1]
+    q_sum = draft_probs.sum(dim=-1, dtype=dtype)  # [B, γ]
     x = draft_tokens.long().unsqueeze(-1)  # [B, γ, 1]
-    rho = block_weights(p[:, :gamma].gather(-1, x).squeeze(-1), q.gather(-1, x).squeeze(-1))  # [B, γ+1]
-    h = stop_probabilities(rho, p, q)  # [B, γ+1]
+    p_x = target_probs[:, :gamma].gather(-1, x).squeeze(-1).to(dtype) / p_sum[:, :gamma]  # [B, γ]
+    q_x = draft_probs.gather(-1, x).squeeze(-1).to(dtype) / q_sum  # [B, γ]
+    rho = block_weights(p_x, q_x)  # [B, γ+1]
+    h = stop_probabilities(rho, target_probs, draft_probs, p_sum, q_sum)  # [B, γ+1]
     stops = u_accept.to(dtype) < h[:, 1:]  # [B, γ]
     positions = torch.arange(1, gamma + 1, device=stops.device)
     n_accepted = (stops.long() * positions).amax(dim=-1)  # [B] the largest i with u_i < h_i, else 0
-    p_n = p.gather(1, n_accepted.view(B, 1, 1).expand(B, 1, V)).squeeze(1)  # [B, V]
-    q_n = q.gather(1, n_accepted.clamp(max=gamma - 1).view(B, 1, 1).expand(B, 1, V)).squeeze(1)
+    p_n = _normalized(target_probs.gather(1, n_accepted.view(B, 1, 1).expand(B, 1, V)).squeeze(1), dtype)  # [B, V]
+    q_n = _normalized(draft_probs.gather(1, n_accepted.clamp(max=gamma - 1).view(B, 1, 1).expand(B, 1, V)).squeeze(1),
+                      dtype)
     q_n = q_n * (n_accepted < gamma).unsqueeze(1)  # bonus position: no draft law, the residual is ρ_γ·p_γ
     residual = (rho.gather(1, n_accepted.unsqueeze(1)) * p_n - q_n).clamp_min(0)
     mass = residual.sum(dim=-1, keepdim=True)

@@ -358,3 +358,14 @@ def test_block_controls_agree_in_law_with_the_reference():
     assert torch.allclose(accepted, torch.from_numpy(block_acceptance(p.numpy(), q.numpy())), atol=0.006)
     law0 = torch.bincount(out[:, 0], minlength=5).double() / B
     assert float((law0 - p[0]).abs().sum()) / 2 < 0.006
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_block_law_half_precision_inputs(dtype):
+    """Rows rounded to low precision are renormalised inside: the law is that of the rounded inputs."""
+    p, q = _random_laws(2, 4, 6, power=1.0)
+    p_low, q_low = p.to(dtype), q.to(dtype)
+    laws, reach = exact_block_laws(_norm(p_low.double()), _norm(q_low.double()),
+                                   lambda p_, q_, x, u: block_accept_and_final_law(
+                                       p_low.expand(len(x), -1, -1), q_low.expand(len(x), -1, -1), x, u))
+    assert torch.allclose(laws, _norm(p_low.double()).float().double(), atol=1e-5)
