@@ -7,6 +7,13 @@
   without-replacement siblings; point masses for deterministic ones).
 - `specdec_ref.adapters:tree_verify_topk` — one tree step with every sibling treated as a point mass
   (EAGLE / SGLang top-k trees); ignores draft_probs, lossless for any drafter.
+- `specdec_ref.adapters:block_verify` — one verification step (§1a signature), block verification
+  (Sun et al. 2024, arXiv 2403.10444): same inputs, same output format, accepts up to the joint bound.
+- `specdec_ref.adapters:draft_and_verify`, `specdec_ref.adapters:block_draft_and_verify` — the draft
+  step contract: `draft_and_verify(target_probs [B, γ+1, V], draft_probs [B, γ, V], generator) ->
+  (draft_tokens [B, γ] int64, tokens [B, γ+1] int64, -1 padded)`; the implementation draws its own
+  drafts from q (independently per row and position) and verifies them (chain / block rule). See
+  specdec_ref/draft_step.py for the full contract.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import torch
 
 from specdec_ref import tree
+from specdec_ref.block import block_verify_step
+from specdec_ref.draft_step import draft_then_verify
 from specdec_ref.generate import default_eos, speculative_generate
 from specdec_ref.verify import verify_step
 
@@ -30,6 +39,31 @@ def verify(
     generator: torch.Generator,
 ) -> torch.Tensor:  # [B, γ+1] emitted tokens, -1 padded
     return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens
+
+
+def block_verify(
+    target_probs: torch.Tensor,  # [B, γ+1, V]
+    draft_probs: torch.Tensor,  # [B, γ, V]
+    draft_tokens: torch.Tensor,  # [B, γ]
+    generator: torch.Generator,
+) -> torch.Tensor:  # [B, γ+1] emitted tokens, -1 padded
+    return block_verify_step(target_probs, draft_probs, draft_tokens, generator).tokens
+
+
+def draft_and_verify(
+    target_probs: torch.Tensor,  # [B, γ+1, V]
+    draft_probs: torch.Tensor,  # [B, γ, V]
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:  # drafts [B, γ] int64 (drawn from q), tokens [B, γ+1] -1 padded
+    return draft_then_verify(target_probs, draft_probs, generator, verify_step)
+
+
+def block_draft_and_verify(
+    target_probs: torch.Tensor,  # [B, γ+1, V]
+    draft_probs: torch.Tensor,  # [B, γ, V]
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:  # drafts [B, γ] int64 (drawn from q), tokens [B, γ+1] -1 padded
+    return draft_then_verify(target_probs, draft_probs, generator, block_verify_step)
 
 
 def generate(

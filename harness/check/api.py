@@ -26,12 +26,17 @@ def _name(impl) -> str:
 
 
 def contract_of(config: CheckConfig) -> str:
-    """The signature an implementation must have: a §1a step, a tree step, or a §1b generate."""
-    return "tree" if config.level == "sampler" and config.family == "tree" else config.level
+    """The signature an implementation must have: a §1a step, a draft-and-verify step, a tree step, or a
+    §1b generate."""
+    if config.level == "sampler" and config.family == "tree":
+        return "tree"
+    if config.level == "sampler" and config.step == "draft_and_verify":
+        return "draft_step"
+    return config.level
 
 
 def resolve(impl, level: str) -> Callable:
-    if level not in ("sampler", "generation", "tree"):
+    if level not in ("sampler", "generation", "tree", "draft_step"):
         raise HarnessError(f"--level must be 'sampler' or 'generation' for an implementation, got {level!r}")
     fn = load_callable(impl) if isinstance(impl, str) else impl
     if not callable(fn):
@@ -55,6 +60,13 @@ def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = Non
                               power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
                               max_rows=config.max_rows, stop_on_fail=config.stop_on_fail, progress=progress,
                               inconclusive_tv=config.inconclusive_tv)
+    if contract_of(config) == "draft_step":
+        from harness.check.draft_step import run_draft_step_check
+
+        return run_draft_step_check(fn, impl_name=name, false_alarm_rate=config.false_alarm_rate, tv=config.tv,
+                                    power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
+                                    device=config.device, progress=progress, max_rows=config.max_rows,
+                                    stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv)
     if config.level == "sampler":
         from harness.check.sampler import run_sampler_check
 

@@ -21,6 +21,7 @@ INCONCLUSIVE_TV = 0.25
 LEVELS = ("sampler", "generation", "engine")
 PROCESSING_ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature")
 FAMILIES = ("chain", "block", "tree")
+STEPS = ("verify", "draft_and_verify")
 
 
 def _rate(text: str) -> float:
@@ -41,6 +42,9 @@ class CheckConfig:
                         "whole generate() (§1b); engine: a served engine over HTTP", choices=LEVELS)
     family: str = option("chain", "--family", "verifier family of a sampler-level implementation: chain "
                          "(token by token), block (block verification), tree", choices=FAMILIES)
+    step: str = option("verify", "--step", "sampler level: what the implementation does in one step — verify "
+                       "(the harness draws the drafts, contract §1a) or draft_and_verify (it draws its own drafts from "
+                       "q and verifies them, §1d)", choices=STEPS)
     pair: str = option("toy", "--pair", "generation level: model pair (see `specdec pairs`)", metavar="NAME")
     target: str | None = option(None, "--target", "generation level: target checkpoint (hub id or local path), "
                                 "with --draft", metavar="PATH")
@@ -81,6 +85,10 @@ class CheckConfig:
         if self.impl is None and self.level != "engine":
             raise HarnessError("give the implementation under test: --impl MODULE:CALLABLE "
                                "(e.g. specdec_ref.adapters:verify)")
+        if self.step not in STEPS:
+            raise HarnessError(f"--step must be one of {', '.join(STEPS)}, got {self.step!r}")
+        if self.family == "tree" and self.step != "verify":
+            raise HarnessError("--family tree takes --step verify (the harness draws the tree's nodes)")
         if self.level not in LEVELS:
             raise HarnessError(f"--level must be one of {', '.join(LEVELS)}, got {self.level!r}")
         if self.family not in FAMILIES:

@@ -101,6 +101,8 @@ _KIND = {"support": "tokens the target never emits", "pooled_pearson": "emitted 
          "pooled_g": "emitted law ≠ target law", "top1": "probability of the likeliest token",
          "outside_nucleus": "mass outside the 99% nucleus", "above_optimal": "acceptance above what any lossless "
          "rule allows", "above_bound": "acceptance above what any lossless rule allows",
+         "above_universal_bound": "acceptance above what any lossless rule allows (the universal bound)",
+         "reach_above_bound": "tree node reached more often than any lossless rule allows",
          "rows_independent": "rows not independent", "format": "output breaks the contract",
          "pit_uniform": "teacher-forced PIT not uniform", "pit_serial": "consecutive tokens dependent",
          "pit_support": "tokens the target never emits", "joint_support": "continuations the target never emits",

@@ -8,8 +8,9 @@ draft tokens x_j ~ q_j itself, calls `verify`, and tests what comes back:
 - per position j, on the rows that reached j: the emitted token ~ p_j (support check; pooled
   Pearson and G on the likeliest tokens + the rest; top-1 and outside-the-99%-nucleus binomial
   tests) — Algorithm 1's emitted token at every position is distributed exactly as p_j;
-- step lengths: P(reach j+1 | reach j) vs α_j = Σ min(p_j, q_j) — above is impossible for any
-  lossless rule (gating); below is lossless-but-wasteful (reported, not gating);
+- step lengths: P(first k drafts accepted) above the universal bound Σ min(Πp, Πq) is impossible for
+  any lossless rule of any family (gating); below the token-level optimum Π Σ min(p_j, q_j) is
+  lossless-but-wasteful (reported, not gating); the block-level optimum is reported beside both;
 - independence across rows (rows are independent trials): rank correlation of consecutive rows'
   randomized PIT values of the first emitted token;
 - reproducibility under the same seed (advisory).
@@ -53,6 +54,7 @@ from harness.stats import (
     samples_needed,
     support_check,
 )
+from harness.stats.bounds import acceptance_bound, block_acceptance, token_level_optimum
 
 MAX_CELLS = 32  # omnibus tests see the 31 likeliest tokens + "the rest": df ≤ 31 keeps n affordable
 # Cells expecting fewer draws are pooled before Pearson / G. The usual 5 keeps the χ² approximation
@@ -200,6 +202,9 @@ class CasePlan:
 def _plan_cases(cases: list[SamplerCase], seed: int) -> list[CasePlan]:
     plans = []
     for case in cases:
+        if case.laws > 1:  # rows holding different laws: their first law (the engine plans every law: _plan_mixed)
+            plans.append(_plan_mixed(case, seed)[0])
+            continue
         p, q = case.build(np.random.default_rng([seed, zlib.crc32(case.name.encode())]))  # stable per case
         alphas = np.minimum(p[:-1], q).sum(-1)
         reach = np.concatenate([[1.0], np.cumprod(alphas)])
@@ -342,21 +347,90 @@ def _position_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: flo
 
 
 def _acceptance_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str):
-    """Gating: acceptance above Σ min(p, q) (impossible for a lossless rule). Advisory: below it (wasteful)."""
-    n_emitted = (tokens >= 0).sum(1)
+    """Gating: P(first k drafts accepted) above the universal bound (impossible for any lossless rule, any
+    family). Advisory: below the token-level optimum (wasteful); `rates` places the measured acceptance
+    against the token-level and the block-level optimum (see `acceptance_outcome`)."""
+    n_emitted = (tokens >= 0).sum(1)  # [rows]
+    return acceptance_tests(n_emitted, plan.p, plan.q, acceptance_drafts(plan), level, power, prefix)
+
+
+def acceptance_drafts(plan: CasePlan) -> list[int]:
+    """The k (number of leading drafts) tested for a plan: k = j + 1 for every position j < γ that the
+    token-level rule reaches with probability ≥ MIN_REACH (the set `plan_rows` counts)."""
+    return [j + 1 for j in range(plan.case.gamma) if plan.reach[j] >= MIN_REACH]
+
+
+def count_acceptance_tests(plan: CasePlan) -> int:
+    """Number of gating tests `acceptance_tests` emits for `plan`."""
+    return len(acceptance_drafts(plan))
+
+
+def acceptance_tests(
+    n_emitted: np.ndarray,  # [rows] tokens emitted per row (accepted drafts + 1)
+    p: np.ndarray,  # [γ+1, V]
+    q: np.ndarray,  # [γ, V]
+    drafts: list[int],  # the k to test
+    level: float,
+    power: float,
+    prefix: str,
+) -> tuple[list[TestResult], list[TestResult], list[dict]]:
+    """(gating, advisory, rates) for the acceptance of one case; rows are independent trials.
+
+    Gating, one per k: one-sided binomial test that P(first k drafts accepted), over all rows, is not
+    above the universal bound U_k = Σ min(Πp, Πq) (exact, or its upper confidence bound at δ = 1e-9).
+    Advisory, one per k: one-sided test that it is not below the token-level optimum T_k."""
+    universal = acceptance_bound(p, q)
+    token = token_level_optimum(p, q)
+    block = block_acceptance(p, q)
+    rows = len(n_emitted)
     gating, advisory, rates = [], [], []
-    for j in range(plan.case.gamma):
-        if plan.reach[j] < MIN_REACH:
-            continue
-        reached = int((n_emitted >= j + 1).sum())
-        hits = int((n_emitted >= j + 2).sum())
-        a = float(min(1.0, plan.alphas[j]))
+    for k in drafts:
+        j = k - 1
+        hits = int((n_emitted >= k + 1).sum())
         name = f"{prefix}/accept{j}"
-        gating.append(binomial_event_test(hits, reached, a, f"{name}/above_optimal", "greater", alpha=level, power=power))
-        advisory.append(binomial_event_test(hits, reached, a, f"{name}/below_optimal", "less", alpha=level, power=power))
-        rates.append({"position": j, "measured": hits / reached if reached else math.nan, "optimal": a,
-                      "reached": reached})
+        gating.append(_one_sided(hits, rows, float(universal.value[j]), f"{name}/above_universal_bound",
+                                 "greater", level, power))
+        below_token = _one_sided(hits, rows, float(token[j]), f"{name}/below_token_optimal", "less", level, power)
+        advisory.append(below_token)
+        reached = int((n_emitted >= k).sum())
+        rates.append({
+            "position": j, "drafts": k, "reached": reached,
+            "measured": (hits / reached) if reached else math.nan,  # P(accept draft j | j reached)
+            "optimal": float(min(1.0, np.minimum(p[j], q[j]).sum())),  # token-level α_j, same condition
+            "accepted_first_k": hits / rows if rows else math.nan,
+            "token_level_optimum": float(token[j]), "block_optimum": float(block[j]),
+            "universal_bound": float(universal.estimate[j]), "universal_bound_gate": float(universal.value[j]),
+            "universal_bound_exact": bool(universal.exact[j]),
+            "outcome": acceptance_outcome(hits, rows, float(token[j]), float(block[j]), level, power),
+        })
     return gating, advisory, rates
+
+
+def acceptance_outcome(hits: int, rows: int, token: float, block: float, level: float, power: float) -> str:
+    """Readable verdict on a measured P(first k accepted) = hits / rows against the token-level optimum
+    T_k and block verification's B_k (T_k ≤ B_k): "wasteful" (significantly below T_k), "token-level
+    optimal" (consistent with T_k, below B_k), "block optimal" (consistent with B_k), "optimal" where
+    T_k = B_k (k = 1), "above block level" (significantly above B_k, yet within the universal bound)."""
+    def below(p0):
+        return _one_sided(hits, rows, p0, "", "less", level, power).p_value < level
+
+    if below(token):
+        return "wasteful"
+    if block - token < 1e-9:
+        return "optimal"
+    if _one_sided(hits, rows, block, "", "greater", level, power).p_value < level:
+        return "above block level"
+    return "token-level optimal" if below(block) else "block optimal"
+
+
+def _one_sided(hits: int, n: int, p0: float, name: str, alternative: str, level: float, power: float) -> TestResult:
+    """Binomial test of hits/n against p0; a bound that cannot be crossed in the tested direction
+    (p0 ≥ 1 for "greater", p0 ≤ 0 for "less") passes with p = 1 (the plain test treats p0 ∈ {0, 1} as a
+    point null and would reject any deviation, in either direction)."""
+    p0 = min(1.0, max(0.0, p0))
+    if (alternative == "greater" and p0 >= 1.0) or (alternative == "less" and p0 <= 0.0):
+        return TestResult(name, float(hits), 1.0, n=n, details={"p_event": p0, "alternative": alternative})
+    return binomial_event_test(hits, n, p0, name, alternative, alpha=level, power=power)
 
 
 def _row_independence(tokens: np.ndarray, level: float, power: float, prefix: str):
@@ -404,6 +478,19 @@ def run_sampler_check(
 # --- the sampler level as a trial source of the check engine (harness.check.engine) ----------------------
 
 
+@dataclasses.dataclass
+class StepTrials:
+    """Trials of a step whose implementation drew its own drafts (harness.check.draft_step)."""
+
+    tokens: np.ndarray  # [rows, γ+1] emitted, -1 padded
+    drafts: np.ndarray  # [rows, γ] the drafts it drew
+
+
+def _tok(trials) -> np.ndarray:
+    """The emitted tokens [rows, γ+1] of a cell's trials (an array, or StepTrials)."""
+    return trials.tokens if isinstance(trials, StepTrials) else trials
+
+
 def _reached(tokens: np.ndarray, j: int) -> int:
     return int(((tokens >= 0).sum(1) >= j + 1).sum())
 
@@ -439,7 +526,7 @@ def _positions_samples(cell: Cell, tv: float, level: float, power: float) -> int
 def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, level: float, power: float) -> int:
     """More rows for positions this implementation reaches less often than the optimal rule (wasteful rules):
     they keep sampling until they have their planned rows (or the run's cap)."""
-    more = 0
+    tokens, more = _tok(tokens), 0
     for plan, rows in _subplans(cell):
         sub = tokens[rows]
         for j in plan.tested:
@@ -453,7 +540,7 @@ def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, level: float
 
 
 def _positions_run(cell: Cell, tokens: np.ndarray, level: float, power: float) -> list[TestResult]:
-    out = []
+    tokens, out = _tok(tokens), []
     for r, (plan, rows) in enumerate(_subplans(cell)):
         prefix = cell.name if len(_subplans(cell)) == 1 else f"{cell.name}/law{r}"
         results = _position_tests(tokens[rows], plan, level, power, prefix)
@@ -470,7 +557,7 @@ def _acceptance_positions(plan: CasePlan) -> list[int]:
 
 
 def _acceptance_run(cell: Cell, tokens: np.ndarray, level: float, power: float, *, gating: bool):
-    gates, advice, rates = [], [], []
+    tokens, gates, advice, rates = _tok(tokens), [], [], []
     for r, (plan, rows) in enumerate(_subplans(cell)):
         prefix = cell.name if len(_subplans(cell)) == 1 else f"{cell.name}/law{r}"
         g, a, rate = _acceptance_tests(tokens[rows], plan, level, power, prefix)
@@ -484,7 +571,7 @@ def _acceptance_run(cell: Cell, tokens: np.ndarray, level: float, power: float, 
 
 def _independence_run(cell: Cell, tokens: np.ndarray, level: float, power: float) -> list[TestResult]:
     """Runs test per law: rows holding the same law are iid trials (rows of different laws differ by design)."""
-    plans = _subplans(cell)
+    plans, tokens = _subplans(cell), _tok(tokens)
     return [_row_independence(tokens[rows], level, power, cell.name if len(plans) == 1 else f"{cell.name}/law{r}")
             for r, (_, rows) in enumerate(plans)]
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-LEVELS = ("sampler", "generation", "tree")  # tree: docs/CONTRACT-tree.md, entries in harness.mutants.tree
+LEVELS = ("sampler", "generation", "tree", "draft_step")  # tree: docs/CONTRACT-tree.md; draft_step: the
+# implementation draws its own drafts (specdec_ref/draft_step.py)
 KINDS = ("mutant", "equivalent", "wasteful", "control")
 
 

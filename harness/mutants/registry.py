@@ -25,7 +25,7 @@ __all__ = ["CATALOGUE", "KINDS", "LEVELS", "Implementation", "get", "implementat
 
 # The modules whose `@register`-declared implementations make up the zoo, in report order.
 CATALOGUE = ("harness.mutants.controls", "harness.mutants.generation", "harness.mutants.sampler",
-             "harness.mutants.tree")
+             "harness.mutants.tree", "harness.mutants.families")
 
 
 @functools.cache

@@ -9,8 +9,16 @@ pit           randomized PIT for sequences with known conditionals: uniformity, 
 multiplicity  Holm (the gate) and Benjamini–Hochberg (reporting only)
 power         sample-size planner: n ↔ detectable TV, power against a given alternative, theory floor
 pooling       merging of under-filled cells, shared by the tests and the planner
+bounds        how many drafts a lossless rule can accept: universal (joint coupling), block, token level
 """
 
+from harness.stats.bounds import (
+    AcceptanceBound,
+    acceptance_bound,
+    block_acceptance,
+    token_level_optimum,
+    universal_acceptance_bound,
+)
 from harness.stats.categorical import (
     binomial_event_test,
     categorical_battery,
@@ -55,6 +63,11 @@ from harness.stats.power import (
 from harness.stats.result import TestResult
 
 __all__ = [
+    "AcceptanceBound",
+    "acceptance_bound",
+    "block_acceptance",
+    "token_level_optimum",
+    "universal_acceptance_bound",
     "DEFAULT_ALPHA",
     "DEFAULT_POWER",
     "TestResult",
