@@ -98,17 +98,17 @@ class Progress:
         while not self._stop.wait(self._interval):
             self._log()
 
-    def close(self) -> None:
+    def close(self, how: str = "done") -> None:
         if self._stop.is_set():
             return
         self._stop.set()
         if self._bar is not None:
             self._bar.close()
         else:
-            self._log("done")
+            self._log(how)
 
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close("done" if exc_type is None else "stopped")
