@@ -91,13 +91,11 @@ def _cmd_verify(args) -> int:
               "--false-alarm-rate", file=sys.stderr)
         args.false_alarm_rate = args.alpha
     config = from_args(CheckConfig, args, cases=args.cases).validate()
-    preflight.output_file(args.json, "--json")
-    preflight.device(args.device)
-    if args.level == "generation" and args.dtype:
-        preflight.dtype(args.dtype, args.device)
+    preflight.common(args)
     if args.level == "generation":
         preflight.pair(args.pair, args.target, args.draft)
-    preflight.threads(args.threads)
+        if args.dtype:
+            preflight.dtype(args.dtype, args.device)
     resolve(config.impl, contract_of(config))  # usage errors before any progress bar
     with Progress(planned_rows(config), f"verify {args.level}",
                   unit="rows" if args.level == "sampler" else "samples") as bar:
@@ -135,8 +133,7 @@ def _cmd_mutants(args) -> int:
 
         for name in config.only:
             get(name)  # unknown names: "Did you mean ...?"
-    preflight.output_dir(args.out, "--out")
-    preflight.threads(args.threads)
+    preflight.common(args)
     with Progress(None, "mutant zoo", unit="runs") as bar:
         def progress(done, total):
             bar.set_total(total)
@@ -168,11 +165,9 @@ def _cmd_numerics(args) -> int:
     config = NumericsConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens, gamma=args.gamma, seed=args.seed)
     for flag in ("prompts", "max_new_tokens", "gamma"):
         preflight.at_least(getattr(args, flag), "--" + flag.replace("_", "-"))
-    preflight.output_dir(args.out, "--out")
-    preflight.device(args.device)
+    preflight.common(args)
     preflight.dtype(low_dtype, args.device)
     preflight.pair(args.pair, args.target, args.draft)
-    preflight.threads(args.threads)
     full = load_pair(args.pair, args.target, args.draft, device=args.device, dtype="float32")
     low = load_pair(args.pair, args.target, args.draft, device=args.device, dtype=low_dtype)
     prompts = (full.prompts or [[0]])[: config.prompts]
@@ -193,8 +188,7 @@ def _cmd_numerics(args) -> int:
 def _cmd_demo(args) -> int:
     from harness.demo import choose_pair, run_demo
 
-    preflight.output_dir(args.out, "--out")
-    preflight.threads(args.threads)
+    preflight.common(args)
     pair, reason = choose_pair()
     print(f"specdec demo: using {reason}", flush=True)
     result = run_demo(args.out, quick=args.quick, progress=Progress)

@@ -138,3 +138,14 @@ def pair(name: str, target: str | None = None, draft: str | None = None) -> str:
     if not ok:
         raise HarnessError(f"pair {name!r} is not available here: {why}")
     return name
+
+
+def common(args) -> None:
+    """The checks every command shares, for the flags it has: --json, --out, --device, --threads."""
+    if getattr(args, "json", None) is not None:
+        output_file(args.json, "--json")
+    if getattr(args, "out", None) is not None:
+        output_dir(args.out, "--out")
+    if getattr(args, "device", None) is not None:
+        device(args.device)
+    threads(getattr(args, "threads", None))
