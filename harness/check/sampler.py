@@ -182,14 +182,24 @@ def _tests_per_position(p_row: np.ndarray) -> int:
     return 4 + int(np.any(p_row[~nucleus_mask_top_p(p_row)] > 0))
 
 
-def plan_rows(plans: list[CasePlan], *, tv: float, alpha: float, power: float, max_rows: int) -> int:
-    """Set each plan's row count; returns the number of gating tests m used for the plan."""
+def count_gating_tests(plans: list[CasePlan]) -> int:
+    """Gating tests the fixed-n battery emits for these plans (exactly what `run_sampler_check` reports)."""
     m = 0
     for plan in plans:
         m += 2  # format + row independence
         m += sum(_tests_per_position(plan.p[j]) for j in plan.tested)
         m += sum(1 for j in range(plan.case.gamma) if plan.reach[j] >= MIN_REACH)  # acceptance tests
-    level = alpha / m
+    return m
+
+
+def plan_rows(plans: list[CasePlan], *, tv: float, alpha: float, power: float, max_rows: int,
+              extra_tests: int = 0) -> int:
+    """Set each plan's row count; returns the number of gating tests m used for the plan.
+
+    `extra_tests`: gating tests another stage adds to the same Holm family (the sequential mode's
+    e-processes); the plan is then made at the per-test level alpha / (m + extra_tests)."""
+    m = count_gating_tests(plans)
+    level = alpha / (m + extra_tests)
     for plan in plans:
         eps = plan.case.tv or tv
         # A one-token law (e.g. top-p 0.5 on V = 2) has df 0: nothing to test but its support; plan it as df 1.
@@ -354,23 +364,7 @@ def run_sampler_check(
     generator = torch.Generator().manual_seed(seed)
     for plan in plans:
         tokens, problems = _run_case(impl, plan, generator, dtype, device, progress)
-        prefix = plan.case.name
-        report.tests.append(deterministic_result(f"{prefix}/format", not problems, n=plan.rows,
-                                                 message="; ".join(problems)))
-        report.samples += plan.rows
-        summary = {"name": prefix, "description": plan.case.description, "gamma": plan.case.gamma,
-                   "vocab": plan.case.vocab, "rows": plan.rows, "tested_positions": plan.tested,
-                   "untested_positions": [j for j in range(plan.case.gamma + 1) if j not in plan.tested],
-                   "reach_probability": plan.reach.tolist(), "format_problems": problems}
-        if tokens is not None:
-            report.tests += _position_tests(tokens, plan, level, power, prefix)
-            gating, advisory, rates = _acceptance_tests(tokens, plan, level, power, prefix)
-            report.tests += gating
-            report.advisories += advisory
-            report.tests.append(_row_independence(tokens, level, power, prefix))
-            summary["acceptance"] = rates
-            summary["wasteful"] = any(a.p_value < level for a in advisory)
-        report.cases.append(summary)
+        add_case_results(report, plan, tokens, problems, plan.rows, level, power)
         if stop_on_fail and any(t.p_value <= level for t in report.tests):
             skipped = [p.case.name for p in plans[plans.index(plan) + 1 :]]
             if skipped:
@@ -383,6 +377,28 @@ def run_sampler_check(
                         f"{MIN_REACH} under the optimal rule are not tested")
     report.seconds = time.perf_counter() - started
     return report.decide()
+
+
+def add_case_results(report: CheckReport, plan: CasePlan, tokens: np.ndarray | None, problems: list[str],
+                     rows: int, level: float, power: float) -> dict:
+    """Append one case's fixed-n tests, advisories and summary (`rows` trials drawn) to `report`."""
+    prefix = plan.case.name
+    report.tests.append(deterministic_result(f"{prefix}/format", not problems, n=rows, message="; ".join(problems)))
+    report.samples += rows
+    summary = {"name": prefix, "description": plan.case.description, "gamma": plan.case.gamma,
+               "vocab": plan.case.vocab, "rows": rows, "tested_positions": plan.tested,
+               "untested_positions": [j for j in range(plan.case.gamma + 1) if j not in plan.tested],
+               "reach_probability": plan.reach.tolist(), "format_problems": problems}
+    if tokens is not None:
+        report.tests += _position_tests(tokens, plan, level, power, prefix)
+        gating, advisory, rates = _acceptance_tests(tokens, plan, level, power, prefix)
+        report.tests += gating
+        report.advisories += advisory
+        report.tests.append(_row_independence(tokens, level, power, prefix))
+        summary["acceptance"] = rates
+        summary["wasteful"] = any(a.p_value < level for a in advisory)
+    report.cases.append(summary)
+    return summary
 
 
 def _select(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:
@@ -407,22 +423,30 @@ def custom_case(name: str, p: np.ndarray, q: np.ndarray, description: str = "", 
 
 
 def _run_case(impl, plan: CasePlan, generator, dtype, device, progress):
-    per_row = (2 * plan.case.gamma + 1) * plan.case.vocab
-    chunk = max(1, min(plan.rows, int(CHUNK_FLOATS // per_row)))
+    chunk = min(plan.rows, chunk_rows(plan))
     outputs = []
     for start in range(0, plan.rows, chunk):
         n = min(chunk, plan.rows - start)
-        target, draft, x = _draw_inputs(plan, n, generator, dtype, device)
-        out = call_impl(impl, target, draft, x, generator, what=f"case {plan.case.name}")
-        problems, tokens = _format_problems(out, x, plan.case.vocab)
-        if tokens is None:
-            return None, problems
-        if problems:
+        tokens, problems = run_chunk(impl, plan, n, generator, dtype, device)
+        if tokens is None or problems:
             return tokens, problems
         outputs.append(tokens)
         if progress:
             progress(n)
     return np.concatenate(outputs), []
+
+
+def chunk_rows(plan: CasePlan) -> int:
+    """Rows per implementation call for this case, so that one call's inputs stay ≤ CHUNK_FLOATS."""
+    return max(1, int(CHUNK_FLOATS // ((2 * plan.case.gamma + 1) * plan.case.vocab)))
+
+
+def run_chunk(impl, plan: CasePlan, rows: int, generator, dtype, device) -> tuple[np.ndarray | None, list[str]]:
+    """Draw `rows` fresh trials, call the implementation once, check the format: (tokens [rows, γ+1], problems)."""
+    target, draft, x = _draw_inputs(plan, rows, generator, dtype, device)
+    out = call_impl(impl, target, draft, x, generator, what=f"case {plan.case.name}")
+    problems, tokens = _format_problems(out, x, plan.case.vocab)
+    return tokens, problems
 
 
 def _reproducibility(impl, plan: CasePlan, seed: int, dtype, device) -> TestResult:
