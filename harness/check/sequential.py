@@ -81,6 +81,7 @@ class CaseMonitor:
     processes: dict[str, EProcess]
     pit_rng: np.random.Generator
     first_mass_above: np.ndarray  # [V] F(y−) of p_0
+    outside: dict[int, np.ndarray]  # position -> [V] mask of the tokens outside p_j's 99 % nucleus
     outputs: list[np.ndarray] = dataclasses.field(default_factory=list)
     rows: int = 0
     problems: list[str] = dataclasses.field(default_factory=list)  # format or support: fails at once
@@ -99,7 +100,7 @@ class CaseMonitor:
             self.processes[f"{prefix}/pos{j}/seq_categorical"].update(_coarsen(counts, plan.p[j])[0])
             tail = self.processes.get(f"{prefix}/pos{j}/seq_outside_nucleus")
             if tail is not None:
-                outside = int(counts[~nucleus_mask_top_p(plan.p[j])].sum())
+                outside = int(counts[self.outside[j]].sum())
                 tail.update(np.array([counts.sum() - outside, outside]))
         for j in _accept_positions(plan):
             self.processes[f"{prefix}/accept{j}/seq_above_optimal"].update(
@@ -137,9 +138,16 @@ def count_sequential_tests(plans: list[CasePlan]) -> int:
     return sum(len(case_processes(plan)) for plan in plans)
 
 
+def family_size(cases: list | None, seed: int) -> int:
+    """M: the e-processes plus the fixed-n gating tests that share the false-alarm rate."""
+    plans = _plan_cases(_select(cases), seed)
+    return count_sequential_tests(plans) + count_gating_tests(plans)
+
+
 def _monitor(plan: CasePlan, seed: int) -> CaseMonitor:
     rng = np.random.default_rng([seed, zlib.crc32(plan.case.name.encode()), 7])  # the PIT's own randomness
-    return CaseMonitor(plan, case_processes(plan), rng, mass_above(plan.p[0]))
+    outside = {j: ~nucleus_mask_top_p(plan.p[j]) for j in plan.tested}
+    return CaseMonitor(plan, case_processes(plan), rng, mass_above(plan.p[0]), outside)
 
 
 def _schedule(rows: int, first_fraction: float, growth: float) -> list[int]:
@@ -276,3 +284,8 @@ def sequential_summary(report: CheckReport) -> dict:
             "seconds": report.seconds,
             "rejected": [t.name for t in report.tests if t.reject]}
 
+
+if __name__ == "__main__":  # python -m harness.check.sequential --calibrate --power --out results/sequential
+    from harness.check.sequential_study import main
+
+    raise SystemExit(main())

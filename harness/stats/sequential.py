@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import betainc, betaincc, betaln, gammaln, logsumexp
+from scipy.special import betainc, betaincc, betaln, gammaln
 
 from harness.stats.result import TestResult
 
@@ -78,6 +78,11 @@ class EProcess:
         raise NotImplementedError
 
 
+def _log_mean_exp(terms: list[float]) -> float:
+    """log of the average of exp(terms): the log e-value of an equal-weight mixture of processes."""
+    return float(np.logaddexp.reduce(terms)) - math.log(len(terms))
+
+
 def _log_dm_ratio(counts: np.ndarray, p: np.ndarray, concentrations: tuple[float, ...]) -> float:
     """log of the average over c of DM(counts; c·k·p) / Π p^counts, on cells with p > 0 (counts (k,))."""
     n = counts.sum()
@@ -90,7 +95,7 @@ def _log_dm_ratio(counts: np.ndarray, p: np.ndarray, concentrations: tuple[float
         a = c * k * p
         total = c * k
         terms.append(float(np.sum(gammaln(a + counts) - gammaln(a))) - float(gammaln(total + n) - gammaln(total)))
-    return float(logsumexp(terms) - math.log(len(terms))) - null
+    return _log_mean_exp(terms) - null
 
 
 class CategoricalEProcess(EProcess):
@@ -159,7 +164,7 @@ class BernoulliAboveEProcess(EProcess):
         x, y = h + 1.0, n - h + 1.0
         null = h * math.log(b) + (n - h) * math.log1p(-b)
         terms = [_log_beta_mass(x, y, b, b + w * (1.0 - b)) - math.log(w * (1.0 - b)) for w in self.widths]
-        return float(logsumexp(terms) - math.log(len(terms))) + betaln(x, y) - null
+        return _log_mean_exp(terms) + float(betaln(x, y)) - null
 
 
 def _log_beta_mass(x: float, y: float, lo: float, hi: float) -> float:
