@@ -9,6 +9,7 @@ pit           randomized PIT for sequences with known conditionals: uniformity, 
 multiplicity  Holm (the gate) and Benjamini–Hochberg (reporting only)
 power         sample-size planner: n ↔ detectable TV, power against a given alternative, theory floor
 pooling       merging of under-filled cells, shared by the tests and the planner
+sequential    anytime-valid e-processes (mixture likelihood ratios) for early stopping under Ville's inequality
 """
 
 from harness.stats.categorical import (
@@ -53,10 +54,26 @@ from harness.stats.power import (
     samples_needed_binomial,
 )
 from harness.stats.result import TestResult
+from harness.stats.sequential import (
+    BernoulliAboveEProcess,
+    CategoricalEProcess,
+    EProcess,
+    SerialEProcess,
+    UniformityEProcess,
+    crossing_log_threshold,
+    eprocess_result,
+)
 
 __all__ = [
+    "BernoulliAboveEProcess",
+    "CategoricalEProcess",
     "DEFAULT_ALPHA",
     "DEFAULT_POWER",
+    "EProcess",
+    "SerialEProcess",
+    "UniformityEProcess",
+    "crossing_log_threshold",
+    "eprocess_result",
     "TestResult",
     "benjamini_hochberg",
     "chi2_distance",
