@@ -67,6 +67,16 @@ def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = Non
                                     power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
                                     device=config.device, progress=progress, max_rows=config.max_rows,
                                     stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv)
+    if config.level == "sampler" and config.sequential:
+        from harness.check.sequential import run_sampler_check_sequential
+
+        fn = batched_sampler(fn, notes, on_row)
+        report = run_sampler_check_sequential(fn, impl_name=name, false_alarm_rate=config.false_alarm_rate,
+                                              tv=config.tv, power=config.power, seed=config.seed,
+                                              cases=config.cases, max_rows=config.max_rows, device=config.device,
+                                              progress=progress)
+        report.family, report.notes = config.family, notes + report.notes
+        return report
     if config.level == "sampler":
         from harness.check.sampler import run_sampler_check
 

@@ -77,6 +77,9 @@ class CheckConfig:
                                    "convention the implementation declares", choices=PROCESSING_ORDERS)
     timeout_s: float | None = option(None, "--timeout", "one implementation call longer than this fails the run "
                                      "(a hang is a bug: exit 1)", float, "SECONDS")
+    sequential: bool = option(False, "--sequential", "sampler level: anytime-valid early stopping (e-processes, "
+                              "Ville's inequality): stop at the first crossing, else decide at the planned n",
+                              action="store_true")
     stop_on_fail: bool = option(True, "--no-early-stop", "draw every planned sample even after the verdict is "
                                 "decided", action="store_false")
 
@@ -89,6 +92,8 @@ class CheckConfig:
             raise HarnessError(f"--step must be one of {', '.join(STEPS)}, got {self.step!r}")
         if self.family == "tree" and self.step != "verify":
             raise HarnessError("--family tree takes --step verify (the harness draws the tree's nodes)")
+        if self.sequential and (self.level != "sampler" or self.family == "tree" or self.step != "verify"):
+            raise HarnessError("--sequential is available for the sampler-level verify step (chain or block family)")
         if self.level not in LEVELS:
             raise HarnessError(f"--level must be one of {', '.join(LEVELS)}, got {self.level!r}")
         if self.family not in FAMILIES:

@@ -224,14 +224,24 @@ def _tests_per_position(p_row: np.ndarray) -> int:
     return 4 + int(np.any(p_row[~nucleus_mask_top_p(p_row)] > 0))
 
 
-def plan_rows(plans: list[CasePlan], *, tv: float, alpha: float, power: float, max_rows: int) -> int:
-    """Set each plan's row count; returns the number of gating tests m used for the plan."""
+def count_gating_tests(plans: list[CasePlan]) -> int:
+    """Gating tests the fixed-n battery emits for these plans (exactly what `run_sampler_check` reports)."""
     m = 0
     for plan in plans:
         m += 2  # format + row independence
         m += sum(_tests_per_position(plan.p[j]) for j in plan.tested)
         m += sum(1 for j in range(plan.case.gamma) if plan.reach[j] >= MIN_REACH)  # acceptance tests
-    level = alpha / m
+    return m
+
+
+def plan_rows(plans: list[CasePlan], *, tv: float, alpha: float, power: float, max_rows: int,
+              extra_tests: int = 0) -> int:
+    """Set each plan's row count; returns the number of gating tests m used for the plan.
+
+    `extra_tests`: gating tests another stage adds to the same Holm family (the sequential mode's
+    e-processes); the plan is then made at the per-test level alpha / (m + extra_tests)."""
+    m = count_gating_tests(plans)
+    level = alpha / (m + extra_tests)
     for plan in plans:
         eps = plan.case.tv or tv
         # A one-token law (e.g. top-p 0.5 on V = 2) has df 0: nothing to test but its support; plan it as df 1.
@@ -512,6 +522,15 @@ def _observed_ok(tokens: np.ndarray, j: int) -> bool:
     return j == 0 or _reached(tokens, j) >= MIN_REACH * len(tokens)
 
 
+def _flag_rarely_reached(results: list[TestResult], tokens: np.ndarray) -> list[TestResult]:
+    """Mark the position tests of positions this implementation reaches rarely: reported, not the headline TV."""
+    for t in results:
+        j = int(t.name.split("/pos")[1].split("/")[0])
+        if not _observed_ok(tokens, j):
+            t.details["rarely_reached"] = _reached(tokens, j) / max(1, len(tokens))
+    return results
+
+
 def _positions_tests(cell: Cell) -> int:
     return sum(_tests_per_position(plan.p[j]) for plan, _ in _subplans(cell) for j in plan.tested)
 
@@ -543,12 +562,7 @@ def _positions_run(cell: Cell, tokens: np.ndarray, level: float, power: float) -
     tokens, out = _tok(tokens), []
     for r, (plan, rows) in enumerate(_subplans(cell)):
         prefix = cell.name if len(_subplans(cell)) == 1 else f"{cell.name}/law{r}"
-        results = _position_tests(tokens[rows], plan, level, power, prefix)
-        for t in results:
-            j = int(t.name.split("/pos")[1].split("/")[0])
-            if not _observed_ok(tokens[rows], j):  # a rarely reached position: reported, not the headline TV
-                t.details["rarely_reached"] = _reached(tokens[rows], j) / max(1, len(tokens[rows]))
-        out += results
+        out += _flag_rarely_reached(_position_tests(tokens[rows], plan, level, power, prefix), tokens[rows])
     return out
 
 
@@ -652,6 +666,28 @@ class SamplerSource(TrialSource):
                                 ", ".join(f"{c.name} ({c.tv:g})" for c in cells if c.name in wider))
 
 
+def add_case_results(report: CheckReport, plan: CasePlan, tokens: np.ndarray | None, problems: list[str],
+                     rows: int, level: float, power: float) -> dict:
+    """Append one case's fixed-n tests, advisories and summary (`rows` trials drawn) to `report`."""
+    prefix = plan.case.name
+    report.tests.append(deterministic_result(f"{prefix}/format", not problems, n=rows, message="; ".join(problems)))
+    report.samples += rows
+    summary = {"name": prefix, "description": plan.case.description, "gamma": plan.case.gamma,
+               "vocab": plan.case.vocab, "rows": rows, "tested_positions": plan.tested,
+               "untested_positions": [j for j in range(plan.case.gamma + 1) if j not in plan.tested],
+               "reach_probability": plan.reach.tolist(), "format_problems": problems}
+    if tokens is not None:
+        report.tests += _flag_rarely_reached(_position_tests(tokens, plan, level, power, prefix), tokens)
+        gating, advisory, rates = _acceptance_tests(tokens, plan, level, power, prefix)
+        report.tests += gating
+        report.advisories += advisory
+        report.tests.append(_row_independence(tokens, level, power, prefix))
+        summary["acceptance"] = rates
+        summary["wasteful"] = any(a.p_value < level for a in advisory)
+    report.cases.append(summary)
+    return summary
+
+
 def _select(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:
     """Case names (from CASES) or SamplerCase objects (e.g. `custom_case`); None: all of CASES."""
     if not cases:
@@ -674,22 +710,30 @@ def custom_case(name: str, p: np.ndarray, q: np.ndarray, description: str = "", 
 
 
 def _run_case(impl, plan: CasePlan, generator, dtype, device, progress):
-    per_row = (2 * plan.case.gamma + 1) * plan.case.vocab
-    chunk = max(1, min(plan.rows, int(CHUNK_FLOATS // per_row)))
+    chunk = min(plan.rows, chunk_rows(plan))
     outputs = []
     for start in range(0, plan.rows, chunk):
         n = min(chunk, plan.rows - start)
-        target, draft, x = _draw_inputs(plan, n, generator, dtype, device)
-        out = call_impl(impl, target, draft, x, generator, what=f"case {plan.case.name}")
-        problems, tokens = _format_problems(out, x, plan.case.vocab)
-        if tokens is None:
-            return None, problems
-        if problems:
+        tokens, problems = run_chunk(impl, plan, n, generator, dtype, device)
+        if tokens is None or problems:
             return tokens, problems
         outputs.append(tokens)
         if progress:
             progress(n)
     return np.concatenate(outputs), []
+
+
+def chunk_rows(plan: CasePlan) -> int:
+    """Rows per implementation call for this case, so that one call's inputs stay ≤ CHUNK_FLOATS."""
+    return max(1, int(CHUNK_FLOATS // ((2 * plan.case.gamma + 1) * plan.case.vocab)))
+
+
+def run_chunk(impl, plan: CasePlan, rows: int, generator, dtype, device) -> tuple[np.ndarray | None, list[str]]:
+    """Draw `rows` fresh trials, call the implementation once, check the format: (tokens [rows, γ+1], problems)."""
+    target, draft, x = _draw_inputs(plan, rows, generator, dtype, device)
+    out = call_impl(impl, target, draft, x, generator, what=f"case {plan.case.name}")
+    problems, tokens = _format_problems(out, x, plan.case.vocab)
+    return tokens, problems
 
 
 def _reproducibility(impl, plan: CasePlan, seed: int, dtype, device) -> TestResult:

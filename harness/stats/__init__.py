@@ -10,6 +10,7 @@ multiplicity  Holm (the gate) and Benjamini–Hochberg (reporting only)
 power         sample-size planner: n ↔ detectable TV, power against a given alternative, theory floor
 pooling       merging of under-filled cells, shared by the tests and the planner
 bounds        how many drafts a lossless rule can accept: universal (joint coupling), block, token level
+sequential    anytime-valid e-processes (mixture likelihood ratios) for early stopping under Ville's inequality
 """
 
 from harness.stats.bounds import (
@@ -61,6 +62,15 @@ from harness.stats.power import (
     samples_needed_binomial,
 )
 from harness.stats.result import TestResult
+from harness.stats.sequential import (
+    BernoulliAboveEProcess,
+    CategoricalEProcess,
+    EProcess,
+    SerialEProcess,
+    UniformityEProcess,
+    crossing_log_threshold,
+    eprocess_result,
+)
 
 __all__ = [
     "AcceptanceBound",
@@ -68,8 +78,15 @@ __all__ = [
     "block_acceptance",
     "token_level_optimum",
     "universal_acceptance_bound",
+    "BernoulliAboveEProcess",
+    "CategoricalEProcess",
     "DEFAULT_ALPHA",
     "DEFAULT_POWER",
+    "EProcess",
+    "SerialEProcess",
+    "UniformityEProcess",
+    "crossing_log_threshold",
+    "eprocess_result",
     "TestResult",
     "benjamini_hochberg",
     "chi2_distance",

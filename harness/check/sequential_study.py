@@ -1,0 +1,220 @@
+"""Calibration and power of the sequential sampler check; writes results/sequential/.
+
+- **Calibration**: the reference (and a few seeds of every equivalent / wasteful variant, which must
+  pass too) under continuous monitoring at the production look schedule (every chunk, ≥ 50 looks per
+  case), each run until its first crossing or its planned rows. Counted: runs that fail (the gate α),
+  and runs whose family anytime p-value M·min(1/sup e) falls below nominal 0.05 / 0.01 (Ville bounds
+  each by that level). To afford ≥ 200 seeds the calibration battery plans every case at TV 0.05
+  (the V = 32,000 case at 0.2): ~1/25 of the default rows per case; a mixture likelihood ratio tends to
+  0 under H0, so its crossing risk is concentrated early in a run.
+- **Power**: every sampler-level mutant of the zoo at the default plan (TV 0.02), samples drawn until
+  the verdict vs the fixed-n plan's samples for the same seed (`run_sampler_check`'s plan), median
+  over seeds; mutants below resolution (exact TV < 0.02 everywhere) are run and reported, not gated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.campaign import TARGET_TV, _exact_tvs, below_resolution, clopper_pearson
+from harness.check.sampler import CASES, _plan_cases, plan_rows
+from harness.check.sequential import family_size, run_sampler_check_sequential
+
+GATE = 1e-3
+TARGET_FRACTION = 0.10  # issue 12: every mutant above resolution decided with ≤ 10 % of the fixed-n samples
+CALIBRATION_TV = 0.1
+CALIBRATION_WIDE_TV = 0.2  # the V = 32,000 case, whose rows cost ~30-300× the others'
+
+
+def calibration_cases() -> list:
+    return [dataclasses.replace(c, tv=CALIBRATION_WIDE_TV) if c.vocab >= 10_000 else c for c in CASES]
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    name: str  # registered sampler implementation
+    purpose: str  # "calibrate" | "power"
+    seed: int
+
+
+def fixed_plan_samples(seed: int, tv: float = TARGET_TV, false_alarm_rate: float = GATE, power: float = 0.99) -> int:
+    """Total rows the fixed-n check (`run_sampler_check`, default cases) plans for this seed."""
+    plans = _plan_cases(list(CASES), seed)
+    plan_rows(plans, tv=tv, alpha=false_alarm_rate, power=power, max_rows=400_000)
+    return sum(p.rows for p in plans)
+
+
+def run_task(task: Task) -> dict:
+    """One sequential run; a compact, picklable summary (runs in a worker process)."""
+    from harness.mutants.registry import get
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    calibrate = task.purpose == "calibrate"
+    report = run_sampler_check_sequential(get(task.name).fn, impl_name=task.name, false_alarm_rate=GATE,
+                                          seed=task.seed, tv=CALIBRATION_TV if calibrate else TARGET_TV,
+                                          cases=calibration_cases() if calibrate else None)
+    anytime = [t for t in report.tests if t.details.get("anytime_valid")]
+    cases = calibration_cases() if calibrate else list(CASES)
+    planned = sum(c["planned_rows"] for c in report.cases)
+    early = report.samples < planned
+    return {"name": task.name, "purpose": task.purpose, "seed": task.seed, "fail": report.verdict == "fail",
+            "samples": report.samples, "planned": planned, "stopped_early": early,
+            "fixed_plan": fixed_plan_samples(task.seed) if not calibrate else None,
+            "family_anytime_p": min(1.0, family_size(cases, task.seed) * min(t.p_value for t in anytime)),
+            "rejected": [t.name for t in report.tests if t.reject][:6],
+            "seconds": time.perf_counter() - started}
+
+
+def tasks(calibration_seeds: int, variant_seeds: int, power_seeds: int, below_seeds: int) -> list[Task]:
+    from harness.mutants.registry import implementations
+
+    out = [Task("reference_verify", "calibrate", 10_000 + s) for s in range(calibration_seeds)]
+    for impl in implementations(level="sampler"):
+        if impl.kind in ("equivalent", "wasteful"):
+            out += [Task(impl.name, "calibrate", 20_000 + s) for s in range(variant_seeds)]
+        elif impl.kind == "mutant":
+            below = below_resolution(_exact_tvs(impl), TARGET_TV)
+            out += [Task(impl.name, "power", s) for s in range(below_seeds if below else power_seeds)]
+    return out
+
+
+def run_study(task_list: list[Task], workers: int) -> list[dict]:
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(run_task, task_list, chunksize=1))
+
+
+def summarise(runs: list[dict]) -> dict:
+    from harness.mutants.registry import get
+
+    calibration, power = [], []
+    for name in dict.fromkeys(r["name"] for r in runs):
+        mine = [r for r in runs if r["name"] == name]
+        impl = get(name)
+        row = {"name": name, "kind": impl.kind, "runs": len(mine), "failed": sum(r["fail"] for r in mine),
+               "median_samples": float(np.median([r["samples"] for r in mine])),
+               "median_seconds": float(np.median([r["seconds"] for r in mine]))}
+        if mine[0]["purpose"] == "calibrate":
+            for level in (0.05, 0.01):
+                row[f"below_{level:g}"] = sum(r["family_anytime_p"] <= level for r in mine)
+            row["stopped_early"] = sum(r["stopped_early"] for r in mine)
+            row["ci_low"], row["ci_high"] = clopper_pearson(row["failed"], len(mine))
+            row["median_planned"] = float(np.median([r["planned"] for r in mine]))
+            calibration.append(row)
+        else:
+            fractions = [r["samples"] / r["fixed_plan"] for r in mine]
+            tvs = _exact_tvs(impl)
+            row.update(median_fraction=float(np.median(fractions)), max_fraction=float(np.max(fractions)),
+                       median_fixed_plan=float(np.median([r["fixed_plan"] for r in mine])),
+                       below_resolution=below_resolution(tvs, TARGET_TV),
+                       exact_tv=" / ".join(_fmt_tv(tvs.get(f"exact_tv_{c}")) for c in ("zipf1000-high-alpha", "anti-logits")))
+            power.append(row)
+    return {"calibration": calibration, "power": power}
+
+
+def _fmt_tv(x) -> str:
+    return f"{x:.3f}" if isinstance(x, float) else "-"
+
+
+def power_ok(power_rows: list[dict]) -> list[str]:
+    """Mutants above resolution not caught in every seed, or with a median fraction above the target."""
+    return [f"{r['name']}: caught {r['failed']}/{r['runs']}, median {r['median_fraction']:.1%} of fixed-n"
+            for r in power_rows if not r["below_resolution"]
+            and (r["failed"] < r["runs"] or r["median_fraction"] > TARGET_FRACTION)]
+
+
+def write_report(result: dict, out_dir: str | Path, command: str) -> Path:
+    import pandas as pd
+
+    from harness.records import atomic_write_json, atomic_write_text, provenance
+
+    out = Path(out_dir)
+    meta = provenance(seed=None, dtype="float32")
+    atomic_write_json(out / "runs.json", {**result, "provenance": meta})
+    for key in ("calibration", "power"):
+        if result["summary"][key]:
+            atomic_write_text(out / f"{key}.csv", pd.DataFrame(result["summary"][key]).to_csv(index=False))
+    return atomic_write_text(out / "report.md", _markdown(result, meta, command))
+
+
+def _markdown(result: dict, meta: dict, command: str) -> str:
+    s = result["summary"]
+    lines = ["# Sequential (anytime-valid) sampler check: calibration and power", "",
+             f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · torch "
+             f"{meta['versions']['torch']} · wall {result['seconds']:.0f} s on {result['workers']} worker processes "
+             "(a shared machine, run under its heavy-job lock)", "",
+             f"Command: `{command}`", "",
+             "Method: harness.check.sequential. Every case advances in rounds to the same growing fraction of "
+             "its plan (1/1000, then ×1.15); after every chunk the e-processes are updated; a run stops at the "
+             "first e-process with log e ≥ log(M/α) (M = e-processes + fixed-n tests, α = 0.001), at a format "
+             "or support failure, or at the planned rows, where Holm over all M tests decides.", ""]
+    if s["calibration"]:
+        lines += ["## Calibration (must pass: false alarms under continuous monitoring)", "",
+                  f"Battery: every case planned at TV {CALIBRATION_TV} (V = 32,000 at {CALIBRATION_WIDE_TV}). "
+                  "'family anytime p ≤ x': runs whose smallest e-process p-value 1/sup e, times M, reached x at any "
+                  "look (Ville: ≤ x); 'failed': verdict fail at the gate (sequential crossing or final Holm).", "",
+                  "| implementation | kind | runs | failed at gate 0.001 (95% CI) | family anytime p ≤ 0.05 | "
+                  "≤ 0.01 | stopped early | median rows | median s |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in s["calibration"]:
+            lines.append(f"| `{r['name']}` | {r['kind']} | {r['runs']} | {r['failed']} ({r['ci_low']:.1%}–"
+                         f"{r['ci_high']:.1%}) | {r['below_0.05']} | {r['below_0.01']} | {r['stopped_early']} | "
+                         f"{r['median_samples']:.0f} | {r['median_seconds']:.1f} |")
+        lines.append("")
+    if s["power"]:
+        problems = power_ok(s["power"])
+        lines += ["## Power: samples to verdict vs the fixed-n plan (default plan, TV 0.02, power 0.99)", "",
+                  f"Target: every mutant above resolution caught in every seed with a median ≤ "
+                  f"{TARGET_FRACTION:.0%} of the fixed-n plan's samples. **"
+                  + ("MET" if not problems else "NOT MET: " + "; ".join(problems)) + "**", "",
+                  "| mutant | exact TV (high α / low α) | runs | caught | median samples | fixed-n plan | "
+                  "median fraction | max fraction | median s |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in s["power"]:
+            below = " (below resolution)" if r["below_resolution"] else ""
+            lines.append(f"| `{r['name']}`{below} | {r['exact_tv']} | {r['runs']} | {r['failed']} | "
+                         f"{r['median_samples']:.0f} | {r['median_fixed_plan']:.0f} | {r['median_fraction']:.2%} | "
+                         f"{r['max_fraction']:.2%} | {r['median_seconds']:.1f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.check.sequential", description=__doc__.split("\n")[0])
+    parser.add_argument("--calibrate", action="store_true", help="false alarms of the reference and the variants")
+    parser.add_argument("--power", action="store_true", help="samples to verdict of every sampler mutant")
+    parser.add_argument("--calibration-seeds", type=int, default=200)
+    parser.add_argument("--variant-seeds", type=int, default=3)
+    parser.add_argument("--power-seeds", type=int, default=20)
+    parser.add_argument("--below-resolution-seeds", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default="results/sequential")
+    args = parser.parse_args(argv)
+    if not (args.calibrate or args.power):
+        parser.error("give --calibrate and/or --power")
+    task_list = [t for t in tasks(args.calibration_seeds, args.variant_seeds, args.power_seeds,
+                                  args.below_resolution_seeds)
+                 if (t.purpose == "calibrate" and args.calibrate) or (t.purpose == "power" and args.power)]
+    command = "python -m harness.check.sequential " + " ".join(argv if argv is not None else sys.argv[1:])
+    started, runs = time.perf_counter(), []
+    for purpose in ("power", "calibrate"):  # power first (short); the report is rewritten after each phase
+        phase = [t for t in task_list if t.purpose == purpose]
+        if phase:
+            runs += run_study(phase, args.workers)
+            result = {"runs": runs, "summary": summarise(runs), "seconds": time.perf_counter() - started,
+                      "workers": args.workers}
+            path = write_report(result, args.out, command)
+    print(f"wrote {path}")
+    problems = power_ok(result["summary"]["power"])
+    calibration_fails = sum(r["failed"] for r in result["summary"]["calibration"])
+    return 0 if not problems and not calibration_fails else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
