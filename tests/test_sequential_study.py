@@ -1,0 +1,30 @@
+"""The sequential study's criteria: they must flag a miscalibrated control and a slow or missed mutant."""
+
+from harness.check.sequential_study import calibration_ok, power_ok, summarise
+
+
+def _cal(fails: int, runs: int = 200) -> list[dict]:
+    return [{"name": "reference_verify", "purpose": "calibrate", "seed": s, "fail": s < fails, "samples": 100,
+             "planned": 100, "stopped_early": False, "fixed_plan": None, "family_anytime_p": 0.5,
+             "rejected": ["x/top1"] if s < fails else [], "seconds": 1.0} for s in range(runs)]
+
+
+def _power(fraction: float, caught: bool = True) -> list[dict]:
+    return [{"name": "always_accept", "purpose": "power", "seed": s, "fail": caught, "samples": int(1000 * fraction),
+             "planned": 1000, "stopped_early": True, "fixed_plan": 1000, "family_anytime_p": 0.0,
+             "rejected": [], "seconds": 1.0} for s in range(20)]
+
+
+def test_calibration_criterion_is_a_rate_not_zero():
+    assert not calibration_ok(summarise(_cal(1))["calibration"])  # 1/200 is consistent with 1e-3
+    problems = calibration_ok(summarise(_cal(4))["calibration"])  # 4/200: binomial p ≈ 6e-5
+    assert problems and "4/200" in problems[0]
+    row = summarise(_cal(1))["calibration"][0]
+    assert row["failed_tests"] == ["x/top1"] and row["runs"] == 200
+
+
+def test_power_criterion_flags_slow_and_missed_mutants():
+    assert not power_ok(summarise(_power(0.05))["power"])
+    assert power_ok(summarise(_power(0.2))["power"])
+    assert power_ok(summarise(_power(0.05, caught=False))["power"])
+    assert summarise(_power(0.05))["power"][0]["median_fraction"] == 0.05
