@@ -25,6 +25,7 @@ import torch
 
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
+from harness.check.scoring import score_continuations
 from harness.pairs import ModelPair
 from harness.stats import (
     TestResult,
@@ -130,13 +131,10 @@ def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting,
                batch: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Teacher-force rows of generated tokens; returns (u, position, sequence id, off-support count)."""
     us, positions, seq_ids, off_support = [], [], [], 0
-    T = len(prompt)
     for start in range(0, tokens.shape[0], batch):
         rows = tokens[start : start + batch]
         n_valid = (rows >= 0).sum(1)
-        full = torch.cat([torch.tensor(prompt).expand(len(rows), -1), rows.clamp_min(0)], dim=1)
-        with torch.inference_mode():
-            logits = model(input_ids=full, attention_mask=torch.ones_like(full)).logits[:, T - 1 : -1, :vocab]
+        logits = score_continuations(model, [prompt], rows, vocab=vocab)  # [b, L, V], prompt computed once
         probs = logits_to_probs(logits.double(), setting.temperature, setting.top_k, setting.top_p)  # [b, L, V]
         mask = torch.arange(rows.shape[1]).unsqueeze(0) < n_valid.unsqueeze(1)
         flat_p = probs[mask].numpy()

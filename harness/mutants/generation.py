@@ -184,7 +184,7 @@ _EOS = "a target with an EOS id that the draft proposes and the target accepts (
 _CONTEXT = "a context-dependent pair (not const-a*, whose laws ignore the context)"
 
 register("reference_generate", level="generation", kind="control", models="control: the reference (specdec_ref)",
-         description="specdec_ref.adapters:generate (recompute for many short rows, else per-row KV caches)",
+         description="specdec_ref.adapters:generate (recompute for many short rows of a tiny model, else one KV cache for the batch)",
          )(_reference_generate)
 register("target_only", level="generation", kind="control", models="control: plain target sampling",
          description="harness.adapters.control:target_only_generate, the ground truth (ignores the draft)",
