@@ -160,27 +160,52 @@ def test_strategy_choice_and_fallbacks():
 
 
 _available, _why = smollm2.smollm2_available()
+_needs_smollm2 = pytest.mark.skipif(not _available, reason=f"SmolLM2 not available: {_why}")
+
+
+@pytest.fixture(scope="module")
+def smollm2_pair():
+    """The real target with a 4-layer early-exit draft (float weights: batch-invariant kernels).
+
+    The int8 *dynamic* draft quantizes activations per tensor, so its q depends on the batch it runs in;
+    the batched run is still lossless with it (verification uses the q it sampled from) but not
+    token-identical to one-row runs."""
+    from harness.pairs import get_pair
+
+    return get_pair("smollm2-trunc", n_layers=4)
+
+
+def _smollm2_prompts(pair) -> torch.Tensor:
+    return torch.tensor([pair.prompts[0]] * 3 + [pair.prompts[3]] * 2)  # two prompts of one length
 
 
 @pytest.mark.slow
 @pytest.mark.real_model
-@pytest.mark.skipif(not _available, reason=f"SmolLM2 not available: {_why}")
-@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
-def test_smollm2_batched_equals_per_row(temperature):
-    """The real pair (float32, early-exit draft: batch-invariant kernels) token for token, and logits.
-
-    The int8 *dynamic* draft quantizes activations per tensor, so its q depends on the batch it runs in;
-    the batched run is still lossless with it (verification uses the q it sampled from) but not
-    token-identical to one-row runs, hence the float draft here."""
-    from harness.pairs import get_pair
-
-    pair = get_pair("smollm2-trunc", n_layers=4)
-    prompts = torch.tensor([pair.prompts[0]] * 3 + [pair.prompts[3]] * 2)  # two prompts of one length
-    for gamma, max_new in ((2, 7), (4, 12)):
-        per_row, together = _both(pair.target, pair.draft, prompts, max_new_tokens=max_new, gamma=gamma,
-                                  temperature=temperature, seed=11, eos_token_id=pair.eos_token_id)
-        assert torch.equal(per_row.tokens, together.tokens), gamma
+@_needs_smollm2
+def test_smollm2_float32_logits_and_greedy(smollm2_pair):
+    """float32: logits within float tolerance on a ragged history (measured max |diff| 6.4e-05 for logits
+    up to ~28), greedy tokens identical. Sampled tokens agree too except where a draw lands within that
+    noise of an inverse-CDF or acceptance boundary (seen once at T = 1: ids 37291 vs 37295, 5 rows x 19
+    tokens); token-for-token sampling is asserted in float64 below."""
+    pair = smollm2_pair
     assert _ragged_calls(CachedRunner(pair.target, "o", 10), BatchedRunner(pair.target, "b"), 49152) < 1e-3
+    per_row, together = _both(pair.target, pair.draft, _smollm2_prompts(pair), max_new_tokens=12, gamma=4,
+                              temperature=0.0, seed=11, eos_token_id=pair.eos_token_id)
+    assert torch.equal(per_row.tokens, together.tokens)
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+@_needs_smollm2
+@pytest.mark.parametrize("temperature,top_p", [(0.7, 0.9), (1.0, None)])
+def test_smollm2_float64_sampling_token_for_token(smollm2_pair, temperature, top_p):
+    target, draft = copy.deepcopy(smollm2_pair.target).double(), copy.deepcopy(smollm2_pair.draft).double()
+    for gamma, max_new in ((2, 7), (4, 12)):
+        per_row, together = _both(target, draft, _smollm2_prompts(smollm2_pair), max_new_tokens=max_new,
+                                  gamma=gamma, temperature=temperature, top_p=top_p, seed=11,
+                                  eos_token_id=smollm2_pair.eos_token_id)
+        assert torch.equal(per_row.tokens, together.tokens), gamma
+        assert per_row.stats.accepted_per_step == together.stats.accepted_per_step
 
 
 @pytest.mark.cuda
