@@ -216,3 +216,18 @@ def test_cuda_batched_equals_per_row_cache():
     per_row, together = _both(target, draft, prompts, max_new_tokens=15, gamma=3, temperature=1.0, seed=7)
     assert torch.equal(per_row.tokens, together.tokens)
     assert _ragged_calls(CachedRunner(target, "o", 10), BatchedRunner(target, "b"), 16) < 1e-4
+
+
+@pytest.mark.slow
+def test_zoo_entries_control_passes_stale_batched_cache_caught():
+    """The generation check on the toy pair: the batched control passes, its stale-cache mutant fails
+    (measured with `specdec verify --level generation --pair toy --samples 5000`: PASS; FAIL, 10 tests)."""
+    from harness.check.generation import run_generation_check
+    from harness.mutants.batched import reference_batched_cache, stale_batched_target_cache
+    from harness.pairs import get_pair
+
+    pair = get_pair("toy")
+    control = run_generation_check(reference_batched_cache, pair, samples=5000, seed=1)
+    mutant = run_generation_check(stale_batched_target_cache, pair, samples=5000, seed=1)
+    assert control.verdict == "pass"
+    assert mutant.verdict == "fail"

@@ -99,6 +99,7 @@ def _first_row(position_laws: Callable) -> Callable:
 
 def _load_builtin() -> None:
     # Imported lazily: each module registers its implementations on import.
+    import harness.mutants.batched  # noqa: F401
     import harness.mutants.controls  # noqa: F401
     import harness.mutants.generation  # noqa: F401
     import harness.mutants.sampler  # noqa: F401
