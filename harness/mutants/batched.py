@@ -53,4 +53,4 @@ def reference_batched_cache(target, draft, input_ids, *, max_new_tokens, gamma, 
 def stale_batched_target_cache(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p,
                                seed):
     """The target's shared cache never drops the columns of rejected drafts: later target laws are
-    computed on a context that still contains them (batches of ≥ 2 rows; one row uses per-row caches)."""
+    computed on a context that still contains them."""
