@@ -105,7 +105,7 @@ def markdown(result: dict, command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     from harness.errors import HarnessError
     from harness.pairs import get_pair
-    from harness.records import atomic_write_json, atomic_write_text, provenance
+    from harness.records import provenance
 
     parser = argparse.ArgumentParser(prog="python -m harness.bench.batched", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="smollm2")
@@ -116,22 +116,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (2 was 10x slower on a loaded 2-core box)")
     parser.add_argument("--out", default="results/bench/batched")
     args = parser.parse_args(argv)
+    command = "python -m harness.bench.batched " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
         torch.set_num_threads(args.threads)
         pair = get_pair(args.pair)
         result = {"pair": args.pair, "threads": args.threads,
-                  "throughput": throughput(pair, rows=args.rows, length=args.length, gamma=args.gamma)}
+                  "throughput": throughput(pair, rows=args.rows, length=args.length, gamma=args.gamma),
+                  "provenance": provenance(seed=0, dtype=str(pair.target.dtype).removeprefix("torch."))}
+        _write(result, args.out, command)  # the throughput part survives a check that is cut short
         if args.samples:
             result["check"] = generation_check(pair, samples=args.samples, gamma=args.gamma)
+            _write(result, args.out, command)
     except (HarnessError, ValueError) as exc:
         print(f"batched: error: {exc}", file=sys.stderr)
         return 2
-    command = "python -m harness.bench.batched " + " ".join(argv if argv is not None else sys.argv[1:])
-    result["provenance"] = provenance(seed=0, dtype=str(pair.target.dtype).removeprefix("torch."))
-    atomic_write_json(f"{args.out}/batched.json", result)
-    atomic_write_text(f"{args.out}/report.md", markdown(result, command.strip()))
     print(f"wrote {args.out}/report.md")
     return 0
+
+
+def _write(result: dict, out: str, command: str) -> None:
+    from harness.records import atomic_write_json, atomic_write_text
+
+    atomic_write_json(f"{out}/batched.json", result)
+    atomic_write_text(f"{out}/report.md", markdown(result, command.strip()))
 
 
 if __name__ == "__main__":
