@@ -27,7 +27,8 @@ from specdec_ref.generate import default_eos, speculative_generate
 from specdec_ref.verify import verify_step
 
 # For tiny models (toy pairs) and short rows, one batched recompute of every row is cheaper than B
-# sequential KV-cached passes (thousands of rows in statistical tests); real models use caches.
+# sequential KV-cached passes (thousands of rows in statistical tests); real models use one KV cache
+# for the whole batch (specdec_ref/batched.py; per-row caches where the model cannot take it).
 _RECOMPUTE_MAX_POSITIONS = 64
 _RECOMPUTE_MAX_PARAMETERS = 5_000_000
 
@@ -96,10 +97,11 @@ def generate(
 
 
 def cache_strategy(input_ids: torch.Tensor, max_new_tokens: int, model) -> str:
-    """'recompute' (one batched pass over all rows) for many short rows of a tiny model, else per-row KV caches."""
+    """'recompute' (one batched pass over all rows) for many short rows of a tiny model, else 'batched'
+    (one KV cache for all rows; make_runner falls back to per-row caches for one row or other models)."""
     short = input_ids.dim() == 2 and input_ids.shape[1] + max_new_tokens <= _RECOMPUTE_MAX_POSITIONS
     tiny = sum(p.numel() for p in model.parameters()) <= _RECOMPUTE_MAX_PARAMETERS
-    return "recompute" if short and tiny and input_ids.shape[0] > 1 else "cache"
+    return "recompute" if short and tiny and input_ids.shape[0] > 1 else "batched"
 
 
 def tree_verify_specinfer(

@@ -1,9 +1,11 @@
 """How next-token logits are obtained from a transformers causal LM, for ragged per-row sequences.
 
-Two strategies behind one method, `logits(rows, seqs, n_last)`:
+Three strategies behind one method, `logits(rows, seqs, n_last)`:
 - `CachedRunner`: one KV cache per row. Before each call the cache is cropped to the longest common
   prefix of what it holds and the new sequence, so entries for rejected drafts never survive
   (stale cache entries after a rejection were a real bug: vLLM PR #9730). Rows run one at a time.
+- `BatchedRunner`: one KV cache for the whole batch with per-row live columns (specdec_ref/batched.py):
+  all rows advance in one forward pass per call; the one-row `CachedRunner` is its oracle.
 - `RecomputeRunner`: no cache; all rows in one right-padded batch, every position recomputed.
   Right padding is invisible to a causal model at the real positions. Cheap for short sequences
   (toy models, statistical tests with thousands of rows) and the oracle the cache is tested against.
@@ -18,6 +20,7 @@ import time
 
 import torch
 
+from specdec_ref.batched import BatchedCache, batchable
 from specdec_ref.errors import SpecDecInputError
 
 
@@ -150,11 +153,59 @@ class RecomputeRunner(_TimedRunner):
         return logits.gather(1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
 
 
+class BatchedRunner(_TimedRunner):
+    """All rows in one forward per call over one shared cache (layout: specdec_ref/batched.py)."""
+
+    def __init__(self, model, name: str):
+        super().__init__(model, name)
+        self.state = BatchedCache()
+        self.dtype = model.get_input_embeddings().weight.dtype
+
+    def _logits(self, rows, seqs, n_last):
+        state = self.state
+        state.select(list(rows), self.device)
+        state.share_prefix(self.model, seqs, n_last, self._prefill)
+        keep = state.keep(seqs, n_last)
+        state.truncate(keep)
+        ids, positions, real = state.append_block(seqs, keep)  # [A, K] each
+        logits = self._forward(ids, positions, state.mask(real, self.dtype), n_last)
+        state.record(seqs, real)
+        return logits
+
+    def _prefill(self, ids: torch.Tensor, _mask) -> object:  # ids [1, n]
+        from transformers import DynamicCache
+
+        self.state.cache = DynamicCache()
+        self._forward(ids, None, torch.ones_like(ids), 1)
+        return self.state.cache
+
+    def _forward(self, ids, positions, mask, n_last) -> torch.Tensor:
+        """ids/positions [A, K], mask [A, 1, K, W+K] additive (or 2-D ones) -> logits [A, n_last, V]."""
+        from transformers import DynamicCache
+
+        if self.state.cache is None:
+            self.state.cache = DynamicCache()
+        kwargs = {"logits_to_keep": n_last} if _accepts_logits_to_keep(type(self.model)) else {}
+        if positions is not None:
+            kwargs["position_ids"] = positions
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=mask, use_cache=True,
+                             **{_cache_kwarg(type(self.model)): self.state.cache}, **kwargs)
+        return out.logits[:, -n_last:]
+
+
+STRATEGIES = ("batched", "cache", "recompute")
+
+
 def make_runner(model, name: str, n_rows: int, strategy: str) -> _TimedRunner:
-    """strategy: 'cache' (per-row KV cache) or 'recompute'. Models that need the full context
-    every call (attribute `specdec_needs_full_context`, e.g. an n-gram draft) always recompute."""
-    if strategy not in ("cache", "recompute"):
-        raise SpecDecInputError(f"cache strategy must be 'cache' or 'recompute', got {strategy!r}")
+    """strategy: 'batched' (one cache for the batch), 'cache' (one KV cache per row) or 'recompute'.
+    Models that need the full context every call (attribute `specdec_needs_full_context`, e.g. an
+    n-gram draft) always recompute; 'batched' falls back to per-row caches for models whose attention
+    cannot take the batched layout (specdec_ref.batched.batchable) and for a single row."""
+    if strategy not in STRATEGIES:
+        raise SpecDecInputError(f"cache strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if strategy == "recompute" or getattr(model, "specdec_needs_full_context", False):
         return RecomputeRunner(model, name)
+    if strategy == "batched" and n_rows > 1 and batchable(model):
+        return BatchedRunner(model, name)
     return CachedRunner(model, name, n_rows)

@@ -110,6 +110,7 @@ BLIND = {
     "greedy_verify_when_sampling": dict(pair="0.7", temperature=0.0),
     "greedy_tie_last_index": dict(pair="0.7", temperature=0.0),
     "stale_target_cache": dict(pair="1.0", temperature=1.0),  # draft = target: nothing is ever rejected
+    "stale_batched_target_cache": dict(pair="1.0", temperature=1.0),
     "eos_continues_in_block": dict(pair="0.7", temperature=1.0),  # no EOS id
     "eos_dropped_in_block": dict(pair="0.7", temperature=1.0),
     # issue 13: without the parameter they drop (or T = 1 with no top-p) they are the reference
@@ -141,11 +142,13 @@ CAUGHT = {
     "draft_greedy_softmax_q": dict(pair="0.7", temperature=1.0),
     "greedy_verify_when_sampling": dict(pair="0.7", temperature=1.0),
     "stale_target_cache": dict(pair="0.2", temperature=1.0, gamma=3),
+    "stale_batched_target_cache": dict(pair="0.2", temperature=1.0, gamma=3),
     "eos_dropped_in_block": dict(pair="eos", temperature=1.0),
 }
 # Must pass the same check (hooked_reference is token-identical to reference_generate, tested above).
 MUST_PASS = [("reference_generate", "0.7", 0.4), ("reference_generate", "anti", 1.0), ("target_only", "0.7", 0.4),
-             ("stale_draft_cache", "anti", 1.0), ("scaled_acceptance_generate", "0.7", 0.4)]
+             ("stale_draft_cache", "anti", 1.0), ("scaled_acceptance_generate", "0.7", 0.4),
+             ("reference_batched_cache", "0.7", 0.4), ("reference_batched_cache", "anti", 1.0)]
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,7 @@ from harness.check.engine import (
 )
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
+from harness.check.scoring import score_continuations
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
 from harness.stats import (
@@ -185,13 +186,10 @@ def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting,
 
     Position j's law is processed with the prompt and the row's first j tokens as its history."""
     us, positions, seq_ids, off_support = [], [], [], 0
-    T = len(prompt)
     for start in range(0, tokens.shape[0], batch):
         rows = tokens[start : start + batch]
         n_valid = (rows >= 0).sum(1)
-        full = torch.cat([torch.tensor(prompt).expand(len(rows), -1), rows.clamp_min(0)], dim=1)
-        with torch.inference_mode():
-            logits = model(input_ids=full, attention_mask=torch.ones_like(full)).logits[:, T - 1 : -1, :vocab]
+        logits = score_continuations(model, [prompt], rows, vocab=vocab)  # [b, L, V], prompt computed once
         history = None
         if setting.needs_history:
             start_hist = History(torch.tensor(prompt).expand(len(rows), -1), torch.zeros(len(rows), dtype=torch.long),

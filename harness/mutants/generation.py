@@ -197,7 +197,7 @@ _CONTEXT = "a context-dependent pair (not const-a*, whose laws ignore the contex
 REFERENCE_GENERATE = declare(
     _reference_generate, "reference_generate", level="generation", kind="control",
     models="control: the reference (specdec_ref)",
-    description="specdec_ref.adapters:generate (recompute for many short rows, else per-row KV caches)")
+    description="specdec_ref.adapters:generate (recompute for many short rows of a tiny model, else one KV cache for the batch)")
 TARGET_ONLY = declare(target_only_generate, "target_only", level="generation", kind="control",
                       models="control: plain target sampling",
                       description="harness.adapters.control:target_only_generate, the ground truth (ignores the draft)")

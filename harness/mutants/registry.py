@@ -24,8 +24,8 @@ from harness.mutants.base import KINDS, LEVELS, Implementation, register
 __all__ = ["CATALOGUE", "KINDS", "LEVELS", "Implementation", "get", "implementations", "register"]
 
 # The modules whose `@register`-declared implementations make up the zoo, in report order.
-CATALOGUE = ("harness.mutants.controls", "harness.mutants.generation", "harness.mutants.sampler",
-             "harness.mutants.tree", "harness.mutants.families")
+CATALOGUE = ("harness.mutants.batched", "harness.mutants.controls", "harness.mutants.generation",
+             "harness.mutants.sampler", "harness.mutants.tree", "harness.mutants.families")
 
 
 @functools.cache

@@ -1,0 +1,145 @@
+"""Throughput of the reference's batched speculative sampling vs transformers' batched sampling, and the
+cost of a generation-level check of the reference at ≥ 1,000 samples, measured in one run.
+
+    python -m harness.bench.batched --out results/bench/batched      # writes report.md + batched.json
+
+- tokens/s of `speculative_generate(cache="batched")` (one KV cache for the batch), of transformers'
+  `model.generate(do_sample=True)` on the same sequences and lengths (EOS off in both, so every row
+  makes exactly `length` tokens), and of the one-row-cache path (`cache="cache"`) on a few rows;
+- a generation-level check of the reference adapter (`run_generation_check`, greedy + two sampling
+  settings × two prompts) with `--samples` per sampling cell: wall time, verdict, detectable TV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from specdec_ref.generate import speculative_generate
+
+
+def reference_tokens_per_s(pair, ids: torch.Tensor, *, length: int, gamma: int, temperature: float, seed: int,
+                           cache: str) -> dict:
+    """ids [B, T]: the reference's speculative sampling, every row exactly `length` tokens (no EOS)."""
+    started = time.perf_counter()
+    out = speculative_generate(pair.target, pair.draft, ids, max_new_tokens=length, gamma=gamma,
+                               temperature=temperature, seed=seed, eos_token_id=None, cache=cache)
+    seconds = time.perf_counter() - started
+    s = out.stats
+    return {"rows": ids.shape[0], "tokens": s.new_tokens, "seconds": seconds, "tokens_per_s": s.new_tokens / seconds,
+            "target_calls": s.target_calls, "draft_calls": s.draft_calls, "alpha": s.alpha,
+            "target_seconds": s.target_seconds, "draft_seconds": s.draft_seconds}
+
+
+def transformers_tokens_per_s(model, ids: torch.Tensor, *, length: int, temperature: float, seed: int) -> dict:
+    """ids [B, T]: transformers' own batched autoregressive sampling (KV cache), pure temperature sampling."""
+    torch.manual_seed(seed)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=temperature,
+                             top_k=0, top_p=1.0, max_new_tokens=length, min_new_tokens=length,
+                             pad_token_id=0, eos_token_id=None)
+    seconds = time.perf_counter() - started
+    tokens = (out.shape[1] - ids.shape[1]) * ids.shape[0]
+    return {"rows": ids.shape[0], "tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def throughput(pair, *, rows: int, length: int, gamma: int, temperature: float = 1.0, seed: int = 0,
+               per_row_rows: int = 8) -> dict:
+    """The three throughputs on one prompt repeated `rows` times (the generation check's layout)."""
+    prompt = (pair.prompts or [[0] * 16])[0]
+    ids = torch.tensor([prompt] * rows)
+    kw = {"length": length, "temperature": temperature, "seed": seed}
+    result = {"batched": reference_tokens_per_s(pair, ids, gamma=gamma, cache="batched", **kw),
+              "transformers": transformers_tokens_per_s(pair.target, ids, **kw)}
+    if per_row_rows:
+        result["per_row_cache"] = reference_tokens_per_s(pair, ids[:per_row_rows], gamma=gamma, cache="cache", **kw)
+    result["ratio_transformers_over_batched"] = (result["transformers"]["tokens_per_s"]
+                                                 / result["batched"]["tokens_per_s"])
+    result["setup"] = {"prompt_tokens": len(prompt), "length": length, "gamma": gamma, "temperature": temperature}
+    return result
+
+
+def generation_check(pair, *, samples: int, gamma: int, seed: int = 0) -> dict:
+    """The reference through the generation-level check with `samples` per sampling cell."""
+    from harness.check.generation import run_generation_check
+    from specdec_ref.adapters import generate
+
+    report = run_generation_check(generate, pair, impl_name="specdec_ref.adapters:generate", samples=samples,
+                                  gamma=gamma, seed=seed)
+    return {"verdict": report.verdict, "samples": report.samples, "seconds": report.seconds,
+            "tests": len(report.tests), "detectable_tv": report.target_tv, "notes": list(report.notes)}
+
+
+def markdown(result: dict, command: str) -> str:
+    t, c = result["throughput"], result.get("check")
+    setup = t["setup"]
+    lines = ["# Batched reference vs transformers' batched sampling", "",
+             f"Pair **{result['pair']}**, {setup['prompt_tokens']}-token prompt, {setup['length']} new tokens per "
+             f"row, γ = {setup['gamma']}, T = {setup['temperature']:g}, EOS off; torch threads = {result['threads']}; "
+             "a shared machine (other agents' jobs running), this run alone under the heavy-job lock.", "",
+             "| path | rows | tokens | seconds | tokens/s | target calls | draft calls |", "|---|---|---|---|---|---|---|"]
+    for key, label in (("batched", "reference, one KV cache for the batch"),
+                       ("transformers", "transformers `generate(do_sample=True)`"),
+                       ("per_row_cache", "reference, one KV cache per row (before)")):
+        if key in t:
+            r = t[key]
+            lines.append(f"| {label} | {r['rows']} | {r['tokens']} | {r['seconds']:.1f} | {r['tokens_per_s']:.1f} | "
+                         f"{r.get('target_calls', '—')} | {r.get('draft_calls', '—')} |")
+    ratio = t["ratio_transformers_over_batched"]
+    lines += ["", f"transformers tokens/s ÷ reference tokens/s = **{ratio:.2f}** (target: ≤ 2)."
+              + (f" Measured α = {t['batched']['alpha']:.2f}." if t["batched"].get("alpha") == t["batched"].get("alpha")
+                 else "")]
+    if c:
+        lines += ["", "## Generation-level check of the reference", "",
+                  f"**{c['verdict'].upper()}** on {c['samples']} samples ({c['tests']} gating tests) in "
+                  f"**{c['seconds']:.0f} s** wall; detectable TV {c['detectable_tv']:.3g}.", ""]
+        lines += [f"- {n}" for n in c["notes"]]
+    lines += ["", f"Reproduce: `{command}`.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.errors import HarnessError
+    from harness.pairs import get_pair
+    from harness.records import provenance
+
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.batched", description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="smollm2")
+    parser.add_argument("--rows", type=int, default=250, help="sequences in the throughput comparison")
+    parser.add_argument("--length", type=int, default=16)
+    parser.add_argument("--gamma", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=250, help="per sampling cell of the check (4 cells); 0: skip")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (2 was 10x slower on a loaded 2-core box)")
+    parser.add_argument("--out", default="results/bench/batched")
+    args = parser.parse_args(argv)
+    command = "python -m harness.bench.batched " + " ".join(argv if argv is not None else sys.argv[1:])
+    try:
+        torch.set_num_threads(args.threads)
+        pair = get_pair(args.pair)
+        result = {"pair": args.pair, "threads": args.threads,
+                  "throughput": throughput(pair, rows=args.rows, length=args.length, gamma=args.gamma),
+                  "provenance": provenance(seed=0, dtype=str(pair.target.dtype).removeprefix("torch."))}
+        _write(result, args.out, command)  # the throughput part survives a check that is cut short
+        if args.samples:
+            result["check"] = generation_check(pair, samples=args.samples, gamma=args.gamma)
+            _write(result, args.out, command)
+    except (HarnessError, ValueError) as exc:
+        print(f"batched: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}/report.md")
+    return 0
+
+
+def _write(result: dict, out: str, command: str) -> None:
+    from harness.records import atomic_write_json, atomic_write_text
+
+    atomic_write_json(f"{out}/batched.json", result)
+    atomic_write_text(f"{out}/report.md", markdown(result, command.strip()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
