@@ -48,7 +48,7 @@ MAX_CELLS = 32  # omnibus tests see the 31 likeliest tokens + "the rest": df ≤
 # false alarm in 200 seeds of the reference (df 10, n = 389, p = 1.6e-6) with 5; 20 fixes the tail.
 GATE_MIN_EXPECTED = 20.0
 MIN_REACH = 0.1  # positions reached with lower probability are reported, not tested
-CHUNK_FLOATS = 3e7  # rows per implementation call: (2γ+1)·V·rows ≤ this (≈ 120 MB of float32)
+CHUNK_FLOATS = 1e6  # rows per implementation call: (2γ+1)·V·rows ≤ this (see _run_case)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,15 +209,31 @@ def _coarsen(counts: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return (np.append(counts[head], counts[tail].sum()), np.append(p[head], p[tail].sum()))
 
 
-def _draw_inputs(plan: CasePlan, rows: int, generator: torch.Generator, dtype: torch.dtype, device):
-    p = torch.from_numpy(plan.p).to(dtype)
-    q = torch.from_numpy(plan.q).to(dtype)
-    # x_j ~ q_j, drawn by the harness itself (row-independent, position-independent)
-    x = torch.stack([torch.multinomial(q[j].double(), rows, replacement=True, generator=generator)
-                     for j in range(plan.case.gamma)], dim=1)  # [rows, γ]
-    target = p.unsqueeze(0).expand(rows, -1, -1).contiguous().to(device)  # [rows, γ+1, V]
-    draft = q.unsqueeze(0).expand(rows, -1, -1).contiguous().to(device)  # [rows, γ, V]
-    return target, draft, x.to(device)
+def _draw_inputs(plan: CasePlan, rows: int, generator: torch.Generator, dtype: torch.dtype, device, *,
+                 laws: tuple[torch.Tensor, torch.Tensor] | None = None, tokens: torch.Tensor | None = None):
+    """One call's inputs: p [rows, γ+1, V], q [rows, γ, V] (every row the case's laws) and x [rows, γ].
+
+    `laws` (p, q already in `dtype` on `device`) and `tokens` (x drawn beforehand) let a caller that
+    makes many calls convert the laws once and draw all tokens in one go; without them both are made here.
+    """
+    if laws is None:
+        laws = (torch.from_numpy(plan.p).to(device, dtype), torch.from_numpy(plan.q).to(device, dtype))
+    p, q = laws
+    if tokens is None:
+        tokens = _draw_tokens(q, rows, generator)
+    # Built on the device (a copy of two small laws there, not of [rows, γ+1, V] across the bus); contiguous
+    # because implementations may view or write their inputs.
+    target = p.unsqueeze(0).expand(rows, -1, -1).contiguous()  # [rows, γ+1, V]
+    draft = q.unsqueeze(0).expand(rows, -1, -1).contiguous()  # [rows, γ, V]
+    return target, draft, tokens.to(device)
+
+
+def _draw_tokens(q: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:  # q [γ, V] -> [rows, γ]
+    """x_j ~ q_j (q as the implementation sees it, in its dtype), drawn by the harness itself on the CPU
+    generator: rows independent, positions independent."""
+    q = q.detach().to("cpu", torch.float64)
+    return torch.stack([torch.multinomial(q[j], rows, replacement=True, generator=generator)
+                        for j in range(q.shape[0])], dim=1)
 
 
 class ImplementationError(HarnessError):
@@ -407,19 +423,26 @@ def custom_case(name: str, p: np.ndarray, q: np.ndarray, description: str = "", 
 
 
 def _run_case(impl, plan: CasePlan, generator, dtype, device, progress):
+    # On CPU, chunks of ~4 MB: one call's inputs stay in cache and reuse the allocator's memory (120 MB
+    # chunks were fresh pages each call, page faults made most of the V = 32,000 case's time); an
+    # accelerator wants large batches.
+    floats = CHUNK_FLOATS if torch.device(device).type == "cpu" else 30 * CHUNK_FLOATS
     per_row = (2 * plan.case.gamma + 1) * plan.case.vocab
-    chunk = max(1, min(plan.rows, int(CHUNK_FLOATS // per_row)))
+    chunk = max(1, min(plan.rows, int(floats // per_row)))
+    laws = (torch.from_numpy(plan.p).to(device, dtype), torch.from_numpy(plan.q).to(device, dtype))
+    # Every drafted token first, one draw per position: the inputs do not depend on the chunk size.
+    tokens = _draw_tokens(laws[1], plan.rows, generator)  # [rows, γ]
     outputs = []
     for start in range(0, plan.rows, chunk):
         n = min(chunk, plan.rows - start)
-        target, draft, x = _draw_inputs(plan, n, generator, dtype, device)
+        target, draft, x = _draw_inputs(plan, n, generator, dtype, device, laws=laws, tokens=tokens[start : start + n])
         out = call_impl(impl, target, draft, x, generator, what=f"case {plan.case.name}")
-        problems, tokens = _format_problems(out, x, plan.case.vocab)
-        if tokens is None:
+        problems, out_tokens = _format_problems(out, x, plan.case.vocab)
+        if out_tokens is None:
             return None, problems
         if problems:
-            return tokens, problems
-        outputs.append(tokens)
+            return out_tokens, problems
+        outputs.append(out_tokens)
         if progress:
             progress(n)
     return np.concatenate(outputs), []
