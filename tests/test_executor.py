@@ -137,3 +137,35 @@ def test_campaign_completes_after_a_worker_is_killed_and_recomputes_nothing_fini
     assert any(len(p) > 1 and p[0] == victim[0] for p in runs.values())  # the lost run was retried
     lines = journal.path.read_text().splitlines()
     assert len(lines) == len(set(journal.load())) == sum(r["runs"] for r in result["rows"])  # each run once
+
+
+def _counts(measurement):
+    """A measurement without its timers (every key ending in 'seconds')."""
+    if isinstance(measurement, dict):
+        return {k: _counts(v) for k, v in measurement.items() if not k.endswith("seconds")}
+    return measurement
+
+
+@pytest.mark.slow
+def test_bench_on_a_local_dask_cluster_gives_the_in_process_counts(tmp_path, monkeypatch):
+    """`specdec bench --workers 2`: token-count cells (deterministic) come back identical, each row journaled."""
+    import json
+
+    from harness.bench import suites
+    from harness.bench.config import BenchConfig
+    from harness.bench.runner import run_bench
+
+    sweep = suites.Sweep("tokens", ("const-a0.8",), gammas=(1, 2, 3), temperatures=(1.0,), prompts=64,
+                         max_new_tokens=0, repeats=1, min_row_steps=150)
+    monkeypatch.setitem(suites._SUITES, "counts", suites.SuiteSpec("counts", lambda quick: [sweep], "test suite"))
+
+    def measurements(run) -> dict:
+        lines = (run.out_dir / "rows.jsonl").read_text().splitlines()
+        return {r["cell_id"]: _counts(r["measurement"]) for r in map(json.loads, lines)}
+
+    here = run_bench(BenchConfig(suite="counts", out=str(tmp_path / "here")))
+    there = run_bench(BenchConfig(suite="counts", out=str(tmp_path / "there"), workers=2))
+    assert len(here.computed) == 3 and sorted(there.computed) == sorted(here.computed) and not there.unfinished
+    assert measurements(there) == measurements(here)
+    again = run_bench(BenchConfig(suite="counts", out=str(tmp_path / "there"), workers=2))
+    assert again.computed == [] and sorted(again.resumed) == sorted(here.computed)  # nothing measured twice
