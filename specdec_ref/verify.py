@@ -157,7 +157,8 @@ def accept_and_final_law(
     # mass == 0 means p_n ≤ q_n everywhere, i.e. p_n = q_n: a rejection there has probability 0 and
     # only float rounding can land here; p_n is then the right law (and avoids 0/0).
     residual.div_(mass.clamp_min(torch.finfo(dtype).tiny))
-    final_law = torch.where(mass > 0, residual, p_n, out=residual)
+    positive = mass > 0  # [B, 1]
+    final_law = residual if bool(positive.all()) else torch.where(positive, residual, p_n, out=residual)
     return n_accepted, final_law
 
 
