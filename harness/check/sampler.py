@@ -48,7 +48,7 @@ MAX_CELLS = 32  # omnibus tests see the 31 likeliest tokens + "the rest": df ≤
 # false alarm in 200 seeds of the reference (df 10, n = 389, p = 1.6e-6) with 5; 20 fixes the tail.
 GATE_MIN_EXPECTED = 20.0
 MIN_REACH = 0.1  # positions reached with lower probability are reported, not tested
-CHUNK_FLOATS = 1e6  # rows per implementation call: (2γ+1)·V·rows ≤ this (see _run_case)
+CHUNK_FLOATS = 4e6  # input floats per implementation call on CPU: (2γ+1)·V·rows ≤ this (see _run_case)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,21 +210,25 @@ def _coarsen(counts: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def _draw_inputs(plan: CasePlan, rows: int, generator: torch.Generator, dtype: torch.dtype, device, *,
-                 laws: tuple[torch.Tensor, torch.Tensor] | None = None, tokens: torch.Tensor | None = None):
+                 laws: tuple[torch.Tensor, torch.Tensor] | None = None, tokens: torch.Tensor | None = None,
+                 out: tuple[torch.Tensor, torch.Tensor] | None = None):
     """One call's inputs: p [rows, γ+1, V], q [rows, γ, V] (every row the case's laws) and x [rows, γ].
 
-    `laws` (p, q already in `dtype` on `device`) and `tokens` (x drawn beforehand) let a caller that
-    makes many calls convert the laws once and draw all tokens in one go; without them both are made here.
+    `laws` (p, q already in `dtype` on `device`), `tokens` (x drawn beforehand) and `out` (buffers of
+    ≥ rows rows to refill) let a caller that makes many calls convert the laws once, draw all tokens in
+    one go and reuse one allocation; without them everything is made here.
     """
     if laws is None:
         laws = (torch.from_numpy(plan.p).to(device, dtype), torch.from_numpy(plan.q).to(device, dtype))
     p, q = laws
     if tokens is None:
         tokens = _draw_tokens(q, rows, generator)
-    # Built on the device (a copy of two small laws there, not of [rows, γ+1, V] across the bus); contiguous
-    # because implementations may view or write their inputs.
-    target = p.unsqueeze(0).expand(rows, -1, -1).contiguous()  # [rows, γ+1, V]
-    draft = q.unsqueeze(0).expand(rows, -1, -1).contiguous()  # [rows, γ, V]
+    # Built on the device (a copy of two small laws there, not of [rows, γ+1, V] across the bus), contiguous
+    # and rewritten for every call: implementations may view their inputs, or write into them.
+    if out is None:
+        out = (p.new_empty((rows, *p.shape)), q.new_empty((rows, *q.shape)))
+    target = out[0][:rows].copy_(p)  # [rows, γ+1, V]
+    draft = out[1][:rows].copy_(q)  # [rows, γ, V]
     return target, draft, tokens.to(device)
 
 
@@ -423,19 +427,22 @@ def custom_case(name: str, p: np.ndarray, q: np.ndarray, description: str = "", 
 
 
 def _run_case(impl, plan: CasePlan, generator, dtype, device, progress):
-    # On CPU, chunks of ~4 MB: one call's inputs stay in cache and reuse the allocator's memory (120 MB
-    # chunks were fresh pages each call, page faults made most of the V = 32,000 case's time); an
-    # accelerator wants large batches.
-    floats = CHUNK_FLOATS if torch.device(device).type == "cpu" else 30 * CHUNK_FLOATS
+    # ~16 MB of inputs per call on CPU (mostly cache-resident for the implementation); an accelerator
+    # wants larger batches. The input buffers are allocated once per case: fresh 120 MB tensors per
+    # call cost page faults that were most of the V = 32,000 case's time.
+    floats = CHUNK_FLOATS if torch.device(device).type == "cpu" else 8 * CHUNK_FLOATS
     per_row = (2 * plan.case.gamma + 1) * plan.case.vocab
     chunk = max(1, min(plan.rows, int(floats // per_row)))
     laws = (torch.from_numpy(plan.p).to(device, dtype), torch.from_numpy(plan.q).to(device, dtype))
     # Every drafted token first, one draw per position: the inputs do not depend on the chunk size.
     tokens = _draw_tokens(laws[1], plan.rows, generator)  # [rows, γ]
+    # One allocation per case, refilled per call: fresh multi-MB tensors each call cost page faults.
+    buffers = (laws[0].new_empty((chunk, *laws[0].shape)), laws[1].new_empty((chunk, *laws[1].shape)))
     outputs = []
     for start in range(0, plan.rows, chunk):
         n = min(chunk, plan.rows - start)
-        target, draft, x = _draw_inputs(plan, n, generator, dtype, device, laws=laws, tokens=tokens[start : start + n])
+        target, draft, x = _draw_inputs(plan, n, generator, dtype, device, laws=laws, out=buffers,
+                                        tokens=tokens[start : start + n])
         out = call_impl(impl, target, draft, x, generator, what=f"case {plan.case.name}")
         problems, out_tokens = _format_problems(out, x, plan.case.vocab)
         if out_tokens is None:
