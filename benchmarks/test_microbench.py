@@ -6,9 +6,15 @@
 - the verification step (Leviathan Algorithm 1) at V = 32,000, γ = 4, B = 64: with and without input
   validation (`verify_step` validates, the generation loop calls `verify_from_uniforms(validate=False)`);
   rows/s is written to each benchmark's extra_info;
+- the kernel beside the memory-bandwidth floor (one read of p and q, `p.sum() + q.sum()`), timed
+  interleaved round by round in one benchmark so machine load hits both alike; the ratio (median
+  and best round) is in extra_info["x_floor_median"] / ["x_floor_min"] (target: validated ≤ 3×);
 - one whole speculative step on a toy pair (α = 1, so max_new_tokens = γ + 1 is exactly one step:
   γ draft passes, one target pass, the acceptance rule, bookkeeping).
 """
+
+import statistics
+import time
 
 import pytest
 import torch
@@ -44,6 +50,39 @@ def test_verify_step_unvalidated(benchmark, verify_inputs):
     p, q, x, u = verify_inputs
     out = benchmark(lambda: verify_from_uniforms(p, q, x, u[:, :GAMMA], u[:, GAMMA], validate=False))
     assert out.tokens.shape == (B, GAMMA + 1)
+    _rows_per_s(benchmark)
+
+
+def test_bandwidth_floor(benchmark, verify_inputs):
+    p, q, _, _ = verify_inputs
+    total = benchmark(lambda: p.sum() + q.sum())
+    assert abs(float(total) - B * (2 * GAMMA + 1)) < 1e-2 * B  # every row sums to 1
+    _rows_per_s(benchmark)
+
+
+@pytest.mark.parametrize("validated", [True, False], ids=["validated", "unvalidated"])
+def test_verify_vs_floor(benchmark, verify_inputs, validated):
+    """Kernel rounds (timed by pytest-benchmark) with one floor read timed just before each."""
+    p, q, x, u = verify_inputs
+    floor_s = []
+
+    def time_floor():
+        start = time.perf_counter()
+        (p.sum() + q.sum()).item()
+        floor_s.append(time.perf_counter() - start)
+
+    if validated:
+        def kernel():
+            return verify_step(p, q, x, torch.Generator().manual_seed(1))
+    else:
+        def kernel():
+            return verify_from_uniforms(p, q, x, u[:, :GAMMA], u[:, GAMMA], validate=False)
+    out = benchmark.pedantic(kernel, setup=time_floor, rounds=40, warmup_rounds=2)
+    assert out.tokens.shape == (B, GAMMA + 1)
+    floor_s = floor_s[-40:]  # the warm-up rounds call setup too
+    benchmark.extra_info["floor_median_s"] = statistics.median(floor_s)
+    benchmark.extra_info["x_floor_median"] = benchmark.stats.stats.median / statistics.median(floor_s)
+    benchmark.extra_info["x_floor_min"] = benchmark.stats.stats.min / min(floor_s)
     _rows_per_s(benchmark)
 
 

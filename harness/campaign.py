@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from scipy.stats import binomtest
 
 from harness.check.generation import DEFAULT_SETTINGS, run_generation_check
 from harness.check.sampler import run_sampler_check
+from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.pairs import get_pair
 
 
@@ -45,7 +47,9 @@ class CampaignConfig:
     generation_control_seeds: int = 10
     generation_pair: str = "toy-low"
     curve_seeds: int = 10  # seeds per point of the detection-vs-samples curve
-    workers: int = 2  # processes (runs are independent)
+    workers: int = 2  # processes on this machine (runs are independent); with `dask_workers`, ignored
+    scheduler: str | None = None  # dask scheduler address: run on its workers (harness.executor)
+    dask_workers: int | None = None  # ... or on a local dask cluster of this many worker processes
     only: tuple[str, ...] = ()  # run only these implementations (names)
     profile: str = "full"
 
@@ -165,23 +169,39 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
     return tasks
 
 
-def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | None = None) -> dict:
+def task_key(task: Task, gate: float) -> str:
+    """What identifies a run in the cell journal: everything its result depends on."""
+    return json.dumps({**dataclasses.asdict(task), "gate": gate}, sort_keys=True)
+
+
+def _encode(result: dict) -> dict:
+    return {**result, "task": dataclasses.asdict(result["task"])}
+
+
+def _decode(record: dict) -> dict:
+    return {**record, "task": Task(**record["task"])}
+
+
+def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | None = None, *,
+                 journal: Journal | None = None, executor: Executor | None = None,
+                 run: Callable = run_task) -> dict:
     """Returns {"rows": [...], "curve": [...], "config": ...}; nothing is printed.
 
-    Runs are independent, so they are spread over `config.workers` processes."""
-    from concurrent.futures import ProcessPoolExecutor
-
+    Runs are independent cells: spread over `config.workers` local processes, or a dask cluster
+    (`config.scheduler` / `config.dask_workers`, or an explicit `executor`). With a `journal`, each
+    finished run is persisted as it arrives and runs already in it are not repeated (harness.executor).
+    `run(task, gate)` is the cell function (tests wrap it to count executions)."""
     from harness.mutants.registry import implementations
 
     impls = [i for i in implementations() if not config.only or i.name in config.only]
     tasks = _tasks(config, impls)
-    results: list[dict] = []
+    cells = {task_key(t, config.gate_alpha): (t, config.gate_alpha) for t in tasks}
     started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=config.workers) as pool:
-        for i, res in enumerate(pool.map(run_task, tasks, [config.gate_alpha] * len(tasks), chunksize=1)):
-            results.append(res)
-            if progress:
-                progress(i + 1, len(tasks))
+    if executor is None:
+        executor = make_executor(config.scheduler, config.dask_workers, local_workers=config.workers)
+    with executor:
+        done = run_cells(executor, run, cells, journal=journal, encode=_encode, decode=_decode, progress=progress)
+    results = [done[task_key(t, config.gate_alpha)] for t in tasks]  # task order, whoever ran them
     rows, curve = [], []
     for impl in impls:
         mine = [r for r in results if r["task"].name == impl.name and r["task"].purpose != "curve"]
@@ -280,6 +300,14 @@ def write_report(result: dict, out_dir) -> dict:
     return {"ok": ok, "problems": problems, "out": str(out)}
 
 
+def _where(cfg: dict) -> str:
+    if cfg.get("scheduler"):
+        return f"the workers of the dask scheduler {cfg['scheduler']}"
+    if cfg.get("dask_workers"):
+        return f"a local dask cluster of {cfg['dask_workers']} worker processes"
+    return f"{cfg['workers']} worker processes"
+
+
 def _pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
@@ -300,7 +328,7 @@ def _markdown(result, meta, ok, problems) -> str:
         f"Profile: {cfg.get('profile', 'full')}"
         + (" (a smoke run for CI: fewer seeds, no curve; the calibration is the full profile, "
            "`specdec mutants`)" if cfg.get("profile") == "quick" else "")
-        + f". Wall time {result.get('seconds', 0):.0f} s on {cfg['workers']} worker processes.", "",
+        + f". Wall time {result.get('seconds', 0):.0f} s on {_where(cfg)}.", "",
         "| implementation | level | kind | models | runs | rate at gate (95% CI) | rate at 0.05 (95% CI) | "
         "median samples | plan | exact TV (high α / low α) | wasteful runs | worker s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",

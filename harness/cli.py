@@ -121,11 +121,15 @@ def fail_line(report) -> str:
 
 
 def _cmd_mutants(args) -> int:
+    from pathlib import Path
+
     from harness.campaign import CampaignConfig, run_campaign, write_report
+    from harness.executor import Journal
 
     chosen = {k: v for k, v in (("seeds", args.seeds), ("control_seeds", args.control_seeds)) if v is not None}
     make = CampaignConfig.quick if args.quick else CampaignConfig
-    config = make(gate_alpha=args.alpha, only=tuple(args.only or ()), **chosen)
+    config = make(gate_alpha=args.alpha, only=tuple(args.only or ()), scheduler=args.scheduler,
+                  dask_workers=args.workers, **chosen)
     if config.seeds < 1 or config.control_seeds < 1:
         raise HarnessError("--seeds and --control-seeds must be >= 1")
     if config.only:
@@ -139,7 +143,8 @@ def _cmd_mutants(args) -> int:
             bar.set_total(total)
             bar.update(done - bar.n)
 
-        result = run_campaign(config, progress=progress)
+        journal = Journal(Path(args.out) / "cells.jsonl", fresh=not args.resume)
+        result = run_campaign(config, progress=progress, journal=journal)
     summary = write_report(result, args.out)
     for r in result["rows"]:
         print(f"  {r['name']:<34} {r['level']:<10} {r['kind']:<10} rate at gate {100 * r['rate_at_gate']:5.1f}% "
@@ -281,6 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", help="run only these implementations")
     p.add_argument("--out", default="results/lossless")
     add_threads(p)
+    p.add_argument("--scheduler", metavar="ADDRESS", help="run on the workers of this dask scheduler")
+    p.add_argument("--workers", type=int, metavar="N", help="run on a local dask cluster of N worker processes")
+    p.add_argument("--resume", action="store_true",
+                   help="skip runs already finished in OUT/cells.jsonl (each finished run is written there)")
     p.set_defaults(func=_cmd_mutants)
     return parser
 

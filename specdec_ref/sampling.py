@@ -20,7 +20,7 @@ def sample_from_uniform(
     and float rounding at the top end (u · total ≥ the last partial sum) is sent back to the last
     token with positive mass.
     """
-    cdf = probs.to(torch.float64).cumsum(dim=-1)  # [B, V]; float64: no visible rounding at V = 150k
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # [B, V]; float64: no visible rounding at V = 150k
     target = (u.to(torch.float64) * cdf[:, -1]).unsqueeze(-1)  # [B, 1]
     idx = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)  # [B]
     landed_on_zero = probs.gather(-1, idx.unsqueeze(-1)).squeeze(-1) <= 0  # only at the rounding edge

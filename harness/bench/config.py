@@ -85,6 +85,10 @@ class BenchConfig:
                                          "(a rerun resumes)", float, "SECONDS")
     threads: int | None = _field(None, "--threads", "torch CPU threads (default: 1 for toy pairs, else torch's)",
                                  int, "N")
+    scheduler: str | None = _field(None, "--scheduler", "measure cells on the workers of this dask scheduler "
+                                   "(each cell is timed on its worker)", metavar="ADDRESS")
+    workers: int | None = _field(None, "--workers", "measure cells on a local dask cluster of N worker processes "
+                                 "(they share this machine's cores: for counts and resilience, not timing)", int, "N")
 
     def validate(self) -> BenchConfig:
         """Raise HarnessError naming the bad field; return self."""
@@ -100,7 +104,8 @@ class BenchConfig:
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise HarnessError(f"--top-p must be in (0, 1], got {self.top_p}")
         for name, value in (("--repeats", self.repeats), ("--prompts", self.prompts),
-                            ("--max-new-tokens", self.max_new_tokens), ("--threads", self.threads)):
+                            ("--max-new-tokens", self.max_new_tokens), ("--threads", self.threads),
+                            ("--workers", self.workers)):
             if value is not None and value < 1:
                 raise HarnessError(f"{name} must be >= 1, got {value}")
         if self.synthetic_cost_ms is not None and min(self.synthetic_cost_ms) < 0:

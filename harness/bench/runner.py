@@ -3,8 +3,9 @@
 Finished cells are read back from OUT/RUN/rows.jsonl and not measured again, so an interrupted sweep
 resumes where it stopped — but only cells measured at this commit on this machine (harness.bench.store):
 numbers from elsewhere are measured again, and the report says how many cells were measured now and
-how many resumed, and when each were taken. Pairs are built once per run. Nothing here prints except
-the optional progress display (harness.progress, on stderr).
+how many resumed, and when each were taken. Each cell is written there as it finishes, also when cells
+are measured on dask workers (--scheduler / --workers, harness.executor). Pairs are built once per run
+(per worker). Nothing here prints except the optional progress display (harness.progress, on stderr).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.bench import measure
@@ -20,6 +22,7 @@ from harness.bench.config import BenchConfig, command_line
 from harness.bench.store import RowStore
 from harness.bench.suites import Plan, make_plan
 from harness.bench.summarize import summarize
+from harness.executor import make_executor
 from harness.pairs import ModelPair
 from harness.progress import Progress
 from harness.records import provenance
@@ -88,6 +91,33 @@ def _model_dtype(model) -> str:
     return str(getattr(model, "dtype", "unknown"))  # transformers models expose their parameters' dtype
 
 
+_WORKER_PAIRS = PairCache()  # in a dask worker process: each pair built once for all the cells it measures
+
+
+def measure_record(cell: Cell, pairs: PairCache | None = None) -> dict:
+    """Measure one cell and wrap it as its rows.jsonl record (here or on a dask worker)."""
+    pair = (pairs or _WORKER_PAIRS).get(cell)
+    return _record(cell, pair, measure.measure_cell(pair, cell))
+
+
+def _measured(config: BenchConfig, todo: list[Cell], over_budget) -> Iterator[tuple[Cell, dict]]:
+    """(cell, record) as cells finish: one after another here, or on dask workers (--scheduler /
+    --workers; each cell is then timed on its worker, so workers sharing a machine share its cores).
+    No cell starts once `over_budget()` (dask: the cells not yet finished are cancelled)."""
+    if config.scheduler is None and config.workers is None:
+        pairs = PairCache()
+        for cell in todo:
+            if over_budget():
+                return
+            yield cell, measure_record(cell, pairs)
+        return
+    with make_executor(config.scheduler, config.workers) as executor:
+        for i, record in executor.as_completed(measure_record, [(c,) for c in todo]):
+            yield todo[i], record
+            if over_budget():
+                return
+
+
 def run_bench(config: BenchConfig, *, progress: bool = False) -> BenchRun:
     """Run (or resume) the benchmark `config` describes and write its report; returns what happened."""
     started = time.perf_counter()
@@ -101,24 +131,20 @@ def run_bench(config: BenchConfig, *, progress: bool = False) -> BenchRun:
     todo = [c for c in plan.cells if c.id not in records]
     resumed = list(records)
     remeasured = {c.id: foreign[c.id] for c in todo if c.id in foreign}
-    computed, unfinished = [], []
-    pairs = PairCache()
+    computed = []
     display = Progress(sum(map(_cost_estimate, todo)), f"bench {plan.name}", unit="est. s") if progress \
         else contextlib.nullcontext()
     with display as bar:
-        for cell in todo:
-            if plan.time_budget_s is not None and time.perf_counter() - started > plan.time_budget_s:
-                unfinished.append(cell.id)
-                continue
-            if bar is not None:
-                bar.set_postfix(f"{len(computed) + 1}/{len(todo)} {cell.label}")
-            pair = pairs.get(cell)
-            record = _record(cell, pair, measure.measure_cell(pair, cell))
-            store.append(record)
+        for cell, record in _measured(config, todo, lambda: plan.time_budget_s is not None
+                                      and time.perf_counter() - started > plan.time_budget_s):
+            store.append(record)  # persisted as it arrives: an interrupted or distributed run keeps it
             records[cell.id] = record
             computed.append(cell.id)
             if bar is not None:
+                bar.set_postfix(f"{len(computed)}/{len(todo)} {cell.label}")
                 bar.update(_cost_estimate(cell))
+    finished = set(computed)
+    unfinished = [c.id for c in todo if c.id not in finished]
     rows = summarize(plan.cells, records)
     notes = [freshness_note(records, computed, resumed, remeasured)] + clamp_notes(plan.cells, records)
     files = {"rows.jsonl": store.path}

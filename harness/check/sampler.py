@@ -62,7 +62,7 @@ MAX_CELLS = 32  # omnibus tests see the 31 likeliest tokens + "the rest": df ≤
 # false alarm in 200 seeds of the reference (df 10, n = 389, p = 1.6e-6) with 5; 20 fixes the tail.
 GATE_MIN_EXPECTED = 20.0
 MIN_REACH = 0.1  # positions reached with lower probability are reported, not tested
-CHUNK_FLOATS = 3e7  # rows per implementation call: (2γ+1)·V·rows ≤ this (≈ 120 MB of float32)
+CHUNK_FLOATS = 4e6  # input floats per implementation call on CPU: (2γ+1)·V·rows ≤ this (see _run_case)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,15 +261,35 @@ def _coarsen(counts: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return (np.append(counts[head], counts[tail].sum()), np.append(p[head], p[tail].sum()))
 
 
-def _draw_inputs(plan: CasePlan, rows: int, generator: torch.Generator, dtype: torch.dtype, device):
-    p = torch.from_numpy(plan.p).to(dtype)
-    q = torch.from_numpy(plan.q).to(dtype)
-    # x_j ~ q_j, drawn by the harness itself (row-independent, position-independent)
-    x = torch.stack([torch.multinomial(q[j].double(), rows, replacement=True, generator=generator)
-                     for j in range(plan.case.gamma)], dim=1)  # [rows, γ]
-    target = p.unsqueeze(0).expand(rows, -1, -1).contiguous().to(device)  # [rows, γ+1, V]
-    draft = q.unsqueeze(0).expand(rows, -1, -1).contiguous().to(device)  # [rows, γ, V]
-    return target, draft, x.to(device)
+def _draw_inputs(plan: CasePlan, rows: int, generator: torch.Generator, dtype: torch.dtype, device, *,
+                 laws: tuple[torch.Tensor, torch.Tensor] | None = None, tokens: torch.Tensor | None = None,
+                 out: tuple[torch.Tensor, torch.Tensor] | None = None):
+    """One call's inputs: p [rows, γ+1, V], q [rows, γ, V] (every row the case's laws) and x [rows, γ].
+
+    `laws` (p, q already in `dtype` on `device`), `tokens` (x drawn beforehand) and `out` (buffers of
+    ≥ rows rows to refill) let a caller that makes many calls convert the laws once, draw all tokens in
+    one go and reuse one allocation; without them everything is made here.
+    """
+    if laws is None:
+        laws = (torch.from_numpy(plan.p).to(device, dtype), torch.from_numpy(plan.q).to(device, dtype))
+    p, q = laws
+    if tokens is None:
+        tokens = _draw_tokens(q, rows, generator)
+    # Built on the device (a copy of two small laws there, not of [rows, γ+1, V] across the bus), contiguous
+    # and rewritten for every call: implementations may view their inputs, or write into them.
+    if out is None:
+        out = (p.new_empty((rows, *p.shape)), q.new_empty((rows, *q.shape)))
+    target = out[0][:rows].copy_(p)  # [rows, γ+1, V]
+    draft = out[1][:rows].copy_(q)  # [rows, γ, V]
+    return target, draft, tokens.to(device)
+
+
+def _draw_tokens(q: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:  # q [γ, V] -> [rows, γ]
+    """x_j ~ q_j (q as the implementation sees it, in its dtype), drawn by the harness itself on the CPU
+    generator: rows independent, positions independent."""
+    q = q.detach().to("cpu", torch.float64)
+    return torch.stack([torch.multinomial(q[j], rows, replacement=True, generator=generator)
+                        for j in range(q.shape[0])], dim=1)
 
 
 def _draw_mixed_inputs(plans: list[CasePlan], rows: int, offset: int, generator: torch.Generator,
@@ -710,14 +730,29 @@ def custom_case(name: str, p: np.ndarray, q: np.ndarray, description: str = "", 
 
 
 def _run_case(impl, plan: CasePlan, generator, dtype, device, progress):
-    chunk = min(plan.rows, chunk_rows(plan))
+    # ~16 MB of inputs per call on CPU (mostly cache-resident for the implementation); an accelerator
+    # wants larger batches. The input buffers are allocated once per case: fresh 120 MB tensors per
+    # call cost page faults that were most of the V = 32,000 case's time.
+    floats = CHUNK_FLOATS if torch.device(device).type == "cpu" else 8 * CHUNK_FLOATS
+    per_row = (2 * plan.case.gamma + 1) * plan.case.vocab
+    chunk = max(1, min(plan.rows, int(floats // per_row)))
+    laws = (torch.from_numpy(plan.p).to(device, dtype), torch.from_numpy(plan.q).to(device, dtype))
+    # Every drafted token first, one draw per position: the inputs do not depend on the chunk size.
+    tokens = _draw_tokens(laws[1], plan.rows, generator)  # [rows, γ]
+    # One allocation per case, refilled per call: fresh multi-MB tensors each call cost page faults.
+    buffers = (laws[0].new_empty((chunk, *laws[0].shape)), laws[1].new_empty((chunk, *laws[1].shape)))
     outputs = []
     for start in range(0, plan.rows, chunk):
         n = min(chunk, plan.rows - start)
-        tokens, problems = run_chunk(impl, plan, n, generator, dtype, device)
-        if tokens is None or problems:
-            return tokens, problems
-        outputs.append(tokens)
+        target, draft, x = _draw_inputs(plan, n, generator, dtype, device, laws=laws, out=buffers,
+                                        tokens=tokens[start : start + n])
+        out = call_impl(impl, target, draft, x, generator, what=f"case {plan.case.name}")
+        problems, out_tokens = _format_problems(out, x, plan.case.vocab)
+        if out_tokens is None:
+            return None, problems
+        if problems:
+            return out_tokens, problems
+        outputs.append(out_tokens)
         if progress:
             progress(n)
     return np.concatenate(outputs), []
