@@ -68,6 +68,12 @@ def print_check_report(report, verbose: bool = False) -> None:
 
 
 def _cmd_verify(args) -> int:
+    if args.level == "engine":  # engine level (harness/engine): a served engine over HTTP, no --impl
+        from harness.engine.cli import run_verify as run_engine_verify
+
+        return run_engine_verify(args, print_check_report, _progress_bar)
+    if not args.impl:
+        raise HarnessError("--impl MODULE:CALLABLE is required (except with --level engine)")
     from harness.check.api import VerifyConfig, planned_rows, resolve, run_verify
     from harness.records import atomic_write_json
 
@@ -178,9 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="statistical losslessness check of one implementation",
                        description="Exit 0: every test passes; 1: a test rejects losslessness; 2: bad usage/input.")
-    p.add_argument("--impl", required=True, help="MODULE:CALLABLE, e.g. specdec_ref.adapters:verify")
-    p.add_argument("--level", choices=["sampler", "generation"], default="sampler",
-                   help="sampler: one verification step (CONTRACT §1a); generation: whole generate() (§1b)")
+    p.add_argument("--impl", help="MODULE:CALLABLE, e.g. specdec_ref.adapters:verify (not with --level engine)")
+    p.add_argument("--level", choices=["sampler", "generation", "engine"], default="sampler",
+                   help="sampler: one verification step (CONTRACT §1a); generation: whole generate() (§1b); "
+                   "engine: a served engine over its OpenAI-compatible API (--endpoint)")
     p.add_argument("--pair", default="toy", help="generation level: model pair (see `specdec pairs`)")
     p.add_argument("--target", help="generation level: target checkpoint (hub id or local path), with --draft")
     p.add_argument("--draft", help="generation level: draft checkpoint, with --target")
@@ -200,6 +207,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the machine-readable report here")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
     p.set_defaults(func=_cmd_verify)
+    from harness.engine import cli as engine_cli  # engine level: serve / probe subcommands, verify flags
+
+    engine_cli.add_verify_arguments(p)
+    p = sub.add_parser("serve", help="OpenAI-compatible server around a generation-level implementation",
+                       description="Serves MODULE:CALLABLE on a pair at http://127.0.0.1:PORT/v1 until stopped.")
+    engine_cli.add_serve_arguments(p)
+    p.set_defaults(func=engine_cli.run_serve)
+    p = sub.add_parser("probe", help="what an OpenAI-compatible server returns; which ground truth it allows")
+    engine_cli.add_probe_arguments(p)
+    p.set_defaults(func=engine_cli.run_probe)
 
     from harness.bench.cli import add_arguments as add_bench_arguments
     from harness.bench.cli import run as run_bench
