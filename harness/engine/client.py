@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from harness.errors import HarnessError
@@ -80,7 +80,7 @@ class EngineClient:
     """One engine endpoint. `endpoint` may end in /v1 or not."""
 
     def __init__(self, endpoint: str, *, concurrency: int = 4, timeout_s: float = 120.0, retries: int = 4,
-                 backoff_s: float = 0.5):
+                 backoff_s: float = 0.5, transport=None):
         import httpx
 
         if not endpoint.startswith(("http://", "https://")):
@@ -90,7 +90,7 @@ class EngineClient:
         self.base = endpoint.rstrip("/").removesuffix("/v1")
         self.concurrency, self.retries, self.backoff_s = concurrency, retries, backoff_s
         self._http = httpx.Client(base_url=self.base, timeout=timeout_s,
-                                  limits=httpx.Limits(max_connections=concurrency))
+                                  limits=httpx.Limits(max_connections=concurrency), transport=transport)
         self._transient = (httpx.TransportError, httpx.TimeoutException)
 
     def close(self) -> None:
@@ -176,7 +176,7 @@ class EngineClient:
             futures = {pool.submit(self.post, path, payload): key for key, payload in todo}
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     if f.exception() is not None:
                         for p in pending:

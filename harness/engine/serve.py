@@ -83,7 +83,8 @@ class GenerationBackend:
     """One model pair + one §1b implementation; generation and scoring are serialized by a lock."""
 
     def __init__(self, impl: Callable, pair, *, speculative: bool = True, gamma: int = 3, model_name: str | None = None,
-                 max_logprobs: int = 20, logprobs_mode: str = "raw_logprobs", tokenizer=None, max_n: int = 10_000):
+                 max_logprobs: int = 20, logprobs_mode: str = "raw_logprobs", tokenizer=None, max_n: int = 10_000,
+                 token_ids: bool = True, logprobs: bool = True):
         if logprobs_mode not in LOGPROBS_MODES:
             raise HarnessError(f"--logprobs-mode must be one of {', '.join(LOGPROBS_MODES)}, got {logprobs_mode!r}")
         from harness.adapters.control import target_only_generate
@@ -93,6 +94,8 @@ class GenerationBackend:
         self.model_name = model_name or pair.name
         self.max_logprobs, self.logprobs_mode, self.max_n = max_logprobs, logprobs_mode, max_n
         self.tokenizer = tokenizer or tokenizer_for(pair)
+        # False: behave like servers that ignore these request fields (to exercise clients against them)
+        self.token_ids, self.logprobs = token_ids, logprobs
         self.eos = eos_set(default_eos(pair.target))
         self.lock = threading.Lock()
         self.counters = Counters()
@@ -187,7 +190,7 @@ class GenerationBackend:
         n, max_tokens = _int(body, "n", 1, 1, self.max_n), _int(body, "max_tokens", 16, 1, 4096)
         k = self._k(body.get("logprobs"), "logprobs")
         k_prompt = self._k(body.get("prompt_logprobs"), "prompt_logprobs")
-        as_ids, echo = bool(body.get("return_tokens_as_token_ids")), bool(body.get("echo"))
+        as_ids, echo = bool(body.get("return_tokens_as_token_ids")) and self.token_ids, bool(body.get("echo"))
         seed = _seed(body)
         prompts = self.prompt_ids(body.get("prompt"))
         for prompt in prompts:
@@ -212,7 +215,7 @@ class GenerationBackend:
                 if k_prompt is not None:
                     choice["prompt_logprobs"] = [None] + [_vllm_prompt_entry(self.tokenizer, t, law, k_prompt)
                                                           for t, law in zip(prompt[1:], prompt_law, strict=True)]
-                if body.get("return_token_ids"):
+                if body.get("return_token_ids") and self.token_ids:
                     choice["token_ids"], choice["prompt_token_ids"] = row, prompt
                 choices.append(choice)
         prompt_tokens = sum(len(p) * n for p in prompts)
@@ -237,7 +240,7 @@ class GenerationBackend:
         n = _int(body, "n", 1, 1, self.max_n)
         max_tokens = _int(body, "max_completion_tokens", None, 1, 4096) or _int(body, "max_tokens", 16, 1, 4096)
         k = self._k(body.get("top_logprobs") or 0, "top_logprobs") if body.get("logprobs") else None
-        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        as_ids = bool(body.get("return_tokens_as_token_ids")) and self.token_ids
         rows = self.generate([prompt], n, max_tokens, sampling, _seed(body))[0]
         laws = self.log_laws([prompt + r for r in rows], [len(prompt)] * n, sampling) if k is not None else None
         choices = []
@@ -249,7 +252,7 @@ class GenerationBackend:
                     {"token": e["token"], "logprob": e["logprob"], "bytes": None,
                      "top_logprobs": [{"token": t, "logprob": lp} for t, lp in e["top"].items()]}
                     for e in self._entries(row, laws[i], k, as_ids)]}
-            if body.get("return_token_ids"):
+            if body.get("return_token_ids") and self.token_ids:
                 choice["token_ids"], choice["prompt_token_ids"] = row, prompt
             choices.append(choice)
         used = sum(map(len, rows))
@@ -284,7 +287,7 @@ class GenerationBackend:
             raise RequestError(f"The model `{body.get('model')}` does not exist. Served: {self.model_name}", 404)
 
     def _k(self, value, name: str) -> int | None:
-        if value is None or value is False:
+        if value is None or value is False or not self.logprobs:
             return None
         k = int(value)
         if not 0 <= k <= self.max_logprobs:
@@ -432,7 +435,7 @@ def serving(impl: Callable, pair, *, host: str = "127.0.0.1", port: int = 0, sta
     thread.start()
 
     def stop():
-        server.should_exit = True
+        server.should_exit = server.force_exit = True  # abrupt: open connections are not drained
         thread.join(timeout=15)
 
     try:
