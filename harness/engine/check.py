@@ -190,9 +190,12 @@ def _prompts(run: _Run) -> list:
     return [p.text for p in load_prompts()[: run.config.prompts]]
 
 
-def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int) -> dict:
+def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int, names: bool = False) -> dict:
+    """A sampling request; `names`: also ask for "token_id:N" logprob names (servers without `token_ids`)."""
     body = {"model": model, "prompt": prompt, "n": n, "max_tokens": max_tokens, "temperature": setting.temperature,
-            "seed": seed, "return_token_ids": True, "return_tokens_as_token_ids": True, "logprobs": 0}
+            "seed": seed, "return_token_ids": True}
+    if names:
+        body.update(return_tokens_as_token_ids=True, logprobs=0)
     if setting.top_p is not None:
         body["top_p"] = setting.top_p
     if setting.top_k is not None:
@@ -207,7 +210,7 @@ def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, 
     for i, lo in enumerate(range(0, n, run.config.chunk)):
         b = min(run.config.chunk, n - lo)
         jobs.append((f"{role}/{setting.label}/{prompt!r}/{seed}/{i}",
-                     _payload(model, prompt, b, max_tokens, setting, seed + 104_729 * i)))
+                     _payload(model, prompt, b, max_tokens, setting, seed + 104_729 * i, _needs_names(client, model))))
     replies = client.run_all("/v1/completions", jobs, run.store, run.progress)
     rows, reasons = [], []
     for key, payload in jobs:
@@ -221,6 +224,16 @@ def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, 
             rows.append(ids)
             reasons.append(str(choice.get("finish_reason")))
     return rows, reasons
+
+
+def _needs_names(client: EngineClient, model: str) -> bool:
+    """Whether this server returns ids only as logprob names (asked once per client: logprobs cost it time)."""
+    if client.needs_token_names is None:
+        reply = client.post("/v1/completions", {"model": model, "prompt": "1", "max_tokens": 1, "seed": 0,
+                                                "return_token_ids": True})
+        choice = (reply.get("choices") or [{}])[0] if isinstance(reply, dict) else {}
+        client.needs_token_names = not isinstance(choice.get("token_ids"), list)
+    return client.needs_token_names
 
 
 def _choices(reply, n: int, base: str) -> list[dict]:
@@ -238,7 +251,7 @@ def score_rows(run: _Run, prompt: list[int], rows: list[list[int]], setting: Set
     jobs = []
     for i, lo in enumerate(range(0, len(rows), run.config.chunk)):
         body = _payload(run.reference_model, [prompt + r for r in rows[lo : lo + run.config.chunk]], 1, 1, setting, 0)
-        body.update(prompt_logprobs=k, logprobs=None)
+        body["prompt_logprobs"] = k
         jobs.append((f"score/{setting.label}/{prompt!r}/{hash(tuple(map(tuple, rows)))}/{i}", body))
     replies = run.reference.run_all("/v1/completions", jobs, run.store, run.progress)
     out = []

@@ -92,6 +92,7 @@ class EngineClient:
         self._http = httpx.Client(base_url=self.base, timeout=timeout_s,
                                   limits=httpx.Limits(max_connections=concurrency), transport=transport)
         self._transient = (httpx.TransportError, httpx.TimeoutException)
+        self.needs_token_names: bool | None = None  # ids only as "token_id:N" logprob names? (found on first use)
 
     def close(self) -> None:
         self._http.close()
