@@ -85,6 +85,7 @@ def test_probe_table_and_json(toy_server, capsys):
     # V = 16: asked for 20, the server lists the whole vocabulary
     assert info["token_ids"] and info["top_logprobs_k"] == 16 and info["prompt_scoring"] == "prompt_logprobs"
     assert info["logprobs_mode"] == "raw" and info["seed_honoured"] and info["speculative"] is True
+    assert info["scoring_gap"] < 1e-6  # prompt scores = the logprobs reported while sampling
     assert main(["probe", "--endpoint", toy_server]) == 0
     table = capsys.readouterr().out
     assert "ground truths" in table and "T = 1 only" in table

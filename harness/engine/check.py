@@ -59,6 +59,8 @@ class EngineConfig:
     timeout_s: float = 120.0
     retries: int = 4
     out: str | None = None  # where the resumable record of responses lives
+    prompt_texts: tuple[str, ...] | None = None  # prompts as text (default: the pair's prompts, else the prompt set)
+    extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
     stop_on_fail: bool = False  # stop after the first cell with a test at p <= the per-test level
 
     def validate(self) -> EngineConfig:
@@ -183,6 +185,8 @@ def count_tests_for_cell(ground_truth: str, length: int, enumerate_law: bool) ->
 # ------------------------------------------------------------------------------------------ requests
 
 def _prompts(run: _Run) -> list:
+    if run.config.prompt_texts:
+        return list(run.config.prompt_texts)[: run.config.prompts]
     if run.pair is not None:
         return (run.pair.prompts or [[0]])[: run.config.prompts]
     from harness.prompts import load_prompts
@@ -190,10 +194,11 @@ def _prompts(run: _Run) -> list:
     return [p.text for p in load_prompts()[: run.config.prompts]]
 
 
-def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int, names: bool = False) -> dict:
+def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int, names: bool = False,
+             extra: dict | None = None) -> dict:
     """A sampling request; `names`: also ask for "token_id:N" logprob names (servers without `token_ids`)."""
-    body = {"model": model, "prompt": prompt, "n": n, "max_tokens": max_tokens, "temperature": setting.temperature,
-            "seed": seed, "return_token_ids": True}
+    body = {**(extra or {}), "model": model, "prompt": prompt, "n": n, "max_tokens": max_tokens,
+            "temperature": setting.temperature, "seed": seed, "return_token_ids": True}
     if names:
         body.update(return_tokens_as_token_ids=True, logprobs=0)
     if setting.top_p is not None:
@@ -204,19 +209,25 @@ def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed
 
 
 def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, setting: Setting, n: int,
-                max_tokens: int, seed: int) -> tuple[list[list[int]], list[str]]:
-    """n continuations (token ids) and finish reasons from one endpoint, in requests of run.config.chunk."""
+                max_tokens: int, seed: int, allow_text: bool = False) -> tuple[list[list], list[str]]:
+    """n continuations (token ids) and finish reasons from one endpoint, in requests of run.config.chunk.
+
+    `allow_text` (two-sample tests only): a server without ids gives its logprob token pieces, else its
+    text split by a fixed function; any fixed function of the output is a valid coarsening there."""
     jobs = []
     for i, lo in enumerate(range(0, n, run.config.chunk)):
         b = min(run.config.chunk, n - lo)
         jobs.append((f"{role}/{setting.label}/{prompt!r}/{seed}/{i}",
-                     _payload(model, prompt, b, max_tokens, setting, seed + 104_729 * i, _needs_names(client, model))))
+                     _payload(model, prompt, b, max_tokens, setting, seed + 104_729 * i,
+                              not allow_text and _needs_names(client, model), run.config.extra_body)))
     replies = client.run_all("/v1/completions", jobs, run.store, run.progress)
     rows, reasons = [], []
     for key, payload in jobs:
         choices = _choices(replies[key], payload["n"], client.base)
         for choice in choices:
             ids = choice_token_ids(choice)
+            if ids is None and allow_text:
+                ids = _text_tokens(run, choice)
             if ids is None:
                 raise EngineError(f"{client.base} returned no token ids (no `token_ids`, no 'token_id:N' logprob "
                                   "tokens): ground truths a and b need them; enable them (vLLM: "
@@ -226,11 +237,19 @@ def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, 
     return rows, reasons
 
 
+def _text_tokens(run: _Run, choice: dict) -> list:
+    pieces = (choice.get("logprobs") or {}).get("tokens")
+    if isinstance(pieces, list) and all(isinstance(t, str) for t in pieces):
+        return pieces
+    text = str(choice.get("text", ""))
+    return encode(run.tokenizer, text) if run.tokenizer is not None else text.split(" ")
+
+
 def _needs_names(client: EngineClient, model: str) -> bool:
     """Whether this server returns ids only as logprob names (asked once per client: logprobs cost it time)."""
     if client.needs_token_names is None:
         reply = client.post("/v1/completions", {"model": model, "prompt": "1", "max_tokens": 1, "seed": 0,
-                                                "return_token_ids": True})
+                                                "return_token_ids": True})  # a 4xx here is a clear error too
         choice = (reply.get("choices") or [{}])[0] if isinstance(reply, dict) else {}
         client.needs_token_names = not isinstance(choice.get("token_ids"), list)
     return client.needs_token_names
@@ -320,7 +339,7 @@ def _cell(run: _Run, report: CheckReport, setting: Setting, i: int, prompt, leve
     config, prefix = run.config, f"{setting.label}/prompt{i}"
     seed = config.seed * 1_000_003 + 1000 * i + int(setting.temperature * 100)
     rows, reasons = sample_rows(run, run.engine, run.model, "engine", prompt, setting, config.samples, run.length,
-                                seed)
+                                seed, allow_text=run.ground_truth == "two-sample")
     report.samples += len(rows)
     report.tests.append(format_result(prefix, rows, reasons, run.length, run.pair))
     case = {"name": prefix, "samples": len(rows), "length": run.length, "ground_truth": run.ground_truth,
@@ -347,7 +366,7 @@ def _cell(run: _Run, report: CheckReport, setting: Setting, i: int, prompt, leve
         case.update(top_logprobs=config.top_logprobs, hidden_mass=hidden)
     else:
         ref_rows, _ = sample_rows(run, run.reference, run.reference_model, "reference", prompt, setting,
-                                  config.samples, run.length, seed + 55_555)
+                                  config.samples, run.length, seed + 55_555, allow_text=True)
         report.tests += battery.tests_for_two_sample(rows, ref_rows, length=run.length, **kw)
         case["reference_samples"] = len(ref_rows)
     report.cases.append(case)
@@ -364,12 +383,13 @@ def format_result(prefix: str, rows: list[list[int]], reasons: list[str], length
     """Ids in the vocabulary, at most max_tokens, and a row shorter than max_tokens only if it stopped."""
     vocab = pair.vocab_size if pair is not None else None
     problems = []
-    long = sum(len(r) > length for r in rows)
+    long = sum(len(r) > length for r in rows if all(isinstance(t, int) for t in r))  # text pieces: not counted
     if long:
         problems.append(f"{long} continuations exceed max_tokens={length}")
-    if vocab is not None and any(not 0 <= t < vocab for r in rows for t in r):
+    if vocab is not None and any(not isinstance(t, int) or not 0 <= t < vocab for r in rows for t in r):
         problems.append(f"token ids outside [0, {vocab})")
-    short = sum(len(r) < length and reason != "stop" for r, reason in zip(rows, reasons, strict=True))
+    short = sum(len(r) < length and reason != "stop" and all(isinstance(t, int) for t in r)
+                for r, reason in zip(rows, reasons, strict=True))
     if short:
         problems.append(f"{short} continuations end before max_tokens without a stop")
     return deterministic_result(f"{prefix}/format", not problems, n=len(rows), message="; ".join(problems))

@@ -16,6 +16,7 @@ from harness.engine.client import EngineClient, RequestRefused
 from harness.engine.text import PROBE_TEXT, TOKEN_ID_PREFIX
 
 PROBE_PROMPT = "The capital of France is"
+SCORING_TOLERANCE = 1e-2  # nats: float32 kernels differ between batched scoring and sampling by far less
 TOP_K_TRIES = (20, 5, 1)
 
 
@@ -91,6 +92,42 @@ def prompt_scoring(client: EngineClient, model: str, prompt) -> str | None:
     return "echo" if len(entries) > 2 else None
 
 
+def scoring_consistency(client: EngineClient, model: str, prompt: str, how: str | None) -> float | None:
+    """Largest |logprob from generation − logprob from scoring the same text| over the generated tokens.
+
+    A scorer whose prompt logprobs disagree with the logprobs it reports while sampling cannot be
+    ground truth (b). None: not measurable (no scoring, or the pieces do not line up)."""
+    if how is None:
+        return None
+    gen = _complete(client, model, prompt, max_tokens=4, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=3,
+                    logprobs=1, return_tokens_as_token_ids=True, return_token_ids=True)
+    try:
+        choice = gen["choices"][0]
+        sampled = choice["logprobs"]["token_logprobs"]
+        pieces = choice["logprobs"]["tokens"]
+    except (TypeError, KeyError, IndexError):
+        return None
+    ids = choice_token_ids(choice)
+    if how == "prompt_logprobs" and ids is not None and isinstance(choice.get("prompt_token_ids"), list):
+        scored = _complete(client, model, choice["prompt_token_ids"] + ids, max_tokens=1, prompt_logprobs=1)
+        entries = ((scored or {}).get("choices") or [{}])[0].get("prompt_logprobs") or []
+        tail = entries[-len(ids):]
+        try:
+            scored_lp = [e[str(t)]["logprob"] for e, t in zip(tail, ids, strict=True)]
+        except (KeyError, TypeError):
+            return None
+    else:
+        scored = _complete(client, model, prompt + choice.get("text", ""), max_tokens=1, echo=True, logprobs=1)
+        lp = ((scored or {}).get("choices") or [{}])[0].get("logprobs") or {}
+        tokens, values = lp.get("tokens") or [], lp.get("token_logprobs") or []
+        if tokens[-len(pieces):] != pieces:  # some servers also echo the one new token: drop it
+            tokens, values = tokens[:-1], values[:-1]
+        if len(tokens) < len(pieces) or tokens[-len(pieces):] != pieces:
+            return None
+        scored_lp = values[-len(pieces):]
+    return max(abs(a - b) for a, b in zip(sampled, scored_lp, strict=True))
+
+
 def seed_honoured(client: EngineClient, model: str, prompt) -> bool:
     runs = [_complete(client, model, prompt, max_tokens=8, temperature=1.0, seed=s) for s in (7, 7, 8, 8)]
     texts = [r["choices"][0].get("text") if r else None for r in runs]
@@ -132,7 +169,8 @@ def probe(endpoint: str, model: str | None = None, **client_options) -> dict:
             if ids is not None else None,
             "logprobs": k > 0, "top_logprobs_k": k,
             "logprobs_mode": logprobs_mode(client, model, prompt) if k else "none",
-            "prompt_scoring": prompt_scoring(client, model, prompt),
+            "prompt_scoring": (how := prompt_scoring(client, model, prompt)),
+            "scoring_gap": scoring_consistency(client, model, prompt, how),
             "seed_honoured": seed_honoured(client, model, prompt),
             "tokenize_route": server_tokenize(client, model, PROBE_TEXT) is not None,
             "speculation_metrics": speculation_metrics(client),
@@ -165,6 +203,11 @@ def explain(info: dict) -> list[dict]:
          "raw logprobs are the law before temperature/top-k/top-p: scoring (b) only at T = 1 without truncation"},
         {"feature": "prompt scoring", "value": info["prompt_scoring"] or "no",
          "cost": "none" if info["prompt_scoring"] else "this server cannot be the scorer of ground truth (b)"},
+        {"feature": "scoring = sampling logprobs", "value": "-" if info["scoring_gap"] is None else
+         f"max gap {info['scoring_gap']:.2g} nats",
+         "cost": "none" if info["scoring_gap"] is not None and info["scoring_gap"] < SCORING_TOLERANCE else
+         "prompt scores disagree with the logprobs reported while sampling: not a scorer for (b)"
+         if info["scoring_gap"] is not None else "not measured"},
         {"feature": "top-k coarsening", "value": f"k = {k}" if k else "-",
          "cost": "detectable TV grows by the mass outside the top k (reported per run as hidden mass)"
          if k else "-"},
@@ -180,13 +223,15 @@ def explain(info: dict) -> list[dict]:
 
 
 def possible_ground_truths(info: dict) -> dict[str, str]:
-    ids, scoring = info["token_ids"], info["prompt_scoring"]
+    ids = info["token_ids"]
+    gap = info["scoring_gap"]
+    scoring = info["prompt_scoring"] if gap is None or gap < SCORING_TOLERANCE else None
     return {
         "a (local target)": "possible with --pair/--target" if ids else "not possible: no token ids",
         "b (scoring endpoint)": ("possible against this server with speculation off"
                                  + ("" if info["logprobs_mode"] == "processed" else ", at T = 1 only (raw logprobs)")
                                  + (f"; coarsened to the top {info['top_logprobs_k']}" if scoring else ""))
-        if ids and scoring else "not possible: " + ("no token ids" if not ids else "no prompt scoring"),
+        if ids and scoring else "not possible: " + ("no token ids" if not ids else "no (consistent) prompt scoring"),
         "c (two samples)": "possible against a second endpoint with speculation off"
         + ("" if ids else " (on texts)"),
         "greedy equality": "possible",
