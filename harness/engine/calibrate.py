@@ -1,6 +1,6 @@
 """Engine-level calibration over HTTP: false alarms of the reference, detection of the generation zoo.
 
-    python -m harness.engine.calibrate --out results/engine [--seeds 100] [--mutant-seeds 20] [--samples 2000]
+    python -m harness.engine.calibrate --out results/engine [--seeds 100] [--mutant-seeds 20] [--samples 1000]
 
 Every implementation is served by `specdec serve`'s app (harness.engine.serve.serving) on 127.0.0.1
 and checked with `run_engine_check` against the local target (ground truth a): the reference over
@@ -55,7 +55,8 @@ def _summary(name: str, kind: str, ground_truth: str, rows: list[dict]) -> dict:
                                                                                 if r["first_reject"]})[:4]}
 
 
-def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, other_samples: int) -> dict:
+def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, other_samples: int,
+              mutant_samples: int) -> dict:
     from harness.engine.probe import probe
     from harness.mutants.registry import implementations
     from specdec_ref.adapters import generate
@@ -75,11 +76,12 @@ def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, oth
         pair = impl.pair or PAIR
         with serving(impl.fn, get_pair(pair)) as s:
             rows.append(_summary(impl.name, "mutant", "local", _runs(
-                s.url, range(1000, 1000 + mutant_seeds), pair=pair, samples=samples, stop_on_fail=True)) | {
+                s.url, range(1000, 1000 + mutant_seeds), pair=pair, samples=mutant_samples, stop_on_fail=True)) | {
                 "pair": pair, "models": impl.models})
     return {"rows": rows, "probe": probe_info, "seconds": time.perf_counter() - started,
             "config": {"seeds": seeds, "mutant_seeds": mutant_seeds, "other_seeds": other_seeds,
-                       "samples_per_cell": samples, "other_samples_per_cell": other_samples, "pair": PAIR,
+                       "samples_per_cell": samples, "other_samples_per_cell": other_samples,
+                       "mutant_samples_per_cell": mutant_samples, "pair": PAIR,
                        "gate": GATE},
             "provenance": provenance(seed=0, device="cpu", dtype="float32")}
 
@@ -91,8 +93,10 @@ def report_md(result: dict, command: str) -> str:
              "lock).", "",
              f"Every implementation is served over HTTP on 127.0.0.1 and checked with `specdec verify --level engine`'s "
              f"function (`run_engine_check`) on pair `{cfg['pair']}` (mutants: the pair their entry names), "
-             f"{cfg['samples_per_cell']} continuations of 3 tokens per prompt × sampling setting (ground truths b and c: "
-             f"{cfg['other_samples_per_cell']}; 2 prompts; T = 0.7 / "
+             f"{cfg['samples_per_cell']} continuations of 3 tokens per prompt × sampling setting for the reference "
+             f"(ground truths b and c: {cfg['other_samples_per_cell']}; mutants: {cfg['mutant_samples_per_cell']}; "
+             "the smaller reference samples are the harder case for false alarms, since the chi-square "
+             "approximations only improve with n; 2 prompts; T = 0.7 / "
              "top-p 0.9 and T = 1) plus greedy equality on 2 prompts. Gate: family-wise false-alarm rate "
              f"{cfg['gate']:g} (Holm). Mutant runs stop once their verdict is decided. Intervals: Clopper–Pearson 95 %.",
              "", "| implementation | kind | ground truth | runs | rate at gate | 95 % CI | rate at 0.05 | samples/run "
@@ -122,10 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=100, help="reference seeds (false-alarm rate, ground truth a)")
     parser.add_argument("--mutant-seeds", type=int, default=20)
     parser.add_argument("--other-seeds", type=int, default=30, help="reference seeds for ground truths b and c")
-    parser.add_argument("--samples", type=int, default=2000, help="continuations per prompt × setting")
+    parser.add_argument("--samples", type=int, default=1000, help="continuations per prompt × setting (reference, a)")
+    parser.add_argument("--mutant-samples", type=int, default=2000, help="... for the mutants")
     parser.add_argument("--other-samples", type=int, default=1000, help="... for ground truths b and c")
     args = parser.parse_args(argv)
-    result = calibrate(args.seeds, args.mutant_seeds, args.other_seeds, args.samples, args.other_samples)
+    result = calibrate(args.seeds, args.mutant_seeds, args.other_seeds, args.samples, args.other_samples,
+                       args.mutant_samples)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "calibration.json", json.loads(json.dumps(result, default=_plain)))
