@@ -56,16 +56,27 @@ def _summary(name: str, kind: str, ground_truth: str, rows: list[dict]) -> dict:
 
 
 def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, other_samples: int,
-              mutant_samples: int) -> dict:
+              mutant_samples: int, on_row=None) -> dict:
+    """All rows; `on_row(partial result)` after each (so an interrupted calibration still leaves its rows)."""
     from harness.engine.probe import probe
     from harness.mutants.registry import implementations
     from specdec_ref.adapters import generate
 
     torch.set_num_threads(1)
-    rows, started = [], time.perf_counter()
+    rows, started = _Rows(), time.perf_counter()
+    config = {"seeds": seeds, "mutant_seeds": mutant_seeds, "other_seeds": other_seeds, "samples_per_cell": samples,
+              "other_samples_per_cell": other_samples, "mutant_samples_per_cell": mutant_samples, "pair": PAIR,
+              "gate": GATE}
+    probe_info: dict = {}
+
+    def result() -> dict:
+        return {"rows": list(rows), "probe": probe_info, "seconds": time.perf_counter() - started, "config": config,
+                "provenance": provenance(seed=0, device="cpu", dtype="float32")}
+
+    rows.on_append = lambda: on_row and on_row(result())
     with serving(generate, get_pair(PAIR)) as ref, \
             serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs") as off:
-        probe_info = probe(ref.url)
+        probe_info.update(probe(ref.url))
         rows.append(_summary("reference_generate", "control", "local",
                              _runs(ref.url, range(seeds), pair=PAIR, samples=samples, stop_on_fail=False)))
         for gt in ("score", "two-sample"):
@@ -78,12 +89,18 @@ def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, oth
             rows.append(_summary(impl.name, "mutant", "local", _runs(
                 s.url, range(1000, 1000 + mutant_seeds), pair=pair, samples=mutant_samples, stop_on_fail=True)) | {
                 "pair": pair, "models": impl.models})
-    return {"rows": rows, "probe": probe_info, "seconds": time.perf_counter() - started,
-            "config": {"seeds": seeds, "mutant_seeds": mutant_seeds, "other_seeds": other_seeds,
-                       "samples_per_cell": samples, "other_samples_per_cell": other_samples,
-                       "mutant_samples_per_cell": mutant_samples, "pair": PAIR,
-                       "gate": GATE},
-            "provenance": provenance(seed=0, device="cpu", dtype="float32")}
+    return result()
+
+
+class _Rows(list):
+    """A list that calls `on_append()` after each append (incremental reports)."""
+
+    on_append = None
+
+    def append(self, item) -> None:
+        super().append(item)
+        if self.on_append:
+            self.on_append()
 
 
 def report_md(result: dict, command: str) -> str:
@@ -130,13 +147,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutant-samples", type=int, default=2000, help="... for the mutants")
     parser.add_argument("--other-samples", type=int, default=1000, help="... for ground truths b and c")
     args = parser.parse_args(argv)
-    result = calibrate(args.seeds, args.mutant_seeds, args.other_seeds, args.samples, args.other_samples,
-                       args.mutant_samples)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "calibration.json", json.loads(json.dumps(result, default=_plain)))
     command = "python -m harness.engine.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
-    (out / "report.md").write_text(report_md(result, command.strip()), encoding="utf-8")
+
+    def write(result: dict, final: bool = False) -> None:
+        atomic_write_json(out / "calibration.json", json.loads(json.dumps(result, default=_plain)))
+        text = report_md(result, command.strip())
+        if not final:
+            text = text.replace("\n\n", "\n\n**Partial: the calibration is still running (rows so far).**\n\n", 1)
+        (out / "report.md").write_text(text, encoding="utf-8")
+
+    result = calibrate(args.seeds, args.mutant_seeds, args.other_seeds, args.samples, args.other_samples,
+                       args.mutant_samples, on_row=write)
+    write(result, final=True)
     (out / "probe-serve.json").write_text(json.dumps(result["probe"], indent=2) + "\n", encoding="utf-8")
     for r in result["rows"]:
         print(f"{r['name']:<34} {r['ground_truth']:<10} {r['kind']:<8} {100 * r['rate_at_gate']:5.1f}% of {r['runs']}")

@@ -99,15 +99,12 @@ class GenerationBackend:
         self.eos = eos_set(default_eos(pair.target))
         self.lock = threading.Lock()
         self.counters = Counters()
-        self._counting = False
         from harness.check.generation import _target64
 
-        self._target64 = _target64(pair)  # float64 scoring copy, made before the counting hook exists
-        pair.target.register_forward_pre_hook(self._count_call)
+        self._target64 = _target64(pair)  # float64 scoring copy: the logprobs a client tests against are exact
 
     def _count_call(self, module, args):
-        if self._counting:
-            self.counters.target_calls += 1
+        self.counters.target_calls += 1
 
     # ------------------------------------------------------------------ generation and scoring
 
@@ -127,13 +124,14 @@ class GenerationBackend:
 
     def _call_impl(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling, seed: int) -> list[list[int]]:
         with self.lock:
-            self._counting = True
+            # The hook lives only for the call: targets can be shared between pairs (and deep-copied)
+            hook = self.pair.target.register_forward_pre_hook(self._count_call)
             try:
                 out = self.impl(self.pair.target, self.pair.draft, ids, max_new_tokens=max_tokens, gamma=self.gamma,
                                 temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
                                 seed=seed)
             finally:
-                self._counting = False
+                hook.remove()
             rows = [[t for t in row if t >= 0] for row in out.detach().cpu().tolist()]
             c = self.counters
             c.requests += 1
