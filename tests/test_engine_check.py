@@ -64,3 +64,12 @@ def test_a_rerun_with_the_same_config_resumes_from_out(reference_on, tmp_path):
     second = run_engine_check(EngineConfig(**config))
     assert any("resumed" in n for n in second.notes) and not any("resumed" in n for n in first.notes)
     assert [t.p_value for t in first.tests] == [t.p_value for t in second.tests]
+
+
+def test_two_sample_works_on_text_when_the_server_returns_no_ids():
+    with serving(generate, get_pair("toy-low"), token_ids=False) as a, \
+            serving(generate, get_pair("toy-low"), token_ids=False, speculative=False) as b:
+        report = run_engine_check(EngineConfig(endpoint=a.url, reference_endpoint=b.url, ground_truth="two-sample",
+                                               prompt_texts=("1 2 3",), samples=300, prompts=1, length=3,
+                                               settings=(Setting(1.0),)))
+    assert report.verdict == "pass" and report.samples == 300

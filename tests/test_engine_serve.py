@@ -116,3 +116,39 @@ def test_speculation_metrics_count_more_than_one_token_per_target_pass():
         value = [line for line in client.get("/metrics").text.splitlines()
                  if line.startswith("specdec_tokens_per_target_call")][0]
     assert float(value.split()[1]) > 2  # draft = target: every draft accepted, γ + 1 = 4 tokens per pass
+
+
+def test_specdec_serve_command_serves_and_stops_after_max_requests():
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "serve", "--pair", "toy", "--port", str(port),
+                             "--max-requests", "2"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).json()
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, "specdec serve did not start"
+                time.sleep(0.2)
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions",
+                           json={"model": "toy", "prompt": [1, 2], "max_tokens": 2, "seed": 0}, timeout=30)
+        assert models["data"][0]["id"] == "toy" and reply.status_code == 200
+        assert proc.wait(timeout=30) == 0  # bounded: it stops by itself after --max-requests
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_specdec_serve_refuses_non_local_hosts():
+    from harness.cli import main
+
+    assert main(["serve", "--pair", "toy", "--host", "0.0.0.0"]) == 2
