@@ -399,13 +399,14 @@ def _greedy(run: _Run, prompts: list, report: CheckReport) -> None:
     """Token equality at T = 0 with the reference endpoint (else the local target); divergences classified."""
     from harness.check.generation import _divergence, greedy_target
 
-    greedy = Setting(0.0)
+    greedy, text = Setting(0.0), run.ground_truth == "two-sample"  # text: servers without ids compare texts
     found = []
     for i, prompt in enumerate(prompts):
-        got = sample_rows(run, run.engine, run.model, "engine-greedy", prompt, greedy, 1, GREEDY_TOKENS, 0)[0][0]
+        got = sample_rows(run, run.engine, run.model, "engine-greedy", prompt, greedy, 1, GREEDY_TOKENS, 0,
+                          allow_text=text)[0][0]
         if run.reference is not None:
             want = sample_rows(run, run.reference, run.reference_model, "reference-greedy", prompt, greedy, 1,
-                               GREEDY_TOKENS, 0)[0][0]
+                               GREEDY_TOKENS, 0, allow_text=text)[0][0]
         elif run.pair is not None:
             want = greedy_target(run.pair, list(prompt), GREEDY_TOKENS)
         else:
@@ -413,7 +414,7 @@ def _greedy(run: _Run, prompts: list, report: CheckReport) -> None:
         pos = next((j for j, (a, b) in enumerate(zip(want, got, strict=False)) if a != b),
                    None if want == got else min(len(want), len(got)))
         finding = None
-        if pos is not None and run.pair is not None:
+        if pos is not None and run.pair is not None and all(isinstance(t, int) for t in want + got):
             finding = _divergence(run.pair, list(prompt), want, got, pos)
             found.append({"prompt": i, **finding})
         result = battery.greedy_result(f"greedy/prompt{i}", want, got, finding)
