@@ -119,8 +119,8 @@ def run_probe(args) -> int:
 def probe_table(info: dict) -> str:
     lines = [f"{info['endpoint']}  model {info['model']}  speculation "
              f"{ {True: 'on', False: 'off', None: 'unknown'}[info['speculative']] }", "",
-             f"  {'feature':<30} {'returns':<34} cost when missing"]
+             f"  {'feature':<30} {'returns':<44} cost when missing"]
     for row in info["rows"]:
-        lines.append(f"  {row['feature']:<30} {str(row['value'])[:34]:<34} {row['cost']}")
+        lines.append(f"  {row['feature']:<30} {str(row['value'])[:44]:<44} {row['cost']}")
     lines += ["", "  ground truths:"] + [f"    {g:<22} {why}" for g, why in info["ground_truths"].items()]
     return "\n".join(lines)
