@@ -118,6 +118,7 @@ def test_speculation_metrics_count_more_than_one_token_per_target_pass():
     assert float(value.split()[1]) > 2  # draft = target: every draft accepted, γ + 1 = 4 tokens per pass
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch + transformers: ~5-20 s on a loaded 2-core machine
 def test_specdec_serve_command_serves_and_stops_after_max_requests():
     import socket
     import subprocess
