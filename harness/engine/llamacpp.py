@@ -209,6 +209,19 @@ def finding_md(record: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_probe(side: str, info: dict) -> None:
+    """results/engine/probe-llamacpp-{on,off}.json and .txt (the `specdec probe` table)."""
+    import json
+    from pathlib import Path
+
+    from harness.engine.cli import probe_table
+
+    out = Path("results/engine")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"probe-llamacpp-{side}.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    (out / f"probe-llamacpp-{side}.txt").write_text(probe_table(info) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
@@ -221,7 +234,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=300, help="continuations per endpoint and setting")
     parser.add_argument("--length", type=int, default=6)
     parser.add_argument("--paired-seeds", type=int, default=40)
+    parser.add_argument("--probe-only", action="store_true", help="only write results/engine/probe-llamacpp-*")
     args = parser.parse_args(argv)
+    if args.probe_only:
+        from harness.engine.probe import probe
+
+        for side, speculative in (("on", True), ("off", False)):
+            with llamacpp_server(speculative=speculative) as url:
+                _write_probe(side, probe(url))
+        return 0
     record = run_finding(args.out, args.samples, args.length, args.paired_seeds)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -229,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m harness.engine.llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
     (out / "report.md").write_text(finding_md(record, command.strip()), encoding="utf-8")
     for side in ("on", "off"):
-        (Path("results/engine") / f"probe-llamacpp-{side}.json").parent.mkdir(parents=True, exist_ok=True)
-        (Path("results/engine") / f"probe-llamacpp-{side}.json").write_text(
-            json.dumps(record["probe"][side], indent=2) + "\n", encoding="utf-8")
+        _write_probe(side, record["probe"][side])
     print(f"wrote {out / 'report.md'}: " + ", ".join(f"{c['setting']} {c['report']['verdict']}"
                                                        for c in record["checks"]))
     return 0
