@@ -74,21 +74,23 @@ def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, oth
                 "provenance": provenance(seed=0, device="cpu", dtype="float32")}
 
     rows.on_append = lambda: on_row and on_row(result())
-    with serving(generate, get_pair(PAIR)) as ref, \
-            serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs") as off:
+    # Order: what the gate rests on first (an interrupted run keeps every finished row).
+    with serving(generate, get_pair(PAIR)) as ref:
         probe_info.update(probe(ref.url))
         rows.append(_summary("reference_generate", "control", "local",
                              _runs(ref.url, range(seeds), pair=PAIR, samples=samples, stop_on_fail=False)))
-        for gt in ("score", "two-sample"):
-            rows.append(_summary("reference_generate", "control", gt, _runs(
-                ref.url, range(other_seeds), pair=PAIR, samples=other_samples, stop_on_fail=False, ground_truth=gt,
-                reference_endpoint=off.url)))
     for impl in implementations(kind="mutant", level="generation"):
         pair = impl.pair or PAIR
         with serving(impl.fn, get_pair(pair)) as s:
             rows.append(_summary(impl.name, "mutant", "local", _runs(
                 s.url, range(1000, 1000 + mutant_seeds), pair=pair, samples=mutant_samples, stop_on_fail=True)) | {
                 "pair": pair, "models": impl.models})
+    with serving(generate, get_pair(PAIR)) as ref, \
+            serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs") as off:
+        for gt in ("score", "two-sample"):
+            rows.append(_summary("reference_generate", "control", gt, _runs(
+                ref.url, range(other_seeds), pair=PAIR, samples=other_samples, stop_on_fail=False, ground_truth=gt,
+                reference_endpoint=off.url)))
     return result()
 
 
