@@ -6,6 +6,8 @@ multi-GB CUDA build); pyproject keeps the range open for users.
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.sessions = ["lint", "tests"]
@@ -60,6 +62,25 @@ def demo(session: nox.Session) -> None:
     """The main job end to end on the embedded default pair -> results/."""
     install(session)
     session.run("specdec", "demo", *session.posargs)
+
+
+LLAMA_CPP = "llama-cpp-python[server]==0.3.36"  # an sdist: compiles llama.cpp (~20 min on 2 cores)
+
+
+@nox.session(default=False)
+def engines(session: nox.Session) -> None:
+    """Engine level: builds llama-cpp-python once per venv (a prebuilt wheel in $SPECDEC_WHEELS is used if
+    there), then the engine tests (specdec serve and llama.cpp) and the llama.cpp finding -> results/findings/llamacpp."""
+    install(session, extras="test,gguf,engine")
+    have = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('llama_cpp') is not None)",
+                       silent=True)
+    if "True" not in str(have):  # build once per venv (reuse_existing_virtualenvs keeps it)
+        wheels = os.environ.get("SPECDEC_WHEELS")
+        session.install(*(["--find-links", wheels] if wheels else []), LLAMA_CPP)
+    session.run("pytest", "tests/test_engine_serve.py", "tests/test_engine_client.py", "tests/test_engine_battery.py",
+                "tests/test_engine_check.py", "tests/test_engine_cli.py", "tests/test_engine_llamacpp.py",
+                *session.posargs)
+    session.run("python", "-m", "harness.engine.llamacpp", "--out", "results/findings/llamacpp")
 
 
 @nox.session(default=False)

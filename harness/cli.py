@@ -80,7 +80,15 @@ def print_check_report(report, verbose: bool = False) -> None:
 EXIT_INCONCLUSIVE = 3
 
 
+def _engine_progress(total, desc):
+    return Progress(total, desc, unit="samples")
+
+
 def _cmd_verify(args) -> int:
+    if args.level == "engine":  # engine level (harness/engine): a served engine over HTTP, no --impl
+        from harness.engine.cli import run_verify as run_engine_verify
+
+        return run_engine_verify(args, print_check_report, _engine_progress)
     from harness.check.api import contract_of, planned_rows, resolve, run_verify
     from harness.check.config import CheckConfig
     from harness.configs import from_args
@@ -241,6 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the machine-readable report here")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
     p.set_defaults(func=_cmd_verify)
+    from harness.engine import cli as engine_cli  # engine level: serve / probe subcommands, verify flags
+
+    engine_cli.add_verify_arguments(p)
+    p = sub.add_parser("serve", help="OpenAI-compatible server around a generation-level implementation",
+                       description="Serves MODULE:CALLABLE on a pair at http://127.0.0.1:PORT/v1 until stopped.")
+    engine_cli.add_serve_arguments(p)
+    p.set_defaults(func=engine_cli.run_serve)
+    p = sub.add_parser("probe", help="what an OpenAI-compatible server returns; which ground truth it allows")
+    engine_cli.add_probe_arguments(p)
+    p.set_defaults(func=engine_cli.run_probe)
 
     from harness.bench.cli import add_arguments as add_bench_arguments
     from harness.bench.cli import run as run_bench

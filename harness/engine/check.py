@@ -1,0 +1,439 @@
+"""Engine-level losslessness check: a served engine as the trial source, tested against a ground truth.
+
+The engine is asked for `samples` continuations per (prompt, sampling setting) — n per request,
+seeded, token ids returned — and what comes back is tested against the best ground truth available:
+
+(a) `local`: a local copy of the target (`--pair` / `--target`), tokenizer identity checked first;
+    randomized PIT pooled / per position / serial, plus the exact joint law for tiny vocabularies;
+(b) `score`: a second endpoint with speculation off scores the continuations (prompt logprobs);
+    randomized PIT of the top-k coarsening (harness.engine.battery);
+(c) `two-sample`: the second endpoint samples too; chi-square homogeneity per position and joint.
+
+Greedy (T = 0): exact equality with the reference endpoint's greedy output, else with the local
+target's; with a local model each first divergence is classified numerics vs logic as the
+generation level does. Holm over every gating test at `false_alarm_rate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
+from harness.check.report import CheckReport, deterministic_result
+from harness.engine import battery
+from harness.engine.client import EngineClient, EngineError, ResponseStore, config_hash
+from harness.engine.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
+from harness.engine.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tokenizer_for
+from harness.errors import HarnessError
+
+GROUND_TRUTHS = ("auto", "local", "score", "two-sample")
+GREEDY_TOKENS = 16
+
+
+@dataclasses.dataclass
+class EngineConfig:
+    """Settings of `specdec verify --level engine` (one field per CLI flag)."""
+
+    endpoint: str  # the engine under test, e.g. http://127.0.0.1:8000/v1
+    model: str | None = None  # served model name (default: the server's only model)
+    reference_endpoint: str | None = None  # the same engine with speculation off: scorer (b) / sample (c) / greedy
+    reference_model: str | None = None
+    pair: str | None = None  # ground truth (a): a registered pair whose target the engine serves
+    target: str | None = None  # ground truth (a): the target checkpoint (hub id or local path)
+    ground_truth: str = "auto"  # auto: local if a local model is given, else score if possible, else two-sample
+    false_alarm_rate: float = 1e-3  # family-wise (Holm over every gating test)
+    power: float = 0.99
+    seed: int = 0
+    samples: int = 2_000  # continuations per prompt × sampling setting
+    length: int | None = None  # new tokens per continuation (default: 3 for V <= 64, else 16)
+    prompts: int = 2
+    settings: tuple[Setting, ...] = DEFAULT_SETTINGS
+    top_logprobs: int = 20  # k asked of the scorer (b)
+    chunk: int = 500  # continuations per request (the request's n)
+    concurrency: int = 4
+    timeout_s: float = 120.0
+    retries: int = 4
+    out: str | None = None  # where the resumable record of responses lives
+    prompt_texts: tuple[str, ...] | None = None  # prompts as text (default: the pair's prompts, else the prompt set)
+    extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
+    stop_on_fail: bool = False  # stop after the first cell with a test at p <= the per-test level
+
+    def validate(self) -> EngineConfig:
+        if self.ground_truth not in GROUND_TRUTHS:
+            raise HarnessError(f"--ground-truth must be one of {', '.join(GROUND_TRUTHS)}, got {self.ground_truth!r}")
+        for name, value in (("--false-alarm-rate", self.false_alarm_rate), ("--power", self.power)):
+            if not 0 < value < 1:
+                raise HarnessError(f"{name} must be in (0, 1), got {value}")
+        for name, value in (("--samples", self.samples), ("--prompts", self.prompts), ("--chunk", self.chunk)):
+            if value < 1:
+                raise HarnessError(f"{name} must be >= 1, got {value}")
+        if self.length is not None and self.length < 1:
+            raise HarnessError(f"--length must be >= 1, got {self.length}")
+        if self.ground_truth == "local" and not (self.pair or self.target):
+            raise HarnessError("--ground-truth local needs the target here: give --pair NAME or --target PATH")
+        if self.ground_truth in ("score", "two-sample") and not self.reference_endpoint:
+            raise HarnessError(f"--ground-truth {self.ground_truth} needs --reference-endpoint URL (speculation off)")
+        return self
+
+
+@dataclasses.dataclass
+class _Run:
+    """What one check run carries between its steps."""
+
+    config: EngineConfig
+    engine: EngineClient
+    model: str
+    reference: EngineClient | None
+    reference_model: str | None
+    pair: object | None
+    tokenizer: object | None
+    store: ResponseStore
+    ground_truth: str
+    length: int
+    progress: Callable[[int], None] | None
+
+
+def run_engine_check(config: EngineConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
+    config.validate()
+    started = time.perf_counter()
+    options = dict(concurrency=config.concurrency, timeout_s=config.timeout_s, retries=config.retries)
+    with EngineClient(config.endpoint, **options) as engine:
+        model = engine.resolve_model(config.model)
+        reference = EngineClient(config.reference_endpoint, **options) if config.reference_endpoint else None
+        try:
+            reference_model = reference.resolve_model(config.reference_model) if reference else None
+            run = _prepare(config, engine, model, reference, reference_model, progress)
+            report = _check(run, started)
+        finally:
+            if reference:
+                reference.close()
+    return report
+
+
+def _prepare(config, engine, model, reference, reference_model, progress) -> _Run:
+    pair = _local_pair(config) if (config.pair or config.target) else None
+    tokenizer = tokenizer_for(pair) if pair is not None else None
+    if pair is not None:
+        check_tokenizer_identity(engine, model, tokenizer)
+    ground_truth = choose_ground_truth(config, pair, reference, reference_model)
+    vocab = pair.vocab_size if pair is not None else None
+    length = config.length or (3 if vocab is not None and vocab <= ENUMERATION_MAX_VOCAB else 16)
+    fields = {k: v for k, v in dataclasses.asdict(config).items()
+              if k not in ("out", "concurrency", "timeout_s", "retries", "stop_on_fail")}
+    store = ResponseStore(config.out, config_hash({**fields, "model": model, "reference_model": reference_model,
+                                                   "ground_truth": ground_truth, "length": length}))
+    return _Run(config, engine, model, reference, reference_model, pair, tokenizer, store, ground_truth, length,
+                progress)
+
+
+def _local_pair(config: EngineConfig):
+    from harness.check.api import load_pair
+
+    if config.target:  # only the target matters here: it is loaded as its own (unused) draft
+        return load_pair("", config.target, config.target)
+    return load_pair(config.pair)
+
+
+def check_tokenizer_identity(client: EngineClient, model: str, tokenizer) -> None:
+    """The server must tokenize like the local model: its tokenization of a probe string, else its ids vs text."""
+    want = encode(tokenizer, PROBE_TEXT)
+    got = server_tokenize(client, model, PROBE_TEXT)
+    if got is not None:
+        if got != want and got[1:] != want:  # a leading BOS added by the server is not a different tokenizer
+            raise HarnessError(f"the server tokenizes differently from the local model ({got[:8]}... vs "
+                               f"{want[:8]}...): point --pair/--target at the model the server runs")
+        return
+    reply = client.post("/v1/completions", {"model": model, "prompt": PROBE_TEXT, "max_tokens": 8, "seed": 0,
+                                            "return_token_ids": True, "return_tokens_as_token_ids": True,
+                                            "logprobs": 0})
+    choice = reply["choices"][0]
+    ids = choice_token_ids(choice)
+    if ids is None:
+        raise HarnessError("the server returns no token ids (and has no tokenize route), so the local model cannot "
+                           "score its output: enable token ids (vLLM: return_token_ids) or use --ground-truth "
+                           "two-sample with --reference-endpoint")
+    if decode(tokenizer, ids) != choice.get("text"):
+        raise HarnessError("the server's token ids do not decode to its text with the local tokenizer: point "
+                           "--pair/--target at the model the server runs")
+
+
+def choose_ground_truth(config, pair, reference, reference_model) -> str:
+    if config.ground_truth != "auto":
+        return config.ground_truth
+    if pair is not None:
+        return "local"
+    if reference is None:
+        raise HarnessError("no ground truth: give --pair/--target (a local copy of the target) or "
+                           "--reference-endpoint (the engine with speculation off)")
+    return "score" if prompt_scoring(reference, reference_model, "1 2 3") else "two-sample"
+
+
+def count_tests_for_cell(ground_truth: str, length: int, enumerate_law: bool) -> int:
+    """Gating tests one (prompt, sampling setting) cell emits: format + the ground truth's battery."""
+    if ground_truth == "local":
+        return 1 + battery.count_tests_for_local_target(length, enumerate_law)
+    if ground_truth == "score":
+        return 1 + battery.count_tests_for_pit(length)
+    return 1 + battery.count_tests_for_two_sample(length)
+
+
+# ------------------------------------------------------------------------------------------ requests
+
+def _prompts(run: _Run) -> list:
+    if run.config.prompt_texts:
+        return list(run.config.prompt_texts)[: run.config.prompts]
+    if run.pair is not None:
+        return (run.pair.prompts or [[0]])[: run.config.prompts]
+    from harness.prompts import load_prompts
+
+    return [p.text for p in load_prompts()[: run.config.prompts]]
+
+
+def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int, names: bool = False,
+             extra: dict | None = None) -> dict:
+    """A sampling request; `names`: also ask for "token_id:N" logprob names (servers without `token_ids`)."""
+    body = {**(extra or {}), "model": model, "prompt": prompt, "n": n, "max_tokens": max_tokens,
+            "temperature": setting.temperature, "seed": seed, "return_token_ids": True}
+    if names:
+        body.update(return_tokens_as_token_ids=True, logprobs=0)
+    if setting.top_p is not None:
+        body["top_p"] = setting.top_p
+    if setting.top_k is not None:
+        body["top_k"] = setting.top_k
+    return body
+
+
+def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, setting: Setting, n: int,
+                max_tokens: int, seed: int, allow_text: bool = False) -> tuple[list[list], list[str]]:
+    """n continuations (token ids) and finish reasons from one endpoint, in requests of run.config.chunk.
+
+    `allow_text` (two-sample tests only): a server without ids gives its logprob token pieces, else its
+    text split by a fixed function; any fixed function of the output is a valid coarsening there."""
+    jobs = []
+    for i, lo in enumerate(range(0, n, run.config.chunk)):
+        b = min(run.config.chunk, n - lo)
+        jobs.append((f"{role}/{setting.label}/{prompt!r}/{seed}/{i}",
+                     _payload(model, prompt, b, max_tokens, setting, seed + 104_729 * i,
+                              not allow_text and _needs_names(client, model), run.config.extra_body)))
+    replies = client.run_all("/v1/completions", jobs, run.store, run.progress)
+    rows, reasons = [], []
+    for key, payload in jobs:
+        choices = _choices(replies[key], payload["n"], client.base)
+        for choice in choices:
+            ids = choice_token_ids(choice)
+            if ids is None and allow_text:
+                ids = _text_tokens(run, choice)
+            if ids is None:
+                raise EngineError(f"{client.base} returned no token ids (no `token_ids`, no 'token_id:N' logprob "
+                                  "tokens): ground truths a and b need them; enable them (vLLM: "
+                                  "return_tokens_as_token_ids) or use --ground-truth two-sample")
+            rows.append(ids)
+            reasons.append(str(choice.get("finish_reason")))
+    return rows, reasons
+
+
+def _text_tokens(run: _Run, choice: dict) -> list:
+    pieces = (choice.get("logprobs") or {}).get("tokens")
+    if isinstance(pieces, list) and all(isinstance(t, str) for t in pieces):
+        return pieces
+    text = str(choice.get("text", ""))
+    return encode(run.tokenizer, text) if run.tokenizer is not None else text.split(" ")
+
+
+def _needs_names(client: EngineClient, model: str) -> bool:
+    """Whether this server returns ids only as logprob names (asked once per client: logprobs cost it time)."""
+    if client.needs_token_names is None:
+        reply = client.post("/v1/completions", {"model": model, "prompt": "1", "max_tokens": 1, "seed": 0,
+                                                "return_token_ids": True})  # a 4xx here is a clear error too
+        choice = (reply.get("choices") or [{}])[0] if isinstance(reply, dict) else {}
+        client.needs_token_names = not isinstance(choice.get("token_ids"), list)
+    return client.needs_token_names
+
+
+def _choices(reply, n: int, base: str) -> list[dict]:
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or len(choices) != n or not all(isinstance(c, dict) for c in choices):
+        got = len(choices) if isinstance(choices, list) else "no"
+        raise EngineError(f"{base} replied with {got} choices where {n} were asked for (missing or malformed "
+                          "`choices`): the engine's reply is not OpenAI-compatible")
+    return choices
+
+
+def score_rows(run: _Run, prompt: list[int], rows: list[list[int]], setting: Setting) -> list[list[dict[int, float]]]:
+    """Ground truth (b): the reference scores prompt + continuation; per row and position, the top-k law."""
+    k = run.config.top_logprobs
+    jobs = []
+    for i, lo in enumerate(range(0, len(rows), run.config.chunk)):
+        body = _payload(run.reference_model, [prompt + r for r in rows[lo : lo + run.config.chunk]], 1, 1, setting, 0)
+        body["prompt_logprobs"] = k
+        jobs.append((f"score/{setting.label}/{prompt!r}/{hash(tuple(map(tuple, rows)))}/{i}", body))
+    replies = run.reference.run_all("/v1/completions", jobs, run.store, run.progress)
+    out = []
+    for (key, body), lo in zip(jobs, range(0, len(rows), run.config.chunk), strict=True):
+        choices = _choices(replies[key], len(body["prompt"]), run.reference.base)
+        for choice, row in zip(choices, rows[lo : lo + run.config.chunk], strict=True):
+            entries = choice.get("prompt_logprobs")
+            if not isinstance(entries, list) or len(entries) != len(prompt) + len(row):
+                raise EngineError(f"{run.reference.base} did not return prompt_logprobs for every prompt token: it "
+                                  "cannot score (ground truth b); use --ground-truth two-sample")
+            out.append([_top_k(e, k) for e in entries[len(prompt):]])
+    return out
+
+
+def _top_k(entry: dict, k: int) -> dict[int, float]:
+    """The scorer's top k by rank (the actual token, listed only because it was emitted, is left out)."""
+    ranked = [(int(t.removeprefix(TOKEN_ID_PREFIX)), v) for t, v in entry.items()]
+    ranked = [(t, v) for t, v in ranked if v.get("rank", 1) <= k]
+    return {t: math.exp(v["logprob"]) for t, v in ranked}
+
+
+# ------------------------------------------------------------------------------------------ the check
+
+def _check(run: _Run, started: float) -> CheckReport:
+    config = run.config
+    report = CheckReport(f"{run.model} @ {run.engine.base}", "engine", config.false_alarm_rate, math.nan, config.power,
+                         config.seed)
+    prompts = _prompts(run)
+    vocab = run.pair.vocab_size if run.pair is not None else None
+    enumerate_law = run.ground_truth == "local" and vocab <= ENUMERATION_MAX_VOCAB
+    sampling = [s for s in config.settings if s.temperature > 0]
+    greedy = any(s.temperature == 0 for s in config.settings)
+    m = len(sampling) * len(prompts) * count_tests_for_cell(run.ground_truth, run.length, enumerate_law) \
+        + greedy * len(prompts)
+    level = config.false_alarm_rate / max(1, m)
+    if run.ground_truth == "score":
+        _require_processed(run, sampling, prompts)
+    if run.store.resumed:
+        report.notes.append(f"resumed: {run.store.resumed} responses reused from {run.store.path}")
+    if greedy:
+        _greedy(run, prompts, report)
+        if config.stop_on_fail and any(t.p_value <= level for t in report.tests):
+            report.notes.append("verdict decided by greedy equality; sampling cells skipped")
+            return _finish(run, report, m, started)
+    for setting in sampling:
+        for i, prompt in enumerate(prompts):
+            _cell(run, report, setting, i, prompt, level, enumerate_law)
+            if config.stop_on_fail and any(t.p_value <= level for t in report.tests):
+                report.notes.append(f"verdict decided at {setting.label}/prompt{i}; later cells skipped")
+                return _finish(run, report, m, started)
+    return _finish(run, report, m, started)
+
+
+def _require_processed(run: _Run, sampling: list[Setting], prompts: list) -> None:
+    plain = all(s.temperature == 1 and s.top_k is None and s.top_p is None for s in sampling)
+    if plain:
+        return
+    mode = logprobs_mode(run.reference, run.reference_model, prompts[0])
+    if mode != "processed":
+        raise HarnessError(f"the scoring endpoint returns {mode} logprobs (before temperature/top-k/top-p), so it "
+                           "cannot score sampling at T != 1 or with truncation: serve it with processed logprobs "
+                           "(vLLM --logprobs-mode processed_logprobs), or use --ground-truth two-sample")
+
+
+def _cell(run: _Run, report: CheckReport, setting: Setting, i: int, prompt, level: float, enumerate_law: bool):
+    config, prefix = run.config, f"{setting.label}/prompt{i}"
+    seed = config.seed * 1_000_003 + 1000 * i + int(setting.temperature * 100)
+    rows, reasons = sample_rows(run, run.engine, run.model, "engine", prompt, setting, config.samples, run.length,
+                                seed, allow_text=run.ground_truth == "two-sample")
+    report.samples += len(rows)
+    report.tests.append(format_result(prefix, rows, reasons, run.length, run.pair))
+    case = {"name": prefix, "samples": len(rows), "length": run.length, "ground_truth": run.ground_truth,
+            "setting": dataclasses.asdict(setting)}
+    rng = np.random.default_rng([config.seed, i, int(setting.temperature * 1000)])
+    kw = {"level": level, "power": config.power, "prefix": prefix}
+    if run.ground_truth == "local":
+        from harness.check.generation import _target64
+        from specdec_ref.generate import default_eos, eos_set
+
+        clean = [r for r in rows if all(0 <= t < run.pair.vocab_size for t in r)]
+        report.tests += battery.tests_for_local_target(
+            clean, list(prompt), model=_target64(run.pair), setting=setting, vocab=run.pair.vocab_size,
+            eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=enumerate_law, rng=rng, **kw)
+        case["joint_law"] = enumerate_law
+    elif run.ground_truth == "score":
+        prompt_ids = prompt if isinstance(prompt, list) else _prompt_ids(run, prompt)
+        listed = score_rows(run, prompt_ids, rows, setting)
+        tokens = [t for r in rows for t in r]
+        u, off, hidden = battery.coarse_pit([c for row in listed for c in row], tokens, rng)
+        positions = np.concatenate([np.arange(len(r)) for r in rows])
+        seq_ids = np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)])
+        report.tests += battery.tests_for_pit(u, positions, seq_ids, off, length=run.length, **kw)
+        case.update(top_logprobs=config.top_logprobs, hidden_mass=hidden)
+    else:
+        ref_rows, _ = sample_rows(run, run.reference, run.reference_model, "reference", prompt, setting,
+                                  config.samples, run.length, seed + 55_555, allow_text=True)
+        report.tests += battery.tests_for_two_sample(rows, ref_rows, length=run.length, **kw)
+        case["reference_samples"] = len(ref_rows)
+    report.cases.append(case)
+
+
+def _prompt_ids(run: _Run, text: str) -> list[int]:
+    ids = server_tokenize(run.reference, run.reference_model, text)
+    if ids is None:
+        raise HarnessError("text prompts need the scorer's tokenization (no /tokenize route): give --pair/--target")
+    return ids
+
+
+def format_result(prefix: str, rows: list[list[int]], reasons: list[str], length: int, pair):
+    """Ids in the vocabulary, at most max_tokens, and a row shorter than max_tokens only if it stopped."""
+    vocab = pair.vocab_size if pair is not None else None
+    problems = []
+    long = sum(len(r) > length for r in rows if all(isinstance(t, int) for t in r))  # text pieces: not counted
+    if long:
+        problems.append(f"{long} continuations exceed max_tokens={length}")
+    if vocab is not None and any(not isinstance(t, int) or not 0 <= t < vocab for r in rows for t in r):
+        problems.append(f"token ids outside [0, {vocab})")
+    short = sum(len(r) < length and reason != "stop" and all(isinstance(t, int) for t in r)
+                for r, reason in zip(rows, reasons, strict=True))
+    if short:
+        problems.append(f"{short} continuations end before max_tokens without a stop")
+    return deterministic_result(f"{prefix}/format", not problems, n=len(rows), message="; ".join(problems))
+
+
+def _greedy(run: _Run, prompts: list, report: CheckReport) -> None:
+    """Token equality at T = 0 with the reference endpoint (else the local target); divergences classified."""
+    from harness.check.generation import _divergence, greedy_target
+
+    greedy, text = Setting(0.0), run.ground_truth == "two-sample"  # text: servers without ids compare texts
+    found = []
+    for i, prompt in enumerate(prompts):
+        got = sample_rows(run, run.engine, run.model, "engine-greedy", prompt, greedy, 1, GREEDY_TOKENS, 0,
+                          allow_text=text)[0][0]
+        if run.reference is not None:
+            want = sample_rows(run, run.reference, run.reference_model, "reference-greedy", prompt, greedy, 1,
+                               GREEDY_TOKENS, 0, allow_text=text)[0][0]
+        elif run.pair is not None:
+            want = greedy_target(run.pair, list(prompt), GREEDY_TOKENS)
+        else:
+            raise HarnessError("greedy equality needs a reference: give --reference-endpoint or --pair/--target")
+        pos = next((j for j, (a, b) in enumerate(zip(want, got, strict=False)) if a != b),
+                   None if want == got else min(len(want), len(got)))
+        finding = None
+        if pos is not None and run.pair is not None and all(isinstance(t, int) for t in want + got):
+            finding = _divergence(run.pair, list(prompt), want, got, pos)
+            found.append({"prompt": i, **finding})
+        result = battery.greedy_result(f"greedy/prompt{i}", want, got, finding)
+        (report.advisories if finding and finding["kind"] == "numerics (near-tie)" else report.tests).append(result)
+    report.cases.append({"name": "greedy", "prompts": len(prompts), "divergences": found,
+                         "reference": "reference endpoint" if run.reference is not None else "local target"})
+
+
+def _finish(run: _Run, report: CheckReport, m: int, started: float) -> CheckReport:
+    tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and t.name.endswith(("pit_uniform", "joint"))]
+    report.target_tv = max(tvs) if tvs else math.nan
+    hidden = [c["hidden_mass"] for c in report.cases if "hidden_mass" in c]
+    report.notes.append(f"{m} gating tests planned, Holm at family-wise {run.config.false_alarm_rate:g}; ground truth "
+                        f"{run.ground_truth}; {run.length} new tokens per continuation")
+    if hidden:
+        report.notes.append(f"scorer lists the top {run.config.top_logprobs}: mean mass outside it {max(hidden):.3g} "
+                            "(a pass rules out TV >= detectable TV + that mass)")
+    if run.ground_truth == "two-sample":
+        report.notes.append("two-sample tests: detectable TV is that of n_eff = n/2 draws (twice the samples per "
+                            "endpoint for the TV a local target would give)")
+    report.seconds = time.perf_counter() - started
+    return report.decide()

@@ -1,0 +1,127 @@
+"""Subcommands of the engine level: `verify --level engine`, `serve`, `probe` (only this module prints)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from harness.errors import HarnessError
+
+EXIT_OK, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 3
+
+
+def add_verify_arguments(parser) -> None:
+    """Flags `verify --level engine` adds to `specdec verify` (one per EngineConfig field)."""
+    g = parser.add_argument_group("engine level (--level engine)")
+    g.add_argument("--endpoint", help="the engine under test, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--model", help="served model name (default: the server's only model)")
+    g.add_argument("--reference-endpoint", help="the same engine with speculation off (scorer b / sample c / greedy)")
+    g.add_argument("--reference-model", help="model name on --reference-endpoint")
+    g.add_argument("--ground-truth", default="auto", choices=["auto", "local", "score", "two-sample"],
+                   help="a: local (--pair/--target), b: score (reference logprobs), c: two-sample; auto: best available")
+    g.add_argument("--length", type=int, help="new tokens per continuation (default 3 for V <= 64, else 16)")
+    g.add_argument("--prompts", type=int, default=2, help="prompts to sample (from the pair, else the prompt set)")
+    g.add_argument("--top-logprobs", type=int, default=20, help="k asked of the scorer (b); vLLM caps it at 20")
+    g.add_argument("--chunk", type=int, default=500, help="continuations per request (the request's n)")
+    g.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
+    g.add_argument("--retries", type=int, default=4, help="retries on connection errors / 5xx / malformed JSON")
+    g.add_argument("--out", help="keep every response here (resumable for the same configuration)")
+    _record_explicit_pair(parser)
+
+
+def _record_explicit_pair(parser) -> None:
+    """`verify` defaults --pair to toy; the engine level uses a local model only when one is named."""
+    action = parser._option_string_actions.get("--pair")
+    parser.set_defaults(pair_given=False)
+    if action is None:
+        return
+
+    class Given(type(action)):
+        def __call__(self, parser, namespace, values, option_string=None):
+            namespace.pair_given = True
+            super().__call__(parser, namespace, values, option_string)
+
+    action.__class__ = Given
+
+
+def run_verify(args, print_report, progress_bar) -> int:
+    from harness.engine.check import EngineConfig, run_engine_check
+    from harness.records import atomic_write_json
+
+    if not args.endpoint:
+        raise HarnessError("--level engine needs --endpoint URL (the server under test)")
+    config = EngineConfig(endpoint=args.endpoint, model=args.model, reference_endpoint=args.reference_endpoint,
+                          reference_model=args.reference_model, pair=args.pair if args.pair_given else None,
+                          target=args.target, ground_truth=args.ground_truth, false_alarm_rate=args.alpha or args.false_alarm_rate,
+                          power=args.power, seed=args.seed, samples=args.samples or 2_000, length=args.length,
+                          prompts=args.prompts, top_logprobs=args.top_logprobs, chunk=args.chunk,
+                          concurrency=args.concurrency, timeout_s=args.timeout_s or 120.0, retries=args.retries,
+                          out=args.out).validate()
+    with progress_bar(None, "verify engine") as bar:
+        report = run_engine_check(config, progress=bar.update)
+    print_report(report, verbose=args.verbose)
+    if args.json:
+        atomic_write_json(args.json, report.to_dict())
+        print(f"  report written to {args.json}")
+    if report.verdict == "inconclusive":
+        return EXIT_OK if args.allow_inconclusive else EXIT_INCONCLUSIVE
+    return EXIT_OK if report.verdict == "pass" else EXIT_FAIL
+
+
+def add_serve_arguments(parser) -> None:
+    parser.add_argument("--impl", default="specdec_ref.adapters:generate", help="MODULE:CALLABLE (generation level)")
+    parser.add_argument("--pair", default="toy", help="registered pair (see `specdec pairs`)")
+    parser.add_argument("--host", default="127.0.0.1", help="localhost only")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model-name", help="served model name (default: the pair's name)")
+    parser.add_argument("--gamma", type=int, default=3)
+    parser.add_argument("--no-speculation", action="store_true",
+                        help="serve the target alone (harness.adapters.control:target_only_generate)")
+    parser.add_argument("--max-logprobs", type=int, default=20, help="largest top-k a request may ask for")
+    parser.add_argument("--logprobs-mode", default="raw_logprobs", choices=["raw_logprobs", "processed_logprobs"])
+    parser.add_argument("--max-requests", type=int, help="stop after this many requests (default: until Ctrl-C)")
+
+
+def run_serve(args) -> int:
+    from harness.check.api import resolve
+    from harness.engine.serve import serve_forever
+    from harness.pairs import get_pair
+
+    impl = resolve(args.impl, "generation")
+    if args.port < 0 or args.port > 65535 or args.gamma < 1:
+        raise HarnessError("--port must be in [0, 65535] and --gamma >= 1")
+    pair = get_pair(args.pair)
+    print(f"specdec serve: {args.impl} on {args.pair} (speculation {'off' if args.no_speculation else 'on'}) at "
+          f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    serve_forever(impl, pair, host=args.host, port=args.port, max_requests=args.max_requests,
+                  speculative=not args.no_speculation, gamma=args.gamma, model_name=args.model_name,
+                  max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode)
+    return EXIT_OK
+
+
+def add_probe_arguments(parser) -> None:
+    parser.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--model", help="served model name (default: the server's only model)")
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run_probe(args) -> int:
+    from harness.engine.probe import probe
+
+    info = probe(args.endpoint, args.model, timeout_s=args.timeout, retries=2)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return EXIT_OK
+    print(probe_table(info))
+    return EXIT_OK
+
+
+def probe_table(info: dict) -> str:
+    lines = [f"{info['endpoint']}  model {info['model']}  speculation "
+             f"{ {True: 'on', False: 'off', None: 'unknown'}[info['speculative']] }", "",
+             f"  {'feature':<30} {'returns':<44} cost when missing"]
+    for row in info["rows"]:
+        lines.append(f"  {row['feature']:<30} {str(row['value'])[:44]:<44} {row['cost']}")
+    lines += ["", "  ground truths:"] + [f"    {g:<22} {why}" for g, why in info["ground_truths"].items()]
+    return "\n".join(lines)

@@ -1,0 +1,459 @@
+"""`specdec serve`: an OpenAI-compatible server around any generation-level implementation (CONTRACT §1b).
+
+Routes: `/v1/models`, `/v1/completions`, `/v1/chat/completions`, `/tokenize`, `/metrics`, `/health`.
+Token ids and logprobs are returned the way vLLM returns them, so the engine-level check (and any
+other client written for vLLM) runs against the reference and every generation mutant over HTTP:
+
+- `return_token_ids: true` adds `token_ids` / `prompt_token_ids` to each choice;
+  `return_tokens_as_token_ids: true` names tokens "token_id:N" in logprobs;
+- `logprobs: k` (completions) / `top_logprobs: k` (chat): the sampled token's logprob and the top k,
+  capped at `max_logprobs` (vLLM `--max-logprobs`, default 20); `prompt_logprobs: k` scores the prompt
+  (the sampled/actual token plus the top k at every prompt position after the first); `echo` with
+  `logprobs` scores the prompt the legacy OpenAI way (what llama.cpp's server does);
+- `logprobs_mode`: "raw_logprobs" (vLLM's default: log-softmax of the raw logits, whatever the
+  temperature) or "processed_logprobs" (the law actually sampled: temperature → top-k → top-p);
+- `seed`, `n`, `temperature`, `top_p`, `top_k` (vLLM's extension; -1 = off), `max_tokens`.
+
+Logprobs are the target's, teacher-forced over the returned tokens in float64 (engines report the
+target's law at the emitted token, speculation or not). Speculation off serves the target alone
+(`harness.adapters.control:target_only_generate`). `/metrics` (Prometheus text) counts target forward
+passes per generated token, the speculation metric a black-box client can read.
+
+`serving(...)` runs the server in a thread on a free 127.0.0.1 port and always stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+
+from harness.engine.text import IdTokenizer, decode, encode, token_name, tokenizer_for
+from harness.errors import HarnessError
+from specdec_ref.generate import default_eos, eos_set
+from specdec_ref.processing import logits_to_probs
+
+LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+MASKED_LOGPROB = -9999.0  # JSON has no -inf; OpenAI uses this value for tokens that cannot be sampled
+SCORE_ROWS = 64  # rows per teacher-forcing pass
+SCORE_FLOATS = 2**24  # ... and at most this many float64 logits per pass (128 MiB: V = 50k stays in memory)
+
+
+class RequestError(Exception):
+    """A bad request: answered with HTTP `status` and an OpenAI-style error body."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass
+class Sampling:
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @classmethod
+    def from_request(cls, body: dict) -> Sampling:
+        top_k = body.get("top_k")
+        top_p = body.get("top_p")
+        return cls(float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0),
+                   None if top_k in (None, -1, 0) else int(top_k),
+                   None if top_p in (None, 1, 1.0) else float(top_p))
+
+
+@dataclasses.dataclass
+class Counters:
+    """What /metrics reports; guarded by the backend's lock."""
+
+    requests: int = 0
+    target_calls: int = 0  # batched target forward passes spent generating
+    row_tokens: float = 0.0  # Σ over requests of the mean new tokens per row
+    generated_tokens: int = 0
+
+
+class GenerationBackend:
+    """One model pair + one §1b implementation; generation and scoring are serialized by a lock."""
+
+    def __init__(self, impl: Callable, pair, *, speculative: bool = True, gamma: int = 3, model_name: str | None = None,
+                 max_logprobs: int = 20, logprobs_mode: str = "raw_logprobs", tokenizer=None, max_n: int = 10_000,
+                 token_ids: bool = True, logprobs: bool = True):
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise HarnessError(f"--logprobs-mode must be one of {', '.join(LOGPROBS_MODES)}, got {logprobs_mode!r}")
+        from harness.adapters.control import target_only_generate
+
+        self.impl = impl if speculative else target_only_generate
+        self.pair, self.speculative, self.gamma = pair, speculative, gamma
+        self.model_name = model_name or pair.name
+        self.max_logprobs, self.logprobs_mode, self.max_n = max_logprobs, logprobs_mode, max_n
+        self.tokenizer = tokenizer or tokenizer_for(pair)
+        # False: behave like servers that ignore these request fields (to exercise clients against them)
+        self.token_ids, self.logprobs = token_ids, logprobs
+        self.eos = eos_set(default_eos(pair.target))
+        self.lock = threading.Lock()
+        self.counters = Counters()
+        from harness.check.generation import _target64
+
+        self._target64 = _target64(pair)  # float64 scoring copy: the logprobs a client tests against are exact
+
+    def _count_call(self, module, args):
+        self.counters.target_calls += 1
+
+    # ------------------------------------------------------------------ generation and scoring
+
+    def generate(self, prompts: list[list[int]], n: int, max_tokens: int, sampling: Sampling,
+                 seed: int) -> list[list[list[int]]]:
+        """n continuations of each prompt (rows cut after EOS, EOS included); prompts of one length share a call."""
+        out: list[list[list[int]]] = [[] for _ in prompts]
+        by_length: dict[int, list[int]] = {}
+        for i, p in enumerate(prompts):
+            by_length.setdefault(len(p), []).append(i)
+        for group in by_length.values():
+            ids = torch.tensor([prompts[i] for i in group for _ in range(n)], dtype=torch.long)
+            rows = self._call_impl(ids, max_tokens, sampling, seed + 7919 * group[0])
+            for j, i in enumerate(group):
+                out[i] = rows[j * n : (j + 1) * n]
+        return out
+
+    def _call_impl(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling, seed: int) -> list[list[int]]:
+        with self.lock:
+            # The hook lives only for the call: targets can be shared between pairs (and deep-copied)
+            hook = self.pair.target.register_forward_pre_hook(self._count_call)
+            try:
+                out = self.impl(self.pair.target, self.pair.draft, ids, max_new_tokens=max_tokens, gamma=self.gamma,
+                                temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                                seed=seed)
+            finally:
+                hook.remove()
+            rows = [[t for t in row if t >= 0] for row in out.detach().cpu().tolist()]
+            c = self.counters
+            c.requests += 1
+            c.generated_tokens += sum(map(len, rows))
+            c.row_tokens += sum(map(len, rows)) / max(1, len(rows))
+        return rows
+
+    def log_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling) -> list[np.ndarray]:
+        """For each sequence s, the log law [len(s) − start, V] of tokens start.. given their prefixes."""
+        out: list[np.ndarray] = []
+        step = max(1, min(SCORE_ROWS, SCORE_FLOATS // max(1, max(map(len, seqs), default=1) * self.pair.vocab_size)))
+        with self.lock:
+            for lo in range(0, len(seqs), step):
+                chunk = seqs[lo : lo + step]
+                width = max(map(len, chunk))
+                full = torch.tensor([s + [0] * (width - len(s)) for s in chunk], dtype=torch.long)
+                with torch.inference_mode():  # right padding: causal attention never sees it
+                    logits = self._target64(input_ids=full).logits[:, :-1, : self.pair.vocab_size].double()
+                laws = self._law(logits, sampling)  # [b, width - 1, V]: row t predicts token t + 1
+                out += [laws[i, start - 1 : len(s) - 1].numpy()
+                        for i, (s, start) in enumerate(zip(chunk, starts[lo : lo + step], strict=True))]
+        return out
+
+    def _law(self, logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+        if self.logprobs_mode == "raw_logprobs":
+            return torch.log_softmax(logits, dim=-1)
+        probs = logits_to_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+        return torch.log(probs)
+
+    # ------------------------------------------------------------------ request handling
+
+    def prompt_ids(self, prompt) -> list[list[int]]:
+        """The OpenAI `prompt` field (text, ids, or a list of either) as token id lists."""
+        if isinstance(prompt, str):
+            return [encode(self.tokenizer, prompt)]
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            return [list(prompt)]
+        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+            return [ids for p in prompt for ids in self.prompt_ids(p)]
+        raise RequestError("prompt must be a string, a list of token ids, or a list of either")
+
+    def check_ids(self, ids: list[int]) -> None:
+        if not ids:
+            raise RequestError("the prompt is empty")
+        bad = [t for t in ids if not 0 <= t < self.pair.vocab_size]
+        if bad:
+            raise RequestError(f"prompt token ids {bad[:5]} are outside [0, {self.pair.vocab_size})")
+
+    def completion(self, body: dict) -> dict:
+        self._check_model(body)
+        if body.get("stream"):
+            raise RequestError("stream=true is not supported by specdec serve")
+        sampling = _sampling(body)
+        n, max_tokens = _int(body, "n", 1, 1, self.max_n), _int(body, "max_tokens", 16, 1, 4096)
+        k = self._k(body.get("logprobs"), "logprobs")
+        k_prompt = self._k(body.get("prompt_logprobs"), "prompt_logprobs")
+        as_ids, echo = bool(body.get("return_tokens_as_token_ids")) and self.token_ids, bool(body.get("echo"))
+        seed = _seed(body)
+        prompts = self.prompt_ids(body.get("prompt"))
+        for prompt in prompts:
+            self.check_ids(prompt)
+        all_rows = self.generate(prompts, n, max_tokens, sampling, seed)
+        seqs = [p + r for p, rows in zip(prompts, all_rows, strict=True) for r in rows]
+        laws = iter(self.log_laws(seqs, [len(p) for p, rows in zip(prompts, all_rows, strict=True) for _ in rows],
+                                  sampling) if k is not None else [])
+        scored = [p for p in prompts if len(p) > 1] if (k_prompt is not None or (echo and k is not None)) else []
+        prompt_laws = iter(self.log_laws(scored, [1] * len(scored), sampling))
+        choices = []
+        for prompt, rows in zip(prompts, all_rows, strict=True):
+            prompt_law = next(prompt_laws) if scored and len(prompt) > 1 else np.zeros((0, self.pair.vocab_size))
+            for row in rows:
+                choice = {"index": len(choices), "text": (decode(self.tokenizer, prompt) if echo else "")
+                          + decode(self.tokenizer, row), "finish_reason": self._finish(row), "logprobs": None}
+                if k is not None:
+                    entries = self._entries(row, next(laws), k, as_ids)
+                    if echo:
+                        entries = [None] + self._entries(prompt[1:], prompt_law, k, as_ids) + entries
+                    choice["logprobs"] = _legacy_logprobs(entries)
+                if k_prompt is not None:
+                    choice["prompt_logprobs"] = [None] + [_vllm_prompt_entry(self.tokenizer, t, law, k_prompt)
+                                                          for t, law in zip(prompt[1:], prompt_law, strict=True)]
+                if body.get("return_token_ids") and self.token_ids:
+                    choice["token_ids"], choice["prompt_token_ids"] = row, prompt
+                choices.append(choice)
+        prompt_tokens = sum(len(p) * n for p in prompts)
+        completion_tokens = sum(len(r) for rows in all_rows for r in rows)
+        return {"id": f"cmpl-{os.urandom(8).hex()}", "object": "text_completion", "created": int(time.time()),
+                "model": self.model_name, "choices": choices,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens}}
+
+    def chat(self, body: dict) -> dict:
+        self._check_model(body)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise RequestError("messages must be a non-empty list of {role, content} objects")
+        if isinstance(self.tokenizer, IdTokenizer) or not getattr(self.tokenizer, "chat_template", None):
+            prompt = [t for m in messages for t in encode(self.tokenizer, str(m.get("content", "")))]
+        else:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            prompt = encode(self.tokenizer, text)
+        self.check_ids(prompt)
+        sampling = _sampling(body)
+        n = _int(body, "n", 1, 1, self.max_n)
+        max_tokens = _int(body, "max_completion_tokens", None, 1, 4096) or _int(body, "max_tokens", 16, 1, 4096)
+        k = self._k(body.get("top_logprobs") or 0, "top_logprobs") if body.get("logprobs") else None
+        as_ids = bool(body.get("return_tokens_as_token_ids")) and self.token_ids
+        rows = self.generate([prompt], n, max_tokens, sampling, _seed(body))[0]
+        laws = self.log_laws([prompt + r for r in rows], [len(prompt)] * n, sampling) if k is not None else None
+        choices = []
+        for i, row in enumerate(rows):
+            choice = {"index": i, "message": {"role": "assistant", "content": decode(self.tokenizer, row)},
+                      "finish_reason": self._finish(row), "logprobs": None}
+            if k is not None:
+                choice["logprobs"] = {"content": [
+                    {"token": e["token"], "logprob": e["logprob"], "bytes": None,
+                     "top_logprobs": [{"token": t, "logprob": lp} for t, lp in e["top"].items()]}
+                    for e in self._entries(row, laws[i], k, as_ids)]}
+            if body.get("return_token_ids") and self.token_ids:
+                choice["token_ids"], choice["prompt_token_ids"] = row, prompt
+            choices.append(choice)
+        used = sum(map(len, rows))
+        return {"id": f"chatcmpl-{os.urandom(8).hex()}", "object": "chat.completion", "created": int(time.time()),
+                "model": self.model_name, "choices": choices,
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": used, "total_tokens": len(prompt) + used}}
+
+    def tokenize(self, body: dict) -> dict:
+        if body.get("model") not in (None, self.model_name):
+            self._check_model(body)
+        tokens = self.prompt_ids(body.get("prompt", ""))[0] if body.get("prompt") else []
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": _max_len(self.pair.target)}
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "specdec",
+                                            "max_model_len": _max_len(self.pair.target)}]}
+
+    def metrics(self) -> str:
+        c = self.counters
+        per_call = c.row_tokens / c.target_calls if c.target_calls else float("nan")
+        lines = ["# HELP specdec_speculative_decoding_enabled 1 when drafts are verified, 0 for the target alone",
+                 f"specdec_speculative_decoding_enabled {int(self.speculative)}",
+                 f"specdec_num_requests_total {c.requests}",
+                 f"specdec_generation_tokens_total {c.generated_tokens}",
+                 f"specdec_target_forward_calls_total {c.target_calls}",
+                 "# HELP specdec_tokens_per_target_call mean new tokens per row per target pass (1 without speculation)",
+                 f"specdec_tokens_per_target_call {per_call}"]
+        return "\n".join(lines) + "\n"
+
+    def _check_model(self, body: dict) -> None:
+        if body.get("model") != self.model_name:
+            raise RequestError(f"The model `{body.get('model')}` does not exist. Served: {self.model_name}", 404)
+
+    def _k(self, value, name: str) -> int | None:
+        if value is None or value is False or not self.logprobs:
+            return None
+        k = int(value)
+        if not 0 <= k <= self.max_logprobs:
+            raise RequestError(f"{name} must be in [0, {self.max_logprobs}] (--max-logprobs), got {k}")
+        return k
+
+    def _finish(self, row: list[int]) -> str:
+        return "stop" if row and row[-1] in self.eos else "length"
+
+    def _entries(self, tokens: list[int], law: np.ndarray, k: int, as_ids: bool) -> list[dict]:
+        """Per token: its name, logprob, and the top-k (plus itself, as vLLM does) as {name: logprob}."""
+        out = []
+        for tok, row in zip(tokens, law, strict=True):
+            top = np.argsort(-row, kind="stable")[:k].tolist()
+            shown = top + ([tok] if tok not in top else [])
+            out.append({"token": token_name(self.tokenizer, tok, as_ids), "logprob": _finite(row[tok]),
+                        "top": {token_name(self.tokenizer, t, as_ids): _finite(row[t]) for t in shown}})
+        return out
+
+
+def _legacy_logprobs(entries: list[dict | None]) -> dict:
+    """The OpenAI completions `logprobs` object (tokens, token_logprobs, top_logprobs, text_offset)."""
+    offsets, at = [], 0
+    for e in entries:
+        offsets.append(at)
+        at += len(e["token"]) if e else 0
+    return {"tokens": [e["token"] if e else None for e in entries],
+            "token_logprobs": [e["logprob"] if e else None for e in entries],
+            "top_logprobs": [e["top"] if e else None for e in entries], "text_offset": offsets}
+
+
+def _vllm_prompt_entry(tokenizer, token: int, law: np.ndarray, k: int) -> dict:
+    """vLLM's prompt_logprobs entry: {str(id): {logprob, rank, decoded_token}} for the actual token + top k."""
+    top = np.argsort(-law, kind="stable")[:k].tolist()
+    ids = top + ([token] if token not in top else [])
+    return {str(t): {"logprob": _finite(law[t]), "rank": int((law > law[t]).sum()) + 1,
+                     "decoded_token": decode(tokenizer, [t])} for t in ids}
+
+
+def _finite(x: float) -> float:
+    return float(x) if np.isfinite(x) else MASKED_LOGPROB
+
+
+def _int(body: dict, key: str, default, lo: int, hi: int):
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise RequestError(f"{key} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _sampling(body: dict) -> Sampling:
+    try:
+        s = Sampling.from_request(body)
+    except (TypeError, ValueError) as exc:
+        raise RequestError(f"bad sampling parameters: {exc}") from exc
+    from specdec_ref.processing import check_sampling_params
+
+    try:
+        check_sampling_params(s.temperature, s.top_k, s.top_p)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from exc
+    return s
+
+
+def _seed(body: dict) -> int:
+    seed = body.get("seed")
+    if seed is None:
+        return int.from_bytes(os.urandom(4), "little")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise RequestError(f"seed must be an integer, got {seed!r}")
+    return seed
+
+
+def _max_len(model) -> int | None:
+    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
+
+
+def build_app(backend: GenerationBackend):
+    """The FastAPI app: thin routes over the backend; errors as OpenAI error bodies."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, PlainTextResponse
+
+    app = FastAPI(title="specdec serve", docs_url=None, redoc_url=None)
+
+    def error(message: str, status: int) -> JSONResponse:
+        kind = {404: "NotFoundError", 500: "server_error"}.get(status, "invalid_request_error")
+        return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+    def route(handler):
+        async def endpoint(request: Request):
+            try:
+                body = await request.json()
+            except ValueError:
+                return error("the request body is not valid JSON", 400)
+            if not isinstance(body, dict):
+                return error("the request body must be a JSON object", 400)
+            try:  # the model runs in a worker thread: the event loop keeps serving /health and /metrics
+                from starlette.concurrency import run_in_threadpool
+
+                return JSONResponse(await run_in_threadpool(handler, body))
+            except RequestError as exc:
+                return error(str(exc), exc.status)
+            except Exception as exc:  # noqa: BLE001 - the implementation under test raised: a 500, said plainly
+                from specdec_ref.errors import SpecDecInputError
+
+                status = 400 if isinstance(exc, SpecDecInputError) else 500
+                return error(f"{type(exc).__name__}: {exc}", status)
+        endpoint.__annotations__ = {"request": Request}  # postponed annotations would hide the local import
+        return endpoint
+
+    app.post("/v1/completions")(route(backend.completion))
+    app.post("/v1/chat/completions")(route(backend.chat))
+    app.post("/tokenize")(route(backend.tokenize))
+    app.get("/v1/models")(backend.models)
+    app.get("/health")(lambda: {"status": "ok"})
+    app.get("/metrics")(lambda: PlainTextResponse(backend.metrics()))
+    return app
+
+
+@dataclasses.dataclass
+class Served:
+    url: str  # http://127.0.0.1:PORT (no /v1)
+    backend: GenerationBackend
+    stop: Callable[[], None]  # stops the server now (a test can kill it mid-run)
+
+
+@contextlib.contextmanager
+def serving(impl: Callable, pair, *, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 30.0,
+            **backend_options) -> Iterator[Served]:
+    """Serve `impl` on `pair` in a background thread; always stopped on exit. port 0: a free port."""
+    import uvicorn
+
+    backend = GenerationBackend(impl, pair, **backend_options)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise HarnessError(f"cannot listen on {host}:{port}: {exc}; choose another --port") from exc
+    server = uvicorn.Server(uvicorn.Config(build_app(backend), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="specdec-serve")
+    thread.start()
+
+    def stop():
+        server.should_exit = server.force_exit = True  # abrupt: open connections are not drained
+        thread.join(timeout=15)
+
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise HarnessError(f"the server did not start on {host}:{sock.getsockname()[1]}")
+            time.sleep(0.01)
+        yield Served(f"http://{host}:{sock.getsockname()[1]}", backend, stop)
+    finally:
+        stop()
+        sock.close()
+
+
+def serve_forever(impl: Callable, pair, *, host: str, port: int, max_requests: int | None = None,
+                  **backend_options) -> None:
+    """Blocking server for the CLI: runs until interrupted (or after `max_requests` requests)."""
+    import uvicorn
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise HarnessError(f"specdec serve listens on localhost only (got --host {host}): it runs untrusted code")
+    backend = GenerationBackend(impl, pair, **backend_options)
+    uvicorn.run(build_app(backend), host=host, port=port, log_level="warning", limit_max_requests=max_requests)

@@ -1,0 +1,91 @@
+"""`specdec verify --level engine` / `specdec probe` on the command line: verdicts and exit-2 bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.cli import main
+from harness.engine.serve import serving
+from harness.engine.text import IdTokenizer
+from harness.pairs import get_pair
+from specdec_ref.adapters import generate
+
+FAST = ["--samples", "300", "--prompts", "1", "--chunk", "300"]
+
+
+def verify(*args) -> list[str]:
+    return ["verify", "--level", "engine", *FAST, *args]
+
+
+def one_line_error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specdec: error:") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.fixture(scope="module")
+def toy_server():
+    with serving(generate, get_pair("toy")) as s:
+        yield s.url + "/v1"
+
+
+def test_reference_passes_on_the_command_line(toy_server, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert main(verify("--endpoint", toy_server, "--pair", "toy", "--json", str(out))) == 0
+    report = json.loads(out.read_text())
+    assert report["level"] == "engine" and report["verdict"] == "pass" and report["samples"] == 600
+
+
+def test_unreachable_endpoint(capsys):
+    err = one_line_error(capsys, verify("--endpoint", "http://127.0.0.1:9/v1", "--pair", "toy", "--retries", "0"))
+    assert "is the server running" in err
+
+
+def test_wrong_model_name(toy_server, capsys):
+    err = one_line_error(capsys, verify("--endpoint", toy_server, "--model", "llama", "--pair", "toy"))
+    assert "fix --model" in err and "toy" in err
+
+
+def test_no_ground_truth(toy_server, capsys):
+    assert "no ground truth" in one_line_error(capsys, verify("--endpoint", toy_server))
+
+
+def test_server_without_token_ids(capsys):
+    with serving(generate, get_pair("toy"), token_ids=False) as s:
+        err = one_line_error(capsys, verify("--endpoint", s.url, "--pair", "toy"))
+    assert "no token ids" in err and "two-sample" in err
+
+
+def test_scorer_without_logprobs(toy_server, capsys):
+    with serving(generate, get_pair("toy"), speculative=False, logprobs=False) as ref:
+        err = one_line_error(capsys, verify("--endpoint", toy_server, "--pair", "toy", "--ground-truth", "score",
+                                            "--reference-endpoint", ref.url))
+    assert "two-sample" in err
+
+
+def test_scorer_with_raw_logprobs_cannot_score_temperature(toy_server, capsys):
+    with serving(generate, get_pair("toy"), speculative=False, logprobs_mode="raw_logprobs") as ref:
+        err = one_line_error(capsys, verify("--endpoint", toy_server, "--pair", "toy", "--ground-truth", "score",
+                                            "--reference-endpoint", ref.url))
+    assert "raw logprobs" in err and "processed_logprobs" in err
+
+
+def test_tokenizer_differs_between_server_and_local_model(capsys):
+    with serving(generate, get_pair("toy"), tokenizer=IdTokenizer(16, offset=1)) as s:
+        err = one_line_error(capsys, verify("--endpoint", s.url, "--pair", "toy"))
+    assert "tokenizes differently" in err
+
+
+def test_probe_table_and_json(toy_server, capsys):
+    assert main(["probe", "--endpoint", toy_server, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    # V = 16: asked for 20, the server lists the whole vocabulary
+    assert info["token_ids"] and info["top_logprobs_k"] == 16 and info["prompt_scoring"] == "prompt_logprobs"
+    assert info["logprobs_mode"] == "raw" and info["seed_honoured"] and info["speculative"] is True
+    assert info["scoring_gap"] < 1e-6  # prompt scores = the logprobs reported while sampling
+    assert main(["probe", "--endpoint", toy_server]) == 0
+    table = capsys.readouterr().out
+    assert "ground truths" in table and "T = 1 only" in table

@@ -1,0 +1,51 @@
+"""llama.cpp's server (llama-cpp-python), started and stopped by the harness. Skipped where it is not installed
+(CI: the build takes ~20 min on 2 cores; `nox -s engines` builds it once per venv and runs these)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from harness.engine.llamacpp import FINDING_PROMPT, NO_TRUNCATION, llamacpp_available, llamacpp_server
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.slow,
+              pytest.mark.skipif(not llamacpp_available()[0], reason=llamacpp_available()[1])]
+
+
+@pytest.fixture(scope="module")
+def off():
+    with llamacpp_server(speculative=False) as url:
+        yield url
+
+
+def test_server_starts_answers_and_is_stopped():
+    with llamacpp_server(speculative=True) as url:
+        assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "smollm2"
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/v1/models", timeout=2)
+
+
+def test_probe_reports_no_token_ids_and_text_only_ground_truth(off):
+    from harness.engine.probe import probe
+
+    info = probe(off)
+    assert not info["token_ids"] and info["seed_honoured"] and info["prompt_scoring"] == "echo"
+    assert info["ground_truths"]["c (two samples)"].startswith("possible")
+
+
+def test_seed_is_honoured_at_temperature_one(off):
+    body = {"model": "smollm2", "prompt": FINDING_PROMPT, "max_tokens": 6, "temperature": 1.0, "seed": 5,
+            **NO_TRUNCATION}
+    texts = [httpx.post(f"{off}/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
+             for _ in range(2)]
+    assert texts[0] == texts[1]
+
+
+def test_two_sample_check_runs_end_to_end_against_itself(off):
+    from harness.check.generation import Setting
+    from harness.engine.check import EngineConfig, run_engine_check
+
+    report = run_engine_check(EngineConfig(endpoint=off, reference_endpoint=off, ground_truth="two-sample",
+                                           samples=20, length=4, prompts=1, prompt_texts=(FINDING_PROMPT,), chunk=1,
+                                           settings=(Setting(1.0),), extra_body=NO_TRUNCATION))
+    assert report.verdict == "pass" and report.samples == 20 and report.detectable_tv < 0.25
