@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import json
 import math
 import time
@@ -45,6 +46,9 @@ class CampaignConfig:
     slow_generation_seeds: int = 5
     below_resolution_seeds: int = 5  # mutants whose exact TV is below the planned ε: reported, not gated
     generation_control_seeds: int = 10
+    # tree / draft-and-verify controls at their full default plans (their 200-seed calibrations on small case
+    # sets: results/tree, results/families)
+    step_control_seeds: int = 20
     generation_pair: str = "toy-low"
     curve_seeds: int = 10  # seeds per point of the detection-vs-samples curve
     workers: int = 2  # processes on this machine (runs are independent); with `dask_workers`, ignored
@@ -60,7 +64,7 @@ class CampaignConfig:
         detection-vs-samples curve and one run per below-resolution mutant. Its rates are a smoke test;
         the published calibration is the full profile (`specdec mutants`)."""
         base = dict(seeds=8, control_seeds=20, curve_seeds=0, below_resolution_seeds=1, generation_control_seeds=3,
-                    slow_generation_seeds=2, profile="quick")
+                    slow_generation_seeds=2, step_control_seeds=3, profile="quick")
         return cls(**{**base, **overrides})
 
 
@@ -98,6 +102,11 @@ def _exact_tvs(impl) -> dict:
     return out
 
 
+# Levels whose implementations are steps of another contract than §1a, with the check that runs them.
+STEP_CHECKS = {"tree": ("harness.check.tree", "run_tree_check"),
+               "draft_step": ("harness.check.draft_step", "run_draft_step_check")}
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     name: str  # registered implementation
@@ -129,13 +138,18 @@ def run_task(task: Task, gate: float) -> dict:
         report = run_sampler_check(impl.fn, impl_name=impl.name, false_alarm_rate=gate, seed=task.seed,
                                    rows=task.rows, stop_on_fail=task.purpose != "calibrate",
                                    max_rows_per_case_floats=CALIBRATION_FLOATS if task.rows else None)
+    elif impl.level in STEP_CHECKS:  # the other step families: tree, draft-and-verify (their default plans)
+        module, function = STEP_CHECKS[impl.level]
+        check = getattr(importlib.import_module(module), function)
+        report = check(impl.fn, impl_name=impl.name, false_alarm_rate=gate, seed=task.seed,
+                       stop_on_fail=task.purpose != "calibrate")
     else:
         report = run_generation_check(impl.fn, _pair(task.pair), impl_name=impl.name, false_alarm_rate=gate,
                                       seed=task.seed, samples=task.samples, gamma=3,
                                       stop_on_fail=task.purpose != "calibrate",
                                       settings=getattr(impl.fn, "settings", DEFAULT_SETTINGS))
     return {"task": task, "fail": report.verdict == "fail", "family_p": family_p(report),
-            "samples": report.samples, "wasteful": bool(report.wasteful) if impl.level == "sampler" else None,
+            "samples": report.samples, "wasteful": bool(report.wasteful) if impl.level != "generation" else None,
             "seconds": time.perf_counter() - started}
 
 
@@ -159,6 +173,9 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
                 n_seeds = config.control_seeds if impl.kind == "control" else config.seeds
                 rows = config.slow_control_rows if _slow(impl) else config.calibration_rows
                 tasks += [Task(impl.name, "calibrate", 1000 + s, rows) for s in range(n_seeds)]
+        elif impl.level in STEP_CHECKS:  # tree and draft-and-verify steps: their own default plans, no curve
+            n_seeds = config.seeds if mutant or impl.kind != "control" else config.step_control_seeds
+            tasks += [Task(impl.name, "detect" if mutant else "calibrate", 4000 + s, None) for s in range(n_seeds)]
         else:
             # Equivalent and wasteful variants run as many seeds as the controls (they must pass too).
             n_seeds = config.seeds if mutant else config.generation_control_seeds

@@ -70,3 +70,18 @@ def test_quick_profile_and_cli(tmp_path, capsys):
     assert "Profile: quick" in (out / "report.md").read_text()
     assert main(["mutants", "--only", "always_acept", "--out", str(out)]) == 2
     assert "Did you mean 'always_accept'" in capsys.readouterr().err
+
+
+def test_campaign_runs_every_step_family():
+    """The zoo's tree and draft-and-verify entries run through their own checks (mutants caught)."""
+    from harness.campaign import CampaignConfig, run_campaign
+
+    names = ("specinfer_q_for_unsampled_candidates", "argmax_drafts_softmax_q", "block_token_level_accept")
+    from harness.mutants import implementations
+
+    present = tuple(n for n in names if n in {i.name for i in implementations()})
+    assert len(present) >= 2
+    result = run_campaign(CampaignConfig(seeds=1, only=present, workers=1))
+    rows = {r["name"]: r for r in result["rows"]}
+    assert {rows[n]["level"] for n in present} == {"tree", "draft_step", "sampler"}
+    assert all(rows[n]["rate_at_gate"] == 1.0 for n in present)
