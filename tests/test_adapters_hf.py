@@ -46,3 +46,19 @@ def test_optional_parameters_reach_transformers_and_unsupported_ones_are_not_acc
     assert not set(out[0].tolist()) & {4, 7}  # a -100 bias and a bad word are never emitted
     assert accepted_parameters(assisted_generate) == {"min_p", "logit_bias", "repetition_penalty", "bad_words_ids",
                                                       "min_new_tokens"}
+
+
+def test_transformers_drops_a_bad_word_equal_to_eos():
+    """The finding in results/findings/README.md: `bad_words_ids=[[eos]]` does not ban EOS in transformers
+    (NoBadWordsLogitsProcessor filters it out), in plain and assisted generation alike; the reference bans it."""
+    from harness.adapters.hf import hf_generate
+    from harness.pairs import get_pair
+    from specdec_ref.adapters import generate as reference_generate
+
+    pair = get_pair("toy-eos")
+    eos = pair.target.generation_config.eos_token_id
+    ids = torch.tensor([pair.prompts[0]] * 20)
+    kw = dict(max_new_tokens=3, temperature=1.0, top_k=None, top_p=None, seed=0, bad_words_ids=[[eos]])
+    assert (hf_generate(pair.target, ids, **kw) == eos).any()
+    assert (assisted_generate(pair.target, pair.draft, ids, gamma=3, **kw) == eos).any()
+    assert not (reference_generate(pair.target, pair.draft, ids, gamma=3, **kw) == eos).any()

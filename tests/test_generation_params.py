@@ -170,3 +170,24 @@ def test_settings_are_plain_data():
     s = PARAMETER_SETTINGS[-1]
     assert dataclasses.asdict(s)["logit_bias"] == ((5, 1.0),)
     assert s.extras()["logit_bias"] == {5: 1.0}
+
+
+def _draw(law: dict, n: int, seed: int) -> torch.Tensor:
+    """n continuations drawn from an exact law, as a [n, L] -1 padded token tensor."""
+    keys = list(law)
+    idx = torch.multinomial(torch.tensor([law[k] for k in keys]), n, replacement=True,
+                            generator=torch.Generator().manual_seed(seed))
+    width = max(len(k) for k in keys)
+    return torch.tensor([list(keys[i]) + [-1] * (width - len(keys[i])) for i in idx.tolist()])
+
+
+def test_convention_diagnosis_names_the_order_that_fits_and_no_other():
+    from harness.check.generation import consistent_conventions
+
+    target, _, eos = _models("toy")
+    setting = Setting(0.7, top_p=0.9)
+    args = dict(vocab=16, eos=eos, declared="standard", level=1e-4, power=0.99, enumerate_law=True, seed=0)
+    swapped = _draw(continuation_law(target, PROMPT, 3, setting, 16, eos, "top_p_before_temperature"), 2000, 1)
+    assert consistent_conventions(swapped, target, PROMPT, 3, setting, **args) == ["top_p_before_temperature"]
+    raw = _draw(continuation_law(target, PROMPT, 3, Setting(1.0), 16, eos), 2000, 2)  # a bug, not a convention
+    assert consistent_conventions(raw, target, PROMPT, 3, setting, **args) == []
