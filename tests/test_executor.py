@@ -4,6 +4,7 @@ rerun, and are never computed twice."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import zlib
@@ -169,3 +170,22 @@ def test_bench_on_a_local_dask_cluster_gives_the_in_process_counts(tmp_path, mon
     assert measurements(there) == measurements(here)
     again = run_bench(BenchConfig(suite="counts", out=str(tmp_path / "there"), workers=2))
     assert again.computed == [] and sorted(again.resumed) == sorted(here.computed)  # nothing measured twice
+
+
+@pytest.mark.slow
+def test_mutants_cli_resume_skips_finished_runs_and_bad_workers_exit_2(tmp_path, capsys):
+    from harness.cli import main
+
+    out = tmp_path / "z"
+    argv = ["mutants", "--quick", "--only", "always_accept", "--seeds", "2", "--out", str(out)]
+    assert main(argv) == 0
+    journal = (out / "cells.jsonl").read_text()
+    assert len(journal.splitlines()) == 2
+    first = (out / "campaign.json").read_text()
+    assert main([*argv, "--resume"]) == 0  # everything finished: nothing runs, same rows
+    assert (out / "cells.jsonl").read_text() == journal
+    assert json.loads((out / "campaign.json").read_text())["rows"] == json.loads(first)["rows"]
+    capsys.readouterr()
+    assert main([*argv, "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--workers must be >= 1" in err and "Traceback" not in err
