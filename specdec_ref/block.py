@@ -55,17 +55,20 @@ def stop_probabilities(
     q_scale: torch.Tensor | None = None,  # [B, γ] row sums of q
 ) -> torch.Tensor:  # h [B, γ+1] (h_0 = 1, h_γ = ρ_γ)
     gamma = q.shape[1]
-    # M_i = Σ_y (ρ_i p_i(y)/P_i − q_i(y)/Q_i)₊ = Σ_y (c_i p_i(y) − q_i(y))₊ / Q_i with c_i = ρ_i Q_i / P_i:
-    # one scaled copy of p, then in place (the [B, γ, V] passes dominate the cost).
-    c = rho[:, :gamma] * (1 if q_scale is None else q_scale) / (1 if p_scale is None else p_scale[:, :gamma])
-    excess = p[:, :gamma] * c.unsqueeze(-1)  # in ρ's precision (float32 or float64)
-    mass = excess.sub_(q).clamp_(min=0).sum(-1, dtype=rho.dtype)  # [B, γ]
-    mass = mass if q_scale is None else mass / q_scale  # M_i
-    den = mass + 1 - rho[:, :gamma]
+    # Only h_1 .. h_{γ−1} need a residual mass (h_0 = 1 always, h_γ = ρ_γ):
+    # M_i = Σ_y (ρ_i p_i(y)/P_i − q_i(y)/Q_i)₊ = Σ_y (c_i p_i(y) − q_i(y))₊ / Q_i with c_i = ρ_i Q_i / P_i,
+    # one scaled copy of p, then in place (these [B, γ−1, V] passes dominate the cost).
+    mid = slice(1, gamma)
+    rho_mid = rho[:, mid]
+    q_mid = 1 if q_scale is None else q_scale[:, mid]
+    c = rho_mid * q_mid / (1 if p_scale is None else p_scale[:, mid])
+    excess = p[:, mid] * c.unsqueeze(-1)  # in ρ's precision (float32 or float64)
+    mass = excess.sub_(q[:, mid]).clamp_(min=0).sum(-1, dtype=rho.dtype) / q_mid  # [B, γ−1]
+    den = mass + 1 - rho_mid
     # den = 0 only when ρ_i = 1 and M_i = 0 (p_i = q_i): then x_i is accepted with weight 1 (ρ_{i+1} = 1)
     # and stopping at i never needs the empty residual, so h_i = 1 is the continuous limit.
     h = torch.where(den > 0, mass / den.clamp_min(torch.finfo(den.dtype).tiny), torch.ones_like(den))
-    return torch.cat([h, rho[:, gamma:]], dim=1)
+    return torch.cat([torch.ones_like(rho[:, :1]), h, rho[:, gamma:]], dim=1)
 
 
 def block_accept_and_final_law(
