@@ -74,11 +74,24 @@ def generation_check(pair, *, samples: int, gamma: int, seed: int = 0) -> dict:
             "tests": len(report.tests), "detectable_tv": report.target_tv, "notes": list(report.notes)}
 
 
-def markdown(result: dict, command: str) -> str:
-    t, c = result["throughput"], result.get("check")
+def markdown(result: dict) -> str:
+    lines = ["# Batched reference vs transformers' batched sampling", ""]
+    t, c = result.get("throughput"), result.get("check")
+    if t:
+        lines += _throughput_lines(result, t)
+    if c:
+        lines += ["", "## Generation-level check of the reference", "",
+                  f"**{c['verdict'].upper()}** on {c['samples']} samples ({c['tests']} gating tests) in "
+                  f"**{c['seconds']:.0f} s** wall; detectable TV {c['detectable_tv']:.3g}.", ""]
+        lines += [f"- {n}" for n in c["notes"]]
+    lines += ["", "Reproduce (each part, alone under the heavy-job lock):", ""]
+    lines += [f"- {part}: `{cmd}`" for part, cmd in result.get("commands", {}).items()]
+    return "\n".join(lines + [""])
+
+
+def _throughput_lines(result: dict, t: dict) -> list[str]:
     setup = t["setup"]
-    lines = ["# Batched reference vs transformers' batched sampling", "",
-             f"Pair **{result['pair']}**, {setup['prompt_tokens']}-token prompt, {setup['length']} new tokens per "
+    lines = [f"Pair **{result['pair']}**, {setup['prompt_tokens']}-token prompt, {setup['length']} new tokens per "
              f"row, γ = {setup['gamma']}, T = {setup['temperature']:g}, EOS off; torch threads = {result['threads']}; "
              "a shared machine (other agents' jobs running), this run alone under the heavy-job lock.", "",
              "| path | rows | tokens | seconds | tokens/s | target calls | draft calls |", "|---|---|---|---|---|---|---|"]
@@ -90,16 +103,10 @@ def markdown(result: dict, command: str) -> str:
             lines.append(f"| {label} | {r['rows']} | {r['tokens']} | {r['seconds']:.1f} | {r['tokens_per_s']:.1f} | "
                          f"{r.get('target_calls', '—')} | {r.get('draft_calls', '—')} |")
     ratio = t["ratio_transformers_over_batched"]
+    alpha = t["batched"].get("alpha")
     lines += ["", f"transformers tokens/s ÷ reference tokens/s = **{ratio:.2f}** (target: ≤ 2)."
-              + (f" Measured α = {t['batched']['alpha']:.2f}." if t["batched"].get("alpha") == t["batched"].get("alpha")
-                 else "")]
-    if c:
-        lines += ["", "## Generation-level check of the reference", "",
-                  f"**{c['verdict'].upper()}** on {c['samples']} samples ({c['tests']} gating tests) in "
-                  f"**{c['seconds']:.0f} s** wall; detectable TV {c['detectable_tv']:.3g}.", ""]
-        lines += [f"- {n}" for n in c["notes"]]
-    lines += ["", f"Reproduce: `{command}`.", ""]
-    return "\n".join(lines)
+              + (f" Measured α = {alpha:.2f}." if alpha == alpha else "")]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m harness.bench.batched", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="smollm2")
-    parser.add_argument("--rows", type=int, default=250, help="sequences in the throughput comparison")
+    parser.add_argument("--rows", type=int, default=250, help="sequences in the throughput comparison; 0: skip")
     parser.add_argument("--length", type=int, default=16)
     parser.add_argument("--gamma", type=int, default=3)
     parser.add_argument("--samples", type=int, default=250, help="per sampling cell of the check (4 cells); 0: skip")
@@ -121,9 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
         pair = get_pair(args.pair)
         result = {"pair": args.pair, "threads": args.threads,
-                  "throughput": throughput(pair, rows=args.rows, length=args.length, gamma=args.gamma),
                   "provenance": provenance(seed=0, dtype=str(pair.target.dtype).removeprefix("torch."))}
-        _write(result, args.out, command)  # the throughput part survives a check that is cut short
+        if args.rows:
+            result["throughput"] = throughput(pair, rows=args.rows, length=args.length, gamma=args.gamma)
+            _write(result, args.out, command)  # the throughput part survives a check that is cut short
         if args.samples:
             result["check"] = generation_check(pair, samples=args.samples, gamma=args.gamma)
             _write(result, args.out, command)
@@ -135,10 +143,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write(result: dict, out: str, command: str) -> None:
+    """Write batched.json + report.md; a part this run skipped is kept from an earlier run of the same pair."""
+    import json
+    from pathlib import Path
+
     from harness.records import atomic_write_json, atomic_write_text
 
-    atomic_write_json(f"{out}/batched.json", result)
-    atomic_write_text(f"{out}/report.md", markdown(result, command.strip()))
+    path = Path(out) / "batched.json"
+    earlier = json.loads(path.read_text()) if path.exists() else {}
+    commands = dict(earlier.get("commands", {})) if earlier.get("pair") == result["pair"] else {}
+    for part in ("throughput", "check"):
+        if part in result:
+            commands[part] = command
+        elif part in earlier and earlier.get("pair") == result["pair"]:
+            result[part] = earlier[part]
+    result["commands"] = commands
+    atomic_write_json(path, result)
+    atomic_write_text(Path(out) / "report.md", markdown(result))
 
 
 if __name__ == "__main__":
