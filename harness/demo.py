@@ -35,7 +35,8 @@ class DemoResult:
 
     @property
     def ok(self) -> bool:
-        return self.sampler.verdict == "pass" and self.generation.verdict == "pass"
+        # An INCONCLUSIVE level (too few samples: --quick on a real pair) is reported as such, not as a failure
+        return "fail" not in (self.sampler.verdict, self.generation.verdict)
 
 
 def choose_pair() -> tuple[str, str]:
@@ -78,7 +79,7 @@ def run_demo(out: str | Path = "results/demo", *, quick: bool = False, progress=
     atomic_write_json(out / "verify_sampler.json", sampler.to_dict())
     # A real 135M model on a CPU generates ~10-20 tokens/s: the PIT check gets a few hundred tokens.
     config = CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
-                          samples=(8 if quick else 24) if real else (2000 if quick else 20_000))
+                          samples=(8 if quick else 48) if real else (2000 if quick else 20_000))
     with _phase(progress, None, "demo 2/3: verify generation", "samples") as bar:
         generation = run_verify(config, progress=bar)
     atomic_write_json(out / "verify_generation.json", generation.to_dict())
