@@ -321,13 +321,13 @@ def _run_mixed_case(impl, plans: list[CasePlan], n: int, generator, dtype, devic
     return np.concatenate(outputs), []
 
 
-def _format_problems(out, draft_tokens: torch.Tensor, V: int) -> tuple[list[str], np.ndarray | None]:
-    """Structural checks of one output batch; returns (problems, tokens as int64 numpy or None)."""
-    B, gamma = draft_tokens.shape
+def padded_rows_problems(out, B: int, width: int, V: int, shape_name: str) -> tuple[list[str], np.ndarray | None]:
+    """Checks every step contract shares for an output [B, width] of token ids, −1 padded at the tail:
+    tensor, shape, integer dtype, ids in [0, V), at least one token per row, padding only at the tail."""
     if not isinstance(out, torch.Tensor):
-        return [f"returned {type(out).__name__}, expected a torch.Tensor [B, γ+1]"], None
-    if tuple(out.shape) != (B, gamma + 1):
-        return [f"returned shape {tuple(out.shape)}, expected [B, γ+1] = [{B}, {gamma + 1}]"], None
+        return [f"returned {type(out).__name__}, expected a torch.Tensor {shape_name}"], None
+    if tuple(out.shape) != (B, width):
+        return [f"returned shape {tuple(out.shape)}, expected {shape_name} = [{B}, {width}]"], None
     if out.is_floating_point() or out.is_complex() or out.dtype == torch.bool:
         nan = " (contains NaN)" if out.is_floating_point() and bool(torch.isnan(out).any()) else ""
         return [f"returned dtype {out.dtype}{nan}, expected integer token ids (int64)"], None
@@ -338,13 +338,22 @@ def _format_problems(out, draft_tokens: torch.Tensor, V: int) -> tuple[list[str]
     valid = tokens >= 0
     n = valid.sum(1)
     if (n < 1).any():
-        problems.append(f"{int((n < 1).sum())} rows emitted no token (every row emits 1..γ+1)")
-    tail_ok = valid == (np.arange(gamma + 1)[None, :] < n[:, None])
+        problems.append(f"{int((n < 1).sum())} rows emitted no token (every row emits at least one)")
+    tail_ok = valid == (np.arange(width)[None, :] < n[:, None])
     if not tail_ok.all():
         problems.append(f"{int((~tail_ok.all(1)).sum())} rows have -1 padding before a token")
-    drafts = draft_tokens.cpu().numpy()
+    return problems, tokens
+
+
+def _format_problems(out, draft_tokens: torch.Tensor, V: int) -> tuple[list[str], np.ndarray | None]:
+    """Structural checks of one output batch; returns (problems, tokens as int64 numpy or None)."""
+    B, gamma = draft_tokens.shape
+    problems, tokens = padded_rows_problems(out, B, gamma + 1, V, "[B, γ+1]")
+    if tokens is None:
+        return problems, None
+    n = (tokens >= 0).sum(1)
     prefix = np.arange(gamma)[None, :] < (n - 1)[:, None]
-    altered = prefix & (tokens[:, :gamma] != drafts)
+    altered = prefix & (tokens[:, :gamma] != draft_tokens.cpu().numpy())
     if altered.any():
         problems.append(f"{int(altered.any(1).sum())} rows emit an accepted-draft position that is not the draft token")
     return problems, tokens

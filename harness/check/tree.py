@@ -54,6 +54,7 @@ from harness.check.sampler import (
     _softmax,
     _tests_per_position,
     call_impl,
+    padded_rows_problems,
 )
 from harness.errors import HarnessError, UnknownNameError
 from harness.stats import TestResult, binomial_event_test, samples_needed
@@ -298,23 +299,10 @@ def read_paths(out: np.ndarray, tokens: np.ndarray, shape: TreeShape) -> tuple[n
 
 def format_problems(out, tokens: np.ndarray, shape: TreeShape, V: int) -> tuple[list[str], np.ndarray | None]:
     """Structural checks of one output batch; returns (problems, output as int64 numpy or None)."""
-    B, width = tokens.shape[0], shape.max_depth + 1
-    if not isinstance(out, torch.Tensor):
-        return [f"returned {type(out).__name__}, expected a torch.Tensor [B, D+1]"], None
-    if tuple(out.shape) != (B, width):
-        return [f"returned shape {tuple(out.shape)}, expected [B, D+1] = [{B}, {width}]"], None
-    if out.is_floating_point() or out.is_complex() or out.dtype == torch.bool:
-        return [f"returned dtype {out.dtype}, expected integer token ids (int64)"], None
-    arr = out.detach().to("cpu", torch.int64).numpy()
-    problems = []
-    if arr.max() >= V or arr.min() < -1:
-        problems.append(f"token ids outside [0, {V}) (min {arr.min()}, max {arr.max()})")
-    valid = arr >= 0
-    n = valid.sum(1)
-    if (n < 1).any():
-        problems.append(f"{int((n < 1).sum())} rows emitted no token")
-    if not (valid == (np.arange(width)[None, :] < n[:, None])).all():
-        problems.append("rows with -1 padding before a token")
+    problems, arr = padded_rows_problems(out, tokens.shape[0], shape.max_depth + 1, V, "[B, D+1]")
+    if arr is None:
+        return problems, None
+    n = (arr >= 0).sum(1)
     _, on_tree = read_paths(arr, tokens, shape)
     if not on_tree[n >= 1].all():
         problems.append(f"{int((~on_tree & (n >= 1)).sum())} rows emit a path that does not follow the tree "
