@@ -47,7 +47,8 @@ def test_reference_passes_and_mutant_fails_with_every_ground_truth(reference_on,
     assert bad.verdict == "fail"
     assert any(t.reject and "T=0.7" in t.name for t in bad.tests)
     enumerate_law = ground_truth == "local"
-    assert len(good.tests) == count_tests_for_cell(ground_truth, 3, enumerate_law) + 1  # one cell + greedy
+    # one cell + the greedy cell (its prompt and its format test), all declared to the driver
+    assert len(good.tests) == count_tests_for_cell(ground_truth, 3, enumerate_law) + 2 == good.declared_tests
     assert 0 < good.detectable_tv < 0.3
 
 

@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from harness.check.config import CheckConfig
+from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
 from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
 from harness.check.report import CheckReport, deterministic_result
 from harness.engine import battery
@@ -30,6 +32,7 @@ from harness.engine.client import EngineClient, EngineError, ResponseStore, conf
 from harness.engine.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
 from harness.engine.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tokenizer_for
 from harness.errors import HarnessError
+from harness.stats import TestResult
 
 GROUND_TRUTHS = ("auto", "local", "score", "two-sample")
 GREEDY_TOKENS = 16
@@ -295,33 +298,133 @@ def _top_k(entry: dict, k: int) -> dict[int, float]:
 # ------------------------------------------------------------------------------------------ the check
 
 def _check(run: _Run, started: float) -> CheckReport:
+    """The engine level on the check engine's driver (harness.check.engine.run_battery)."""
     config = run.config
-    report = CheckReport(f"{run.model} @ {run.engine.base}", "engine", config.false_alarm_rate, math.nan, config.power,
-                         config.seed)
-    prompts = _prompts(run)
-    vocab = run.pair.vocab_size if run.pair is not None else None
-    enumerate_law = run.ground_truth == "local" and vocab <= ENUMERATION_MAX_VOCAB
-    sampling = [s for s in config.settings if s.temperature > 0]
-    greedy = any(s.temperature == 0 for s in config.settings)
-    m = len(sampling) * len(prompts) * count_tests_for_cell(run.ground_truth, run.length, enumerate_law) \
-        + greedy * len(prompts)
-    level = config.false_alarm_rate / max(1, m)
+    driver = CheckConfig(level="engine", false_alarm_rate=config.false_alarm_rate, power=config.power,
+                         seed=config.seed, samples=config.samples, stop_on_fail=config.stop_on_fail, tv=math.nan)
+    report = run_battery(EngineSource(run), driver, impl_name=f"{run.model} @ {run.engine.base}",
+                         progress=run.progress)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+@dataclasses.dataclass
+class _SamplingCell:
+    setting: Setting
+    index: int  # prompt index (seeds derive from it)
+    prompt: object  # token ids, or text for servers without a local tokenizer
+
+
+def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    """The ground truth's battery on one (prompt, setting) cell's continuations."""
+    run, data = cell.summary["_run"], cell.data
+    rows, ref_rows = trials
+    rng = np.random.default_rng([run.config.seed, data.index, int(data.setting.temperature * 1000)])
+    kw = {"level": level, "power": power, "prefix": cell.name}
+    if run.ground_truth == "local":
+        from harness.check.generation import _target64
+        from specdec_ref.generate import default_eos, eos_set
+
+        return battery.tests_for_local_target(
+            rows, list(data.prompt), model=_target64(run.pair), setting=data.setting, vocab=run.pair.vocab_size,
+            eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=cell.summary["joint_law"],
+            rng=rng, **kw)
     if run.ground_truth == "score":
-        _require_processed(run, sampling, prompts)
-    if run.store.resumed:
-        report.notes.append(f"resumed: {run.store.resumed} responses reused from {run.store.path}")
-    if greedy:
-        _greedy(run, prompts, report)
-        if config.stop_on_fail and any(t.p_value <= level for t in report.tests):
-            report.notes.append("verdict decided by greedy equality; sampling cells skipped")
-            return _finish(run, report, m, started)
-    for setting in sampling:
-        for i, prompt in enumerate(prompts):
-            _cell(run, report, setting, i, prompt, level, enumerate_law)
-            if config.stop_on_fail and any(t.p_value <= level for t in report.tests):
-                report.notes.append(f"verdict decided at {setting.label}/prompt{i}; later cells skipped")
-                return _finish(run, report, m, started)
-    return _finish(run, report, m, started)
+        prompt_ids = data.prompt if isinstance(data.prompt, list) else _prompt_ids(run, data.prompt)
+        listed = score_rows(run, prompt_ids, rows, data.setting)
+        u, off, hidden = battery.coarse_pit([c for row in listed for c in row], [t for r in rows for t in r], rng)
+        positions = np.concatenate([np.arange(len(r)) for r in rows])
+        seq_ids = np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)])
+        cell.summary.update(top_logprobs=run.config.top_logprobs, hidden_mass=hidden)
+        return battery.tests_for_pit(u, positions, seq_ids, off, length=run.length, **kw)
+    cell.summary["reference_samples"] = len(ref_rows)
+    return battery.tests_for_two_sample(rows, ref_rows, length=run.length, **kw)
+
+
+def _greedy_gating(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    return trials[0]
+
+
+def _greedy_numerics(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    return trials[1]  # near-tie divergences: numerics, reported (their prompt's gating test passes)
+
+
+ENGINE_GREEDY = Check("greedy_equality", lambda cell: len(cell.data), _greedy_gating)
+ENGINE_GREEDY_NUMERICS = Check("greedy_numerics", lambda cell: 0, _greedy_numerics, gating=False)
+ENGINE_LAW = Check("ground_truth", lambda cell: count_tests_for_cell(cell.summary["ground_truth"], cell.summary["length"],
+                                                                     cell.summary["joint_law"]) - 1,  # - format
+                   _law_tests)
+
+
+class EngineSource(TrialSource):
+    """Trials of a served engine: continuations returned over HTTP, per prompt and sampling setting."""
+
+    level = "engine"
+
+    def __init__(self, run: _Run):
+        self.run = run
+
+    def cells(self, config) -> list[Cell]:
+        run = self.run
+        self.resumed = run.store.resumed  # responses an earlier run of this configuration left in --out
+        prompts = _prompts(run)
+        vocab = run.pair.vocab_size if run.pair is not None else None
+        enumerate_law = run.ground_truth == "local" and vocab <= ENUMERATION_MAX_VOCAB
+        sampling = [s for s in run.config.settings if s.temperature > 0]
+        if run.ground_truth == "score":
+            _require_processed(run, sampling, prompts)
+        cells = []
+        if any(s.temperature == 0 for s in run.config.settings):  # first: deterministic and cheap
+            cells.append(Cell("greedy", [ENGINE_GREEDY, ENGINE_GREEDY_NUMERICS], prompts, math.nan,
+                              {"prompts": len(prompts)}))
+        for setting in sampling:
+            for i, prompt in enumerate(prompts):
+                cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW], _SamplingCell(setting, i, prompt),
+                                  math.nan, {"_run": run, "length": run.length, "ground_truth": run.ground_truth,
+                                             "setting": dataclasses.asdict(setting), "joint_law": enumerate_law}))
+        return cells
+
+    def draw(self, cell: Cell, n: int, progress):
+        run = self.run
+        if cell.name == "greedy":
+            return _greedy(run, cell)
+        data, config = cell.data, run.config
+        seed = config.seed * 1_000_003 + 1000 * data.index + int(data.setting.temperature * 100)
+        rows, reasons = sample_rows(run, run.engine, run.model, "engine", data.prompt, data.setting, n, run.length,
+                                    seed, allow_text=run.ground_truth == "two-sample")
+        ref_rows = None
+        if run.ground_truth == "two-sample":
+            ref_rows, _ = sample_rows(run, run.reference, run.reference_model, "reference", data.prompt, data.setting,
+                                      n, run.length, seed + 55_555, allow_text=True)
+        fmt = format_result(cell.name, rows, reasons, run.length, run.pair)
+        if fmt.p_value == 0.0:
+            exc = MalformedTrials(fmt.details.get("message", "malformed continuations"))
+            exc.trials = (rows, ref_rows)
+            raise exc
+        return rows, ref_rows
+
+    def count(self, trials) -> int:
+        return len(trials[0])
+
+    def finish(self, report: CheckReport, config) -> None:
+        run = self.run
+        if self.resumed:
+            report.notes.append(f"resumed: {self.resumed} responses reused from {run.store.path}")
+        greedy = next((c for c in report.cases if c["name"] == "greedy"), None)
+        if greedy:
+            report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law
+        for case in report.cases:
+            case.pop("_run", None)
+        tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and t.name.endswith(("pit_uniform", "joint"))]
+        report.target_tv = max(tvs) if tvs else math.nan
+        hidden = [c["hidden_mass"] for c in report.cases if "hidden_mass" in c]
+        report.notes.append(f"ground truth {run.ground_truth}; {run.length} new tokens per continuation")
+        if hidden:
+            report.notes.append(f"scorer lists the top {run.config.top_logprobs}: mean mass outside it "
+                                f"{max(hidden):.3g} (a pass rules out TV >= detectable TV + that mass)")
+        if run.ground_truth == "two-sample":
+            report.notes.append("two-sample tests: detectable TV is that of n_eff = n/2 draws (twice the samples "
+                                "per endpoint for the TV a local target would give)")
 
 
 def _require_processed(run: _Run, sampling: list[Setting], prompts: list) -> None:
@@ -333,43 +436,6 @@ def _require_processed(run: _Run, sampling: list[Setting], prompts: list) -> Non
         raise HarnessError(f"the scoring endpoint returns {mode} logprobs (before temperature/top-k/top-p), so it "
                            "cannot score sampling at T != 1 or with truncation: serve it with processed logprobs "
                            "(vLLM --logprobs-mode processed_logprobs), or use --ground-truth two-sample")
-
-
-def _cell(run: _Run, report: CheckReport, setting: Setting, i: int, prompt, level: float, enumerate_law: bool):
-    config, prefix = run.config, f"{setting.label}/prompt{i}"
-    seed = config.seed * 1_000_003 + 1000 * i + int(setting.temperature * 100)
-    rows, reasons = sample_rows(run, run.engine, run.model, "engine", prompt, setting, config.samples, run.length,
-                                seed, allow_text=run.ground_truth == "two-sample")
-    report.samples += len(rows)
-    report.tests.append(format_result(prefix, rows, reasons, run.length, run.pair))
-    case = {"name": prefix, "samples": len(rows), "length": run.length, "ground_truth": run.ground_truth,
-            "setting": dataclasses.asdict(setting)}
-    rng = np.random.default_rng([config.seed, i, int(setting.temperature * 1000)])
-    kw = {"level": level, "power": config.power, "prefix": prefix}
-    if run.ground_truth == "local":
-        from harness.check.generation import _target64
-        from specdec_ref.generate import default_eos, eos_set
-
-        clean = [r for r in rows if all(0 <= t < run.pair.vocab_size for t in r)]
-        report.tests += battery.tests_for_local_target(
-            clean, list(prompt), model=_target64(run.pair), setting=setting, vocab=run.pair.vocab_size,
-            eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=enumerate_law, rng=rng, **kw)
-        case["joint_law"] = enumerate_law
-    elif run.ground_truth == "score":
-        prompt_ids = prompt if isinstance(prompt, list) else _prompt_ids(run, prompt)
-        listed = score_rows(run, prompt_ids, rows, setting)
-        tokens = [t for r in rows for t in r]
-        u, off, hidden = battery.coarse_pit([c for row in listed for c in row], tokens, rng)
-        positions = np.concatenate([np.arange(len(r)) for r in rows])
-        seq_ids = np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)])
-        report.tests += battery.tests_for_pit(u, positions, seq_ids, off, length=run.length, **kw)
-        case.update(top_logprobs=config.top_logprobs, hidden_mass=hidden)
-    else:
-        ref_rows, _ = sample_rows(run, run.reference, run.reference_model, "reference", prompt, setting,
-                                  config.samples, run.length, seed + 55_555, allow_text=True)
-        report.tests += battery.tests_for_two_sample(rows, ref_rows, length=run.length, **kw)
-        case["reference_samples"] = len(ref_rows)
-    report.cases.append(case)
 
 
 def _prompt_ids(run: _Run, text: str) -> list[int]:
@@ -395,12 +461,12 @@ def format_result(prefix: str, rows: list[list[int]], reasons: list[str], length
     return deterministic_result(f"{prefix}/format", not problems, n=len(rows), message="; ".join(problems))
 
 
-def _greedy(run: _Run, prompts: list, report: CheckReport) -> None:
+def _greedy(run: _Run, cell: Cell) -> tuple[list[TestResult], list[TestResult], list[dict]]:
     """Token equality at T = 0 with the reference endpoint (else the local target); divergences classified."""
     from harness.check.generation import _divergence, greedy_target
 
     greedy, text = Setting(0.0), run.ground_truth == "two-sample"  # text: servers without ids compare texts
-    found = []
+    prompts, gating, advisory, found = cell.data, [], [], []
     for i, prompt in enumerate(prompts):
         got = sample_rows(run, run.engine, run.model, "engine-greedy", prompt, greedy, 1, GREEDY_TOKENS, 0,
                           allow_text=text)[0][0]
@@ -418,22 +484,10 @@ def _greedy(run: _Run, prompts: list, report: CheckReport) -> None:
             finding = _divergence(run.pair, list(prompt), want, got, pos)
             found.append({"prompt": i, **finding})
         result = battery.greedy_result(f"greedy/prompt{i}", want, got, finding)
-        (report.advisories if finding and finding["kind"] == "numerics (near-tie)" else report.tests).append(result)
-    report.cases.append({"name": "greedy", "prompts": len(prompts), "divergences": found,
-                         "reference": "reference endpoint" if run.reference is not None else "local target"})
-
-
-def _finish(run: _Run, report: CheckReport, m: int, started: float) -> CheckReport:
-    tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and t.name.endswith(("pit_uniform", "joint"))]
-    report.target_tv = max(tvs) if tvs else math.nan
-    hidden = [c["hidden_mass"] for c in report.cases if "hidden_mass" in c]
-    report.notes.append(f"{m} gating tests planned, Holm at family-wise {run.config.false_alarm_rate:g}; ground truth "
-                        f"{run.ground_truth}; {run.length} new tokens per continuation")
-    if hidden:
-        report.notes.append(f"scorer lists the top {run.config.top_logprobs}: mean mass outside it {max(hidden):.3g} "
-                            "(a pass rules out TV >= detectable TV + that mass)")
-    if run.ground_truth == "two-sample":
-        report.notes.append("two-sample tests: detectable TV is that of n_eff = n/2 draws (twice the samples per "
-                            "endpoint for the TV a local target would give)")
-    report.seconds = time.perf_counter() - started
-    return report.decide()
+        if finding and finding["kind"] == "numerics (near-tie)":  # reported; the prompt's gating test passes
+            advisory.append(result)
+            result = battery.greedy_result(f"greedy/prompt{i}", want, want, None)
+        gating.append(result)
+    cell.summary.update(divergences=found,
+                        reference="reference endpoint" if run.reference is not None else "local target")
+    return gating, advisory, found
