@@ -1,7 +1,9 @@
-"""Statistical losslessness checks of an implementation: sampler level (§1a), generation level (§1b), and
-one tree verification step (docs/CONTRACT-tree.md, `tree.run_tree_check`).
+"""Statistical losslessness checks, all on one engine (`engine.run_battery`, configured by `config.CheckConfig`).
 
-`sampler.run_sampler_check`, `generation.run_generation_check` and `tree.run_tree_check` return a `CheckReport`; Holm over
-every gating test sets the verdict at the suite false-alarm rate; each test states the smallest
-discrepancy it detects.
+Trial sources: `sampler` (one §1a verification step, chain or block family), `draft_step` (the
+implementation draws its own drafts), `tree` (one tree step, docs/CONTRACT-tree.md), `generation` (a whole
+§1b generate()), and the engine level in harness/engine (a served engine over HTTP). Each returns a
+`CheckReport`: Holm over every gating test sets the verdict at the family-wise false-alarm rate, each test
+states the smallest discrepancy it detects, and a plan too small to promise a useful one is INCONCLUSIVE.
+`sequential` adds anytime-valid early stopping at the sampler level.
 """
