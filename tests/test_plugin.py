@@ -25,6 +25,14 @@ def test_reference(assert_lossless):
 
 
 @pytest.mark.specdec
+def test_block_and_tree_fixtures(assert_lossless_block, assert_lossless_tree):
+    from specdec_ref.adapters import block_verify, tree_verify_topk
+
+    assert assert_lossless_block(block_verify, cases=["anti-logits"]).family == "block"
+    assert assert_lossless_tree(tree_verify_topk, cases=["wr-b3-d2"]).verdict == "pass"
+
+
+@pytest.mark.specdec
 def test_mutant(assert_lossless):
     with pytest.raises(AssertionError, match="is not lossless"):
         assert_lossless(always_accept, cases=["anti-logits"])
@@ -34,7 +42,7 @@ def test_mutant(assert_lossless):
 def test_plugin_fixtures_options_and_header(pytester):
     pytester.makepyfile(test_user=USER_TESTS)
     result = pytester.runpytest_inprocess("--specdec-seed", "7", "--strict-markers")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["specdec: seed=7*"])
 
 
