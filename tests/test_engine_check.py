@@ -77,3 +77,16 @@ def test_two_sample_works_on_text_when_the_server_returns_no_ids():
                                                settings=(Setting(1.0),)))
     # 300 samples against 300 cannot promise a TV below the ceiling: not failed, and honestly not a PASS
     assert report.verdict == "inconclusive" and report.samples == 300 and not any(t.reject for t in report.tests)
+
+
+def test_sampling_parameters_reach_the_server_and_a_parameter_bug_is_caught_over_http():
+    """Issue 13 over HTTP: min_p and logit_bias are sent (OpenAI / vLLM request names), the served reference
+    honours them and passes; a server whose draft alone sees the logit bias fails."""
+    setting = Setting(0.8, min_p=0.05, logit_bias=((5, 1.5),))
+    kw = dict(pair="toy-low", ground_truth="local", samples=1200, prompts=1, chunk=600, settings=(setting,), seed=4)
+    with serving(generate, get_pair("toy-low")) as good, serving(get("logit_bias_draft_only").fn, get_pair("toy-low")) as bad:
+        ok = run_engine_check(EngineConfig(endpoint=good.url + "/v1", **kw))
+        broken = run_engine_check(EngineConfig(endpoint=bad.url + "/v1", **kw))
+    assert ok.verdict == "pass", [t.name for t in ok.tests if t.reject]
+    assert broken.verdict == "fail"
+    assert "min_p=0.05" in ok.cases[0]["name"]

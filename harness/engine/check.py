@@ -208,7 +208,23 @@ def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed
         body["top_p"] = setting.top_p
     if setting.top_k is not None:
         body["top_k"] = setting.top_k
+    body.update(request_parameters(setting))
     return body
+
+
+# The sampling parameters beyond temperature / top-k / top-p under their OpenAI / vLLM request names
+# (`bad_words_ids` is a token-id extension: vLLM's own `bad_words` takes strings).
+REQUEST_NAMES = {"min_p": "min_p", "logit_bias": "logit_bias", "repetition_penalty": "repetition_penalty",
+                 "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+                 "bad_words_ids": "bad_words_ids", "min_new_tokens": "min_tokens"}
+
+
+def request_parameters(setting: Setting) -> dict:
+    """The setting's extra parameters as request fields (logit_bias keys as strings, as the OpenAI API has them)."""
+    out = {}
+    for name, value in setting.extras().items():
+        out[REQUEST_NAMES[name]] = {str(k): b for k, b in value.items()} if name == "logit_bias" else value
+    return out
 
 
 def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, setting: Setting, n: int,

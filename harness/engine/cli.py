@@ -56,7 +56,7 @@ def run_verify(args, print_report, progress_bar) -> int:
                           power=args.power, seed=args.seed, samples=args.samples or 2_000, length=args.length,
                           prompts=args.prompts, top_logprobs=args.top_logprobs, chunk=args.chunk,
                           concurrency=args.concurrency, timeout_s=args.timeout_s or 120.0, retries=args.retries,
-                          out=args.out).validate()
+                          out=args.out, **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
     print_report(report, verbose=args.verbose)
@@ -66,6 +66,15 @@ def run_verify(args, print_report, progress_bar) -> int:
     if report.verdict == "inconclusive":
         return EXIT_OK if args.allow_inconclusive else EXIT_INCONCLUSIVE
     return EXIT_OK if report.verdict == "pass" else EXIT_FAIL
+
+
+def _settings(args) -> dict:
+    """`--setting` texts (the sampling parameters are sent to the server), else EngineConfig's default battery."""
+    if not getattr(args, "settings", None):
+        return {}
+    from harness.check.generation import parse_setting
+
+    return {"settings": tuple(s for text in args.settings for s in parse_setting(text))}
 
 
 def add_serve_arguments(parser) -> None:

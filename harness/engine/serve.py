@@ -54,19 +54,35 @@ class RequestError(Exception):
         self.status = status
 
 
+# Request fields of the sampling parameters beyond temperature / top-k / top-p -> generate() keywords
+# (OpenAI / vLLM names; `bad_words_ids` is a token-id extension).
+EXTRA_FIELDS = {"min_p": "min_p", "logit_bias": "logit_bias", "repetition_penalty": "repetition_penalty",
+                "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+                "bad_words_ids": "bad_words_ids", "min_tokens": "min_new_tokens"}
+
+
 @dataclasses.dataclass
 class Sampling:
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
+    extras: dict = dataclasses.field(default_factory=dict)  # generate() keywords of the optional parameters
 
     @classmethod
     def from_request(cls, body: dict) -> Sampling:
         top_k = body.get("top_k")
         top_p = body.get("top_p")
+        extras = {}
+        for field, keyword in EXTRA_FIELDS.items():
+            value = body.get(field)
+            if value in (None, {}, [], 0, 0.0) or (field == "repetition_penalty" and value == 1):
+                continue
+            extras[keyword] = ({int(k): float(b) for k, b in value.items()} if field == "logit_bias" else
+                               [[int(t) for t in w] for w in value] if field == "bad_words_ids" else
+                               int(value) if field == "min_tokens" else float(value))
         return cls(float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0),
                    None if top_k in (None, -1, 0) else int(top_k),
-                   None if top_p in (None, 1, 1.0) else float(top_p))
+                   None if top_p in (None, 1, 1.0) else float(top_p), extras)
 
 
 @dataclasses.dataclass
@@ -123,13 +139,18 @@ class GenerationBackend:
         return out
 
     def _call_impl(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling, seed: int) -> list[list[int]]:
+        from harness.check.generation import accepted_parameters
+
+        missing = sorted(set(sampling.extras) - accepted_parameters(self.impl))
+        if missing:
+            raise RequestError(f"the served implementation does not take {', '.join(missing)}")
         with self.lock:
             # The hook lives only for the call: targets can be shared between pairs (and deep-copied)
             hook = self.pair.target.register_forward_pre_hook(self._count_call)
             try:
                 out = self.impl(self.pair.target, self.pair.draft, ids, max_new_tokens=max_tokens, gamma=self.gamma,
                                 temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                                seed=seed)
+                                seed=seed, **sampling.extras)
             finally:
                 hook.remove()
             rows = [[t for t in row if t >= 0] for row in out.detach().cpu().tolist()]
@@ -156,6 +177,8 @@ class GenerationBackend:
         return out
 
     def _law(self, logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+        if sampling.extras and self.logprobs_mode != "raw_logprobs":  # the history-dependent parameters
+            raise RequestError(f"processed logprobs under {', '.join(sorted(sampling.extras))} are not served")
         if self.logprobs_mode == "raw_logprobs":
             return torch.log_softmax(logits, dim=-1)
         probs = logits_to_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
