@@ -106,6 +106,20 @@ class TrialSource:
         """Run-level advisories and notes after every cell (e.g. reproducibility)."""
 
 
+def select(chosen: list | None, catalogue: list, kind: str) -> list:
+    """Entries of `catalogue` (objects with a .name) by name, or given objects as they are; None: all of it.
+    Unknown names raise UnknownNameError ("Did you mean ...?", exit 2)."""
+    if not chosen:
+        return list(catalogue)
+    by_name = {c.name: c for c in catalogue}
+    unknown = [c for c in chosen if isinstance(c, str) and c not in by_name]
+    if unknown:
+        from harness.errors import UnknownNameError
+
+        raise UnknownNameError(kind, unknown[0], list(by_name))
+    return [by_name[c] if isinstance(c, str) else c for c in chosen]
+
+
 def plan_cell(cell: Cell, level: float, power: float) -> int:
     demands = [c.samples_for(cell, cell.tv, level, power) for c in cell.checks if c.samples_for]
     return max([1, *demands])

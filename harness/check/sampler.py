@@ -41,6 +41,7 @@ from harness.check.engine import (
     MalformedTrials,
     TrialSource,
     run_battery,
+    select,
 )
 from harness.check.report import CheckReport, deterministic_result
 from harness.errors import HarnessError
@@ -719,15 +720,7 @@ def add_case_results(report: CheckReport, plan: CasePlan, tokens: np.ndarray | N
 
 def _select(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:
     """Case names (from CASES) or SamplerCase objects (e.g. `custom_case`); None: all of CASES."""
-    if not cases:
-        return list(CASES)
-    by_name = {c.name: c for c in CASES}
-    unknown = [c for c in cases if isinstance(c, str) and c not in by_name]
-    if unknown:
-        from harness.errors import UnknownNameError
-
-        raise UnknownNameError("sampler case", unknown[0], list(by_name))
-    return [by_name[c] if isinstance(c, str) else c for c in cases]
+    return select(cases, CASES, "sampler case")
 
 
 def custom_case(name: str, p: np.ndarray, q: np.ndarray, description: str = "", tv: float | None = None) -> SamplerCase:

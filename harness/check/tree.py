@@ -44,6 +44,7 @@ from harness.check.engine import (
     MalformedTrials,
     TrialSource,
     run_battery,
+    select,
 )
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import (
@@ -56,7 +57,7 @@ from harness.check.sampler import (
     call_impl,
     padded_rows_problems,
 )
-from harness.errors import HarnessError, UnknownNameError
+from harness.errors import HarnessError
 from harness.stats import TestResult, binomial_event_test, samples_needed
 from specdec_ref.errors import SpecDecInputError
 from specdec_ref.tree import SCHEMES, TreeShape, sibling_laws, tree_shape, validate_tree
@@ -545,13 +546,7 @@ class TreeSource(TrialSource):
 
 
 def select_cases(cases: list[str | TreeCase] | None) -> list[TreeCase]:
-    if not cases:
-        return list(CASES)
-    by_name = {c.name: c for c in CASES}
-    unknown = [c for c in cases if isinstance(c, str) and c not in by_name]
-    if unknown:
-        raise UnknownNameError("tree case", unknown[0], list(by_name))
-    return [by_name[c] if isinstance(c, str) else c for c in cases]
+    return select(cases, CASES, "tree case")
 
 
 def _run_case(impl, plan: TreePlan, generator, dtype):
