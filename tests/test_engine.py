@@ -109,6 +109,11 @@ def test_false_alarm_rate_flag_and_deprecated_alpha(capsys):
     (["--samples", "-3"], "--samples must be >= 1"),
     (["--false-alarm-rate", "1.5"], "false-alarm rate must be in (0, 1)"),
     (["--tv", "0"], "--tv must be in (0, 1)"),
+    (["--inconclusive-tv", "1.5"], "--inconclusive-tv must be in (0, 1)"),
+    (["--max-rows", "0"], "--max-rows must be >= 1"),
+    (["--sequential", "--family", "tree"], "--sequential is available for the sampler-level verify step"),
+    (["--family", "tree", "--step", "draft_and_verify"], "--family tree takes --step verify"),
+    (["--step", "draft"], "invalid choice: 'draft'"),
 ])
 def test_bad_settings_exit_2_with_one_line(argv, message, capsys):
     assert main(["verify", "--impl", "specdec_ref.adapters:verify", *argv]) == 2
