@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import torch
 
+# Vocabularies at least this wide are searched in two levels (block sums, then one block), which
+# reads each row once instead of writing a float64 cumulative sum of it.
+_BLOCK = 256
+_TWO_LEVEL_MIN_V = 16 * _BLOCK
+
 
 def sample_from_uniform(
     probs: torch.Tensor,  # [B, V] float, rows sum to 1 (need not be exactly normalized)
@@ -18,17 +23,50 @@ def sample_from_uniform(
 
     Tokens of probability zero can never be returned: the cumulative sum is flat across them,
     and float rounding at the top end (u · total ≥ the last partial sum) is sent back to the last
-    token with positive mass.
+    token with positive mass. A row with no mass at all gives -1.
+
+    Wide rows are searched in two levels: the block of 256 tokens where the cumulative block sums
+    pass u · total, then the token inside that block (float64 within the block). In exact
+    arithmetic this is the same index as one cumulative sum over the row.
     """
-    cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # [B, V]; float64: no visible rounding at V = 150k
-    target = (u.to(torch.float64) * cdf[:, -1]).unsqueeze(-1)  # [B, 1]
-    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)  # [B]
+    V = probs.shape[-1]
+    if V < _TWO_LEVEL_MIN_V or probs.dim() != 2:
+        cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # [B, V]; float64: no visible rounding at V = 150k
+        target = (u.to(torch.float64) * cdf[:, -1]).unsqueeze(-1)  # [B, 1]
+        idx = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=V - 1)  # [B]
+    else:
+        idx = _two_level_search(probs, u)
     landed_on_zero = probs.gather(-1, idx.unsqueeze(-1)).squeeze(-1) <= 0  # only at the rounding edge
     if bool(landed_on_zero.any()):
         rows = landed_on_zero.nonzero().squeeze(-1)
-        positions = torch.arange(probs.shape[-1], device=probs.device)
+        positions = torch.arange(V, device=probs.device)
         idx[rows] = torch.where(probs[rows] > 0, positions, -1).amax(dim=-1)
     return idx
+
+
+def _two_level_search(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # [B, V], [B] -> [B]
+    B, V = probs.shape
+    n_full = V // _BLOCK
+    head = probs[:, : n_full * _BLOCK].unflatten(-1, (n_full, _BLOCK))  # [B, n_full, 256], a view
+    block_mass = head.sum(dim=-1).to(torch.float64)  # [B, n_full]
+    if n_full * _BLOCK < V:  # the last, shorter block
+        tail = probs[:, n_full * _BLOCK:].sum(dim=-1, dtype=torch.float64, keepdim=True)  # [B, 1]
+        block_mass = torch.cat([block_mass, tail], dim=-1)
+    block_cdf = block_mass.cumsum(dim=-1)  # [B, n_blocks]
+    target = u.to(torch.float64) * block_cdf[:, -1]  # [B]
+    n_blocks = block_cdf.shape[-1]
+    block = torch.searchsorted(block_cdf, target.unsqueeze(-1), right=True).squeeze(-1).clamp_(max=n_blocks - 1)
+    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp_min(0).unsqueeze(-1)).squeeze(-1), 0.0)
+    # The chosen block's entries, zero-padded to 256 where the last block is shorter.
+    offsets = block.unsqueeze(-1) * _BLOCK + torch.arange(_BLOCK, device=probs.device)  # [B, 256]
+    inside = offsets < V
+    entries = probs.gather(-1, offsets.clamp(max=V - 1)).to(torch.float64).masked_fill_(~inside, 0.0)
+    within = entries.cumsum(dim=-1)  # [B, 256]
+    # The block's own sum can round below target − before: the search then lands past the block's
+    # end and is sent back to its last entry (zero-mass entries are handled by the caller).
+    pos = torch.searchsorted(within, (target - before).unsqueeze(-1), right=True).squeeze(-1)
+    last = inside.sum(dim=-1) - 1  # [B]
+    return block * _BLOCK + torch.minimum(pos, last)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
