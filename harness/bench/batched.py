@@ -70,8 +70,11 @@ def generation_check(pair, *, samples: int, gamma: int, seed: int = 0) -> dict:
 
     report = run_generation_check(generate, pair, impl_name="specdec_ref.adapters:generate", samples=samples,
                                   gamma=gamma, seed=seed)
+    length = max((c.get("length", 0) for c in report.cases), default=0)
+    sampled = sum(c.get("samples", 0) for c in report.cases if "length" in c)  # the sampling cells' rows
     return {"verdict": report.verdict, "samples": report.samples, "seconds": report.seconds,
-            "tests": len(report.tests), "detectable_tv": report.target_tv, "notes": list(report.notes)}
+            "tests": len(report.tests), "detectable_tv": report.target_tv, "notes": list(report.notes),
+            "sampled_rows": sampled, "length": length, "tokens_per_s": sampled * length / report.seconds}
 
 
 def markdown(result: dict) -> str:
@@ -83,9 +86,15 @@ def markdown(result: dict) -> str:
         lines += ["", "## Generation-level check of the reference", "",
                   f"**{c['verdict'].upper()}** on {c['samples']} samples ({c['tests']} gating tests) in "
                   f"**{c['seconds']:.0f} s** wall; detectable TV {c['detectable_tv']:.3g}.", ""]
+        if "tokens_per_s" in c:
+            lines += [f"{c['sampled_rows']} sampled sequences × {c['length']} tokens in the check: "
+                      f"**{c['tokens_per_s']:.1f} tokens/s** end to end (generation, teacher-forced scoring, the "
+                      "greedy cell and the statistics)"
+                      + (f", against transformers' {t['transformers']['tokens_per_s']:.1f} tokens/s for sampling "
+                         f"alone (ratio {t['transformers']['tokens_per_s'] / c['tokens_per_s']:.2f})." if t else "."), ""]
         lines += [f"- {n}" for n in c["notes"]]
-    lines += ["", "Reproduce (each part, alone under the heavy-job lock):", ""]
-    lines += [f"- {part}: `{cmd}`" for part, cmd in result.get("commands", {}).items()]
+    lines += ["", "Every number above was measured by this one run. Reproduce (alone on the machine):", "",
+              f"    {result['command']}"]
     return "\n".join(lines + [""])
 
 
@@ -93,7 +102,7 @@ def _throughput_lines(result: dict, t: dict) -> list[str]:
     setup = t["setup"]
     lines = [f"Pair **{result['pair']}**, {setup['prompt_tokens']}-token prompt, {setup['length']} new tokens per "
              f"row, γ = {setup['gamma']}, T = {setup['temperature']:g}, EOS off; torch threads = {result['threads']}; "
-             "a shared machine (other agents' jobs running), this run alone under the heavy-job lock.", "",
+             f"load average {result.get('load_before', '?')} before this run (other jobs slow every row alike).", "",
              "| path | rows | tokens | seconds | tokens/s | target calls | draft calls |", "|---|---|---|---|---|---|---|"]
     for key, label in (("batched", "reference, one KV cache for the batch"),
                        ("transformers", "transformers `generate(do_sample=True)`"),
@@ -116,25 +125,29 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m harness.bench.batched", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="smollm2")
-    parser.add_argument("--rows", type=int, default=250, help="sequences in the throughput comparison; 0: skip")
+    parser.add_argument("--rows", type=int, default=1000,
+                        help="sequences in the throughput comparison (default: the check's 4 cells x 250); 0: skip")
     parser.add_argument("--length", type=int, default=16)
     parser.add_argument("--gamma", type=int, default=3)
     parser.add_argument("--samples", type=int, default=250, help="per sampling cell of the check (4 cells); 0: skip")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (2 was 10x slower on a loaded 2-core box)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (measure on an otherwise idle machine)")
     parser.add_argument("--out", default="results/bench/batched")
     args = parser.parse_args(argv)
     command = "python -m harness.bench.batched " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
         torch.set_num_threads(args.threads)
         pair = get_pair(args.pair)
-        result = {"pair": args.pair, "threads": args.threads,
+        import os
+
+        result = {"pair": args.pair, "threads": args.threads, "command": command,
+                  "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
                   "provenance": provenance(seed=0, dtype=str(pair.target.dtype).removeprefix("torch."))}
         if args.rows:
             result["throughput"] = throughput(pair, rows=args.rows, length=args.length, gamma=args.gamma)
-            _write(result, args.out, command)  # the throughput part survives a check that is cut short
+            _write(result, args.out)  # the throughput part survives a check that is cut short
         if args.samples:
             result["check"] = generation_check(pair, samples=args.samples, gamma=args.gamma)
-            _write(result, args.out, command)
+            _write(result, args.out)
     except (HarnessError, ValueError) as exc:
         print(f"batched: error: {exc}", file=sys.stderr)
         return 2
@@ -142,23 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _write(result: dict, out: str, command: str) -> None:
-    """Write batched.json + report.md; a part this run skipped is kept from an earlier run of the same pair."""
-    import json
+def _write(result: dict, out: str) -> None:
+    """Write batched.json + report.md with this run's parts only (a part it skipped is absent, never
+    taken from an earlier run)."""
     from pathlib import Path
 
     from harness.records import atomic_write_json, atomic_write_text
 
-    path = Path(out) / "batched.json"
-    earlier = json.loads(path.read_text()) if path.exists() else {}
-    commands = dict(earlier.get("commands", {})) if earlier.get("pair") == result["pair"] else {}
-    for part in ("throughput", "check"):
-        if part in result:
-            commands[part] = command
-        elif part in earlier and earlier.get("pair") == result["pair"]:
-            result[part] = earlier[part]
-    result["commands"] = commands
-    atomic_write_json(path, result)
+    atomic_write_json(Path(out) / "batched.json", result)
     atomic_write_text(Path(out) / "report.md", markdown(result))
 
 

@@ -35,7 +35,10 @@ CALIBRATION_TV = 0.1
 CALIBRATION_WIDE_TV = 0.2  # the V = 32,000 case, whose rows cost ~30-300× the others'
 
 
-def calibration_cases() -> list:
+def calibration_cases(tv: float | None = CALIBRATION_TV) -> list:
+    """The calibration battery: the default cases, or (tv given) every case planned at that TV."""
+    if tv is None:
+        return list(CASES)
     return [dataclasses.replace(c, tv=CALIBRATION_WIDE_TV) if c.vocab >= 10_000 else c for c in CASES]
 
 
@@ -44,6 +47,7 @@ class Task:
     name: str  # registered sampler implementation
     purpose: str  # "calibrate" | "power"
     seed: int
+    calibration_tv: float | None = CALIBRATION_TV  # None: the default plan (every case at its own TV)
 
 
 def fixed_plan_samples(seed: int, tv: float = TARGET_TV, false_alarm_rate: float = GATE, power: float = 0.99) -> int:
@@ -61,10 +65,11 @@ def run_task(task: Task) -> dict:
     started = time.perf_counter()
     calibrate = task.purpose == "calibrate"
     report = run_sampler_check_sequential(get(task.name).fn, impl_name=task.name, false_alarm_rate=GATE,
-                                          seed=task.seed, tv=CALIBRATION_TV if calibrate else TARGET_TV,
-                                          cases=calibration_cases() if calibrate else None)
+                                          seed=task.seed, tv=(task.calibration_tv or TARGET_TV) if calibrate
+                                          else TARGET_TV, cases=calibration_cases(task.calibration_tv) if calibrate
+                                          else None)
     anytime = [t for t in report.tests if t.details.get("anytime_valid")]
-    cases = calibration_cases() if calibrate else list(CASES)
+    cases = calibration_cases(task.calibration_tv) if calibrate else list(CASES)
     planned = sum(c["planned_rows"] for c in report.cases)
     early = report.samples < planned
     return {"name": task.name, "purpose": task.purpose, "seed": task.seed, "fail": report.verdict == "fail",
@@ -75,13 +80,14 @@ def run_task(task: Task) -> dict:
             "seconds": time.perf_counter() - started}
 
 
-def tasks(calibration_seeds: int, variant_seeds: int, power_seeds: int, below_seeds: int) -> list[Task]:
+def tasks(calibration_seeds: int, variant_seeds: int, power_seeds: int, below_seeds: int,
+          calibration_tv: float | None = CALIBRATION_TV) -> list[Task]:
     from harness.mutants.registry import implementations
 
-    out = [Task("reference_verify", "calibrate", 10_000 + s) for s in range(calibration_seeds)]
+    out = [Task("reference_verify", "calibrate", 10_000 + s, calibration_tv) for s in range(calibration_seeds)]
     for impl in implementations(level="sampler"):
         if impl.kind in ("equivalent", "wasteful"):
-            out += [Task(impl.name, "calibrate", 20_000 + s) for s in range(variant_seeds)]
+            out += [Task(impl.name, "calibrate", 20_000 + s, calibration_tv) for s in range(variant_seeds)]
         elif impl.kind == "mutant":
             below = below_resolution(_exact_tvs(impl), TARGET_TV)
             out += [Task(impl.name, "power", s) for s in range(below_seeds if below else power_seeds)]
@@ -162,7 +168,7 @@ def _markdown(result: dict, meta: dict, command: str) -> str:
     lines = ["# Sequential (anytime-valid) sampler check: calibration and power", "",
              f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · torch "
              f"{meta['versions']['torch']} · wall {result['seconds']:.0f} s on {result['workers']} worker processes "
-             "(a shared machine, run under its heavy-job lock)", "",
+             f"(load average {result.get('load_before', '?')} when it started)", "",
              f"Command: `{command}`", "",
              "Method: harness.check.sequential. Every case advances in rounds to the same growing fraction of "
              "its plan (1/1000, then ×1.15); after every chunk the e-processes are updated; a run stops at the "
@@ -170,7 +176,10 @@ def _markdown(result: dict, meta: dict, command: str) -> str:
              "or support failure, or at the planned rows, where Holm over all M tests decides.", ""]
     if s["calibration"]:
         lines += ["## Calibration (must pass: false alarms under continuous monitoring)", "",
-                  f"Battery: every case planned at TV {CALIBRATION_TV} (V = 32,000 at {CALIBRATION_WIDE_TV}). "
+                  (f"Battery: every case planned at TV {result['calibration_tv']} (V = 32,000 at {CALIBRATION_WIDE_TV}). "
+                   if result.get("calibration_tv") else "Battery: the default plan of `specdec verify` (TV 0.02; "
+                   "V = 32,000 at its own 0.05), the rows a user's run draws. ")
+                  +
                   "'family anytime p ≤ x': runs whose smallest e-process p-value 1/sup e, times M, reached x at any "
                   "look (Ville: ≤ x); 'failed': verdict fail at the gate (sequential crossing or final Holm).", "",
                   f"Criterion: false alarms at the gate consistent with ≤ {GATE:g} (one-sided binomial p ≥ 0.01). **"
@@ -207,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="false alarms of the reference and the variants")
     parser.add_argument("--power", action="store_true", help="samples to verdict of every sampler mutant")
     parser.add_argument("--calibration-seeds", type=int, default=200)
+    parser.add_argument("--calibration-tv", default=str(CALIBRATION_TV),
+                        help="plan the calibration battery at this TV, or 'default' for the default plan (TV 0.02)")
     parser.add_argument("--variant-seeds", type=int, default=3)
     parser.add_argument("--power-seeds", type=int, default=20)
     parser.add_argument("--below-resolution-seeds", type=int, default=2)
@@ -215,17 +226,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.calibrate or args.power):
         parser.error("give --calibrate and/or --power")
+    calibration_tv = None if args.calibration_tv == "default" else float(args.calibration_tv)
     task_list = [t for t in tasks(args.calibration_seeds, args.variant_seeds, args.power_seeds,
-                                  args.below_resolution_seeds)
+                                  args.below_resolution_seeds, calibration_tv)
                  if (t.purpose == "calibrate" and args.calibrate) or (t.purpose == "power" and args.power)]
     command = "python -m harness.check.sequential " + " ".join(argv if argv is not None else sys.argv[1:])
+    import os
+
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     started, runs = time.perf_counter(), []
     for purpose in ("power", "calibrate"):  # power first (short); the report is rewritten after each phase
         phase = [t for t in task_list if t.purpose == purpose]
         if phase:
             runs += run_study(phase, args.workers)
             result = {"runs": runs, "summary": summarise(runs), "seconds": time.perf_counter() - started,
-                      "workers": args.workers}
+                      "workers": args.workers, "calibration_tv": calibration_tv,
+                      "load_before": load_before}
             path = write_report(result, args.out, command)
     print(f"wrote {path}")
     summary = result["summary"]
