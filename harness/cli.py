@@ -98,7 +98,12 @@ def _cmd_verify(args) -> int:
         print("specdec: warning: --alpha is deprecated (α is the acceptance rate everywhere else): use "
               "--false-alarm-rate", file=sys.stderr)
         args.false_alarm_rate = args.alpha
-    config = from_args(CheckConfig, args, cases=args.cases).validate()
+    config = from_args(CheckConfig, args, cases=args.cases)
+    if args.vary:
+        return _verify_matrix(args, config)
+    if args.scheduler or args.workers or args.resume:
+        raise HarnessError("--scheduler, --workers and --resume go with --vary (a matrix of configurations)")
+    config.validate()
     preflight.common(args)
     if args.level == "generation":
         preflight.pair(args.pair, args.target, args.draft)
@@ -118,6 +123,54 @@ def _cmd_verify(args) -> int:
         return EXIT_OK
     print(f"specdec: FAIL: {fail_line(report)}", file=sys.stderr)
     return EXIT_FAIL
+
+
+def _verify_matrix(args, base) -> int:
+    """`specdec verify --vary FIELD=V1,V2 ...`: the cross product, here or on dask workers (harness.check.matrix)."""
+    from pathlib import Path
+
+    from harness.check.api import contract_of, planned_rows, resolve
+    from harness.check.matrix import expand, parse_vary, run_matrix, write
+    from harness.executor import Journal
+    from harness.records import atomic_write_json
+
+    vary = parse_vary(args.vary)
+    configs = expand(base, vary)
+    preflight.common(args)
+    for config in configs:  # every usage error before anything runs
+        if config.level == "generation":
+            preflight.pair(config.pair, config.target, config.draft)
+        resolve(config.impl, contract_of(config))
+        planned_rows(config)  # sampler level: unknown --cases, impossible plans
+    journal = Journal(Path(args.matrix_out) / "cells.jsonl", fresh=not args.resume)
+    with Progress(len(configs), "verify matrix", unit="configs") as bar:
+        def progress(done, total):
+            bar.update(done - bar.n)
+
+        result = run_matrix(configs, vary, scheduler=args.scheduler, workers=args.workers, journal=journal,
+                            threads=args.threads, progress=progress)
+    command = "specdec verify " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "specdec verify"
+    path = write(result, args.matrix_out, command)
+    print(f"\nverify matrix: {len(configs)} configurations on {result.executor}, {result.seconds:.0f} s")
+    for cell in result.cells:
+        label = " ".join(f"{k}={v}" for k, v in cell["config"].items())
+        tv = cell.get("detectable_tv")
+        tail = f"detectable TV {tv:.3g}, {cell.get('samples')} samples" if tv is not None and tv == tv else ""
+        extra = cell.get("message") or ""
+        print(f"  {cell['verdict'].upper():<12} {label}  {tail}{'; ' if tail and extra else ''}{extra}"
+              + ("  (from the journal)" if cell["resumed"] else ""))
+    print(f"  report: {path}")
+    if args.json:
+        atomic_write_json(args.json, result.to_dict())
+        print(f"  report written to {args.json}")
+    code = result.exit_code(args.allow_inconclusive)
+    if code == EXIT_FAIL:
+        print(f"specdec: FAIL: {sum(c['verdict'] == 'fail' for c in result.cells)} of {len(configs)} "
+              "configurations are not lossless", file=sys.stderr)
+    elif code == EXIT_USAGE:
+        print("specdec: error: " + next(c["message"] for c in result.cells if c["verdict"] == "error"),
+              file=sys.stderr)
+    return code
 
 
 def fail_line(report) -> str:
@@ -248,6 +301,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads(p)
     p.add_argument("--json", help="write the machine-readable report here")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
+    g = p.add_argument_group("a matrix of configurations (harness.check.matrix)")
+    g.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
+                   help="run the cross product of these values of a verify field (repeatable), e.g. "
+                   "--vary impl=a:f,b:g --vary gamma=1,3; one --vary setting=... per sampling setting")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="with --vary: run the cells on this dask scheduler's workers")
+    g.add_argument("--workers", type=int, metavar="N", help="with --vary: run the cells on a local dask cluster")
+    g.add_argument("--matrix-out", default="results/verify-matrix", metavar="DIR",
+                   help="with --vary: report.md, matrix.json and the cell journal cells.jsonl")
+    g.add_argument("--resume", action="store_true", help="with --vary: keep the finished cells of --matrix-out's "
+                   "journal (the report marks them)")
     p.set_defaults(func=_cmd_verify)
     from harness.engine import cli as engine_cli  # engine level: serve / probe subcommands, verify flags
 

@@ -168,6 +168,19 @@ KINDS = [
     ("bench-unknown-pair", lambda t: ["bench", "--pair", "toyy", "--out", str(t)], 2, "Did you mean 'toy'"),
     ("numerics-too-long", lambda t: ["numerics", "--pair", "toy", "--max-new-tokens", "500", "--out", str(t)], 2,
      "context"),
+    ("vary-unknown-field", lambda t: _verify("specdec_ref.adapters:verify", *FAST, "--vary", "gama=1,3",
+                                             "--matrix-out", str(t)), 2, "did you mean 'gamma'"),
+    ("vary-bad-value", lambda t: _verify("specdec_ref.adapters:verify", *FAST, "--vary", "seed=0,one",
+                                         "--matrix-out", str(t)), 2, "bad value 'one'"),
+    ("vary-invalid-configuration", lambda t: _verify("specdec_ref.adapters:verify", *FAST, "--vary", "tv=0.02,-1",
+                                                     "--matrix-out", str(t)), 2, "--tv"),
+    ("vary-unknown-impl", lambda t: _verify("specdec_ref.adapters:verify", *FAST, "--vary",
+                                            "impl=specdec_ref.adapters:verify,no_such_module:verify",
+                                            "--matrix-out", str(t)), 2, "cannot import module"),
+    ("vary-matrix-out-unwritable", lambda t: _verify("specdec_ref.adapters:verify", *FAST, "--vary", "seed=0,1",
+                                                     "--matrix-out", str(_a_file(t))), 2, "cell journal"),
+    ("scheduler-without-vary", lambda t: _verify("specdec_ref.adapters:verify", *FAST, "--workers", "2"), 2,
+     "go with --vary"),
 ]
 
 
