@@ -90,7 +90,7 @@ def test_matrix_on_a_local_dask_cluster_matches_in_process():
     there = matrix.run_matrix(configs, vary, workers=2, threads=1)
     assert there.executor == "a local dask cluster of 2 workers"
     assert _verdicts(there) == _verdicts(here)
-    for a, b in zip(here.cells, there.cells):  # same seeds: the same draws, the same statistics
+    for a, b in zip(here.cells, there.cells, strict=True):  # same seeds: the same draws, the same statistics
         assert a["samples"] == b["samples"]
         assert [t["p_value"] for t in a["report"]["tests"]] == [t["p_value"] for t in b["report"]["tests"]]
 

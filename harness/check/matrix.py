@@ -92,7 +92,7 @@ def expand(base: CheckConfig, vary: list[tuple[str, list[Any]]]) -> list[CheckCo
     configs = []
     for combo in itertools.product(*(values for _, values in vary)):
         changes = {}
-        for (name, _), value in zip(vary, combo):
+        for (name, _), value in zip(vary, combo, strict=True):
             changes[name] = [value] if name in _LIST_FIELDS else value
         configs.append(dataclasses.replace(base, **changes).validate())
     return configs
@@ -174,13 +174,13 @@ def run_matrix(configs: list[CheckConfig], vary, *, scheduler: str | None = None
     if len(set(keys)) != len(keys):
         raise HarnessError("two --vary combinations give the same configuration")
     earlier = set(journal.load()) if journal is not None else set()
-    cells = {k: (c, threads) for k, c in zip(keys, configs)}
+    cells = {k: (c, threads) for k, c in zip(keys, configs, strict=True)}
     started = time.perf_counter()
     with make_executor(scheduler, workers) as executor:
         done = run_cells(executor, run_cell, cells, journal=journal, progress=progress)
     where = (f"the workers of the dask scheduler {scheduler}" if scheduler else
              f"a local dask cluster of {workers} workers" if workers else "this process")
-    rows = [{"config": describe(c, vary), "key": k, "resumed": k in earlier, **done[k]} for k, c in zip(keys, configs)]
+    rows = [{"config": describe(c, vary), "key": k, "resumed": k in earlier, **done[k]} for k, c in zip(keys, configs, strict=True)]
     return MatrixResult(rows, time.perf_counter() - started, where)
 
 
