@@ -240,7 +240,7 @@ def verify_from_uniforms(
 
 def _verify(target_probs, draft_probs, draft_tokens, u_accept, u_final, p_sum, q_sum) -> VerifyOutput:
     # The validation's row sums are the ones the rule needs: computed once. Without them the plain
-    # four-argument call is kept (tests and planted bugs patch `accept_and_final_law` with it).
+    # four-argument call is kept (a planted bug patches `_accept_and_unnormalised_law` with it).
     sums = {} if p_sum is None else {"p_sum": p_sum, "q_sum": q_sum}
     n_accepted, law = _accept_and_unnormalised_law(target_probs, draft_probs, draft_tokens, u_accept, **sums)
     final_token = sample_from_uniform(law, u_final)  # inverse CDF divides by the row total itself

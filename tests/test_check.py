@@ -49,15 +49,16 @@ def test_always_accept_fails_generation_level(monkeypatch):
     from specdec_ref import verify as verify_module
     from specdec_ref.generate import speculative_generate
 
-    original = verify_module.accept_and_final_law
+    original = verify_module._accept_and_unnormalised_law  # what the generation loop's verify step calls
 
     def always_accept_generate(target, draft, input_ids, **kw):
         # u = 0 < p/q: every draft with p > 0 is accepted (transformers PR #28508)
-        monkeypatch.setattr(verify_module, "accept_and_final_law", lambda p, q, x, u: original(p, q, x, u * 0))
+        monkeypatch.setattr(verify_module, "_accept_and_unnormalised_law",
+                            lambda p, q, x, u, **sums: original(p, q, x, u * 0, **sums))
         try:
             return speculative_generate(target, draft, input_ids, cache="recompute", **kw).tokens
         finally:
-            monkeypatch.setattr(verify_module, "accept_and_final_law", original)
+            monkeypatch.setattr(verify_module, "_accept_and_unnormalised_law", original)
 
     report = run_verify(CheckConfig(impl=always_accept_generate, level="generation", pair="toy-low", samples=4000))
     assert report.verdict == "fail"
@@ -127,3 +128,25 @@ def test_one_token_laws_are_planned_and_pass():
     broken_report = run_sampler_check(broken.always_accept, cases=[custom_case("one-token-swapped", p, q[:, ::-1])],
                                       seed=0, max_rows=5000)
     assert broken_report.verdict == "fail"  # q proposes token 1 where p puts all mass on 0: support violation
+
+
+def test_length_and_score_dtype_options_reach_the_generation_check():
+    from harness.mutants.registry import get
+
+    def run(impl):
+        return run_verify(CheckConfig(impl=impl, level="generation", pair="toy", samples=2000, length=2,
+                                      score_dtype="model"))
+
+    report = run(generate)
+    assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
+    sampling = [c for c in report.cases if "length" in c]
+    assert sampling and all(c["length"] == 2 for c in sampling)
+    assert any(t.name.endswith("pos1") for t in report.tests) and not any(t.name.endswith("pos2") for t in report.tests)
+    assert run(get("greedy_verify_when_sampling").fn).verdict == "fail"  # the model-precision truth still catches a bug
+
+
+@pytest.mark.parametrize("flags,needle", [(["--length", "0"], "--length"), (["--score-dtype", "half"], "invalid choice")])
+def test_generation_option_misuse_exits_2(flags, needle, capsys):
+    assert main(["verify", "--impl", "specdec_ref.adapters:generate", "--level", "generation", "--pair", "toy",
+                 *flags]) == 2
+    assert needle in capsys.readouterr().err

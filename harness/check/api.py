@@ -101,7 +101,8 @@ def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = Non
                                   power=config.power, seed=config.seed, samples=samples, gamma=config.gamma,
                                   time_budget_s=config.time_budget_s, progress=progress,
                                   stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv,
-                                  settings=settings, processing_order=config.processing_order)
+                                  settings=settings, processing_order=config.processing_order, length=config.length,
+                                  score_dtype=config.score_dtype)
     report.notes = notes + report.notes
     return report
 

@@ -59,6 +59,8 @@ class CheckConfig:
                                  "setting)", int, "N")
     cases: list[str] | None = option(None, None, "sampler level: run only these configurations")
     gamma: int = option(DEFAULT_GAMMA, "--gamma", "generation level: drafted tokens per step", int, "G")
+    length: int | None = option(None, "--length", "generation and engine levels: new tokens per sample (default "
+                                "3 for V <= 64, where the exact joint law is enumerated, else 16)", int, "N")
     device: str = option("cpu", "--device", "torch device (cpu, cuda, cuda:1, ...)", metavar="DEV")
     dtype: str | None = option(None, "--dtype", "generation level: model dtype, e.g. bfloat16 (default float32 on "
                                "CPU); greedy divergences are then classified against that dtype's rounding",
@@ -75,6 +77,10 @@ class CheckConfig:
     # The processing conventions of specdec_ref.processing.ORDERS (written out: this module stays torch-free).
     processing_order: str = option("standard", "--processing-order", "generation level: the processing "
                                    "convention the implementation declares", choices=PROCESSING_ORDERS)
+    score_dtype: str = option("float64", "--score-dtype", "generation level: precision of the ground truth the "
+                              "outputs are scored against: float64 (a float64 copy of the target, exact; twice "
+                              "its memory) or model (the target as loaded: cheaper, the precision it runs in)",
+                              choices=("float64", "model"))
     timeout_s: float | None = option(None, "--timeout", "one implementation call longer than this fails the run "
                                      "(a hang is a bug: exit 1)", float, "SECONDS")
     sequential: bool = option(False, "--sequential", "sampler level: anytime-valid early stopping (e-processes, "
@@ -94,6 +100,8 @@ class CheckConfig:
             raise HarnessError("--family tree takes --step verify (the harness draws the tree's nodes)")
         if self.sequential and (self.level != "sampler" or self.family == "tree" or self.step != "verify"):
             raise HarnessError("--sequential is available for the sampler-level verify step (chain or block family)")
+        if self.length is not None and self.length < 1:
+            raise HarnessError(f"--length must be >= 1, got {self.length}")
         if self.level not in LEVELS:
             raise HarnessError(f"--level must be one of {', '.join(LEVELS)}, got {self.level!r}")
         if self.family not in FAMILIES:

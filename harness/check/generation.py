@@ -459,6 +459,7 @@ def run_generation_check(
     stop_on_fail: bool = False,
     inconclusive_tv: float = INCONCLUSIVE_TV,
     processing_order: str = "standard",
+    score_dtype: str = "float64",
 ) -> CheckReport:
     """Sample `samples` continuations per (prompt, sampling setting) and test them; greedy separately.
 
@@ -470,7 +471,7 @@ def run_generation_check(
         raise HarnessError(f"--processing-order must be one of {', '.join(ORDERS)}, got {processing_order!r}")
     config = CheckConfig(impl=impl, level="generation", false_alarm_rate=false_alarm_rate, power=power, seed=seed,
                          samples=samples, gamma=gamma, time_budget_s=time_budget_s, stop_on_fail=stop_on_fail,
-                         inconclusive_tv=inconclusive_tv, tv=math.nan)
+                         inconclusive_tv=inconclusive_tv, tv=math.nan, score_dtype=score_dtype)
     source = GenerationSource(impl, pair, length=length, prompts=prompts, settings=settings, chunk=chunk,
                               processing_order=processing_order)
     return run_battery(source, config, impl_name=impl_name, progress=progress)
@@ -498,14 +499,14 @@ def _greedy_numerics(cell: Cell, trials, level: float, power: float) -> list[Tes
 
 def _joint_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
     data, source = cell.data, cell.summary["_source"]
-    law = continuation_law(source.target64, data.prompt, source.length, data.setting, source.vocab, source.eos,
+    law = continuation_law(source.scorer, data.prompt, source.length, data.setting, source.vocab, source.eos,
                            source.order)
     return joint_law_tests(_rows_to_keys(tokens), law, level, power, cell.name)
 
 
 def _pit_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
     data, source = cell.data, cell.summary["_source"]
-    u, pos, seq, off = pit_values(source.target64, data.prompt, tokens, data.setting, source.vocab,
+    u, pos, seq, off = pit_values(source.scorer, data.prompt, tokens, data.setting, source.vocab,
                                   np.random.default_rng(source.seed + data.index), eos=source.eos, order=source.order)
     return pit_tests(u, pos, seq, off, level, power, cell.name)
 
@@ -516,7 +517,7 @@ def _conventions_run(cell: Cell, tokens, level: float, power: float) -> list[Tes
     data, source = cell.data, cell.summary["_source"]
     if not cell.decided(level):
         return []
-    fits = consistent_conventions(tokens, source.target64, data.prompt, source.length, data.setting, source.vocab,
+    fits = consistent_conventions(tokens, source.scorer, data.prompt, source.length, data.setting, source.vocab,
                                   source.eos, source.order, level, power, source.enumerate, source.seed + data.index)
     cell.summary["consistent_conventions"] = fits
     return []
@@ -547,7 +548,9 @@ class GenerationSource(TrialSource):
 
     def cells(self, config: CheckConfig) -> list[Cell]:
         self.seed, self.gamma, self.samples = config.seed, config.gamma, config.samples
-        self.target64 = _target64(self.pair)
+        # The ground truth the outputs are tested against: a float64 copy of the target (exact), or the
+        # target as loaded (--score-dtype model: no second copy in memory, the precision the pair runs in).
+        self.scorer = _target64(self.pair) if config.score_dtype == "float64" else self.pair.target
         sampling = [s for s in self.settings if s.temperature > 0]
         self.budget_each = None if config.time_budget_s is None else \
             config.time_budget_s / max(1, len(sampling) * len(self.prompts))

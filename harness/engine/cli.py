@@ -19,7 +19,7 @@ def add_verify_arguments(parser) -> None:
     g.add_argument("--reference-model", help="model name on --reference-endpoint")
     g.add_argument("--ground-truth", default="auto", choices=["auto", "local", "score", "two-sample"],
                    help="a: local (--pair/--target), b: score (reference logprobs), c: two-sample; auto: best available")
-    g.add_argument("--length", type=int, help="new tokens per continuation (default 3 for V <= 64, else 16)")
+    # --length (new tokens per continuation) is the generation level's flag (CheckConfig), shared
     g.add_argument("--prompts", type=int, default=2, help="prompts to sample (from the pair, else the prompt set)")
     g.add_argument("--top-logprobs", type=int, default=20, help="k asked of the scorer (b); vLLM caps it at 20")
     g.add_argument("--chunk", type=int, default=500, help="continuations per request (the request's n)")
