@@ -48,7 +48,8 @@ def _two_level_search(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # 
     B, V = probs.shape
     n_full = V // _BLOCK
     head = probs[:, : n_full * _BLOCK].unflatten(-1, (n_full, _BLOCK))  # [B, n_full, 256], a view
-    block_mass = head.sum(dim=-1).to(torch.float64)  # [B, n_full]
+    accumulate = probs.dtype if probs.dtype in (torch.float32, torch.float64) else torch.float32  # not in half
+    block_mass = head.sum(dim=-1, dtype=accumulate).to(torch.float64)  # [B, n_full]
     if n_full * _BLOCK < V:  # the last, shorter block
         tail = probs[:, n_full * _BLOCK:].sum(dim=-1, dtype=torch.float64, keepdim=True)  # [B, 1]
         block_mass = torch.cat([block_mass, tail], dim=-1)

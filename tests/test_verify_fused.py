@@ -127,3 +127,15 @@ def test_a_rejection_with_no_residual_mass_emits_p():
     n, law = accept_and_final_law(p, q, x, u[:, :2])
     assert torch.allclose(law[:4], p[:4, 0] / p[:4, 0].sum(-1, keepdim=True))
     assert torch.allclose(law.sum(-1), torch.ones(16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_two_level_sampler_in_other_precisions(dtype):
+    from specdec_ref.sampling import sample_from_uniform
+    g = torch.Generator().manual_seed(1)
+    probs = torch.randn(16, 8192, generator=g).softmax(-1)
+    u = torch.rand(16, generator=g, dtype=torch.float64)
+    low = probs.to(dtype)
+    got = sample_from_uniform(low, u)
+    assert (low.gather(1, got.unsqueeze(1)) > 0).all()
+    assert (got == _flat_inverse_cdf(low.double(), u)).float().mean() >= 14 / 16
