@@ -63,18 +63,20 @@ def throughput(pair, *, rows: int, length: int, gamma: int, temperature: float =
     return result
 
 
-def generation_check(pair, *, samples: int, gamma: int, seed: int = 0) -> dict:
+def generation_check(pair, *, samples: int, gamma: int, length: int, seed: int = 0,
+                     score_dtype: str = "float64") -> dict:
     """The reference through the generation-level check with `samples` per sampling cell."""
     from harness.check.generation import run_generation_check
     from specdec_ref.adapters import generate
 
     report = run_generation_check(generate, pair, impl_name="specdec_ref.adapters:generate", samples=samples,
-                                  gamma=gamma, seed=seed)
+                                  gamma=gamma, seed=seed, length=length, score_dtype=score_dtype)
     length = max((c.get("length", 0) for c in report.cases), default=0)
     sampled = sum(c.get("samples", 0) for c in report.cases if "length" in c)  # the sampling cells' rows
     return {"verdict": report.verdict, "samples": report.samples, "seconds": report.seconds,
             "tests": len(report.tests), "detectable_tv": report.target_tv, "notes": list(report.notes),
-            "sampled_rows": sampled, "length": length, "tokens_per_s": sampled * length / report.seconds}
+            "sampled_rows": sampled, "length": length, "tokens_per_s": sampled * length / report.seconds,
+            "score_dtype": score_dtype}
 
 
 def markdown(result: dict) -> str:
@@ -85,7 +87,8 @@ def markdown(result: dict) -> str:
     if c:
         lines += ["", "## Generation-level check of the reference", "",
                   f"**{c['verdict'].upper()}** on {c['samples']} samples ({c['tests']} gating tests) in "
-                  f"**{c['seconds']:.0f} s** wall; detectable TV {c['detectable_tv']:.3g}.", ""]
+                  f"**{c['seconds']:.0f} s** wall; detectable TV {c['detectable_tv']:.3g}; ground truth scored in "
+                  f"{c.get('score_dtype', 'float64')}.", ""]
         if "tokens_per_s" in c:
             lines += [f"{c['sampled_rows']} sampled sequences × {c['length']} tokens in the check: "
                       f"**{c['tokens_per_s']:.1f} tokens/s** end to end (generation, teacher-forced scoring, the "
@@ -131,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gamma", type=int, default=3)
     parser.add_argument("--samples", type=int, default=250, help="per sampling cell of the check (4 cells); 0: skip")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (measure on an otherwise idle machine)")
+    parser.add_argument("--score-dtype", default="float64", choices=("float64", "model"),
+                        help="the check's ground truth: a float64 copy of the target (default) or the target as loaded")
     parser.add_argument("--out", default="results/bench/batched")
     args = parser.parse_args(argv)
     command = "python -m harness.bench.batched " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -146,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             result["throughput"] = throughput(pair, rows=args.rows, length=args.length, gamma=args.gamma)
             _write(result, args.out)  # the throughput part survives a check that is cut short
         if args.samples:
-            result["check"] = generation_check(pair, samples=args.samples, gamma=args.gamma)
+            result["check"] = generation_check(pair, samples=args.samples, gamma=args.gamma, length=args.length,
+                                               score_dtype=args.score_dtype)
             _write(result, args.out)
     except (HarnessError, ValueError) as exc:
         print(f"batched: error: {exc}", file=sys.stderr)
