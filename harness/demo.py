@@ -23,7 +23,6 @@ from harness.check.api import run_verify
 from harness.check.config import CheckConfig
 from harness.records import atomic_write_json, atomic_write_text, provenance
 
-
 DEMO_REAL_SAMPLES = 480  # per sampling cell on the real pair (4 cells: 2 settings x 2 prompts)
 DEMO_REAL_LENGTH = 4  # new tokens per sample on the real pair
 
