@@ -80,10 +80,10 @@ def run_demo(out: str | Path = "results/demo", *, quick: bool = False, progress=
     with _phase(progress, planned_rows(config), "demo 1/3: verify sampler") as bar:
         sampler = run_verify(config, progress=bar)
     atomic_write_json(out / "verify_sampler.json", sampler.to_dict())
-    # The real pair: a 135M target with an int8 draft of itself generates ~65 tokens/s on 2 CPU cores even
+    # The real pair: a 135M target with an int8 draft of itself generates ~65-90 tokens/s on 2 CPU cores even
     # batched (compute-bound), so the demo buys samples with short continuations: 480 per cell of 4 new
-    # tokens (γ = 3: most rows take two speculative steps, so the KV caches are cropped and reused),
-    # scored against the target in its own float32 (no float64 copy). Measured: results in the README.
+    # tokens at γ = 3 (most rows take two speculative steps, so the KV caches are cropped and reused),
+    # scored against the target in its own float32 (no float64 copy). Measured: the README's timings.
     config = CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
                          samples=(48 if quick else DEMO_REAL_SAMPLES) if real else (2000 if quick else 20_000),
                          length=DEMO_REAL_LENGTH if real else None, score_dtype="model" if real else "float64")

@@ -64,11 +64,37 @@ def _top_k(scores, top_k):
     return scores.masked_fill(scores < kth, -math.inf)
 
 
+# Top-p first looks among this many largest scores (torch.topk: ~9x cheaper than sorting a 49k row);
+# a row whose nucleus is not inside them is sorted whole, so the result is the same either way.
+_TOP_P_CANDIDATES = 1024
+
+
 def _top_p(scores, top_p):
     if top_p >= 1.0:
         return scores
+    V = scores.shape[-1]
+    if V <= _TOP_P_CANDIDATES or scores.numel() == 0:
+        return _top_p_sorted(scores, top_p)
+    flat = scores.reshape(-1, V)
+    top_scores, top_index = torch.topk(flat, _TOP_P_CANDIDATES, dim=-1)  # [N, k], descending
+    # The full row's softmax at the candidates, accumulated in float64 (the sorted path's float32
+    # cumulative sum can differ from it only where the prefix mass is within ~1e-6 of top_p).
+    log_total = torch.logsumexp(flat, dim=-1, keepdim=True).double()
+    top_probs = (top_scores.double() - log_total).exp()
+    mass_before = top_probs.cumsum(dim=-1) - top_probs  # exclusive prefix mass, as in the sorted path
+    # The last candidate already dropped: every later token is dropped too (mass_before only grows).
+    inside = mass_before[:, -1] >= top_p  # [N]; False for NaN (a row without finite scores)
+    keep = torch.zeros_like(flat, dtype=torch.bool).scatter_(-1, top_index, mass_before < top_p)
+    out = flat.masked_fill(~keep, -math.inf)
+    if not bool(inside.all()):
+        rows = (~inside).nonzero().squeeze(-1)
+        out[rows] = _top_p_sorted(flat[rows], top_p)
+    return out.view(scores.shape)
+
+
+def _top_p_sorted(scores, top_p):
     sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
-    sorted_probs = sorted_scores.softmax(dim=-1)
+    sorted_probs = sorted_scores.softmax(dim=-1, dtype=torch.float64)  # the boundary decided in float64
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # exclusive prefix mass
     drop_sorted = mass_before >= top_p  # the first token always has mass_before == 0: kept
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)

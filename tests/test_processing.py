@@ -70,3 +70,24 @@ def test_nan_and_inf_logits_are_refused(bad):
     logits[1, 2] = bad
     with pytest.raises(SpecDecInputError, match=r"NaN or \+inf"):
         logits_to_probs(logits, 1.0)
+
+
+def test_wide_top_p_takes_the_candidates_path_and_matches_the_exact_nucleus():
+    """V > 1024: the nucleus is found among torch.topk candidates (a sort only for rows whose nucleus is
+    wider); the kept set equals the float64 full-sort nucleus, peaked and flat rows alike."""
+    import math
+
+    from specdec_ref.processing import _top_p, _top_p_sorted
+
+    V = 49_152
+    g = torch.Generator().manual_seed(1)
+    zipf = -1.1 * torch.log(torch.arange(1, V + 1, dtype=torch.float64)).float()
+    peaked = (zipf[torch.randperm(V, generator=g)] + torch.randn(64, V, generator=g)) / 0.7
+    flat = torch.randn(16, V, generator=g) * 0.5  # nucleus of thousands of tokens: the sorted fallback
+    x = torch.cat([peaked, flat])
+    x[3, 10:] = -math.inf  # a row with few finite scores
+    for top_p in (0.5, 0.9, 0.99):
+        got = torch.isinf(_top_p(x, top_p))
+        exact = torch.isinf(_top_p_sorted(x.double(), top_p))
+        assert torch.equal(got, exact), (top_p, (got != exact).sum())
+    assert _top_p(x.view(8, 10, V), 0.9).shape == (8, 10, V)

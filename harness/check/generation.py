@@ -180,11 +180,18 @@ def joint_law_tests(keys: list[tuple[int, ...]], law: dict, level: float, power:
     return out
 
 
+# Teacher-forced positions per scoring batch: one forward over many rows shares the prompt's prefill,
+# and [positions, V] float64 laws stay ≈ 400 MB at V = 49,152.
+PIT_BATCH_POSITIONS = 1024
+
+
 def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting, vocab: int, rng,
-               batch: int = 64, eos=(), order: str = "standard") -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+               batch: int | None = None, eos=(), order: str = "standard") -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Teacher-force rows of generated tokens; returns (u, position, sequence id, off-support count).
 
-    Position j's law is processed with the prompt and the row's first j tokens as its history."""
+    Position j's law is processed with the prompt and the row's first j tokens as its history.
+    `batch`: rows per forward (default: PIT_BATCH_POSITIONS positions' worth)."""
+    batch = batch or max(1, PIT_BATCH_POSITIONS // max(1, tokens.shape[1]))
     us, positions, seq_ids, off_support = [], [], [], 0
     for start in range(0, tokens.shape[0], batch):
         rows = tokens[start : start + batch]
