@@ -54,6 +54,7 @@ class EngineConfig:
     seed: int = 0
     samples: int = 2_000  # continuations per prompt × sampling setting
     length: int | None = None  # new tokens per continuation (default: 3 for V <= 64, else 16)
+    score_dtype: str = "float64"  # local ground truth: a float64 copy of the target, or "model" (as loaded)
     prompts: int = 2
     settings: tuple[Setting, ...] = DEFAULT_SETTINGS
     top_logprobs: int = 20  # k asked of the scorer (b)
@@ -342,7 +343,8 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
         from specdec_ref.generate import default_eos, eos_set
 
         return battery.tests_for_local_target(
-            rows, list(data.prompt), model=_target64(run.pair), setting=data.setting, vocab=run.pair.vocab_size,
+            rows, list(data.prompt), model=_target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target,
+            setting=data.setting, vocab=run.pair.vocab_size,
             eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=cell.summary["joint_law"],
             rng=rng, **kw)
     if run.ground_truth == "score":

@@ -54,6 +54,7 @@ def run_verify(args, print_report, progress_bar) -> int:
                           reference_model=args.reference_model, pair=args.pair if args.pair_given else None,
                           target=args.target, ground_truth=args.ground_truth, false_alarm_rate=args.alpha or args.false_alarm_rate,
                           power=args.power, seed=args.seed, samples=args.samples or 2_000, length=args.length,
+                          score_dtype=args.score_dtype,
                           prompts=args.prompts, top_logprobs=args.top_logprobs, chunk=args.chunk,
                           concurrency=args.concurrency, timeout_s=args.timeout_s or 120.0, retries=args.retries,
                           out=args.out, **_settings(args)).validate()
