@@ -74,7 +74,8 @@ def generation_check(pair, *, samples: int, gamma: int, length: int, seed: int =
     length = max((c.get("length", 0) for c in report.cases), default=0)
     sampled = sum(c.get("samples", 0) for c in report.cases if "length" in c)  # the sampling cells' rows
     return {"verdict": report.verdict, "samples": report.samples, "seconds": report.seconds,
-            "tests": len(report.tests), "detectable_tv": report.target_tv, "notes": list(report.notes),
+            "tests": len(report.tests), "detectable_tv": report.detectable_tv, "notes": list(report.notes),
+            "report": report.to_dict(),
             "sampled_rows": sampled, "length": length, "tokens_per_s": sampled * length / report.seconds,
             "score_dtype": score_dtype}
 
@@ -168,7 +169,7 @@ def _write(result: dict, out: str) -> None:
 
     from harness.records import atomic_write_json, atomic_write_text
 
-    atomic_write_json(Path(out) / "batched.json", result)
+    atomic_write_json(Path(out) / "batched.json", result)  # with the check's whole report (every test)
     atomic_write_text(Path(out) / "report.md", markdown(result))
 
 
