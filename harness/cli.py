@@ -86,13 +86,12 @@ def _engine_progress(total, desc):
 
 def _cmd_verify(args) -> int:
     if args.level == "engine":  # engine level (harness/engine): a served engine over HTTP, no --impl
-        from harness.engine.cli import run_verify as run_engine_verify
+        from harness.engine.cli import engine_report
 
-        return run_engine_verify(args, print_check_report, _engine_progress)
+        return _report_and_exit(engine_report(args, _engine_progress), args)
     from harness.check.api import contract_of, planned_rows, resolve, run_verify
     from harness.check.config import CheckConfig
     from harness.configs import from_args
-    from harness.records import atomic_write_json
 
     if args.alpha is not None:
         print("specdec: warning: --alpha is deprecated (α is the acceptance rate everywhere else): use "
@@ -113,6 +112,13 @@ def _cmd_verify(args) -> int:
     with Progress(planned_rows(config), f"verify {args.level}",
                   unit="rows" if args.level == "sampler" else "samples") as bar:
         report = run_verify(config, progress=bar)
+    return _report_and_exit(report, args)
+
+
+def _report_and_exit(report, args) -> int:
+    """Print a verify report (and write --json); its exit code: 0 pass, 3 INCONCLUSIVE, 1 not lossless."""
+    from harness.records import atomic_write_json
+
     print_check_report(report, verbose=args.verbose)
     if args.json:
         atomic_write_json(args.json, report.to_dict())

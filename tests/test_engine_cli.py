@@ -89,3 +89,15 @@ def test_probe_table_and_json(toy_server, capsys):
     assert main(["probe", "--endpoint", toy_server]) == 0
     table = capsys.readouterr().out
     assert "ground truths" in table and "T = 1 only" in table
+
+
+def test_a_lossy_engine_exits_1_with_one_fail_line(capsys):
+    """Exit 1 means "not lossless" at the engine level too, with the same one-line summary on stderr."""
+    from harness.mutants.registry import get
+
+    with serving(get("greedy_verify_when_sampling").fn, get_pair("toy")) as s:
+        assert main(verify("--endpoint", s.url + "/v1", "--pair", "toy")) == 1
+    out, err = capsys.readouterr()
+    assert "verdict: FAIL" in out
+    lines = [line for line in err.splitlines() if line.startswith("specdec")]
+    assert len(lines) == 1 and lines[0].startswith("specdec: FAIL:") and "Traceback" not in err

@@ -1,5 +1,7 @@
 """The sequential study's criteria: they must flag a miscalibrated control and a slow or missed mutant."""
 
+import pytest
+
 from harness.check.sequential_study import calibration_ok, power_ok, summarise
 
 
@@ -28,3 +30,14 @@ def test_power_criterion_flags_slow_and_missed_mutants():
     assert power_ok(summarise(_power(0.2))["power"])
     assert power_ok(summarise(_power(0.05, caught=False))["power"])
     assert summarise(_power(0.05))["power"][0]["median_fraction"] == 0.05
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "1.5"])
+def test_bad_calibration_tv_is_a_usage_error(value, capsys):
+    from harness.check.sequential_study import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--calibrate", "--calibration-tv", value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--calibration-tv" in err

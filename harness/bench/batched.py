@@ -71,7 +71,6 @@ def generation_check(pair, *, samples: int, gamma: int, length: int, seed: int =
 
     report = run_generation_check(generate, pair, impl_name="specdec_ref.adapters:generate", samples=samples,
                                   gamma=gamma, seed=seed, length=length, score_dtype=score_dtype)
-    length = max((c.get("length", 0) for c in report.cases), default=0)
     sampled = sum(c.get("samples", 0) for c in report.cases if "length" in c)  # the sampling cells' rows
     return {"verdict": report.verdict, "samples": report.samples, "seconds": report.seconds,
             "tests": len(report.tests), "detectable_tv": report.detectable_tv, "notes": list(report.notes),

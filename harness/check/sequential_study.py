@@ -211,12 +211,25 @@ def _markdown(result: dict, meta: dict, command: str) -> str:
     return "\n".join(lines)
 
 
+def _calibration_tv(text: str) -> float | None:
+    """'default' (None: the default plan) or a TV in (0, 1); anything else is a usage error (exit 2)."""
+    if text == "default":
+        return None
+    try:
+        tv = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a TV in (0, 1) or 'default', got {text!r}") from None
+    if not 0 < tv < 1:
+        raise argparse.ArgumentTypeError(f"expected a TV in (0, 1) or 'default', got {text!r}")
+    return tv
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.check.sequential", description=__doc__.split("\n")[0])
     parser.add_argument("--calibrate", action="store_true", help="false alarms of the reference and the variants")
     parser.add_argument("--power", action="store_true", help="samples to verdict of every sampler mutant")
     parser.add_argument("--calibration-seeds", type=int, default=200)
-    parser.add_argument("--calibration-tv", default=str(CALIBRATION_TV),
+    parser.add_argument("--calibration-tv", default=CALIBRATION_TV, type=_calibration_tv,
                         help="plan the calibration battery at this TV, or 'default' for the default plan (TV 0.02)")
     parser.add_argument("--variant-seeds", type=int, default=3)
     parser.add_argument("--power-seeds", type=int, default=20)
@@ -226,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.calibrate or args.power):
         parser.error("give --calibrate and/or --power")
-    calibration_tv = None if args.calibration_tv == "default" else float(args.calibration_tv)
+    calibration_tv = args.calibration_tv
     task_list = [t for t in tasks(args.calibration_seeds, args.variant_seeds, args.power_seeds,
                                   args.below_resolution_seeds, calibration_tv)
                  if (t.purpose == "calibrate" and args.calibrate) or (t.purpose == "power" and args.power)]

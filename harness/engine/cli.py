@@ -7,7 +7,7 @@ import sys
 
 from harness.errors import HarnessError
 
-EXIT_OK, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 3
+EXIT_OK = 0
 
 
 def add_verify_arguments(parser) -> None:
@@ -44,9 +44,9 @@ def _record_explicit_pair(parser) -> None:
     action.__class__ = Given
 
 
-def run_verify(args, print_report, progress_bar) -> int:
+def engine_report(args, progress_bar):
+    """`verify --level engine`: the CheckReport of the engine at --endpoint (harness/cli prints it)."""
     from harness.engine.check import EngineConfig, run_engine_check
-    from harness.records import atomic_write_json
 
     if not args.endpoint:
         raise HarnessError("--level engine needs --endpoint URL (the server under test)")
@@ -60,13 +60,7 @@ def run_verify(args, print_report, progress_bar) -> int:
                           out=args.out, **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
-    print_report(report, verbose=args.verbose)
-    if args.json:
-        atomic_write_json(args.json, report.to_dict())
-        print(f"  report written to {args.json}")
-    if report.verdict == "inconclusive":
-        return EXIT_OK if args.allow_inconclusive else EXIT_INCONCLUSIVE
-    return EXIT_OK if report.verdict == "pass" else EXIT_FAIL
+    return report
 
 
 def _settings(args) -> dict:
