@@ -77,10 +77,10 @@ def engines(session: nox.Session) -> None:
     if "True" not in str(have):  # build once per venv (reuse_existing_virtualenvs keeps it)
         wheels = os.environ.get("SPECDEC_WHEELS")
         session.install(*(["--find-links", wheels] if wheels else []), LLAMA_CPP)
-    session.run("pytest", "tests/test_engine_serve.py", "tests/test_engine_client.py", "tests/test_engine_battery.py",
-                "tests/test_engine_check.py", "tests/test_engine_cli.py", "tests/test_engine_llamacpp.py",
+    session.run("pytest", "tests/test_served_serve.py", "tests/test_served_client.py", "tests/test_served_battery.py",
+                "tests/test_served_check.py", "tests/test_served_cli.py", "tests/test_served_llamacpp.py",
                 *session.posargs)
-    session.run("python", "-m", "harness.engine.llamacpp", "--out", "results/findings/llamacpp")
+    session.run("python", "-m", "harness.served.llamacpp", "--out", "results/findings/llamacpp")
 
 
 @nox.session(default=False)

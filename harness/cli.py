@@ -85,8 +85,8 @@ def _engine_progress(total, desc):
 
 
 def _cmd_verify(args) -> int:
-    if args.level == "engine":  # engine level (harness/engine): a served engine over HTTP, no --impl
-        from harness.engine.cli import engine_report
+    if args.level == "engine":  # engine level (harness/served): a served engine over HTTP, no --impl
+        from harness.served.cli import engine_report
 
         return _report_and_exit(engine_report(args, _engine_progress), args)
     from harness.check.api import contract_of, planned_rows, resolve, run_verify
@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true", help="with --vary: keep the finished cells of --matrix-out's "
                    "journal (the report marks them)")
     p.set_defaults(func=_cmd_verify)
-    from harness.engine import cli as engine_cli  # engine level: serve / probe subcommands, verify flags
+    from harness.served import cli as engine_cli  # engine level: serve / probe subcommands, verify flags
 
     engine_cli.add_verify_arguments(p)
     p = sub.add_parser("serve", help="OpenAI-compatible server around a generation-level implementation",

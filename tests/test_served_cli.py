@@ -7,8 +7,8 @@ import json
 import pytest
 
 from harness.cli import main
-from harness.engine.serve import serving
-from harness.engine.text import IdTokenizer
+from harness.served.serve import serving
+from harness.served.text import IdTokenizer
 from harness.pairs import get_pair
 from specdec_ref.adapters import generate
 

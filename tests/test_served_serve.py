@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.engine.serve import serving
+from harness.served.serve import serving
 from harness.pairs import get_pair
 from specdec_ref.adapters import generate
 from specdec_ref.processing import logits_to_probs

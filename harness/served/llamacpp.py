@@ -148,8 +148,8 @@ def run_finding(out: str, samples: int, length: int, paired_seeds: int) -> dict:
     """Speculation on vs off at T = 1 and at T = 0.7 / top-p 0.9 (two-sample, ground truth c), greedy equality,
     same-seed identity; probes of both servers. Returns the record written to out/finding.json."""
     from harness.check.generation import Setting
-    from harness.engine.check import EngineConfig, run_engine_check
-    from harness.engine.probe import probe
+    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.probe import probe
 
     started = time.perf_counter()
     record: dict = {"samples_per_endpoint_and_setting": samples, "length": length, "prompt": FINDING_PROMPT,
@@ -169,7 +169,7 @@ def run_finding(out: str, samples: int, length: int, paired_seeds: int) -> dict:
 
 
 def finding_md(record: dict, command: str) -> str:
-    from harness.engine.cli import probe_table
+    from harness.served.cli import probe_table
 
     lines = ["# llama.cpp (llama-cpp-python 0.3.36 server): prompt-lookup speculation on vs off", "",
              f"Command: `{command}` ({record['seconds'] / 60:.1f} min on a shared 2-core machine, under the heavy-job "
@@ -214,7 +214,7 @@ def _write_probe(side: str, info: dict) -> None:
     import json
     from pathlib import Path
 
-    from harness.engine.cli import probe_table
+    from harness.served.cli import probe_table
 
     out = Path("results/engine")
     out.mkdir(parents=True, exist_ok=True)
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-only", action="store_true", help="only write results/engine/probe-llamacpp-*")
     args = parser.parse_args(argv)
     if args.probe_only:
-        from harness.engine.probe import probe
+        from harness.served.probe import probe
 
         for side, speculative in (("on", True), ("off", False)):
             with llamacpp_server(speculative=speculative) as url:
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
-    command = "python -m harness.engine.llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m harness.served.llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
     (out / "report.md").write_text(finding_md(record, command.strip()), encoding="utf-8")
     for side in ("on", "off"):
         _write_probe(side, record["probe"][side])

@@ -7,8 +7,8 @@ import json
 import httpx
 import pytest
 
-from harness.engine.client import EngineClient, EngineError, RequestRefused, ResponseStore
-from harness.engine.serve import serving
+from harness.served.client import EngineClient, EngineError, RequestRefused, ResponseStore
+from harness.served.serve import serving
 from harness.pairs import get_pair
 from specdec_ref.adapters import generate
 

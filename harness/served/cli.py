@@ -46,7 +46,7 @@ def _record_explicit_pair(parser) -> None:
 
 def engine_report(args, progress_bar):
     """`verify --level engine`: the CheckReport of the engine at --endpoint (harness/cli prints it)."""
-    from harness.engine.check import EngineConfig, run_engine_check
+    from harness.served.check import EngineConfig, run_engine_check
 
     if not args.endpoint:
         raise HarnessError("--level engine needs --endpoint URL (the server under test)")
@@ -88,7 +88,7 @@ def add_serve_arguments(parser) -> None:
 
 def run_serve(args) -> int:
     from harness.check.api import resolve
-    from harness.engine.serve import serve_forever
+    from harness.served.serve import serve_forever
     from harness.pairs import get_pair
 
     impl = resolve(args.impl, "generation")
@@ -111,7 +111,7 @@ def add_probe_arguments(parser) -> None:
 
 
 def run_probe(args) -> int:
-    from harness.engine.probe import probe
+    from harness.served.probe import probe
 
     info = probe(args.endpoint, args.model, timeout_s=args.timeout, retries=2)
     if args.json:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import re
 
-from harness.engine.client import EngineClient, RequestRefused
-from harness.engine.text import PROBE_TEXT, TOKEN_ID_PREFIX
+from harness.served.client import EngineClient, RequestRefused
+from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX
 
 PROBE_PROMPT = "The capital of France is"
 SCORING_TOLERANCE = 1e-2  # nats: float32 kernels differ between batched scoring and sampling by far less

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import kstest
 
-from harness.engine import battery
+from harness.served import battery
 
 rng = np.random.default_rng(0)
 V = 12
@@ -104,7 +104,7 @@ def test_declared_counts_match_what_each_battery_emits(length):
 def test_homogeneity_of_one_shared_outcome_states_a_finite_tv():
     """Both samples all one token (a one-token law): the test still promises something, ~4.6 / n at power 0.99;
     one stray draw in a large sample is caught by the chi-square test instead."""
-    from harness.engine.battery import homogeneity_test
+    from harness.served.battery import homogeneity_test
 
     same = homogeneity_test([7] * 1000, [7] * 1000, "x", level=1e-4, power=0.99)
     assert same.p_value == 1.0 and 0.004 < same.detectable_tv < 0.005

@@ -1,8 +1,8 @@
 """Engine-level calibration over HTTP: false alarms of the reference, detection of the generation zoo.
 
-    python -m harness.engine.calibrate --out results/engine [--seeds 100] [--mutant-seeds 20] [--samples 1000]
+    python -m harness.served.calibrate --out results/engine [--seeds 100] [--mutant-seeds 20] [--samples 1000]
 
-Every implementation is served by `specdec serve`'s app (harness.engine.serve.serving) on 127.0.0.1
+Every implementation is served by `specdec serve`'s app (harness.served.serve.serving) on 127.0.0.1
 and checked with `run_engine_check` against the local target (ground truth a): the reference over
 `--seeds` seeds (the false-alarm rate at the gate, and at a nominal 0.05 for resolution), each
 generation mutant over `--mutant-seeds` seeds (stopping once a run's verdict is decided), plus the
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from harness.campaign import clopper_pearson, family_p
-from harness.engine.check import EngineConfig, run_engine_check
-from harness.engine.serve import serving
+from harness.served.check import EngineConfig, run_engine_check
+from harness.served.serve import serving
 from harness.pairs import get_pair
 from harness.records import atomic_write_json, provenance
 
@@ -58,7 +58,7 @@ def _summary(name: str, kind: str, ground_truth: str, rows: list[dict]) -> dict:
 def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, other_samples: int,
               mutant_samples: int, on_row=None) -> dict:
     """All rows; `on_row(partial result)` after each (so an interrupted calibration still leaves its rows)."""
-    from harness.engine.probe import probe
+    from harness.served.probe import probe
     from harness.mutants.registry import implementations
     from specdec_ref.adapters import generate
 
@@ -142,7 +142,7 @@ def report_md(result: dict, command: str) -> str:
 
 
 def _probe_text(info: dict) -> str:
-    from harness.engine.cli import probe_table
+    from harness.served.cli import probe_table
 
     return probe_table(info)
 
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m harness.engine.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m harness.served.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
 
     def write(result: dict, final: bool = False) -> None:
         atomic_write_json(out / "calibration.json", json.loads(json.dumps(result, default=_plain)))

@@ -1,12 +1,12 @@
-"""End to end over HTTP against `specdec serve` (small samples: CI-fast). Calibration: harness.engine.calibrate."""
+"""End to end over HTTP against `specdec serve` (small samples: CI-fast). Calibration: harness.served.calibrate."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.check.generation import Setting
-from harness.engine.check import EngineConfig, count_tests_for_cell, run_engine_check
-from harness.engine.serve import serving
+from harness.served.check import EngineConfig, count_tests_for_cell, run_engine_check
+from harness.served.serve import serving
 from harness.mutants.registry import get
 from harness.pairs import get_pair
 from specdec_ref.adapters import generate

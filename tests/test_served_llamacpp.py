@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from harness.engine.llamacpp import FINDING_PROMPT, NO_TRUNCATION, llamacpp_available, llamacpp_server
+from harness.served.llamacpp import FINDING_PROMPT, NO_TRUNCATION, llamacpp_available, llamacpp_server
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow,
               pytest.mark.skipif(not llamacpp_available()[0], reason=llamacpp_available()[1])]
@@ -26,7 +26,7 @@ def test_server_starts_answers_and_is_stopped():
 
 
 def test_probe_reports_no_token_ids_and_text_only_ground_truth(off):
-    from harness.engine.probe import probe
+    from harness.served.probe import probe
 
     info = probe(off)
     assert not info["token_ids"] and info["seed_honoured"] and info["prompt_scoring"] == "echo"
@@ -43,7 +43,7 @@ def test_seed_is_honoured_at_temperature_one(off):
 
 def test_two_sample_check_runs_end_to_end_against_itself(off):
     from harness.check.generation import Setting
-    from harness.engine.check import EngineConfig, run_engine_check
+    from harness.served.check import EngineConfig, run_engine_check
 
     report = run_engine_check(EngineConfig(endpoint=off, reference_endpoint=off, ground_truth="two-sample",
                                            samples=20, length=4, prompts=1, prompt_texts=(FINDING_PROMPT,), chunk=1,

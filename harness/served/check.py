@@ -6,7 +6,7 @@ seeded, token ids returned — and what comes back is tested against the best gr
 (a) `local`: a local copy of the target (`--pair` / `--target`), tokenizer identity checked first;
     randomized PIT pooled / per position / serial, plus the exact joint law for tiny vocabularies;
 (b) `score`: a second endpoint with speculation off scores the continuations (prompt logprobs);
-    randomized PIT of the top-k coarsening (harness.engine.battery);
+    randomized PIT of the top-k coarsening (harness.served.battery);
 (c) `two-sample`: the second endpoint samples too; chi-square homogeneity per position and joint.
 
 Greedy (T = 0): exact equality with the reference endpoint's greedy output, else with the local
@@ -27,10 +27,10 @@ from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
 from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
 from harness.check.report import CheckReport, deterministic_result
-from harness.engine import battery
-from harness.engine.client import EngineClient, EngineError, ResponseStore, config_hash
-from harness.engine.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
-from harness.engine.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tokenizer_for
+from harness.served import battery
+from harness.served.client import EngineClient, EngineError, ResponseStore, config_hash
+from harness.served.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
+from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tokenizer_for
 from harness.errors import HarnessError
 from harness.stats import TestResult
 
