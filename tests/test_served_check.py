@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+import torch
 
 from harness.check.generation import Setting
-from harness.served.check import EngineConfig, count_tests_for_cell, run_engine_check
-from harness.served.serve import serving
 from harness.mutants.registry import get
 from harness.pairs import get_pair
+from harness.served.check import EngineConfig, count_tests_for_cell, run_engine_check, vacuous
+from harness.served.serve import serving
 from specdec_ref.adapters import generate
 
 SMALL = dict(samples=1200, prompts=1, chunk=600, settings=(Setting(0.0), Setting(0.7, top_p=0.9)), seed=3)
@@ -90,3 +93,46 @@ def test_sampling_parameters_reach_the_server_and_a_parameter_bug_is_caught_over
     assert ok.verdict == "pass", [t.name for t in ok.tests if t.reject]
     assert broken.verdict == "fail"
     assert "min_p=0.05" in ok.cases[0]["name"]
+
+
+def _constant(target, draft, input_ids, *, max_new_tokens, **_):
+    """A generate() whose every continuation is the same: nothing a sampler could get wrong shows."""
+    return torch.full((input_ids.shape[0], max_new_tokens), 3, dtype=torch.long)
+
+
+def test_a_cell_whose_continuations_are_all_identical_is_inconclusive_never_pass():
+    """Two endpoints agreeing on one constant continuation: the homogeneity tests pass with a tiny detectable
+    TV, but the cell tested nothing; the run must say INCONCLUSIVE (and name the cell)."""
+    pair = get_pair("toy")
+    with serving(_constant, pair) as a, serving(_constant, pair) as b:
+        report = run_engine_check(EngineConfig(endpoint=a.url, reference_endpoint=b.url, ground_truth="two-sample",
+                                               samples=400, prompts=1, chunk=400, settings=(Setting(1.0),)))
+    assert not any(t.reject for t in report.tests)
+    assert report.verdict == "inconclusive" and report.detectable_tv == math.inf
+    assert report.cases[-1].get("vacuous") and any("vacuous cells" in n for n in report.notes)
+
+
+def test_vacuous_means_every_continuation_equal_on_each_side():
+    assert vacuous([[1, 2], [1, 2]]) and vacuous([[1, 2]], [[3], [3]])
+    assert not vacuous([[1, 2], [1, 3]]) and not vacuous([[1, 2], [1, 2]], [[1, 2], [2, 2]])
+
+
+def test_an_engine_that_dies_mid_run_is_a_finding_never_a_pass():
+    """The server is killed after two answered requests: the cell in flight and every later one fail their
+    format test with the reason, the verdict is FAIL and the notes carry the finding."""
+    setting = (Setting(0.0), Setting(1.0), Setting(0.7, top_p=0.9))
+    with serving(generate, get_pair("toy-low")) as served:
+        answered = []
+
+        def kill_after_two(_):
+            answered.append(1)
+            if len(answered) == 2:
+                served.stop()
+
+        report = run_engine_check(EngineConfig(endpoint=served.url, pair="toy-low", samples=600, prompts=1, chunk=150,
+                                               concurrency=1, retries=1, timeout_s=5, settings=setting),
+                                  progress=kill_after_two)
+    assert report.verdict == "fail"
+    assert report.cases[0]["name"] == "greedy" and not report.cases[0]["format_problems"]  # before the crash
+    assert any(n.startswith("FINDING: the engine stopped answering mid-run") for n in report.notes)
+    assert all(any(t.name == f"{c['name']}/format" and t.reject for t in report.tests) for c in report.cases[1:])

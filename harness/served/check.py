@@ -27,11 +27,11 @@ from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
 from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
 from harness.check.report import CheckReport, deterministic_result
+from harness.errors import HarnessError
 from harness.served import battery
-from harness.served.client import EngineClient, EngineError, ResponseStore, config_hash
+from harness.served.client import EngineClient, EngineError, EngineUnreachable, ResponseStore, config_hash
 from harness.served.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
 from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tokenizer_for
-from harness.errors import HarnessError
 from harness.stats import TestResult
 
 GROUND_TRUTHS = ("auto", "local", "score", "two-sample")
@@ -359,6 +359,30 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
     return battery.tests_for_two_sample(rows, ref_rows, length=run.length, **kw)
 
 
+def _law_tests_open(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    """`_law_tests`, then a cell whose continuations are all one and the same is marked vacuous.
+
+    Every continuation equal means the sampler never had a choice worth the name there (a prompt whose
+    continuation is near-certain, or an engine that ignores the sampling request): the tests pass
+    trivially and the tiny detectable TV they report says nothing about the speculative path. Such a
+    cell promises no detectable TV (inf), so the run is INCONCLUSIVE, never PASS; a rejection still
+    fails (a constant continuation the target never emits is a finding)."""
+    results = _law_tests(cell, trials, level, power)
+    rows, ref_rows = trials
+    if not vacuous(rows, ref_rows):
+        return results
+    message = (f"all {len(rows)} continuations are identical ({rows[0][:8]}): the cell cannot show a "
+               "speculative-sampling error; choose a prompt or setting with open continuations")
+    cell.summary["vacuous"] = message
+    return [dataclasses.replace(t, detectable_tv=math.inf, details={**t.details, "vacuous": message})
+            if t.details.get("detectable_metric", "").startswith("TV") else t for t in results]
+
+
+def vacuous(rows: list[list], ref_rows: list[list] | None = None) -> bool:
+    """Whether every continuation (of the engine, and of the reference when there is one) is the same."""
+    return all(len({tuple(r) for r in sample}) <= 1 for sample in (rows, ref_rows or []))
+
+
 def _greedy_gating(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
     return trials[0]
 
@@ -371,7 +395,7 @@ ENGINE_GREEDY = Check("greedy_equality", lambda cell: len(cell.data), _greedy_ga
 ENGINE_GREEDY_NUMERICS = Check("greedy_numerics", lambda cell: 0, _greedy_numerics, gating=False)
 ENGINE_LAW = Check("ground_truth", lambda cell: count_tests_for_cell(cell.summary["ground_truth"], cell.summary["length"],
                                                                      cell.summary["joint_law"]) - 1,  # - format
-                   _law_tests)
+                   _law_tests_open)
 
 
 class EngineSource(TrialSource):
@@ -381,6 +405,7 @@ class EngineSource(TrialSource):
 
     def __init__(self, run: _Run):
         self.run = run
+        self.died: str | None = None  # why the engine stopped answering, once it has
 
     def cells(self, config) -> list[Cell]:
         run = self.run
@@ -403,6 +428,16 @@ class EngineSource(TrialSource):
         return cells
 
     def draw(self, cell: Cell, n: int, progress):
+        """The cell's trials; an engine that stops answering mid-run fails the cell (and every later one)."""
+        if self.died:
+            raise MalformedTrials(f"not run: {self.died}")
+        try:
+            return self._draw(cell, n, progress)
+        except EngineUnreachable as exc:  # it answered /v1/models at the start: a crash now is the engine's
+            self.died = f"the engine stopped answering mid-run (during {cell.name}): {exc}"
+            raise MalformedTrials(self.died) from exc
+
+    def _draw(self, cell: Cell, n: int, progress):
         run = self.run
         if cell.name == "greedy":
             return _greedy(run, cell)
@@ -433,6 +468,12 @@ class EngineSource(TrialSource):
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law
         for case in report.cases:
             case.pop("_run", None)
+        if self.died:
+            report.notes.append(f"FINDING: {self.died}; responses received so far are kept under --out")
+        empty = [c["name"] for c in report.cases if c.get("vacuous")]
+        if empty:
+            report.notes.append(f"vacuous cells (every continuation identical, no detectable TV promised, so the run "
+                                f"cannot PASS): {', '.join(empty)}")
         tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and t.name.endswith(("pit_uniform", "joint"))]
         report.target_tv = max(tvs) if tvs else math.nan
         hidden = [c["hidden_mass"] for c in report.cases if "hidden_mass" in c]

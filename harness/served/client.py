@@ -29,6 +29,11 @@ class EngineError(HarnessError):
     """The engine could not be used (unreachable, refused the request, replied with something unreadable)."""
 
 
+class EngineUnreachable(EngineError):
+    """Every attempt at a request failed (no connection, timeouts, 5xx, unreadable replies): at the start of a
+    run the engine is not there (exit 2); after it has answered, it died or hung (the check's finding)."""
+
+
 RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
 
 
@@ -128,7 +133,7 @@ class EngineClient:
                 return reply.json()
             except ValueError:  # truncated or malformed JSON: often a server dying mid-reply; try again
                 last = f"malformed JSON reply ({len(reply.content)} bytes: {reply.text[:80]!r})"
-        raise EngineError(f"{self.base}{path} failed after {self.retries + 1} attempts ({last}); is the server "
+        raise EngineUnreachable(f"{self.base}{path} failed after {self.retries + 1} attempts ({last}); is the server "
                           "running and healthy? Check --endpoint (results so far are kept under --out)")
 
     def post(self, path: str, payload: dict) -> dict:
