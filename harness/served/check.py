@@ -190,7 +190,15 @@ def count_tests_for_cell(ground_truth: str, length: int, enumerate_law: bool) ->
 
 def _prompts(run: _Run) -> list:
     if run.config.prompt_texts:
-        return list(run.config.prompt_texts)[: run.config.prompts]
+        texts = list(run.config.prompt_texts)[: run.config.prompts]
+        if run.pair is None:
+            return texts
+        if run.pair.tokenizer is None:  # the toy pairs: their text is the ids written out
+            return [encode(run.tokenizer, t) for t in texts]
+        # A local target scores token ids: encode the texts as the pair encodes its own prompts (chat turn).
+        from harness.prompts import Prompt, encode_prompts
+
+        return encode_prompts(run.pair.tokenizer, [Prompt(f"text{i}", "custom", t) for i, t in enumerate(texts)])
     if run.pair is not None:
         return (run.pair.prompts or [[0]])[: run.config.prompts]
     from harness.prompts import load_prompts

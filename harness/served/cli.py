@@ -21,6 +21,8 @@ def add_verify_arguments(parser) -> None:
                    help="a: local (--pair/--target), b: score (reference logprobs), c: two-sample; auto: best available")
     # --length (new tokens per continuation) is the generation level's flag (CheckConfig), shared
     g.add_argument("--prompts", type=int, default=2, help="prompts to sample (from the pair, else the prompt set)")
+    g.add_argument("--prompt-text", action="append", dest="prompt_texts", metavar="TEXT",
+                   help="a prompt as text instead of the pair's (repeatable; with --pair sent as a chat turn)")
     g.add_argument("--top-logprobs", type=int, default=20, help="k asked of the scorer (b); vLLM caps it at 20")
     g.add_argument("--chunk", type=int, default=500, help="continuations per request (the request's n)")
     g.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
@@ -55,7 +57,8 @@ def engine_report(args, progress_bar):
                           target=args.target, ground_truth=args.ground_truth, false_alarm_rate=args.alpha or args.false_alarm_rate,
                           power=args.power, seed=args.seed, samples=args.samples or 2_000, length=args.length,
                           score_dtype=args.score_dtype,
-                          prompts=args.prompts, top_logprobs=args.top_logprobs, chunk=args.chunk,
+                          prompts=len(args.prompt_texts) if args.prompt_texts else args.prompts,
+                          prompt_texts=tuple(args.prompt_texts) if args.prompt_texts else None, top_logprobs=args.top_logprobs, chunk=args.chunk,
                           concurrency=args.concurrency, timeout_s=args.timeout_s or 120.0, retries=args.retries,
                           out=args.out, **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:

@@ -1,0 +1,1 @@
+"""Producers of results/findings/ (engines and libraries people run, checked with specdec)."""

