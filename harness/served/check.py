@@ -66,6 +66,7 @@ class EngineConfig:
     prompt_texts: tuple[str, ...] | None = None  # prompts as text (default: the pair's prompts, else the prompt set)
     extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
     stop_on_fail: bool = False  # stop after the first cell with a test at p <= the per-test level
+    time_budget_s: float | None = None  # no new cell after this many seconds (the cells not run are noted)
 
     def validate(self) -> EngineConfig:
         if self.ground_truth not in GROUND_TRUTHS:
@@ -128,7 +129,7 @@ def _prepare(config, engine, model, reference, reference_model, progress) -> _Ru
     vocab = pair.vocab_size if pair is not None else None
     length = config.length or (3 if vocab is not None and vocab <= ENUMERATION_MAX_VOCAB else 16)
     fields = {k: v for k, v in dataclasses.asdict(config).items()
-              if k not in ("out", "concurrency", "timeout_s", "retries", "stop_on_fail")}
+              if k not in ("out", "concurrency", "timeout_s", "retries", "stop_on_fail", "time_budget_s")}
     store = ResponseStore(config.out, config_hash({**fields, "model": model, "reference_model": reference_model,
                                                    "ground_truth": ground_truth, "length": length}))
     return _Run(config, engine, model, reference, reference_model, pair, tokenizer, store, ground_truth, length,
@@ -326,7 +327,8 @@ def _check(run: _Run, started: float) -> CheckReport:
     """The engine level on the check engine's driver (harness.check.engine.run_battery)."""
     config = run.config
     driver = CheckConfig(level="engine", false_alarm_rate=config.false_alarm_rate, power=config.power,
-                         seed=config.seed, samples=config.samples, stop_on_fail=config.stop_on_fail, tv=math.nan)
+                         seed=config.seed, samples=config.samples, stop_on_fail=config.stop_on_fail, tv=math.nan,
+                         time_budget_s=config.time_budget_s)
     report = run_battery(EngineSource(run), driver, impl_name=f"{run.model} @ {run.engine.base}",
                          progress=run.progress)
     report.seconds = time.perf_counter() - started

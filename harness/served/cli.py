@@ -60,7 +60,7 @@ def engine_report(args, progress_bar):
                           prompts=len(args.prompt_texts) if args.prompt_texts else args.prompts,
                           prompt_texts=tuple(args.prompt_texts) if args.prompt_texts else None, top_logprobs=args.top_logprobs, chunk=args.chunk,
                           concurrency=args.concurrency, timeout_s=args.timeout_s or 120.0, retries=args.retries,
-                          out=args.out, **_settings(args)).validate()
+                          out=args.out, time_budget_s=args.time_budget_s, **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
     return report

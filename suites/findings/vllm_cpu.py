@@ -82,11 +82,11 @@ def engine_level(out: Path, log: list[dict], *, samples: int, python: str, model
             _run(["probe", "--endpoint", server.url + "/v1", "--json"], log, out, f"probe_{tag}")
         _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
               *common(samples, (COPY_PROMPT, OPEN_PROMPT)), *settings("T=0", *ENGINE_SETTINGS),
-              "--json", str(out / "engine_ngram_local.json")], log, out, "engine_ngram_local")
+              "--time-budget", "1200", "--json", str(out / "engine_ngram_local.json")], log, out, "engine_ngram_local")
         _run(["probe", "--endpoint", on.url + "/v1", "--json"], log, out, "probe_ngram_after")  # spec metrics now
         _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--reference-endpoint", off.url + "/v1",
               "--ground-truth", "two-sample", *common(samples, (OPEN_PROMPT,)), *settings("T=0", "T=1"),
-              "--json", str(out / "engine_ngram_two_sample.json")], log, out, "engine_ngram_two_sample")
+              "--time-budget", "600", "--json", str(out / "engine_ngram_two_sample.json")], log, out, "engine_ngram_two_sample")
         alive = {"ngram": on.alive(), "off": off.alive()}
     (out / "servers_alive_at_end.json").write_text(json.dumps(alive))
 
