@@ -136,3 +136,10 @@ def test_an_engine_that_dies_mid_run_is_a_finding_never_a_pass():
     assert report.cases[0]["name"] == "greedy" and not report.cases[0]["format_problems"]  # before the crash
     assert any(n.startswith("FINDING: the engine stopped answering mid-run") for n in report.notes)
     assert all(any(t.name == f"{c['name']}/format" and t.reject for t in report.tests) for c in report.cases[1:])
+
+
+def test_the_time_budget_stops_before_the_next_cell_and_says_which_cells_did_not_run(reference_on):
+    report = run_engine_check(EngineConfig(endpoint=reference_on, pair="toy-low", samples=200, prompts=1, chunk=200,
+                                           settings=(Setting(0.0), Setting(1.0)), time_budget_s=1e-6))
+    assert [c["name"] for c in report.cases] == ["greedy"]
+    assert any(n.startswith("time budget reached: cells not run: T=1/prompt0") for n in report.notes)
