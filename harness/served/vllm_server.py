@@ -35,7 +35,7 @@ class VllmServer:
     url: str  # http://127.0.0.1:PORT (add /v1 for the OpenAI routes)
     process: subprocess.Popen
     log: Path
-    started_s: float  # seconds from launch to a healthy /v1/models
+    started_s: float  # seconds from launch to a healthy /v1/models (the launch time until then)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -64,10 +64,38 @@ def vllm_server(python: str, model_dir: str, *, log: Path, served_name: str = "s
                 speculative: dict | None = None, seed: int = 0, startup_timeout_s: float = 600.0,
                 kv_cache_gib: int = 2, threads: int | None = None, extra: tuple[str, ...] = ()) -> Iterator[VllmServer]:
     """A running vLLM server; stopped (SIGTERM, then SIGKILL, whole process group) on exit."""
-    import httpx
+    spec = dict(log=log, served_name=served_name, speculative=speculative, seed=seed, kv_cache_gib=kv_cache_gib,
+                threads=threads, extra=extra)
+    with vllm_servers(python, model_dir, [spec], startup_timeout_s=startup_timeout_s) as (server,):
+        yield server
 
+
+@contextlib.contextmanager
+def vllm_servers(python: str, model_dir: str, specs: list[dict], *,
+                 startup_timeout_s: float = 600.0) -> Iterator[list[VllmServer]]:
+    """Several servers started at once (their start-ups overlap), each spec the keyword arguments of
+    `vllm_server`; all stopped on exit, whatever happens."""
     if not Path(python).exists():
         raise HarnessError(f"no Python at {python}: create the vLLM venv first (`nox -s vllm`)")
+    servers: list[VllmServer] = []
+    handles = []
+    try:
+        for spec in specs:
+            server, handle = _launch(python, model_dir, **spec)
+            servers.append(server)
+            handles.append(handle)
+        for server in servers:
+            _wait_ready(server, startup_timeout_s)
+        yield servers
+    finally:
+        for server in servers:
+            stop(server.process)
+        for handle in handles:
+            handle.close()
+
+
+def _launch(python: str, model_dir: str, *, log: Path, served_name: str = "smollm2", speculative: dict | None = None,
+            seed: int = 0, kv_cache_gib: int = 2, threads: int | None = None, extra: tuple[str, ...] = ()):
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
@@ -75,30 +103,30 @@ def vllm_server(python: str, model_dir: str, *, log: Path, served_name: str = "s
         env.update(OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
     log.parent.mkdir(parents=True, exist_ok=True)
     handle = log.open("w", encoding="utf-8")
-    started = time.monotonic()
     process = subprocess.Popen(server_command(python, model_dir, port=port, served_name=served_name,
                                               speculative=speculative, seed=seed, extra=extra),
                                stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    server = VllmServer(f"http://127.0.0.1:{port}", process, log, 0.0)
-    try:
-        deadline = started + startup_timeout_s
-        while True:
-            if not server.alive():
-                raise HarnessError(f"the vLLM server exited during start-up (code {process.returncode}); its log: "
-                                   f"{log}: {_tail(log)}")
-            if time.monotonic() > deadline:
-                raise HarnessError(f"the vLLM server did not answer within {startup_timeout_s:g} s; its log: {log}")
-            try:
-                if httpx.get(server.url + "/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        server.started_s = time.monotonic() - started
-        yield server
-    finally:
-        stop(process)
-        handle.close()
+    return VllmServer(f"http://127.0.0.1:{port}", process, log, time.monotonic()), handle
+
+
+def _wait_ready(server: VllmServer, timeout_s: float) -> None:
+    """Until /v1/models answers 200; `started_s` becomes the seconds from launch. HarnessError if it exits."""
+    import httpx
+
+    launched = server.started_s
+    while True:
+        if not server.alive():
+            raise HarnessError(f"the vLLM server exited during start-up (code {server.process.returncode}); its "
+                               f"log: {server.log}: {_tail(server.log)}")
+        if time.monotonic() > launched + timeout_s:
+            raise HarnessError(f"the vLLM server did not answer within {timeout_s:g} s; its log: {server.log}")
+        try:
+            if httpx.get(server.url + "/v1/models", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    server.started_s = time.monotonic() - launched
 
 
 def stop(process: subprocess.Popen, grace_s: float = 20.0) -> None:

@@ -64,7 +64,7 @@ def engine_level(out: Path, log: list[dict], *, samples: int, python: str, model
     """Both servers up at once; probe both; (a) local target on the speculative server, both prompts and
     settings; (c) two samples against the speculation-off server on the open prompt at T = 1 (half the
     effective sample size, so one cell); each run's greedy cell compares token for token."""
-    from harness.served.vllm_server import vllm_server
+    from harness.served.vllm_server import vllm_servers
 
     def common(n: int, prompts: tuple[str, ...]) -> list[str]:
         return ["--pair", "smollm2-ngram", "--samples", str(n), "--length", str(ENGINE_LENGTH), "--chunk",
@@ -74,15 +74,15 @@ def engine_level(out: Path, log: list[dict], *, samples: int, python: str, model
     def settings(*names: str) -> list[str]:
         return [a for s in names for a in ("--setting", s)]
 
-    with vllm_server(python, model_dir, log=out / "server_ngram.log", speculative=NGRAM, threads=2) as on, \
-            vllm_server(python, model_dir, log=out / "server_off.log", threads=2) as off:
+    specs = [dict(log=out / "server_ngram.log", speculative=NGRAM, threads=2), dict(log=out / "server_off.log", threads=2)]
+    with vllm_servers(python, model_dir, specs) as (on, off):
         (out / "servers.json").write_text(json.dumps({"ngram": {"speculative_config": NGRAM, "start_s": on.started_s},
                                                       "off": {"start_s": off.started_s}}, indent=2))
         for tag, server in (("ngram", on), ("off", off)):
             _run(["probe", "--endpoint", server.url + "/v1", "--json"], log, out, f"probe_{tag}")
         _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
               *common(samples, (COPY_PROMPT, OPEN_PROMPT)), *settings("T=0", *ENGINE_SETTINGS),
-              "--time-budget", "1200", "--json", str(out / "engine_ngram_local.json")], log, out, "engine_ngram_local")
+              "--time-budget", "900", "--json", str(out / "engine_ngram_local.json")], log, out, "engine_ngram_local")
         _run(["probe", "--endpoint", on.url + "/v1", "--json"], log, out, "probe_ngram_after")  # spec metrics now
         _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--reference-endpoint", off.url + "/v1",
               "--ground-truth", "two-sample", *common(samples, (OPEN_PROMPT,)), *settings("T=0", "T=1"),
