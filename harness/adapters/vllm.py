@@ -25,6 +25,8 @@ The output is vLLM's [B, γ+1] with −1 (`PLACEHOLDER_TOKEN_ID`) after the emit
 layout. Entry points:
 - `verify`: every request seeded (per-request generators), all random;
 - `verify_unseeded`: no request seeded (the global RNG);
+- `verify_no_draft_probs`: `draft_probs=None`, the path of vLLM's n-gram drafter (q = point mass), for
+  one-hot q only;
 - `verify_mixed`: each harness row shares the batch with a greedy request (temperature 0), so the
   kernels run their mixed greedy / random path (`all_random = all_greedy = False`); the greedy rows
   are checked exactly against the greedy rule (accept while the draft is the argmax; then the argmax)
@@ -104,7 +106,7 @@ def _generators(rows: int, seeded: list[bool], generator: torch.Generator) -> di
     return {i: torch.Generator().manual_seed(seeds[i]) for i in range(rows) if seeded[i]}
 
 
-def vllm_rejection_step(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
+def vllm_rejection_step(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
                         temperature: torch.Tensor, generators: dict[int, torch.Generator]) -> torch.Tensor:
     """One vLLM verification step over R requests; [R, γ+1] int64, −1 after the emitted tokens.
 
@@ -112,7 +114,8 @@ def vllm_rejection_step(target_probs: torch.Tensor, draft_probs: torch.Tensor, d
     rejection_sampler, sampler, _, _ = _vllm()
     R, gamma_plus_1, V = target_probs.shape
     gamma = gamma_plus_1 - 1
-    assert draft_probs.shape == (R, gamma, V) and draft_tokens.shape == (R, gamma), "shapes of §1a"
+    assert draft_probs is None or draft_probs.shape == (R, gamma, V), "shapes of §1a"
+    assert draft_tokens.shape == (R, gamma), "shapes of §1a"
     logits = target_probs.to(torch.float32).clamp_min(0).log()  # [R, γ+1, V]; softmax(log p) = p, −inf at p = 0
     metadata = sampling_metadata(temperature.to(torch.float32), generators)
     # The bonus token first, from the bonus position's logits, by the engine's regular sampler (vLLM's
@@ -123,7 +126,7 @@ def vllm_rejection_step(target_probs: torch.Tensor, draft_probs: torch.Tensor, d
     out = rejection_sampler.rejection_sample(
         draft_tokens.reshape(-1).to(torch.int32).contiguous(),  # [R·γ]
         [gamma] * R, gamma, cu,
-        draft_probs.reshape(R * gamma, V).to(torch.float32).contiguous(),  # [R·γ, V]
+        None if draft_probs is None else draft_probs.reshape(R * gamma, V).to(torch.float32).contiguous(),  # [R·γ, V]
         logits[:, :gamma].reshape(R * gamma, V).contiguous(),  # [R·γ, V]
         bonus.contiguous(), metadata,
     )
@@ -142,6 +145,16 @@ def verify_unseeded(target_probs, draft_probs, draft_tokens, generator):
     del generator
     B = draft_tokens.shape[0]
     return vllm_rejection_step(target_probs, draft_probs, draft_tokens, torch.ones(B), {})
+
+
+def verify_no_draft_probs(target_probs, draft_probs, draft_tokens, generator):
+    """§1a for a one-hot q only: `draft_probs=None`, vLLM's n-gram path (a drafter with no probabilities, which
+    vLLM treats as q = point mass on the draft). Refuses a q that is not one-hot (that call would be wrong)."""
+    if not bool(((draft_probs == 0) | (draft_probs == 1)).all()):
+        raise ValueError("verify_no_draft_probs checks vLLM's draft_probs=None path: it needs one-hot q "
+                         "(use --cases with point-mass drafts)")
+    B = draft_tokens.shape[0]
+    return vllm_rejection_step(target_probs, None, draft_tokens, torch.ones(B), _generators(B, [True] * B, generator))
 
 
 def verify_mixed(target_probs, draft_probs, draft_tokens, generator):

@@ -60,6 +60,41 @@ def sampler_level(out: Path, log: list[dict], seeds) -> None:
                   "--json", str(out / f"{name}.json")], log, out, name)
 
 
+def one_hot_cases():
+    """Sampler cases with point-mass drafts (vLLM's n-gram path passes draft_probs=None: q = point mass)."""
+    import numpy as np
+
+    from harness.check.sampler import custom_case
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for name, gamma, V in (("onehot-v12-g3", 3, 12), ("onehot-v50-g2", 2, 50)):
+        p = rng.dirichlet(np.ones(V) * 0.7, size=gamma + 1)
+        q = np.zeros((gamma, V))
+        for j in range(gamma):  # the point mass on the 1st / 2nd / 3rd likeliest token: some accepts, some rejects
+            q[j, int(np.argsort(-p[j])[j % 3])] = 1.0
+        cases.append(custom_case(name, p, q, "one-hot q, as vLLM's n-gram drafter gives", tv=0.03))
+    return cases
+
+
+def sampler_no_draft_probs(out: Path, log: list[dict], seeds) -> None:
+    """vLLM's draft_probs=None path (n-gram drafts) on one-hot cases: the Python API (custom cases have no CLI)."""
+    from harness.adapters.vllm import verify_no_draft_probs
+    from harness.check.sampler import run_sampler_check
+    from harness.records import atomic_write_json, json_safe
+
+    for seed in seeds:
+        name = f"sampler_no_draft_probs_seed{seed}"
+        started = time.perf_counter()
+        report = run_sampler_check(verify_no_draft_probs, cases=one_hot_cases(), seed=seed,
+                                   impl_name="harness.adapters.vllm:verify_no_draft_probs")
+        atomic_write_json(out / f"{name}.json", json_safe(report.to_dict()))
+        log.append({"name": name, "command": "python -m suites.findings.vllm_cpu --only sampler (one_hot_cases)",
+                    "exit": {"pass": 0, "fail": 1}.get(report.verdict, 3),
+                    "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg()})
+        print(f"[{name}] {report.verdict}", flush=True)
+
+
 def engine_level(out: Path, log: list[dict], *, samples: int, python: str, model_dir: str) -> None:
     """Both servers up at once; probe both; (a) local target on the speculative server, both prompts and
     settings; (c) two samples against the speculation-off server on the open prompt at T = 1 (half the
@@ -91,10 +126,25 @@ def engine_level(out: Path, log: list[dict], *, samples: int, python: str, model
     (out / "servers_alive_at_end.json").write_text(json.dumps(alive))
 
 
+def engine_control(out: Path, log: list[dict], *, samples: int, python: str, model_dir: str) -> None:
+    """The control: the same local-target check against the speculation-off server (greedy + T = 0.7 / top-p
+    0.9 on both prompts): what a correct serving path gives here, so a failure with speculation on is about
+    speculation, not about the server, its sampler or the ground truth."""
+    from harness.served.vllm_server import vllm_servers
+
+    with vllm_servers(python, model_dir, [dict(log=out / "server_off_control.log", threads=2)]) as (off,):
+        _run(["verify", "--level", "engine", "--endpoint", off.url + "/v1", "--ground-truth", "local",
+              "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH), "--chunk",
+              str(min(samples, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
+              "--prompt-text", COPY_PROMPT, "--prompt-text", OPEN_PROMPT, "--out", str(out / "responses"),
+              "--setting", "T=0", "--setting", ENGINE_SETTINGS[0], "--time-budget", "500",
+              "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suites.findings.vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
-    parser.add_argument("--only", choices=["sampler", "engine"], help="run one level only")
+    parser.add_argument("--only", choices=["sampler", "engine", "control"], help="run one part only")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--samples", type=int, default=400, help="engine level: continuations per prompt × setting")
     parser.add_argument("--python", default=sys.executable, help="the Python of the venv that holds vLLM")
@@ -105,9 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     log: list[dict] = []
     if args.only in (None, "sampler"):
         sampler_level(out, log, args.seeds)
+        sampler_no_draft_probs(out, log, args.seeds)
+    model_dir = args.model_dir or (str(materialized_smollm2()) if args.only != "sampler" else "")
     if args.only in (None, "engine"):
-        model_dir = args.model_dir or str(materialized_smollm2())
         engine_level(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
+    if args.only in (None, "control"):
+        engine_control(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
     commands = out / "commands.jsonl"
     with commands.open("a", encoding="utf-8") as f:
         for entry in log:
