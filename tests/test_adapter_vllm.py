@@ -51,16 +51,17 @@ def test_vllm_rejection_sampler_emits_the_contract_layout(fn):
 @pytest.mark.parametrize("fn", ["verify", "verify_mixed"])
 @pytest.mark.vllm
 @vllm_only
-def test_vllm_rejection_sampler_passes_and_a_one_hot_draft_bug_fails(fn):
-    """vLLM's sampler passes a short battery; the same sampler fed one-hot q (vLLM #40149: draft_probs=None for
-    a probabilistic draft) fails it: the check is not vacuous on this adapter."""
+def test_vllm_rejection_sampler_passes_and_a_wrong_q_fails(fn):
+    """vLLM's sampler passes a short battery; the same sampler handed a q other than the one the drafts came
+    from (here q squared and renormalized: transformers #47932's class, raw vs processed q) fails it. (A
+    one-hot q of the draft token would not do: that is sample-and-match, lossless for any drafter.)"""
     impl = getattr(adapter, fn)
 
-    def one_hot_q(target_probs, draft_probs, draft_tokens, generator):
-        return impl(target_probs, torch.nn.functional.one_hot(draft_tokens, draft_probs.shape[-1]).to(draft_probs),
-                    draft_tokens, generator)
+    def sharpened_q(target_probs, draft_probs, draft_tokens, generator):
+        wrong = draft_probs.pow(2)
+        return impl(target_probs, wrong / wrong.sum(-1, keepdim=True), draft_tokens, generator)
 
     good = run_sampler_check(impl, cases=CASES, samples=20_000, seed=1)
-    bad = run_sampler_check(one_hot_q, cases=CASES, samples=20_000, seed=1)
+    bad = run_sampler_check(sharpened_q, cases=CASES, samples=20_000, seed=1)
     assert good.verdict == "pass", [t.name for t in good.tests if t.reject]
     assert bad.verdict == "fail"
