@@ -24,12 +24,12 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from scipy.stats import binomtest
 
 from harness.check.generation import DEFAULT_SETTINGS, run_generation_check
 from harness.check.sampler import run_sampler_check
 from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.pairs import get_pair
+from harness.stats.rates import clopper_pearson, family_p  # noqa: F401 - family_p: public here too
 
 
 @dataclasses.dataclass
@@ -66,21 +66,6 @@ class CampaignConfig:
         base = dict(seeds=8, control_seeds=20, curve_seeds=0, below_resolution_seeds=1, generation_control_seeds=3,
                     slow_generation_seeds=2, step_control_seeds=3, profile="quick")
         return cls(**{**base, **overrides})
-
-
-def clopper_pearson(k: int, n: int) -> tuple[float, float]:
-    if n == 0:
-        return (math.nan, math.nan)
-    ci = binomtest(k, n).proportion_ci(0.95, method="exact")
-    return float(ci.low), float(ci.high)
-
-
-def family_p(report) -> float:
-    """Smallest Holm-adjusted p-value: the family rejects at level a iff this is ≤ a."""
-    if not report.tests:
-        return 1.0
-    m = len(report.tests)
-    return float(min(1.0, m * min(t.p_value for t in report.tests)))
 
 
 def _exact_tvs(impl) -> dict:
