@@ -12,6 +12,7 @@ import sys
 
 from harness import preflight
 from harness.adapters.calling import ImplementationError
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.errors import HarnessError
 from harness.progress import Progress
 from specdec_ref.errors import SpecDecInputError
@@ -197,7 +198,10 @@ def _cmd_mutants(args) -> int:
 
     chosen = {k: v for k, v in (("seeds", args.seeds), ("control_seeds", args.control_seeds)) if v is not None}
     make = CampaignConfig.quick if args.quick else CampaignConfig
-    config = make(gate_alpha=args.alpha, only=tuple(args.only or ()), scheduler=args.scheduler,
+    if args.alpha is not None:
+        print("specdec: warning: --alpha is deprecated, use --false-alarm-rate", file=sys.stderr)
+        args.false_alarm_rate = args.alpha
+    config = make(gate=args.false_alarm_rate, only=tuple(args.only or ()), scheduler=args.scheduler,
                   dask_workers=args.workers, **chosen)
     if config.seeds < 1 or config.control_seeds < 1:
         raise HarnessError("--seeds and --control-seeds must be >= 1")
@@ -412,7 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seeds per correct control (false-alarm rate); default 200 (quick: 20)")
     p.add_argument("--quick", action="store_true",
                    help="the CI profile of `nox -s lossless`: fewer seeds, no detection-vs-samples curve (minutes)")
-    p.add_argument("--alpha", type=float, default=1e-3, help="gate: family-wise false-alarm rate")
+    p.add_argument("--false-alarm-rate", type=float, default=DEFAULT_FALSE_ALARM_RATE,
+                   help="gate: family-wise false-alarm rate of every run")
+    p.add_argument("--alpha", type=float, default=None, help="deprecated alias of --false-alarm-rate")
     p.add_argument("--only", nargs="+", help="run only these implementations")
     p.add_argument("--out", default="results/lossless")
     add_threads(p)

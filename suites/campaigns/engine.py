@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.pairs import get_pair
 from harness.records import atomic_write_json, provenance
 from harness.served.check import EngineConfig, run_engine_check
@@ -28,7 +29,7 @@ from harness.served.serve import serving
 from harness.stats.rates import clopper_pearson, family_p
 
 PAIR = "toy-low"  # α ≈ 0.2: residual and bonus paths run often, as in the generation-level campaign
-GATE = 1e-3
+GATE = DEFAULT_FALSE_ALARM_RATE
 
 
 def _runs(url: str, seeds, *, pair: str, samples: int, stop_on_fail: bool, **extra) -> list[dict]:
