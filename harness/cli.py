@@ -194,6 +194,7 @@ def _cmd_mutants(args) -> int:
     from harness.executor import Journal
 
     zoo = policy("zoo")
+    args.out = args.out or zoo.DEFAULT_OUT
     CampaignConfig, run_campaign, write_report = zoo.CampaignConfig, zoo.run_campaign, zoo.write_report  # noqa: N806
 
     chosen = {k: v for k, v in (("seeds", args.seeds), ("control_seeds", args.control_seeds)) if v is not None}
@@ -264,8 +265,9 @@ def _cmd_numerics(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from harness.demo import choose_pair, run_demo
-
+    demo = policy("demo")
+    choose_pair, run_demo = demo.choose_pair, demo.run_demo
+    args.out = args.out or demo.DEFAULT_OUT
     preflight.common(args)
     pair, reason = choose_pair()
     print(f"specdec demo: using {reason}", flush=True)
@@ -385,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=run_bench)
 
     p = sub.add_parser("demo", help="the main job end to end on the embedded default pair -> results/demo")
-    p.add_argument("--out", default="results/demo", help="results folder (untracked; the documented example "
+    p.add_argument("--out", default=None, help="results folder (default results/demo: untracked; the documented example "
                    "lives in docs/example-demo)")
     p.add_argument("--quick", action="store_true", help="smaller samples (a minute or two)")
     add_threads(p)
@@ -420,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gate: family-wise false-alarm rate of every run")
     p.add_argument("--alpha", type=float, default=None, help="deprecated alias of --false-alarm-rate")
     p.add_argument("--only", nargs="+", help="run only these implementations")
-    p.add_argument("--out", default="results/lossless")
+    p.add_argument("--out", default=None, help="results folder (default results/lossless)")
     add_threads(p)
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on the workers of this dask scheduler")
     p.add_argument("--workers", type=int, metavar="N", help="run on a local dask cluster of N worker processes")

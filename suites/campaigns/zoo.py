@@ -32,6 +32,8 @@ from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.pairs import get_pair
 from harness.stats.rates import clopper_pearson, family_p  # noqa: F401 - family_p: public here too
 
+DEFAULT_OUT = "results/lossless"
+
 
 @dataclasses.dataclass
 class CampaignConfig:
@@ -357,3 +359,10 @@ def _markdown(result, meta, ok, problems) -> str:
 
 def _fmt_tv(x) -> str:
     return f"{x:.3f}" if isinstance(x, float) else ("-" if x is None else str(x))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specdec campaign zoo ARGS` is `specdec mutants ARGS`."""
+    from harness.cli import main as specdec
+
+    return specdec(["mutants", *(argv or [])])
