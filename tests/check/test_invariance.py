@@ -127,3 +127,35 @@ def test_config_modes_are_config_fields():
     """Every mode above is a CheckConfig field (the one driver reads it), not a separate code path."""
     fields = set(CheckConfig.__dataclass_fields__)
     assert all(set(m) <= fields for m in MODES.values())
+
+
+def _one_row_only(rule: LosslessRule):
+    def verify(target_probs, draft_probs, draft_tokens, generator):
+        if target_probs.shape[0] != 1:
+            raise ValueError("this implementation takes one row at a time")
+        return rule(target_probs, draft_probs, draft_tokens, generator)
+
+    return verify
+
+
+def test_b1_wrapping_keeps_the_verdict():
+    """An implementation that only takes B = 1 is wrapped by the harness (one call per row): a lossless
+    rule still passes and a row slip — here: reading the previous call's law — still fails."""
+    from harness.check.api import run_verify
+
+    fields = {"level": "sampler", "cases": ["rows-differ"], "samples": 1_200, "seed": 6}  # one call per row: few rows
+    ok = run_verify(CheckConfig(impl=_one_row_only(LosslessRule(scales=(0.6,), rng="global")), **fields))
+    assert ok.verdict != "fail", [t.name for t in ok.tests if t.reject]
+    assert any("one row at a time" in n or "B = 1" in n or "row" in n for n in ok.notes)
+
+    previous = {}
+
+    def stale(target_probs, draft_probs, draft_tokens, generator):  # uses the law of the previous call
+        if target_probs.shape[0] != 1:
+            raise ValueError("one row at a time")
+        law = previous.get("p", target_probs)
+        law = law if law.shape == target_probs.shape else target_probs
+        previous["p"] = target_probs.clone()
+        return LosslessRule()(law, draft_probs, draft_tokens, generator)
+
+    assert run_verify(CheckConfig(impl=stale, **fields)).verdict == "fail"
