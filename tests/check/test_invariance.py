@@ -22,6 +22,7 @@ from harness.check.draft_step import run_draft_step_check
 from harness.check.sampler import run_sampler_check
 from harness.check.tree import chain_as_tree, run_tree_check
 from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step
+from suites.campaigns.invariance import chain_tree_case
 
 # A small plan (TV 0.15 per position on three cheap cases, one of them multi-law) keeps each run well under
 # a second; the false-alarm rate holds at any plan size, so the property is the one the production plan has.
