@@ -27,14 +27,15 @@ from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
 from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
 from harness.check.report import CheckReport, deterministic_result
+from harness.errors import HarnessError
 from harness.served import battery
 from harness.served.client import EngineClient, EngineError, ResponseStore, config_hash
 from harness.served.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
 from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tokenizer_for
-from harness.errors import HarnessError
 from harness.stats import TestResult
 
 GROUND_TRUTHS = ("auto", "local", "score", "two-sample")
+ENGINE_CHECKS = ("tokens", "logprobs")
 GREEDY_TOKENS = 16
 
 
@@ -66,6 +67,12 @@ class EngineConfig:
     prompt_texts: tuple[str, ...] | None = None  # prompts as text (default: the pair's prompts, else the prompt set)
     extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
     stop_on_fail: bool = False  # stop after the first cell with a test at p <= the per-test level
+    checks: tuple[str, ...] = ("tokens",)  # "tokens" (the law of the output), "logprobs" (harness.served.logprobs)
+    logprobs_k: int = 5  # top-k asked of the engine by the logprobs check
+    logprobs_samples: int = 16  # continuations per logprobs cell (every value is compared: no plan)
+    logprob_tolerance: float = 1e-3  # nats: |reported − target| allowed (numerics)
+    logprobs_mode: str = "auto"  # raw | processed | auto (asked of the engine)
+    processing_order: str = "standard"  # the processing convention the engine declares (specdec_ref ORDERS)
 
     def validate(self) -> EngineConfig:
         if self.ground_truth not in GROUND_TRUTHS:
@@ -76,6 +83,11 @@ class EngineConfig:
         for name, value in (("--samples", self.samples), ("--prompts", self.prompts), ("--chunk", self.chunk)):
             if value < 1:
                 raise HarnessError(f"{name} must be >= 1, got {value}")
+        unknown = sorted(set(self.checks) - set(ENGINE_CHECKS))
+        if unknown or not self.checks:
+            raise HarnessError(f"--engine-checks takes {', '.join(ENGINE_CHECKS)}, got {', '.join(self.checks)}")
+        if not self.logprob_tolerance >= 0 or self.logprobs_k < 0 or self.logprobs_samples < 1:
+            raise HarnessError("--logprob-tolerance must be >= 0, --logprobs-k >= 0, --logprobs-samples >= 1")
         if self.length is not None and self.length < 1:
             raise HarnessError(f"--length must be >= 1, got {self.length}")
         if self.ground_truth == "local" and not (self.pair or self.target):
@@ -100,6 +112,7 @@ class _Run:
     ground_truth: str
     length: int
     progress: Callable[[int], None] | None
+    logprobs_truth: str | None = None  # the logprobs check's ground truth (local / score)
 
 
 def run_engine_check(config: EngineConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
@@ -389,9 +402,15 @@ class EngineSource(TrialSource):
         vocab = run.pair.vocab_size if run.pair is not None else None
         enumerate_law = run.ground_truth == "local" and vocab <= ENUMERATION_MAX_VOCAB
         sampling = [s for s in run.config.settings if s.temperature > 0]
+        cells = []
+        if "logprobs" in run.config.checks:
+            from harness.served import logprobs
+
+            cells += logprobs.cells(run, prompts)
+        if "tokens" not in run.config.checks:
+            return cells
         if run.ground_truth == "score":
             _require_processed(run, sampling, prompts)
-        cells = []
         if any(s.temperature == 0 for s in run.config.settings):  # first: deterministic and cheap
             cells.append(Cell("greedy", [ENGINE_GREEDY, ENGINE_GREEDY_NUMERICS], prompts, math.nan,
                               {"prompts": len(prompts)}))
@@ -406,6 +425,10 @@ class EngineSource(TrialSource):
         run = self.run
         if cell.name == "greedy":
             return _greedy(run, cell)
+        if cell.name.startswith("logprobs/"):
+            from harness.served import logprobs
+
+            return logprobs.draw(run, cell, n)
         data, config = cell.data, run.config
         seed = config.seed * 1_000_003 + 1000 * data.index + int(data.setting.temperature * 100)
         rows, reasons = sample_rows(run, run.engine, run.model, "engine", data.prompt, data.setting, n, run.length,
@@ -435,6 +458,9 @@ class EngineSource(TrialSource):
             case.pop("_run", None)
         tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and t.name.endswith(("pit_uniform", "joint"))]
         report.target_tv = max(tvs) if tvs else math.nan
+        from harness.served import logprobs
+
+        report.notes += logprobs.notes(report)
         hidden = [c["hidden_mass"] for c in report.cases if "hidden_mass" in c]
         report.notes.append(f"ground truth {run.ground_truth}; {run.length} new tokens per continuation")
         if hidden:
