@@ -89,8 +89,9 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",po
 
 
 @pytest.mark.parametrize("drafts", [0, 10])
-def test_vllm_counters_give_acceptance_per_position_differenced(drafts):
-    text = [VLLM_METRICS.format(drafts=d, drafted=2 * d, accepted=a, p0=p0, p1=p1)
+@pytest.mark.parametrize("prefix", ["vllm:", "llamacpp:"])
+def test_vllm_counters_give_acceptance_per_position_differenced(drafts, prefix):
+    text = [VLLM_METRICS.replace("vllm:", prefix).format(drafts=d, drafted=2 * d, accepted=a, p0=p0, p1=p1)
             for d, a, p0, p1 in ((5, 4, 3, 1), (5 + drafts, 4 + 9, 3 + 6, 1 + 3))]
     replies = iter(text)
 
@@ -103,5 +104,5 @@ def test_vllm_counters_give_acceptance_per_position_differenced(drafts):
     if not drafts:
         assert acc == {}  # no drafts over the level: no acceptance claimed
     else:
-        assert acc["source"] == "vllm" and acc["acceptance_per_position"] == [0.6, 0.3]
+        assert acc["source"] == {"vllm:": "vllm", "llamacpp:": "llama.cpp"}[prefix] and acc["acceptance_per_position"] == [0.6, 0.3]
         assert acc["mean_accepted_per_step"] == 0.9 and acc["draft_acceptance_rate"] == 9 / 20

@@ -13,7 +13,7 @@ server streams; a server that refuses streaming is timed per request). Per level
   under speculation: the burstiness is the point);
 - acceptance from `/metrics`, differenced over the level: vLLM's
   `vllm:spec_decode_num_accepted_tokens_per_pos_total{position}` / `vllm:spec_decode_num_drafts_total`
-  (acceptance per draft position), llama.cpp's drafted / accepted counters, `specdec serve`'s target
+  (acceptance per draft position; llama-server has the same names under `llamacpp:`), `specdec serve`'s target
   passes per generated token. An engine that reports none of these gets none in the report.
 
 Speedup = spec-on / spec-off at the same level, overall (throughput) and per category (median
@@ -169,28 +169,23 @@ def _delta(before: dict, after: dict, name: str) -> float | None:
 def acceptance(before: dict, after: dict) -> dict:
     """What the engine's counters say about speculation over one level (differenced); {} if nothing."""
     out: dict = {}
-    drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
-    if drafts:
+    for prefix, source in (("vllm:", "vllm"), ("llamacpp:", "llama.cpp")):  # llama-server mirrors vLLM's names
+        drafts = _delta(before, after, f"{prefix}spec_decode_num_drafts_total")
+        if not drafts:
+            continue
         per_pos = {}
         for key in after:
-            m = re.match(r'vllm:spec_decode_num_accepted_tokens_per_pos_total\{.*position="(\d+)"', key)
+            m = re.match(re.escape(prefix) + r'spec_decode_num_accepted_tokens_per_pos_total\{.*position="(\d+)"', key)
             if m:
                 per_pos[int(m.group(1))] = (after[key] - before.get(key, 0.0)) / drafts
-        out["source"] = "vllm"
+        out["source"] = source
         out["acceptance_per_position"] = [per_pos[j] for j in sorted(per_pos)]
-        accepted = _delta(before, after, "vllm:spec_decode_num_accepted_tokens_total")
-        drafted = _delta(before, after, "vllm:spec_decode_num_draft_tokens_total")
+        accepted = _delta(before, after, f"{prefix}spec_decode_num_accepted_tokens_total")
+        drafted = _delta(before, after, f"{prefix}spec_decode_num_draft_tokens_total")
         if accepted is not None:
             out["mean_accepted_per_step"] = accepted / drafts
         if accepted is not None and drafted:
             out["draft_acceptance_rate"] = accepted / drafted
-    names = {k.split("{")[0] for k in after}
-    drafted_name = next((n for n in names if n.startswith("llamacpp:") and "draft" in n and "accept" not in n), None)
-    accepted_name = next((n for n in names if n.startswith("llamacpp:") and "accept" in n), None)
-    if drafted_name and accepted_name:
-        drafted, accepted = _delta(before, after, drafted_name), _delta(before, after, accepted_name)
-        if drafted:
-            out.update(source="llama.cpp", draft_acceptance_rate=accepted / drafted)
     calls = _delta(before, after, "specdec_target_forward_calls_total")
     tokens = _delta(before, after, "specdec_generation_tokens_total")
     if calls and tokens is not None:  # the bench sends n = 1: one row per request

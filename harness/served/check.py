@@ -73,6 +73,7 @@ class EngineConfig:
     logprob_tolerance: float = 1e-3  # nats: |reported − target| allowed (numerics)
     logprobs_mode: str = "auto"  # raw | processed | auto (asked of the engine)
     processing_order: str = "standard"  # the processing convention the engine declares (specdec_ref ORDERS)
+    api: str = "openai"  # openai (vLLM-style routes) | llama-server | llama-server-processed (its native /completion)
 
     def validate(self) -> EngineConfig:
         if self.ground_truth not in GROUND_TRUTHS:
@@ -119,9 +120,11 @@ def run_engine_check(config: EngineConfig, progress: Callable[[int], None] | Non
     config.validate()
     started = time.perf_counter()
     options = dict(concurrency=config.concurrency, timeout_s=config.timeout_s, retries=config.retries)
-    with EngineClient(config.endpoint, **options) as engine:
+    from harness.served.llama_server import client_for
+
+    with client_for(config.api, config.endpoint, **options) as engine:
         model = engine.resolve_model(config.model)
-        reference = EngineClient(config.reference_endpoint, **options) if config.reference_endpoint else None
+        reference = client_for(config.api, config.reference_endpoint, **options) if config.reference_endpoint else None
         try:
             reference_model = reference.resolve_model(config.reference_model) if reference else None
             run = _prepare(config, engine, model, reference, reference_model, progress)
@@ -359,7 +362,7 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
             rows, list(data.prompt), model=_target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target,
             setting=data.setting, vocab=run.pair.vocab_size,
             eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=cell.summary["joint_law"],
-            rng=rng, **kw)
+            rng=rng, order=run.config.processing_order, **kw)
     if run.ground_truth == "score":
         prompt_ids = data.prompt if isinstance(data.prompt, list) else _prompt_ids(run, data.prompt)
         listed = score_rows(run, prompt_ids, rows, data.setting)
@@ -380,6 +383,29 @@ def _greedy_numerics(cell: Cell, trials, level: float, power: float) -> list[Tes
     return trials[1]  # near-tie divergences: numerics, reported (their prompt's gating test passes)
 
 
+def _engine_conventions(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    """Advisory (local ground truth): after a failed cell, the other processing conventions under which the
+    target explains the engine's output (a convention to declare with --processing-order, not a bug)."""
+    run, data = cell.summary["_run"], cell.data
+    if run.ground_truth != "local" or not cell.decided(level):
+        return []
+    import torch
+
+    from harness.check.generation import _target64, consistent_conventions
+    from specdec_ref.generate import default_eos, eos_set
+
+    rows = trials[0]
+    width = max(1, max(map(len, rows), default=1))
+    tokens = torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.long)
+    model = _target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
+    cell.summary["consistent_conventions"] = consistent_conventions(
+        tokens, model, list(data.prompt), run.length, data.setting, run.pair.vocab_size,
+        eos_set(default_eos(run.pair.target)), run.config.processing_order, level, power, cell.summary["joint_law"],
+        run.config.seed + data.index)
+    return []
+
+
+ENGINE_CONVENTIONS = Check("conventions", lambda cell: 0, _engine_conventions, gating=False)
 ENGINE_GREEDY = Check("greedy_equality", lambda cell: len(cell.data), _greedy_gating)
 ENGINE_GREEDY_NUMERICS = Check("greedy_numerics", lambda cell: 0, _greedy_numerics, gating=False)
 ENGINE_LAW = Check("ground_truth", lambda cell: count_tests_for_cell(cell.summary["ground_truth"], cell.summary["length"],
@@ -416,7 +442,8 @@ class EngineSource(TrialSource):
                               {"prompts": len(prompts)}))
         for setting in sampling:
             for i, prompt in enumerate(prompts):
-                cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW], _SamplingCell(setting, i, prompt),
+                cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW, ENGINE_CONVENTIONS],
+                                  _SamplingCell(setting, i, prompt),
                                   math.nan, {"_run": run, "length": run.length, "ground_truth": run.ground_truth,
                                              "setting": dataclasses.asdict(setting), "joint_law": enumerate_law}))
         return cells
@@ -456,6 +483,10 @@ class EngineSource(TrialSource):
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law
         for case in report.cases:
             case.pop("_run", None)
+            for order in case.get("consistent_conventions", []):
+                report.notes.append(f"{case['name']}: outputs consistent with the target under convention {order!r}: "
+                                    f"a processing convention, not a verification bug (if intended, declare it: "
+                                    f"--processing-order {order})")
         tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and t.name.endswith(("pit_uniform", "joint"))]
         report.target_tv = max(tvs) if tvs else math.nan
         from harness.served import logprobs

@@ -31,6 +31,9 @@ def add_verify_arguments(parser) -> None:
     g.add_argument("--logprob-tolerance", type=float, default=1e-3, help="logprobs check: nats allowed (numerics)")
     g.add_argument("--logprobs-k", type=int, default=5, help="logprobs check: top-k asked of the engine")
     g.add_argument("--logprobs-samples", type=int, default=16, help="logprobs check: continuations per cell")
+    g.add_argument("--api", default="openai", choices=["openai", "llama-server", "llama-server-processed"],
+                   help="the engine's API: OpenAI/vLLM routes, or llama-server's native /completion (raw or "
+                   "post-sampling probabilities)")
     g.add_argument("--logprobs-mode", default="auto", choices=["auto", "raw", "processed"],
                    help="logprobs check: what the engine reports (auto: asked)")
     _record_explicit_pair(parser)
@@ -66,7 +69,7 @@ def engine_report(args, progress_bar):
                           concurrency=args.concurrency, timeout_s=args.timeout_s or 120.0, retries=args.retries,
                           out=args.out, checks=args.engine_checks, logprob_tolerance=args.logprob_tolerance,
                           logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
-                          logprobs_mode=args.logprobs_mode,
+                          logprobs_mode=args.logprobs_mode, api=args.api,
                           processing_order=getattr(args, "processing_order", "standard"), **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
