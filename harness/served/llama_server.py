@@ -220,13 +220,14 @@ class LlamaServerClient(EngineClient):
         super().__init__(endpoint, **options)
         self.processed = processed
 
-    def post(self, path: str, payload: dict) -> dict:
+    def request(self, method: str, path: str, payload: dict | None = None, *, parse_json: bool = True):
+        if method != "POST" or path not in ("/tokenize", "/v1/completions"):
+            return super().request(method, path, payload, parse_json=parse_json)
+        payload = payload or {}
         if path == "/tokenize":
-            reply = super().post("/tokenize", {"content": payload.get("prompt", ""),
-                                               "add_special": bool(payload.get("add_special_tokens", False))})
+            reply = super().request("POST", "/tokenize", {"content": payload.get("prompt", ""),
+                                                          "add_special": bool(payload.get("add_special_tokens"))})
             return {"tokens": reply.get("tokens", [])}
-        if path != "/v1/completions":
-            return super().post(path, payload)
         if payload.get("prompt_logprobs") is not None or payload.get("echo"):
             from harness.served.client import RequestRefused
 
@@ -250,7 +251,7 @@ class LlamaServerClient(EngineClient):
         if k is not None and k is not False:
             body["n_probs"] = max(1, int(k))
             body["post_sampling_probs"] = self.processed
-        reply = super().post("/completion", body)
+        reply = super().request("POST", "/completion", body)
         tokens = reply.get("tokens")
         if not isinstance(tokens, list):
             raise HarnessError(f"{self.base}/completion returned no `tokens` (return_tokens): not a llama-server?")
