@@ -162,7 +162,7 @@ def server_command(binary: Path, model: Path, port: int, *, draft: Path | None, 
            "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", str(slots), "--metrics",
            "--no-webui", "-lv", "1"]
     if draft is not None:
-        cmd += ["-md", str(draft), "--spec-draft-n-max", str(draft_tokens), "--spec-draft-n-min", "0",
+        cmd += ["--spec-type", "draft-simple", "-md", str(draft), "--spec-draft-n-max", str(draft_tokens), "--spec-draft-n-min", "0",
                 "-td", str(threads), "-tbd", str(threads)]
     return cmd
 
