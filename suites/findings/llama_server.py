@@ -37,7 +37,7 @@ def _config(url: str, **kw):
     from harness.served.check import EngineConfig
 
     base = dict(endpoint=url, pair="smollm2", api="llama-server", samples=SAMPLES, length=LENGTH, prompts=1,
-                chunk=1, concurrency=2, seed=0, timeout_s=600.0)
+                chunk=1, concurrency=2, seed=0, timeout_s=600.0, stop_on_fail=False)
     return EngineConfig(**{**base, **kw})
 
 
