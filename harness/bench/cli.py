@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     preflight.output_dir(config.out, "--out")
+    if config.endpoint:
+        return run_endpoint(config)
     preflight.device(config.device)
     if config.dtype:
         preflight.dtype(config.dtype, config.device or "cpu")
@@ -71,6 +73,35 @@ def run(args: argparse.Namespace) -> int:
     for line in summary_lines(result.rows):
         print("  " + line)
     print(f"  report: {result.files.get('report.md')}")
+    return 0
+
+
+def run_endpoint(config: BenchConfig) -> int:
+    """`specdec bench --endpoint URL --reference-endpoint URL`: speculation on vs off over HTTP."""
+    from pathlib import Path
+
+    from harness.bench.config import command_line
+    from harness.bench.http import HttpBenchConfig, run_http_bench
+    from suites import http_bench
+
+    quick = http_bench.QUICK if config.quick else {}
+    temperatures = config.temperatures or (0.0,)
+    if len(temperatures) != 1:
+        raise HarnessError("with --endpoint, give one --temperature (the catalogue runs at one setting)")
+    prompts = http_bench.catalogue(config.categories, config.prompts or quick.get("per_category"))
+    http = HttpBenchConfig(endpoint=config.endpoint, reference_endpoint=config.reference_endpoint, prompts=prompts,
+                           concurrency=config.concurrency or quick.get("concurrency") or http_bench.CONCURRENCY,
+                           max_tokens=config.max_new_tokens or quick.get("max_tokens") or http_bench.MAX_TOKENS,
+                           temperature=temperatures[0], repeats=config.repeats or 1, seed=config.seed,
+                           command=command_line(config))
+    out = Path(config.out) / (config.run_name or "http")
+    result = run_http_bench(http, out, progress=lambda line: print("  " + line, file=sys.stderr, flush=True))
+    print(f"specdec bench --endpoint: {result.seconds:.0f} s; {len(prompts)} prompts × "
+          f"{len(http.concurrency)} concurrency levels × 2 endpoints")
+    for r in (r for r in result.rows if r["kind"] == "level" and r["role"] == "spec"):
+        print(f"  concurrency {r['concurrency']}: {r['throughput_tokens_per_s']:.1f} tokens/s, speedup "
+              f"{_fmt(r.get('speedup_throughput'))} (per request {_fmt(r.get('speedup_request_median'))})")
+    print(f"  report: {result.files['report.md']}")
     return 0
 
 

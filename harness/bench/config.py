@@ -87,6 +87,14 @@ class BenchConfig:
                                  int, "N")
     scheduler: str | None = _field(None, "--scheduler", "measure cells on the workers of this dask scheduler "
                                    "(each cell is timed on its worker)", metavar="ADDRESS")
+    endpoint: str | None = _field(None, "--endpoint", "bench a served engine over HTTP: the engine with speculation "
+                                  "on (with --reference-endpoint)", metavar="URL")
+    reference_endpoint: str | None = _field(None, "--reference-endpoint", "the same engine with speculation off "
+                                            "(with --endpoint)", metavar="URL")
+    concurrency: tuple[int, ...] | None = _field(None, "--concurrency", "with --endpoint: requests in flight "
+                                                 "(default 1,2,4)", parse_int_list, "LIST")
+    categories: tuple[str, ...] | None = _field(None, "--categories", "with --endpoint: prompt categories of the "
+                                                "catalogue (default all)", parse_names, "NAME[,NAME]")
     workers: int | None = _field(None, "--workers", "measure cells on a local dask cluster of N worker processes "
                                  "(they share this machine's cores: for counts and resilience, not timing)", int, "N")
 
@@ -110,6 +118,13 @@ class BenchConfig:
                 raise HarnessError(f"{name} must be >= 1, got {value}")
         if self.synthetic_cost_ms is not None and min(self.synthetic_cost_ms) < 0:
             raise HarnessError(f"--synthetic-cost must be >= 0 ms, got {self.synthetic_cost_ms}")
+        if (self.endpoint is None) != (self.reference_endpoint is None):
+            raise HarnessError("--endpoint and --reference-endpoint go together: the engine with speculation on and "
+                               "the same engine with it off")
+        if self.endpoint is None and (self.concurrency or self.categories):
+            raise HarnessError("--concurrency and --categories go with --endpoint (a served engine)")
+        if self.concurrency is not None and (not self.concurrency or min(self.concurrency) < 1):
+            raise HarnessError(f"--concurrency values must be >= 1, got {list(self.concurrency)}")
         if (self.target is None) != (self.draft is None):
             raise HarnessError("--target and --draft go together: give both checkpoints")
         if self.target is not None and self.pairs:

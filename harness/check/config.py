@@ -25,7 +25,8 @@ LEVELS = ("sampler", "generation", "engine")  # --level
 # What an implementation's signature must be (harness.check.api.contract_of): a §1a step, a §1b generate,
 # a tree step, a draft-and-verify step. The mutant zoo registers entries by contract.
 CONTRACTS = ("sampler", "generation", "tree", "draft_step")
-PROCESSING_ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature")
+PROCESSING_ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature",
+                     "llama_cpp")
 FAMILIES = ("chain", "block", "tree")
 STEPS = ("verify", "draft_and_verify")
 

@@ -434,6 +434,8 @@ def consistent_conventions(tokens, model, prompt, length, setting, vocab, eos, d
 
 def _order_matters(setting: Setting, order: str) -> bool:
     """Whether `order` can give a different law than the standard one for this setting."""
+    if order == "llama_cpp":  # its default truncation applies to every sampled setting
+        return setting.temperature > 0
     if setting.temperature in (0, 1) and order != "top_k_after_top_p":
         return False
     cuts = setting.top_k is not None or setting.top_p is not None or setting.min_p is not None

@@ -36,6 +36,7 @@ from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tok
 from harness.stats import TestResult
 
 GROUND_TRUTHS = ("auto", "local", "score", "two-sample")
+ENGINE_CHECKS = ("tokens", "logprobs")
 GREEDY_TOKENS = 16
 
 
@@ -68,6 +69,13 @@ class EngineConfig:
     extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
     stop_on_fail: bool = True  # stop after the first cell with a test at p <= the per-test level (as CheckConfig)
     time_budget_s: float | None = None  # no new cell after this many seconds (the cells not run are noted)
+    checks: tuple[str, ...] = ("tokens",)  # "tokens" (the law of the output), "logprobs" (harness.served.logprobs)
+    logprobs_k: int = 5  # top-k asked of the engine by the logprobs check
+    logprobs_samples: int = 16  # continuations per logprobs cell (every value is compared: no plan)
+    logprob_tolerance: float = 1e-3  # nats: |reported − target| allowed (numerics)
+    logprobs_mode: str = "auto"  # raw | processed | auto (asked of the engine)
+    processing_order: str = "standard"  # the processing convention the engine declares (specdec_ref ORDERS)
+    api: str = "openai"  # openai (vLLM-style routes) | llama-server | llama-server-processed (its native /completion)
 
     def validate(self) -> EngineConfig:
         if self.ground_truth not in GROUND_TRUTHS:
@@ -78,6 +86,11 @@ class EngineConfig:
         for name, value in (("--samples", self.samples), ("--prompts", self.prompts), ("--chunk", self.chunk)):
             if value < 1:
                 raise HarnessError(f"{name} must be >= 1, got {value}")
+        unknown = sorted(set(self.checks) - set(ENGINE_CHECKS))
+        if unknown or not self.checks:
+            raise HarnessError(f"--engine-checks takes {', '.join(ENGINE_CHECKS)}, got {', '.join(self.checks)}")
+        if not self.logprob_tolerance >= 0 or self.logprobs_k < 0 or self.logprobs_samples < 1:
+            raise HarnessError("--logprob-tolerance must be >= 0, --logprobs-k >= 0, --logprobs-samples >= 1")
         if self.length is not None and self.length < 1:
             raise HarnessError(f"--length must be >= 1, got {self.length}")
         if self.ground_truth == "local" and not (self.pair or self.target):
@@ -102,15 +115,18 @@ class _Run:
     ground_truth: str
     length: int
     progress: Callable[[int], None] | None
+    logprobs_truth: str | None = None  # the logprobs check's ground truth (local / score)
 
 
 def run_engine_check(config: EngineConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
     config.validate()
     started = time.perf_counter()
     options = dict(concurrency=config.concurrency, timeout_s=config.timeout_s, retries=config.retries)
-    with EngineClient(config.endpoint, **options) as engine:
+    from harness.served.llama_server import client_for
+
+    with client_for(config.api, config.endpoint, **options) as engine:
         model = engine.resolve_model(config.model)
-        reference = EngineClient(config.reference_endpoint, **options) if config.reference_endpoint else None
+        reference = client_for(config.api, config.reference_endpoint, **options) if config.reference_endpoint else None
         try:
             reference_model = reference.resolve_model(config.reference_model) if reference else None
             run = _prepare(config, engine, model, reference, reference_model, progress)
@@ -357,7 +373,7 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
             rows, list(data.prompt), model=_target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target,
             setting=data.setting, vocab=run.pair.vocab_size,
             eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=cell.summary["joint_law"],
-            rng=rng, **kw)
+            rng=rng, order=run.config.processing_order, **kw)
     if run.ground_truth == "score":
         prompt_ids = data.prompt if isinstance(data.prompt, list) else _prompt_ids(run, data.prompt)
         listed = score_rows(run, prompt_ids, rows, data.setting)
@@ -402,6 +418,29 @@ def _greedy_numerics(cell: Cell, trials, level: float, power: float) -> list[Tes
     return trials[1]  # near-tie divergences: numerics, reported (their prompt's gating test passes)
 
 
+def _engine_conventions(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    """Advisory (local ground truth): after a failed cell, the other processing conventions under which the
+    target explains the engine's output (a convention to declare with --processing-order, not a bug)."""
+    run, data = cell.summary["_run"], cell.data
+    if run.ground_truth != "local" or not cell.decided(level):
+        return []
+    import torch
+
+    from harness.check.generation import _target64, consistent_conventions
+    from specdec_ref.generate import default_eos, eos_set
+
+    rows = trials[0]
+    width = max(1, max(map(len, rows), default=1))
+    tokens = torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.long)
+    model = _target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
+    cell.summary["consistent_conventions"] = consistent_conventions(
+        tokens, model, list(data.prompt), run.length, data.setting, run.pair.vocab_size,
+        eos_set(default_eos(run.pair.target)), run.config.processing_order, level, power, cell.summary["joint_law"],
+        run.config.seed + data.index)
+    return []
+
+
+ENGINE_CONVENTIONS = Check("conventions", lambda cell: 0, _engine_conventions, gating=False)
 ENGINE_GREEDY = Check("greedy_equality", lambda cell: len(cell.data), _greedy_gating)
 ENGINE_GREEDY_NUMERICS = Check("greedy_numerics", lambda cell: 0, _greedy_numerics, gating=False)
 ENGINE_LAW = Check("ground_truth", lambda cell: count_tests_for_cell(cell.summary["ground_truth"], cell.summary["length"],
@@ -425,15 +464,22 @@ class EngineSource(TrialSource):
         vocab = run.pair.vocab_size if run.pair is not None else None
         enumerate_law = run.ground_truth == "local" and vocab <= ENUMERATION_MAX_VOCAB
         sampling = [s for s in run.config.settings if s.temperature > 0]
+        cells = []
+        if "logprobs" in run.config.checks:
+            from harness.served import logprobs
+
+            cells += logprobs.cells(run, prompts)
+        if "tokens" not in run.config.checks:
+            return cells
         if run.ground_truth == "score":
             _require_processed(run, sampling, prompts)
-        cells = []
         if any(s.temperature == 0 for s in run.config.settings):  # first: deterministic and cheap
             cells.append(Cell("greedy", [ENGINE_GREEDY, ENGINE_GREEDY_NUMERICS], prompts, math.nan,
                               {"prompts": len(prompts)}))
         for setting in sampling:
             for i, prompt in enumerate(prompts):
-                cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW], _SamplingCell(setting, i, prompt),
+                cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW, ENGINE_CONVENTIONS],
+                                  _SamplingCell(setting, i, prompt),
                                   math.nan, {"_run": run, "length": run.length, "ground_truth": run.ground_truth,
                                              "setting": dataclasses.asdict(setting), "joint_law": enumerate_law}))
         return cells
@@ -452,6 +498,10 @@ class EngineSource(TrialSource):
         run = self.run
         if cell.name == "greedy":
             return _greedy(run, cell)
+        if cell.name.startswith("logprobs/"):
+            from harness.served import logprobs
+
+            return logprobs.draw(run, cell, n)
         data, config = cell.data, run.config
         seed = config.seed * 1_000_003 + 1000 * data.index + int(data.setting.temperature * 100)
         rows, reasons = sample_rows(run, run.engine, run.model, "engine", data.prompt, data.setting, n, run.length,
@@ -479,6 +529,10 @@ class EngineSource(TrialSource):
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law
         for case in report.cases:
             case.pop("_run", None)
+            for order in case.get("consistent_conventions", []):
+                report.notes.append(f"{case['name']}: outputs consistent with the target under convention {order!r}: "
+                                    f"a processing convention, not a verification bug (if intended, declare it: "
+                                    f"--processing-order {order})")
         if self.died:
             report.notes.append(f"FINDING: {self.died}; responses received so far are kept under --out")
         empty = [c["name"] for c in report.cases if c.get("vacuous")]
@@ -487,6 +541,9 @@ class EngineSource(TrialSource):
                                 f"cannot PASS): {', '.join(empty)}")
         tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and t.name.endswith(("pit_uniform", "joint"))]
         report.target_tv = max(tvs) if tvs else math.nan
+        from harness.served import logprobs
+
+        report.notes += logprobs.notes(report)
         hidden = [c["hidden_mass"] for c in report.cases if "hidden_mass" in c]
         report.notes.append(f"ground truth {run.ground_truth}; {run.length} new tokens per continuation")
         if hidden:

@@ -28,6 +28,16 @@ def add_verify_arguments(parser) -> None:
     g.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
     g.add_argument("--retries", type=int, default=4, help="retries on connection errors / 5xx / malformed JSON")
     g.add_argument("--out", help="keep every response here (resumable for the same configuration)")
+    g.add_argument("--engine-checks", default="tokens", type=lambda t: tuple(x for x in t.split(",") if x),
+                   help="tokens (the law of the output), logprobs (the logprobs reported for it), or tokens,logprobs")
+    g.add_argument("--logprob-tolerance", type=float, default=1e-3, help="logprobs check: nats allowed (numerics)")
+    g.add_argument("--logprobs-k", type=int, default=5, help="logprobs check: top-k asked of the engine")
+    g.add_argument("--logprobs-samples", type=int, default=16, help="logprobs check: continuations per cell")
+    g.add_argument("--api", default="openai", choices=["openai", "llama-server", "llama-server-processed"],
+                   help="the engine's API: OpenAI/vLLM routes, or llama-server's native /completion (raw or "
+                   "post-sampling probabilities)")
+    g.add_argument("--logprobs-mode", default="auto", choices=["auto", "raw", "processed"],
+                   help="logprobs check: what the engine reports (auto: asked)")
     _record_explicit_pair(parser)
 
 
@@ -60,7 +70,11 @@ def engine_report(args, progress_bar):
                           prompts=len(args.prompt_texts) if args.prompt_texts else args.prompts,
                           prompt_texts=tuple(args.prompt_texts) if args.prompt_texts else None, top_logprobs=args.top_logprobs, chunk=args.chunk,
                           concurrency=args.concurrency, timeout_s=args.timeout_s or 120.0, retries=args.retries,
-                          out=args.out, time_budget_s=args.time_budget_s, **_settings(args)).validate()
+                          out=args.out, time_budget_s=args.time_budget_s, checks=args.engine_checks,
+                          logprob_tolerance=args.logprob_tolerance,
+                          logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
+                          logprobs_mode=args.logprobs_mode, api=args.api,
+                          processing_order=getattr(args, "processing_order", "standard"), **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
     return report
@@ -87,6 +101,12 @@ def add_serve_arguments(parser) -> None:
     parser.add_argument("--max-logprobs", type=int, default=20, help="largest top-k a request may ask for")
     parser.add_argument("--logprobs-mode", default="raw_logprobs", choices=["raw_logprobs", "processed_logprobs"])
     parser.add_argument("--max-requests", type=int, help="stop after this many requests (default: until Ctrl-C)")
+    import argparse
+
+    from harness.served.serve import LOGPROBS_MUTANTS
+
+    # a planted logprob bug, for testing the logprobs honesty check (not for users: hidden from --help)
+    parser.add_argument("--logprobs-mutant", choices=sorted(LOGPROBS_MUTANTS), help=argparse.SUPPRESS)
 
 
 def run_serve(args) -> int:
@@ -102,7 +122,8 @@ def run_serve(args) -> int:
           f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     serve_forever(impl, pair, host=args.host, port=args.port, max_requests=args.max_requests,
                   speculative=not args.no_speculation, gamma=args.gamma, model_name=args.model_name,
-                  max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode)
+                  max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode,
+                  logprobs_mutant=args.logprobs_mutant)
     return EXIT_OK
 
 

@@ -41,6 +41,11 @@ from specdec_ref.generate import default_eos, eos_set
 from specdec_ref.processing import logits_to_probs
 
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+# Planted logprob bugs (tests of the logprobs honesty check; hidden `specdec serve --logprobs-mutant`): the
+# tokens stay the served implementation's, only the logprobs reported for them (and their top-k) are wrong.
+LOGPROBS_MUTANTS = {"draft": "the draft model's logprobs instead of the target's",
+                    "zeros": "every logprob 0.0 (llama.cpp #27972 under speculation)",
+                    "shifted": "the law of the next position (an off-by-one in the position index)"}
 MASKED_LOGPROB = -9999.0  # JSON has no -inf; OpenAI uses this value for tokens that cannot be sampled
 SCORE_ROWS = 64  # rows per teacher-forcing pass
 SCORE_FLOATS = 2**24  # ... and at most this many float64 logits per pass (128 MiB: V = 50k stays in memory)
@@ -100,7 +105,7 @@ class GenerationBackend:
 
     def __init__(self, impl: Callable, pair, *, speculative: bool = True, gamma: int = 3, model_name: str | None = None,
                  max_logprobs: int = 20, logprobs_mode: str = "raw_logprobs", tokenizer=None, max_n: int = 10_000,
-                 token_ids: bool = True, logprobs: bool = True):
+                 token_ids: bool = True, logprobs: bool = True, logprobs_mutant: str | None = None):
         if logprobs_mode not in LOGPROBS_MODES:
             raise HarnessError(f"--logprobs-mode must be one of {', '.join(LOGPROBS_MODES)}, got {logprobs_mode!r}")
         from harness.adapters.control import target_only_generate
@@ -112,6 +117,9 @@ class GenerationBackend:
         self.tokenizer = tokenizer or tokenizer_for(pair)
         # False: behave like servers that ignore these request fields (to exercise clients against them)
         self.token_ids, self.logprobs = token_ids, logprobs
+        if logprobs_mutant is not None and logprobs_mutant not in LOGPROBS_MUTANTS:
+            raise HarnessError(f"--logprobs-mutant must be one of {', '.join(LOGPROBS_MUTANTS)}, got {logprobs_mutant!r}")
+        self.logprobs_mutant = logprobs_mutant
         self.eos = eos_set(default_eos(pair.target))
         self.lock = threading.Lock()
         self.counters = Counters()
@@ -160,8 +168,26 @@ class GenerationBackend:
             c.row_tokens += sum(map(len, rows)) / max(1, len(rows))
         return rows
 
-    def log_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling) -> list[np.ndarray]:
+    def reported_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling) -> list[np.ndarray]:
+        """The log laws reported for generated tokens: the target's (`log_laws`), or a planted bug's."""
+        mutant = self.logprobs_mutant
+        if mutant is None:
+            return self.log_laws(seqs, starts, sampling)
+        if mutant == "zeros":
+            return [np.zeros((len(s) - start, self.pair.vocab_size)) for s, start in zip(seqs, starts, strict=True)]
+        if mutant == "draft":
+            if "_draft64" not in self.pair.meta:
+                import copy
+
+                self.pair.meta["_draft64"] = copy.deepcopy(self.pair.draft).to(torch.float64).eval()
+            return self.log_laws(seqs, starts, sampling, model=self.pair.meta["_draft64"])
+        # shifted: the law at position j + 1 reported for token j (the last position keeps its own)
+        laws = self.log_laws([s + [0] for s in seqs], starts, sampling)
+        return [law[1:] for law in laws]
+
+    def log_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling, model=None) -> list[np.ndarray]:
         """For each sequence s, the log law [len(s) − start, V] of tokens start.. given their prefixes."""
+        model = self._target64 if model is None else model
         out: list[np.ndarray] = []
         step = max(1, min(SCORE_ROWS, SCORE_FLOATS // max(1, max(map(len, seqs), default=1) * self.pair.vocab_size)))
         with self.lock:
@@ -170,7 +196,7 @@ class GenerationBackend:
                 width = max(map(len, chunk))
                 full = torch.tensor([s + [0] * (width - len(s)) for s in chunk], dtype=torch.long)
                 with torch.inference_mode():  # right padding: causal attention never sees it
-                    logits = self._target64(input_ids=full).logits[:, :-1, : self.pair.vocab_size].double()
+                    logits = model(input_ids=full).logits[:, :-1, : self.pair.vocab_size].double()
                 laws = self._law(logits, sampling)  # [b, width - 1, V]: row t predicts token t + 1
                 out += [laws[i, start - 1 : len(s) - 1].numpy()
                         for i, (s, start) in enumerate(zip(chunk, starts[lo : lo + step], strict=True))]
@@ -218,7 +244,7 @@ class GenerationBackend:
             self.check_ids(prompt)
         all_rows = self.generate(prompts, n, max_tokens, sampling, seed)
         seqs = [p + r for p, rows in zip(prompts, all_rows, strict=True) for r in rows]
-        laws = iter(self.log_laws(seqs, [len(p) for p, rows in zip(prompts, all_rows, strict=True) for _ in rows],
+        laws = iter(self.reported_laws(seqs, [len(p) for p, rows in zip(prompts, all_rows, strict=True) for _ in rows],
                                   sampling) if k is not None else [])
         scored = [p for p in prompts if len(p) > 1] if (k_prompt is not None or (echo and k is not None)) else []
         prompt_laws = iter(self.log_laws(scored, [1] * len(scored), sampling))
@@ -263,7 +289,7 @@ class GenerationBackend:
         k = self._k(body.get("top_logprobs") or 0, "top_logprobs") if body.get("logprobs") else None
         as_ids = bool(body.get("return_tokens_as_token_ids")) and self.token_ids
         rows = self.generate([prompt], n, max_tokens, sampling, _seed(body))[0]
-        laws = self.log_laws([prompt + r for r in rows], [len(prompt)] * n, sampling) if k is not None else None
+        laws = self.reported_laws([prompt + r for r in rows], [len(prompt)] * n, sampling) if k is not None else None
         choices = []
         for i, row in enumerate(rows):
             choice = {"index": i, "message": {"role": "assistant", "content": decode(self.tokenizer, row)},

@@ -1,0 +1,288 @@
+"""llama.cpp's own `llama-server` as a served engine: built here, started and stopped here, spoken to natively.
+
+- **Build** (`build_llama_server`): the `llama-server` cmake target only, from the llama.cpp sources
+  vendored in the `llama-cpp-python` sdist (downloaded with pip from the package index), under
+  `$SPECDEC_CACHE/llama-server/<version>` (cached: a second call finds the binary). `$SPECDEC_LLAMA_SERVER`
+  names a prebuilt binary instead.
+- **Models**: the target as an F32 GGUF written from the dequantized weights of the embedded SmolLM2
+  Q4_1 GGUF (`write_f32_gguf`, the `gguf` package: the same tensors and metadata, every tensor
+  dequantized to float32, i.e. the very weights `harness.models.smollm2` serves to transformers); the
+  embedded Q4_1 GGUF itself is the draft (`--spec-draft-model`).
+- **Adapter** (`LlamaServerClient`): llama-server's OpenAI route returns no token ids, so the engine
+  check's vLLM-style requests (`/v1/completions` with n, seed, return_token_ids, logprobs) are sent to
+  its native `/completion` (`return_tokens`, `n_probs`; one request per continuation, seed + i) and
+  its answers are put back into the vLLM shape ("token_id:N" names). `/tokenize` is translated too.
+
+llama-server's sampler chain (its defaults, `llama-server --help`): top-k 40 → top-p 0.95 → min-p
+0.05 → temperature, i.e. truncation on the temperature-1 law and temperature after it, for every
+parameter the request leaves unset. That is the processing convention `llama_cpp`
+(specdec_ref.processing.ORDERS): a convention, not a bug, when it is declared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.served.client import EngineClient
+from harness.served.text import TOKEN_ID_PREFIX
+
+LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendored llama.cpp is built
+BINARY_ENV = "SPECDEC_LLAMA_SERVER"
+MODEL_ALIAS = "smollm2"
+DRAFT_TOKENS = 4  # --spec-draft-n-max
+# What a request must send for llama-server to sample the plain law: its defaults truncate.
+NO_TRUNCATION = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
+
+
+# ------------------------------------------------------------------------------------------ build
+
+def cache_root() -> Path:
+    root = os.environ.get("SPECDEC_CACHE")
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "specdec") / "llama-server" / LLAMA_CPP_PYTHON
+
+
+def find_binary() -> Path | None:
+    """$SPECDEC_LLAMA_SERVER, else the cached build; None when neither exists."""
+    given = os.environ.get(BINARY_ENV)
+    if given:
+        path = Path(given).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise HarnessError(f"${BINARY_ENV}={given} is not an executable file")
+        return path
+    path = cache_root() / "llama.cpp" / "build" / "bin" / "llama-server"
+    return path if path.is_file() else None
+
+
+def build_llama_server(jobs: int = 2, log=None) -> Path:
+    """The llama-server binary: found, or built from the sdist's vendored llama.cpp (nice 19; minutes)."""
+    found = find_binary()
+    if found is not None:
+        return found
+    for tool in ("cmake", "c++"):
+        if shutil.which(tool) is None:
+            raise HarnessError(f"building llama-server needs {tool} on PATH (or set ${BINARY_ENV} to a prebuilt binary)")
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    sdist = root / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
+    run = dict(check=True, stdout=log, stderr=subprocess.STDOUT if log else None)
+    if not sdist.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(root)], **run)
+    source = root / "llama.cpp"
+    if not (source / "CMakeLists.txt").exists():
+        tmp = root / "extract"
+        shutil.rmtree(tmp, ignore_errors=True)
+        with tarfile.open(sdist) as tar:
+            tar.extractall(tmp, filter="data")
+        vendored = next(tmp.glob("llama_cpp_python-*/vendor/llama.cpp"))
+        shutil.rmtree(source, ignore_errors=True)
+        vendored.rename(source)
+        shutil.rmtree(tmp, ignore_errors=True)
+    nice = ["nice", "-n", "19"] if shutil.which("nice") else []
+    subprocess.run(nice + ["cmake", "-S", str(source), "-B", str(source / "build"), "-DLLAMA_CURL=OFF",
+                           "-DGGML_NATIVE=ON", "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_TESTS=OFF",
+                           "-DLLAMA_BUILD_EXAMPLES=OFF"], **run)
+    subprocess.run(nice + ["cmake", "--build", str(source / "build"), "--target", "llama-server", "-j", str(jobs)],
+                   **run)
+    found = find_binary()
+    if found is None:
+        raise HarnessError(f"the llama-server build finished without {source / 'build/bin/llama-server'}")
+    return found
+
+
+def version(binary: Path) -> str:
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    return " ".join((out.stdout + out.stderr).split())[:200]
+
+
+# ------------------------------------------------------------------------------------------ models
+
+def write_f32_gguf(source: Path, dest: Path) -> Path:
+    """`source` with every tensor dequantized to float32 (metadata copied; file type ALL_F32). Cached."""
+    import gguf
+    import numpy as np
+
+    if dest.exists() and dest.stat().st_mtime >= source.stat().st_mtime:
+        return dest
+    reader = gguf.GGUFReader(str(source))
+    arch = reader.fields["general.architecture"].contents()
+    tmp = dest.with_suffix(f".tmp-{os.getpid()}")
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for t in reader.tensors:
+        data = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        writer.add_tensor(t.name, data.reshape(tuple(int(d) for d in reversed(t.shape.tolist()))))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    os.replace(tmp, dest)
+    return dest
+
+
+def smollm2_models() -> tuple[Path, Path]:
+    """(F32 target GGUF, Q4_1 draft GGUF) of the embedded SmolLM2."""
+    from harness.models.smollm2 import _gguf_path, smollm2_available
+
+    ok, why = smollm2_available()
+    if not ok:
+        raise HarnessError(why)
+    draft = _gguf_path()
+    return write_f32_gguf(draft, cache_root() / "models" / "smollm2-135m-instruct-f32.gguf"), draft
+
+
+# ------------------------------------------------------------------------------------------ serving
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def server_command(binary: Path, model: Path, port: int, *, draft: Path | None, draft_tokens: int = DRAFT_TOKENS,
+                   host: str = "127.0.0.1", threads: int = 1, ctx: int = 2048, slots: int = 1) -> list[str]:
+    cmd = [str(binary), "-m", str(model), "--alias", MODEL_ALIAS, "--host", host, "--port", str(port),
+           "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", str(slots), "--metrics",
+           "--no-webui", "-lv", "1"]
+    if draft is not None:
+        cmd += ["--spec-type", "draft-simple", "-md", str(draft), "--spec-draft-n-max", str(draft_tokens), "--spec-draft-n-min", "0",
+                "-td", str(threads), "-tbd", str(threads)]
+    return cmd
+
+
+@contextlib.contextmanager
+def llama_server(*, draft: bool, draft_tokens: int = DRAFT_TOKENS, host: str = "127.0.0.1", slots: int = 1,
+                 startup_timeout_s: float = 300.0, log_path: str | None = None) -> Iterator[str]:
+    """llama-server on SmolLM2 (F32 target; Q4_1 draft when `draft`) on a free localhost port; always stopped."""
+    import httpx
+
+    binary = find_binary()
+    if binary is None:
+        raise HarnessError(f"no llama-server binary: run `nox -s engines` (it builds one) or set ${BINARY_ENV}")
+    target, draft_model = smollm2_models()
+    port = _free_port(host)
+    log = open(log_path or os.devnull, "w")  # noqa: SIM115 - closed in finally, after the process
+    cmd = server_command(binary, target, port, draft=draft_model if draft else None, draft_tokens=draft_tokens,
+                         host=host, slots=slots)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://{host}:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise HarnessError(f"llama-server exited with code {proc.returncode} while starting "
+                                   f"(log: {log_path or 'pass log_path to keep it'}; command: {' '.join(cmd)})")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise HarnessError(f"llama-server did not answer on {url} within {startup_timeout_s:.0f} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+# ------------------------------------------------------------------------------------------ the adapter
+
+class LlamaServerClient(EngineClient):
+    """The engine check's vLLM-style requests over llama-server's native API (see the module docstring).
+
+    `processed`: ask for post-sampling probabilities (`post_sampling_probs`: the law after its sampler
+    chain) instead of the raw softmax of the logits."""
+
+    def __init__(self, endpoint: str, *, processed: bool = False, **options):
+        super().__init__(endpoint, **options)
+        self.processed = processed
+
+    def request(self, method: str, path: str, payload: dict | None = None, *, parse_json: bool = True):
+        if method != "POST" or path not in ("/tokenize", "/v1/completions"):
+            return super().request(method, path, payload, parse_json=parse_json)
+        payload = payload or {}
+        if path == "/tokenize":
+            reply = super().request("POST", "/tokenize", {"content": payload.get("prompt", ""),
+                                                          "add_special": bool(payload.get("add_special_tokens"))})
+            return {"tokens": reply.get("tokens", [])}
+        if payload.get("prompt_logprobs") is not None or payload.get("echo"):
+            from harness.served.client import RequestRefused
+
+            raise RequestRefused(400, "llama-server scores no prompts (no prompt_logprobs)")
+        n, seed = int(payload.get("n", 1)), payload.get("seed")
+        choices = [self._one(payload, None if seed is None else int(seed) + i, i) for i in range(n)]
+        return {"object": "text_completion", "model": payload.get("model"), "choices": choices,
+                "usage": {"completion_tokens": sum(len(c["token_ids"]) for c in choices)}}
+
+    def _one(self, payload: dict, seed: int | None, index: int) -> dict:
+        body = {"prompt": payload["prompt"], "n_predict": int(payload.get("max_tokens", 16)),
+                "temperature": payload.get("temperature", 1.0), "return_tokens": True, "cache_prompt": False,
+                "stream": False}
+        for key in ("top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
+                    "frequency_penalty", "logit_bias"):
+            if payload.get(key) is not None:
+                body[key] = payload[key]
+        if seed is not None:
+            body["seed"] = seed
+        k = payload.get("logprobs")
+        if k is not None and k is not False:
+            body["n_probs"] = max(1, int(k))
+            body["post_sampling_probs"] = self.processed
+        reply = super().request("POST", "/completion", body)
+        tokens = reply.get("tokens")
+        if not isinstance(tokens, list):
+            raise HarnessError(f"{self.base}/completion returned no `tokens` (return_tokens): not a llama-server?")
+        stop = reply.get("stop_type")
+        choice = {"index": index, "text": reply.get("content", ""), "token_ids": [int(t) for t in tokens],
+                  "finish_reason": "stop" if stop in ("eos", "word") else "length", "logprobs": None}
+        if "n_probs" in body:
+            choice["logprobs"] = _legacy(reply.get("completion_probabilities") or [], self.processed)
+        return choice
+
+
+def _legacy(entries: list[dict], processed: bool) -> dict:
+    """llama-server's completion_probabilities as the OpenAI completions `logprobs` object with id names."""
+    import math
+
+    def lp(e):
+        if processed:
+            p = float(e.get("prob", 0.0))
+            return math.log(p) if p > 0 else -9999.0
+        return float(e.get("logprob"))
+
+    tops = "top_probs" if processed else "top_logprobs"
+    return {"tokens": [f"{TOKEN_ID_PREFIX}{e['id']}" for e in entries],
+            "token_logprobs": [lp(e) for e in entries],
+            "top_logprobs": [{f"{TOKEN_ID_PREFIX}{t['id']}": lp(t) for t in e.get(tops) or []} for e in entries]}
+
+
+def client_for(api: str, endpoint: str, **options) -> EngineClient:
+    """The client of an engine API: "openai" (vLLM, specdec serve, ...) or "llama-server" (native)."""
+    if api == "openai":
+        return EngineClient(endpoint, **options)
+    if api in ("llama-server", "llama-server-processed"):
+        return LlamaServerClient(endpoint, processed=api.endswith("processed"), **options)
+    raise HarnessError(f"--api must be openai, llama-server or llama-server-processed, got {api!r}")

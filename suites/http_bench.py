@@ -1,0 +1,36 @@
+"""The prompt catalogue and defaults of `specdec bench --endpoint` (speedup of a served engine over HTTP).
+
+Categories follow Spec-Bench's task families (multi-turn chat, translation, summarization, question
+answering, math, retrieval-augmented answering) plus code; two prompts each, written for this
+project (`suites/prompts/bench.jsonl`), phrased as plain completions so that base and instruct
+models alike continue them.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+CATEGORIES = ("chat", "translation", "summarization", "qa", "math", "rag", "code")
+CONCURRENCY = (1, 2, 4)
+MAX_TOKENS = 64
+QUICK = {"concurrency": (1, 2), "max_tokens": 8, "per_category": 1}  # what CI affords against the toy pair
+
+
+def catalogue(categories: tuple[str, ...] | None = None, per_category: int | None = None) -> list[dict]:
+    """[{id, category, text}] in file order; `per_category` keeps the first N of each category."""
+    text = resources.files("suites").joinpath("prompts", "bench.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    unknown = sorted(set(categories or ()) - set(CATEGORIES))
+    if unknown:
+        from harness.errors import UnknownNameError
+
+        raise UnknownNameError("prompt category", unknown[0], list(CATEGORIES))
+    out, seen = [], {}
+    for row in rows:
+        if categories and row["category"] not in categories:
+            continue
+        seen[row["category"]] = seen.get(row["category"], 0) + 1
+        if per_category is None or seen[row["category"]] <= per_category:
+            out.append(row)
+    return out

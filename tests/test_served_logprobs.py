@@ -1,0 +1,101 @@
+"""Logprobs honesty under speculation (harness.served.logprobs) over HTTP against `specdec serve` on the toy pair.
+
+Planted bugs (`specdec serve --logprobs-mutant`): draft logprobs, zeros, the next position's law. The
+tokens of every mutant are the reference's, so the token check passes and only the logprobs check fails.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.check.generation import Setting
+from harness.errors import HarnessError
+from harness.pairs import get_pair
+from harness.served.check import EngineConfig, run_engine_check
+from harness.served.logprobs import MalformedTrials, Reported, compare, parse_choice
+from harness.served.serve import LOGPROBS_MUTANTS, serving
+from specdec_ref.adapters import generate
+
+PAIR = "toy-low"
+SETTINGS = (Setting(1.0), Setting(0.7, top_p=0.9))
+LOGPROBS = dict(pair=PAIR, checks=("logprobs",), settings=SETTINGS, prompts=2)
+
+
+@pytest.fixture(scope="module", params=["raw_logprobs", "processed_logprobs"])
+def mode(request):
+    return request.param
+
+
+def _check(url: str, **kw):
+    return run_engine_check(EngineConfig(endpoint=url + "/v1", **{**LOGPROBS, **kw}))
+
+
+def test_the_reference_server_passes_in_both_modes_with_the_spread_reported(mode):
+    with serving(generate, get_pair(PAIR), logprobs_mode=mode) as s:
+        report = _check(s.url)
+    assert report.verdict == "pass", [t.details for t in report.tests if t.reject]
+    cells = [c for c in report.cases if c["name"].startswith("logprobs/")]
+    assert len(cells) == 4 and all(c["logprobs_mode"] == mode.split("_")[0] for c in cells)
+    assert all(c["compared"] == 16 * 3 and c["max_abs_diff"] < 1e-9 for c in cells)  # float64 on both sides
+    assert len(report.tests) == report.declared_tests == 4 * 3  # sampled + top_k + format per cell
+    assert any("largest |Δ| measured" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("mutant", sorted(LOGPROBS_MUTANTS))
+def test_each_planted_logprob_bug_fails_the_logprobs_check_while_the_token_check_passes(mode, mutant):
+    with serving(generate, get_pair(PAIR), logprobs_mode=mode, logprobs_mutant=mutant) as s:
+        tokens = run_engine_check(EngineConfig(endpoint=s.url + "/v1", pair=PAIR, samples=1200, prompts=1,
+                                               chunk=600, settings=(Setting(0.7, top_p=0.9),), seed=3))
+        logprobs = _check(s.url)
+    assert tokens.verdict == "pass", [t.name for t in tokens.tests if t.reject]
+    assert logprobs.verdict == "fail"
+    rejected = {t.name.rsplit("/", 1)[-1] for t in logprobs.tests if t.reject}
+    assert "sampled" in rejected
+    assert not any(t.reject for t in logprobs.tests if t.name.endswith("/format"))
+
+
+def test_the_speculation_off_server_as_ground_truth_scores_and_catches_draft_logprobs():
+    with serving(generate, get_pair(PAIR), speculative=False) as off, \
+            serving(generate, get_pair(PAIR)) as good, serving(generate, get_pair(PAIR), logprobs_mutant="draft") as bad:
+        kw = dict(checks=("logprobs",), settings=SETTINGS, prompts=1, reference_endpoint=off.url + "/v1",
+                  prompt_texts=(" 1 2 3",))
+        ok = run_engine_check(EngineConfig(endpoint=good.url + "/v1", **kw))
+        broken = run_engine_check(EngineConfig(endpoint=bad.url + "/v1", **kw))
+    assert ok.verdict == "pass" and {c.get("truth") for c in ok.cases} == {"score"}
+    assert broken.verdict == "fail"
+
+
+def test_both_checks_in_one_run_only_the_logprob_tests_reject():
+    with serving(generate, get_pair(PAIR), logprobs_mutant="zeros") as s:
+        report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", pair=PAIR, checks=("tokens", "logprobs"),
+                                               samples=1200, chunk=600, prompts=1, settings=(Setting(1.0),), seed=5))
+    rejected = [t.name for t in report.tests if t.reject]
+    assert report.verdict == "fail" and rejected and all(n.startswith("logprobs/") for n in rejected)
+
+
+def test_a_server_without_logprobs_cannot_be_checked_exit_2():
+    with serving(generate, get_pair(PAIR), logprobs=False) as s, pytest.raises(HarnessError, match="no logprobs"):
+        _check(s.url)
+
+
+def test_compare_masks_ties_and_malformed_choices():
+    law = [[-0.5, -1.0, -1.0 - 1e-6, float("-inf")]]
+    # the listed top-2 takes either of a near-tie; the masked token reported as -9999 equals -inf
+    row = Reported([0], [3], [-9999.0], [{0: -0.5, 2: -1.0 - 1e-6}])
+    import numpy as np
+
+    stats = compare([row], [np.array(law)], k=2, tol=1e-3)
+    assert stats["bad_sampled"] == 0 and stats["bad_top"] == 0
+    stats = compare([Reported([0], [0], [-0.5], [{1: -1.0, 2: -1.0}])], [np.array(law)], k=2, tol=1e-3)
+    assert stats["bad_top"] == 1 and stats["missing_top"] == 1  # token 0 is clearly in the top 2: left out
+    with pytest.raises(MalformedTrials):
+        parse_choice({"token_ids": [1, 2], "logprobs": {"token_logprobs": [-1.0], "top_logprobs": [{}]}}, [0])
+
+
+def test_cli_bad_engine_checks_is_exit_2():
+    out = subprocess.run([sys.executable, "-m", "harness", "verify", "--level", "engine", "--endpoint",
+                          "http://127.0.0.1:9/v1", "--engine-checks", "tokens,bogus"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--engine-checks" in out.stderr and "Traceback" not in out.stderr
