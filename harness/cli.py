@@ -297,14 +297,11 @@ class _Parser(argparse.ArgumentParser):
 def policy(name: str):
     """A campaign of the policy layer (suites/campaigns/NAME.py), loaded by name: the mechanism (harness)
     never imports the policy statically (an import-linter contract)."""
-    import importlib
+    from harness.policy import load
 
-    try:
-        return importlib.import_module(f"suites.campaigns.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("suites"):
-            raise HarnessError(f"unknown campaign {name!r}; available: {', '.join(campaign_names())}") from None
-        raise
+    if name not in campaign_names():
+        raise HarnessError(f"unknown campaign {name!r}; available: {', '.join(campaign_names())}")
+    return load(f"campaigns.{name}", "campaign")
 
 
 def campaign_names() -> list[str]:

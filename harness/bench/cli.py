@@ -82,7 +82,9 @@ def run_endpoint(config: BenchConfig) -> int:
 
     from harness.bench.config import command_line
     from harness.bench.http import HttpBenchConfig, run_http_bench
-    from suites import http_bench
+    from harness.policy import load
+
+    http_bench = load("http_bench")
 
     quick = http_bench.QUICK if config.quick else {}
     temperatures = config.temperatures or (0.0,)

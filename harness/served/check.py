@@ -32,6 +32,13 @@ from harness.errors import HarnessError
 from harness.served import battery
 from harness.served.client import EngineClient, EngineError, EngineUnreachable, ResponseStore, config_hash
 from harness.served.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
+from harness.served.requests import (  # noqa: F401 - REQUEST_NAMES, request_parameters: public here too
+    REQUEST_NAMES,
+    _choices,
+    _payload,
+    _prompt_ids,
+    request_parameters,
+)
 from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tokenizer_for
 from harness.stats import TestResult
 
@@ -224,36 +231,6 @@ def _prompts(run: _Run) -> list:
     return [p.text for p in load_prompts()[: run.config.prompts]]
 
 
-def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int, names: bool = False,
-             extra: dict | None = None) -> dict:
-    """A sampling request; `names`: also ask for "token_id:N" logprob names (servers without `token_ids`)."""
-    body = {**(extra or {}), "model": model, "prompt": prompt, "n": n, "max_tokens": max_tokens,
-            "temperature": setting.temperature, "seed": seed, "return_token_ids": True}
-    if names:
-        body.update(return_tokens_as_token_ids=True, logprobs=0)
-    if setting.top_p is not None:
-        body["top_p"] = setting.top_p
-    if setting.top_k is not None:
-        body["top_k"] = setting.top_k
-    body.update(request_parameters(setting))
-    return body
-
-
-# The sampling parameters beyond temperature / top-k / top-p under their OpenAI / vLLM request names
-# (`bad_words_ids` is a token-id extension: vLLM's own `bad_words` takes strings).
-REQUEST_NAMES = {"min_p": "min_p", "logit_bias": "logit_bias", "repetition_penalty": "repetition_penalty",
-                 "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
-                 "bad_words_ids": "bad_words_ids", "min_new_tokens": "min_tokens"}
-
-
-def request_parameters(setting: Setting) -> dict:
-    """The setting's extra parameters as request fields (logit_bias keys as strings, as the OpenAI API has them)."""
-    out = {}
-    for name, value in setting.extras().items():
-        out[REQUEST_NAMES[name]] = {str(k): b for k, b in value.items()} if name == "logit_bias" else value
-    return out
-
-
 def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, setting: Setting, n: int,
                 max_tokens: int, seed: int, allow_text: bool = False) -> tuple[list[list], list[str]]:
     """n continuations (token ids) and finish reasons from one endpoint, in requests of run.config.chunk.
@@ -299,15 +276,6 @@ def _needs_names(client: EngineClient, model: str) -> bool:
         choice = (reply.get("choices") or [{}])[0] if isinstance(reply, dict) else {}
         client.needs_token_names = not isinstance(choice.get("token_ids"), list)
     return client.needs_token_names
-
-
-def _choices(reply, n: int, base: str) -> list[dict]:
-    choices = reply.get("choices") if isinstance(reply, dict) else None
-    if not isinstance(choices, list) or len(choices) != n or not all(isinstance(c, dict) for c in choices):
-        got = len(choices) if isinstance(choices, list) else "no"
-        raise EngineError(f"{base} replied with {got} choices where {n} were asked for (missing or malformed "
-                          "`choices`): the engine's reply is not OpenAI-compatible")
-    return choices
 
 
 def score_rows(run: _Run, prompt: list[int], rows: list[list[int]], setting: Setting) -> list[list[dict[int, float]]]:
@@ -563,13 +531,6 @@ def _require_processed(run: _Run, sampling: list[Setting], prompts: list) -> Non
         raise HarnessError(f"the scoring endpoint returns {mode} logprobs (before temperature/top-k/top-p), so it "
                            "cannot score sampling at T != 1 or with truncation: serve it with processed logprobs "
                            "(vLLM --logprobs-mode processed_logprobs), or use --ground-truth two-sample")
-
-
-def _prompt_ids(run: _Run, text: str) -> list[int]:
-    ids = server_tokenize(run.reference, run.reference_model, text)
-    if ids is None:
-        raise HarnessError("text prompts need the scorer's tokenization (no /tokenize route): give --pair/--target")
-    return ids
 
 
 def format_result(prefix: str, rows: list[list[int]], reasons: list[str], length: int, pair):

@@ -114,7 +114,7 @@ def local_laws(run, rows: list[Reported], cell: LogprobsCell) -> list[np.ndarray
 
 def scored_laws(run, rows: list[Reported], cell: LogprobsCell) -> list[list[dict[int, float]]]:
     """Per row and position, {id: logprob} of the reference endpoint's listing (its top k + the actual token)."""
-    from harness.served.check import _choices, _payload
+    from harness.served.requests import _choices, _payload
 
     k = run.config.top_logprobs
     jobs = []
@@ -258,7 +258,7 @@ def cells(run, prompts: list) -> list[Cell]:
     """One cell per (prompt, sampling setting at T > 0 without history-dependent parameters)."""
     run.logprobs_truth = choose_truth(run)
     if any(not isinstance(p, list) for p in prompts):  # text prompts: the local tokenizer, else the scorer's
-        from harness.served.check import _prompt_ids
+        from harness.served.requests import _prompt_ids
         from harness.served.text import encode
 
         prompts = [p if isinstance(p, list) else encode(run.tokenizer, p) if run.tokenizer is not None
@@ -284,7 +284,7 @@ def cells(run, prompts: list) -> list[Cell]:
 
 def draw(run, cell: Cell, n: int):
     """Continuations with their reported logprobs: min(n, --logprobs-samples) per cell."""
-    from harness.served.check import _choices, _payload
+    from harness.served.requests import _choices, _payload
 
     data, config = cell.data, run.config
     n = min(n, config.logprobs_samples)

@@ -1,0 +1,19 @@
+"""The policy layer (suites/) seen from the mechanism: modules loaded by name, never imported statically
+(an import-linter contract keeps harness/ free of `import suites`), so the harness runs the policy's
+catalogues and campaigns without depending on them."""
+
+from __future__ import annotations
+
+import importlib
+
+from harness.errors import HarnessError
+
+
+def load(name: str, what: str = "policy module"):
+    """`suites.NAME` (e.g. "campaigns.zoo", "http_bench"); a missing one is a HarnessError (exit 2)."""
+    try:
+        return importlib.import_module(f"suites.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == "suites" or exc.name.startswith(f"suites.{name.split('.')[0]}")):
+            raise HarnessError(f"unknown {what} {name!r} (suites/ is not importable here, or it has no such module)") from None
+        raise

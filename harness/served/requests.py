@@ -1,0 +1,54 @@
+"""Request bodies and reply parsing shared by the engine-level checks (harness.served.check, .logprobs)."""
+
+from __future__ import annotations
+
+from harness.check.generation import Setting
+from harness.errors import HarnessError
+from harness.served.client import EngineError
+from harness.served.probe import server_tokenize
+
+
+def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int, names: bool = False,
+             extra: dict | None = None) -> dict:
+    """A sampling request; `names`: also ask for "token_id:N" logprob names (servers without `token_ids`)."""
+    body = {**(extra or {}), "model": model, "prompt": prompt, "n": n, "max_tokens": max_tokens,
+            "temperature": setting.temperature, "seed": seed, "return_token_ids": True}
+    if names:
+        body.update(return_tokens_as_token_ids=True, logprobs=0)
+    if setting.top_p is not None:
+        body["top_p"] = setting.top_p
+    if setting.top_k is not None:
+        body["top_k"] = setting.top_k
+    body.update(request_parameters(setting))
+    return body
+
+
+# The sampling parameters beyond temperature / top-k / top-p under their OpenAI / vLLM request names
+# (`bad_words_ids` is a token-id extension: vLLM's own `bad_words` takes strings).
+REQUEST_NAMES = {"min_p": "min_p", "logit_bias": "logit_bias", "repetition_penalty": "repetition_penalty",
+                 "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+                 "bad_words_ids": "bad_words_ids", "min_new_tokens": "min_tokens"}
+
+
+def request_parameters(setting: Setting) -> dict:
+    """The setting's extra parameters as request fields (logit_bias keys as strings, as the OpenAI API has them)."""
+    out = {}
+    for name, value in setting.extras().items():
+        out[REQUEST_NAMES[name]] = {str(k): b for k, b in value.items()} if name == "logit_bias" else value
+    return out
+
+
+def _choices(reply, n: int, base: str) -> list[dict]:
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or len(choices) != n or not all(isinstance(c, dict) for c in choices):
+        got = len(choices) if isinstance(choices, list) else "no"
+        raise EngineError(f"{base} replied with {got} choices where {n} were asked for (missing or malformed "
+                          "`choices`): the engine's reply is not OpenAI-compatible")
+    return choices
+
+
+def _prompt_ids(run, text: str) -> list[int]:
+    ids = server_tokenize(run.reference, run.reference_model, text)
+    if ids is None:
+        raise HarnessError("text prompts need the scorer's tokenization (no /tokenize route): give --pair/--target")
+    return ids
