@@ -85,14 +85,19 @@ def generate(
     presence_penalty: float = 0.0,
     bad_words_ids: list[list[int]] | None = None,
     min_new_tokens: int = 0,
+    constraint=None,
+    prefix_allowed_tokens_fn=None,
 ) -> torch.Tensor:  # [B, N], -1 after EOS
-    """The optional parameters (after `seed`, in this order) are applied as specdec_ref.processing documents."""
+    """The optional parameters (after `seed`, in this order) are applied as specdec_ref.processing documents;
+    `constraint` (specdec_ref.constraints.TokenConstraint) or a transformers-style `prefix_allowed_tokens_fn`
+    restricts every position of p and q alike to the tokens allowed after the tokens so far."""
     return speculative_generate(
         target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, eos_token_id=default_eos(target),
         cache=cache_strategy(input_ids, max_new_tokens, target), min_p=min_p, logit_bias=logit_bias,
         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
         presence_penalty=presence_penalty, bad_words_ids=bad_words_ids, min_new_tokens=min_new_tokens,
+        constraint=constraint, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
     ).tokens
 
 
