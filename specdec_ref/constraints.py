@@ -115,6 +115,9 @@ class Tokenizer:
     vocab: int  # model vocabulary (mask width)
     eos: int | None  # the model's EOS id inside [0, V), None if it has none
     name: str
+    # Confirm every allowed token by consuming it (small vocabularies): llguidance assumes the tokens cover
+    # every byte and allows the tokens after bytes a grammar forces (a JSON '"'), which the toy letters cannot spell.
+    check_each: bool = False
 
 
 def toy_tokenizer(vocab: int, eos: int | None = None) -> Tokenizer:
@@ -123,7 +126,7 @@ def toy_tokenizer(vocab: int, eos: int | None = None) -> Tokenizer:
         raise SpecDecInputError(f"the toy tokenizer spells tokens as the letters a..z: vocab {vocab} > 26")
     llg = _llguidance()
     return Tokenizer(llg.LLTokenizer(llg.TokenizerWrapper(_ToyTokenizer(vocab, eos)), slices=[]), vocab, eos,
-                     f"toy(V={vocab}, eos={eos})")
+                     f"toy(V={vocab}, eos={eos})", check_each=True)
 
 
 def hf_tokenizer(tokenizer, vocab: int, eos: int | None) -> Tokenizer:
@@ -198,13 +201,22 @@ class GrammarConstraint(TokenConstraint):
         return bool(self.state(tuple(generated)).is_accepting())
 
     def _mask(self, generated, context):
+        eos = self.tokenizer.eos
+        if eos is not None and eos in generated:  # after EOS: nothing more is emitted
+            return torch.ones(self.vocab, dtype=torch.bool)
         matcher = self.state(generated)
-        if matcher.is_error() or matcher.is_stopped():
-            # After a token the automaton does not allow (a draft that verification must reject) or after
-            # EOS, nothing is emitted: the position's law is never used, so it is left unconstrained.
+        if matcher.is_error():
+            # After a token the automaton does not allow (a draft that verification must reject) nothing is
+            # emitted: the position's law is never used, so it is left unconstrained. A complete match
+            # (matcher stopped) allows EOS alone (none of the model's tokens if it has no EOS: a dead end).
             return torch.ones(self.vocab, dtype=torch.bool)
         bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
-        return torch.from_numpy(bits[: self.vocab].astype(bool))
+        mask = torch.from_numpy(bits[: self.vocab].astype(bool))
+        if self.tokenizer.check_each:
+            for t in mask.nonzero().flatten().tolist():
+                if t != eos and matcher.validate_tokens([t]) != 1:
+                    mask[t] = False
+        return mask
 
 
 class PrefixFnConstraint(TokenConstraint):

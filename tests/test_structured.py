@@ -1,0 +1,195 @@
+"""Issue 18, structured outputs under speculation: the llguidance token automata, the reference with a
+constraint (exact law = the constrained target law on toy automata), the format check, the structured
+mutants (exact TV, caught by the format check where the law tests have no power), bad constraints
+(exit 2, one line, before any work) and transformers-style prefix_allowed_tokens_fn."""
+
+import pytest
+import torch
+
+from harness.check.generation import (
+    Setting,
+    continuation_law,
+    parse_setting,
+    run_generation_check,
+    total_variation,
+)
+from harness.check.structured import ConstraintSpec, bind_constraints, dead_end, format_problem
+from harness.errors import HarnessError
+from harness.models.toy_pairs import _prompts, _toy_models
+from harness.mutants import get, implementations
+from harness.mutants.generation import exact_output_law
+from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED
+from harness.pairs import get_pair
+from specdec_ref import SpecDecInputError
+from specdec_ref.adapters import generate as reference_generate
+from specdec_ref.constraints import GrammarConstraint, toy_tokenizer
+from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
+from specdec_ref.processing import History, SamplingParams, process
+
+pytest.importorskip("llguidance")
+
+PROMPTS = _prompts()[:2]
+TOY_EOS = 5  # toy-eos: EOS = the toy target's favourite first token ('f')
+STRUCTURED = [i.name for i in implementations(level="generation") if i.fn.__module__ == "harness.mutants.structured"]
+
+
+def _allowed(c, prefix):
+    return c.allowed(prefix).nonzero().flatten().tolist()
+
+
+def test_toy_regex_masks_follow_the_letters_and_allow_eos_only_when_accepting():
+    c = GrammarConstraint("regex", "a(b|c)*d", toy_tokenizer(16, eos=15))
+    assert _allowed(c, ()) == [0]
+    assert _allowed(c, (0,)) == [1, 2, 3]  # b, c, d; no EOS: "a" is not a match
+    assert _allowed(c, (0, 2)) == [1, 2, 3]
+    assert _allowed(c, (0, 2, 3)) == [15]  # complete, nothing may follow: EOS forced
+    assert c.accepting((0, 2, 3)) and not c.accepting((0, 2))
+    assert _allowed(c, (0,)) == [1, 2, 3]  # an earlier state is kept (rolling back = keeping it)
+    assert c.first_violation([0, 2, 1, 15]) == 3 and c.first_violation([0, 2, 3, 15]) is None
+
+
+def test_lark_grammar_and_repetition_compile_for_the_toy_tokenizer():
+    c = GrammarConstraint("lark", 'start: "f" x | "o" "o"\nx: /[a-c]+/', toy_tokenizer(16))
+    assert _allowed(c, ()) == [5, 14] and _allowed(c, (5,)) == [0, 1, 2] and _allowed(c, (14,)) == [14]
+
+
+def test_a_complete_match_without_eos_is_a_dead_end_found_before_any_work():
+    c = GrammarConstraint("regex", "[a-d]{2}", toy_tokenizer(16))  # toy: no EOS id
+    assert dead_end(c, 3, set()) == (0, 0) and dead_end(c, 2, set()) is None
+
+
+def test_processing_masks_before_the_cuts_and_greedy_is_the_masked_argmax():
+    c = GrammarConstraint("regex", "[b-d]+", toy_tokenizer(16))
+    logits = torch.randn(16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    history = History(torch.tensor([[3, 3]]), torch.tensor([1]))
+    masked = logits.masked_fill(~c.allowed((3,)), float("-inf"))
+    got = process(logits[None], SamplingParams(0.7, top_p=0.8, constraint=c), history)[0]
+    want = process(masked[None], SamplingParams(0.7, top_p=0.8))[0]
+    assert torch.allclose(got, want) and set(got.nonzero().flatten().tolist()) <= {1, 2, 3}
+    greedy = process(logits[None], SamplingParams(0.0, constraint=c), history)[0]
+    assert int(greedy.argmax()) == int(masked.argmax())
+
+
+def _exact_tv(pair_name, setting, hooks=REFERENCE_HOOKS, prompts=PROMPTS):
+    target, draft = _toy_models({"toy": "0.7", "toy-eos": "eos"}[pair_name], torch.float64)
+    eos = eos_set(default_eos(target))
+    (bound,) = bind_constraints((setting,), get_pair(pair_name), 3)
+    return [total_variation(exact_output_law(target, draft, p, 3, 3, bound, hooks, eos),
+                            continuation_law(target, p, 3, bound, 16, eos)) for p in prompts]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair_name,regex,temperature,top_p", [
+    ("toy", FREE_THEN_CONSTRAINED, 1.0, None),  # the state changes inside blocks
+    ("toy", ALTERNATION, 0.8, 0.95),  # alternation + repetition, with the cuts after the mask
+    ("toy-eos", FORCED_EOS, 1.0, None),  # the automaton forces EOS at the third token
+])
+def test_reference_output_law_is_the_constrained_target_law(pair_name, regex, temperature, top_p):
+    setting = Setting(temperature, top_p=top_p, constraint=ConstraintSpec("regex", regex))
+    assert max(_exact_tv(pair_name, setting)) < 1e-9
+
+
+def test_the_constraint_moves_the_toy_law():
+    target, _ = _toy_models("0.7", torch.float64)
+    (bound,) = bind_constraints((Setting(1.0, constraint=ConstraintSpec("regex", FREE_THEN_CONSTRAINED)),),
+                                get_pair("toy"), 3)
+    assert total_variation(continuation_law(target, PROMPTS[0], 3, bound, 16, set()),
+                           continuation_law(target, PROMPTS[0], 3, Setting(1.0), 16, set())) > 0.1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in STRUCTURED if get(n).fn.hooks is not None])
+def test_structured_mutants_exact_tv(name):
+    impl = get(name)
+    (setting,) = impl.fn.settings
+    tvs = _exact_tv(impl.pair, setting, impl.fn.hooks, PROMPTS[:1])
+    assert (tvs[0] < 1e-9) if impl.must_pass else (tvs[0] > 0.1), tvs
+
+
+@pytest.mark.parametrize("name", ["grammar_state_one_behind", "grammar_not_rolled_back", "mask_first_position_only"])
+def test_format_check_fails_mutants_where_the_law_tests_have_no_power(name):
+    """60 samples: the format check (no model needed) fails them; the distributional tests cannot yet."""
+    impl = get(name)
+    report = run_generation_check(impl.fn, get_pair(impl.pair), settings=impl.fn.settings, samples=60, seed=3)
+    fmt = [t for t in report.tests if t.name.endswith("constraint_format")]
+    # The distributional tests of the joint law (the support tests, and the PIT of a token of probability 0,
+    # act as a format check of their own when the target model is at hand in float64).
+    law = [t for t in report.tests if t.name.endswith(("pooled_pearson", "pooled_g"))]
+    level = report.false_alarm_rate / report.declared_tests
+    assert report.verdict == "fail"
+    assert any(t.p_value == 0 for t in fmt) and "not allowed by regex=" in fmt[0].details["message"] + \
+        fmt[1].details["message"]
+    assert all(t.p_value > level for t in law), [(t.name, t.p_value) for t in law if t.p_value <= level]
+
+
+def test_reference_and_the_lossless_control_pass_the_format_check():
+    for name in ("reference_constrained", "mask_target_not_draft"):
+        impl = get(name)
+        report = run_generation_check(impl.fn, get_pair(impl.pair), settings=impl.fn.settings, samples=300, seed=1)
+        fmt = [t for t in report.tests if t.name.endswith("constraint_format")]
+        assert len(fmt) == 2 and all(t.p_value == 1 for t in fmt), name
+
+
+def test_format_problem_names_the_first_offending_position():
+    c = GrammarConstraint("regex", "f[a-c]+", toy_tokenizer(16))
+    bad, message = format_problem(c, [0], [[5, 0, 1], [5, 3, 1]])
+    assert bad == 1 and "row 1: token 3 at new-token position 1" in message
+
+
+def test_prefix_allowed_tokens_fn_gives_the_same_tokens_as_the_automaton():
+    c = GrammarConstraint("regex", FREE_THEN_CONSTRAINED, toy_tokenizer(16))
+    pair = get_pair("toy")
+    ids = torch.tensor([PROMPTS[0]] * 50)
+
+    def allowed(batch_id, input_ids):
+        return _allowed(c, tuple(input_ids[len(PROMPTS[0]):].tolist()))
+
+    args = dict(max_new_tokens=5, gamma=3, temperature=1.0, top_k=None, top_p=None, seed=4)
+    a = reference_generate(pair.target, pair.draft, ids, constraint=c, **args)
+    b = reference_generate(pair.target, pair.draft, ids, prefix_allowed_tokens_fn=allowed, **args)
+    assert torch.equal(a, b) and all(c.first_violation(r) is None for r in a.tolist())
+
+
+def test_prefix_allowed_tokens_fn_allowing_nothing_is_refused():
+    pair = get_pair("toy")
+    with pytest.raises(SpecDecInputError, match="allows no token"):
+        reference_generate(pair.target, pair.draft, torch.tensor([[1, 2]]), max_new_tokens=3, gamma=2,
+                           temperature=1.0, top_k=None, top_p=None, seed=0,
+                           prefix_allowed_tokens_fn=lambda b, ids: [] if len(ids) > 3 else [1])
+
+
+def test_setting_text_takes_the_constraint_last_with_its_commas():
+    (s,) = parse_setting("T=0.8,top_p=0.9,regex=[a-c]{1,3}f")
+    assert (s.temperature, s.top_p, s.constraint) == (0.8, 0.9, ConstraintSpec("regex", "[a-c]{1,3}f"))
+    assert s.label == "T=0.8,top_p=0.9,regex=[a-c]{1,3}f"
+    (j,) = parse_setting('T=1,json_schema={"type": "object", "required": ["a", "b"]}')
+    assert j.constraint.kind == "json_schema" and j.constraint.source.endswith('["a", "b"]}')
+
+
+@pytest.mark.parametrize("setting,needle", [
+    ("T=1,regex=a(", "regex rejected by llguidance"),
+    ("T=1,regex=z+", "allows no token of this vocabulary"),  # accepts nothing over the toy letters
+    ('T=1,json_schema={"type": "frob"}', "json_schema rejected by llguidance"),
+    ("T=1,json_schema={not json", "not valid JSON"),
+    ('T=1,json_schema={"type": "string"}', "allows no token of this vocabulary"),  # '"' is no toy letter
+    ("T=1,regex=[a-d]{2}", "no token is allowed after [0, 0]"),  # an all-zero mask at the third position
+    ("T=1,regex=", "needs a value"),
+    ("T=1,lark=start: (", "lark rejected by llguidance"),
+])
+def test_bad_constraints_exit_2_with_one_line_before_any_work(setting, needle, capsys):
+    from harness.cli import main
+
+    code = main(["verify", "--impl", "specdec_ref.adapters:generate", "--level", "generation", "--pair", "toy",
+                 "--setting", setting])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.startswith("specdec")]
+    assert code == 2 and len(lines) == 1 and needle in lines[0], err
+    assert "Traceback" not in err + out and "elapsed" not in err
+
+
+def test_bind_refuses_a_constraint_object_of_the_wrong_width():
+    with pytest.raises(HarnessError, match="masks 8 tokens"):
+        from harness.check.generation import supported_settings
+
+        supported_settings(reference_generate, (Setting(1.0, constraint=GrammarConstraint(
+            "regex", "[a-c]+", toy_tokenizer(8))),), 16)
