@@ -18,10 +18,11 @@ from harness.errors import HarnessError
 from harness.models.toy_pairs import _prompts, _toy_models
 from harness.mutants import get, implementations
 from harness.mutants.generation import exact_output_law
-from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED
+from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED, STEP_MUTANTS
 from harness.pairs import get_pair
 from specdec_ref import SpecDecInputError
 from specdec_ref.adapters import generate as reference_generate
+from specdec_ref.adapters import verify_masked
 from specdec_ref.constraints import GrammarConstraint, toy_tokenizer
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
 from specdec_ref.processing import History, SamplingParams, process
@@ -193,3 +194,31 @@ def test_bind_refuses_a_constraint_object_of_the_wrong_width():
 
         supported_settings(reference_generate, (Setting(1.0, constraint=GrammarConstraint(
             "regex", "[a-c]+", toy_tokenizer(8))),), 16)
+
+
+# ---------------------------------------------------------------- sampler level: the masked step
+
+
+def test_masked_step_reference_passes_and_the_automaton_changes_state_inside_blocks():
+    from harness.check.structured_step import CASES, _plan, draw_inputs
+    from harness.check.structured_step import run_constrained_step_check as check
+
+    report = check(verify_masked, seed=2)
+    assert report.verdict == "pass" and report.samples == 40_000
+    _, _, _, allowed = draw_inputs(_plan(CASES[0], 2), 200, torch.Generator().manual_seed(0))
+    assert (allowed[:, 1:] != allowed[:, :1]).any()  # masks differ between positions of one block
+
+
+@pytest.mark.parametrize("mutant", STEP_MUTANTS, ids=lambda f: f.__name__)
+def test_masked_step_mutants_fail(mutant):
+    from harness.check.structured_step import run_constrained_step_check as check
+
+    assert all(check(mutant, seed=s).verdict == "fail" for s in range(5))
+
+
+def test_masked_step_format_check_names_the_offending_token():
+    from harness.check.structured_step import run_constrained_step_check as check
+
+    report = check(STEP_MUTANTS[2], seed=1)  # state one behind
+    fmt = [t for t in report.tests if t.name.endswith("constraint_format") and t.p_value == 0]
+    assert fmt and "the automaton does not allow; first: row" in fmt[0].details["message"]

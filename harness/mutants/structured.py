@@ -323,3 +323,34 @@ def _no_rollback_hooks() -> StepHooks:
 def grammar_not_rolled_back(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
     """The grammar consumes every draft while drafting and is not rolled back after a rejection: later masks
     come from a state that includes the rejected drafts (and the correction on top of them)."""
+
+
+# ---------------------------------------------------------------- the masked step (sampler level, not in the zoo:
+# its contract takes the masks; tests/test_structured.py runs these through harness.check.structured_step)
+
+def _step(p, q, x, allowed, generator, p_mask, q_mask):
+    from specdec_ref.adapters import mask_laws
+    from specdec_ref.verify import verify_step
+
+    return verify_step(p if p_mask is None else mask_laws(p, p_mask), q if q_mask is None else mask_laws(q, q_mask),
+                       x, generator).tokens
+
+
+def step_target_mask_only(p, q, x, allowed, generator):
+    """p masked at every position, q passed on unmasked (the drafts were drawn from the masked q)."""
+    return _step(p, q, x, allowed, generator, allowed, None)
+
+
+def step_mask_first_position_only(p, q, x, allowed, generator):
+    """Every position masked with the first position's mask (drafted positions get no mask of their own)."""
+    first = allowed[:, :1].expand_as(allowed)
+    return _step(p, q, x, allowed, generator, first, first[:, :-1])
+
+
+def step_state_one_behind(p, q, x, allowed, generator):
+    """Position i ≥ 1 masked with position i − 1's mask (the grammar one token behind inside the block)."""
+    behind = torch.cat([allowed[:, :1], allowed[:, :-1]], dim=1)
+    return _step(p, q, x, allowed, generator, behind, behind[:, :-1])
+
+
+STEP_MUTANTS = (step_target_mask_only, step_mask_first_position_only, step_state_one_behind)

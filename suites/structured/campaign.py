@@ -10,7 +10,9 @@
    (the reference with the constraint, the mask on the target only) in chunks of 20 seeds until
    `--control-seeds` or `--budget-s` is reached; the report states the seeds that ran (a journal keeps
    finished runs: a rerun resumes).
-3. `transformers_assisted.json`: transformers assisted generation with the constraint as
+3. `step.json`: the sampler-level masked step (harness.check.structured_step) on harness-drawn automata:
+   the reference `specdec_ref.adapters:verify_masked` over `--step-seeds` seeds, each step mutant over `--seeds`.
+4. `transformers_assisted.json`: transformers assisted generation with the constraint as
    `prefix_allowed_tokens_fn` (harness.adapters.hf:assisted_generate), the generation-level check on the toy pair.
 """
 
@@ -86,6 +88,22 @@ def transformers_finding(samples: int, seed: int = 0) -> dict:
             "seconds": time.perf_counter() - started, "report": data}
 
 
+def step_campaign(control_seeds: int, seeds: int, gate: float = 1e-3) -> dict:
+    from harness.check.structured_step import run_constrained_step_check
+    from harness.mutants.structured import STEP_MUTANTS
+    from specdec_ref.adapters import verify_masked
+
+    out = {}
+    for fn, n in ((verify_masked, control_seeds), *((m, seeds) for m in STEP_MUTANTS)):
+        started = time.perf_counter()
+        verdicts = [run_constrained_step_check(fn, seed=5000 + s, false_alarm_rate=gate,
+                                               stop_on_fail=fn is not verify_masked).verdict for s in range(n)]
+        out[fn.__name__] = {"kind": "control" if fn is verify_masked else "mutant", "seeds": n,
+                            "fail": verdicts.count("fail"), "inconclusive": verdicts.count("inconclusive"),
+                            "gate": gate, "seconds": time.perf_counter() - started}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/structured")
@@ -95,10 +113,15 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=2400.0, help="stop adding control seeds after this")
     ap.add_argument("--finding-samples", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--step-seeds", type=int, default=200)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     started = time.monotonic()
     out = Path(args.out)
+    step = step_campaign(args.step_seeds, args.seeds)
+    atomic_write_json(out / "step.json", step)
+    for name, row in step.items():
+        print(f"step {name:32s} {row['kind']:8s} fail {row['fail']}/{row['seeds']}", flush=True)
     tvs = exact_tvs()
     atomic_write_json(out / "exact_tv.json", tvs)
     finding = transformers_finding(args.finding_samples)
