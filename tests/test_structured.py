@@ -222,3 +222,68 @@ def test_masked_step_format_check_names_the_offending_token():
     report = check(STEP_MUTANTS[2], seed=1)  # state one behind
     fmt = [t for t in report.tests if t.name.endswith("constraint_format") and t.p_value == 0]
     assert fmt and "the automaton does not allow; first: row" in fmt[0].details["message"]
+
+
+# ---------------------------------------------------------------- engine level: request names, specdec serve
+
+
+@pytest.mark.parametrize("body,kind", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}}}},
+     "json_schema"),
+    ({"response_format": {"type": "json_object"}}, "json_schema"),
+    ({"structured_outputs": {"regex": "[a-c]+"}}, "regex"),
+    ({"structured_outputs": {"choice": ["fa", "o"]}}, "regex"),
+    ({"guided_regex": "[a-c]+"}, "regex"),
+    ({"guided_json": {"type": "integer"}}, "json_schema"),
+    ({"json_schema": {"type": "integer"}}, "json_schema"),  # llama.cpp server / SGLang
+    ({"grammar": 'root ::= "a" [b-d]+'}, "lark"),  # llama.cpp GBNF
+    ({"structured_outputs": {"grammar": 'start: "a" /[b-d]+/'}}, "lark"),
+])
+def test_request_names_give_the_constraint(body, kind):
+    from harness.served.structured import request_constraint
+
+    name, spec = request_constraint(body)
+    assert name == next(iter(body)) and spec.kind == kind
+
+
+def test_conflicting_request_names_are_refused():
+    from harness.served.structured import request_constraint
+
+    with pytest.raises(HarnessError, match="different constraints"):
+        request_constraint({"guided_regex": "a+", "structured_outputs": {"regex": "b+"}})
+
+
+@pytest.mark.parametrize("field", [{"structured_outputs": {"regex": FREE_THEN_CONSTRAINED}},
+                                   {"guided_regex": FREE_THEN_CONSTRAINED},
+                                   {"grammar": 'root ::= [a-eg-p]* "f" [a-c]+'}])
+def test_specdec_serve_honours_the_constraint_under_each_name(field):
+    import httpx
+
+    from harness.served.serve import serving
+
+    c = GrammarConstraint("regex", FREE_THEN_CONSTRAINED, toy_tokenizer(16))
+    with serving(reference_generate, get_pair("toy")) as s:
+        reply = httpx.post(s.url + "/v1/completions", json={"model": "toy", "prompt": PROMPTS[0], "max_tokens": 4, "n": 40,
+                                                             "temperature": 1.0, "seed": 1, "return_token_ids": True,
+                                                             **field}, timeout=60).json()
+        bad = httpx.post(s.url + "/v1/completions", json={"model": "toy", "prompt": PROMPTS[0], "max_tokens": 4,
+                                                           "guided_regex": "a("}, timeout=60)
+    rows = [ch["token_ids"] for ch in reply["choices"]]
+    assert len(rows) == 40 and all(c.first_violation(r) is None for r in rows)
+    assert any(5 in r for r in rows)  # the state changed (the marker 'f' = 5 was emitted) in some rows
+    assert bad.status_code == 400 and "regex rejected by llguidance" in bad.json()["error"]["message"]
+
+
+def test_engine_check_sends_the_constraint_and_catches_a_grammar_bug_over_http():
+    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.serve import serving
+
+    (setting,) = get("grammar_state_one_behind").fn.settings
+    kw = dict(pair="toy", ground_truth="local", samples=600, prompts=1, chunk=600, settings=(setting,), seed=2)
+    with serving(reference_generate, get_pair("toy")) as good, \
+            serving(get("grammar_state_one_behind").fn, get_pair("toy")) as bad:
+        ok = run_engine_check(EngineConfig(endpoint=good.url + "/v1", **kw))
+        broken = run_engine_check(EngineConfig(endpoint=bad.url + "/v1", **kw))
+    assert ok.verdict in ("pass", "inconclusive") and not any(t.reject for t in ok.tests), \
+        [t.name for t in ok.tests if t.reject]
+    assert broken.verdict == "fail"

@@ -27,6 +27,7 @@ from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
 from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
 from harness.check.report import CheckReport, deterministic_result
+from harness.check.structured import setting_record
 from harness.served import battery
 from harness.served.client import EngineClient, EngineError, ResponseStore, config_hash
 from harness.served.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
@@ -224,6 +225,11 @@ def request_parameters(setting: Setting) -> dict:
     """The setting's extra parameters as request fields (logit_bias keys as strings, as the OpenAI API has them)."""
     out = {}
     for name, value in setting.extras().items():
+        if name == "constraint":  # structured outputs: OpenAI response_format / vLLM structured_outputs
+            from harness.served.structured import request_fields
+
+            out.update(request_fields(value))
+            continue
         out[REQUEST_NAMES[name]] = {str(k): b for k, b in value.items()} if name == "logit_bias" else value
     return out
 
@@ -388,7 +394,16 @@ class EngineSource(TrialSource):
         prompts = _prompts(run)
         vocab = run.pair.vocab_size if run.pair is not None else None
         enumerate_law = run.ground_truth == "local" and vocab <= ENUMERATION_MAX_VOCAB
-        sampling = [s for s in run.config.settings if s.temperature > 0]
+        settings = run.config.settings
+        if any(s.constraint is not None for s in settings):
+            from harness.check.structured import bind_constraints
+
+            if run.ground_truth == "score":
+                raise HarnessError("a constrained setting needs --ground-truth local or two-sample (a scoring "
+                                   "engine's logprobs do not include the constraint mask)")
+            if run.pair is not None:  # the local ground truth applies the same constraint
+                settings = bind_constraints(settings, run.pair, run.length if enumerate_law else 0)
+        sampling = [s for s in settings if s.temperature > 0]
         if run.ground_truth == "score":
             _require_processed(run, sampling, prompts)
         cells = []
@@ -399,7 +414,7 @@ class EngineSource(TrialSource):
             for i, prompt in enumerate(prompts):
                 cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW], _SamplingCell(setting, i, prompt),
                                   math.nan, {"_run": run, "length": run.length, "ground_truth": run.ground_truth,
-                                             "setting": dataclasses.asdict(setting), "joint_law": enumerate_law}))
+                                             "setting": setting_record(setting), "joint_law": enumerate_law}))
         return cells
 
     def draw(self, cell: Cell, n: int, progress):
