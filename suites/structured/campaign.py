@@ -72,20 +72,40 @@ def exact_tvs() -> dict:
     return out
 
 
+# A real pair: SmolLM2-135M target, its int8 copy drafting, a JSON object with two typed fields.
+REAL_SCHEMA = ('{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}}, '
+               '"required": ["a", "b"], "additionalProperties": false}')
+
+
+def check_record(impl, impl_name: str, pair: str, setting, samples: int, seed: int = 0, length=None) -> dict:
+    started = time.perf_counter()
+    report = run_generation_check(impl, get_pair(pair), impl_name=impl_name, settings=(setting,), samples=samples,
+                                  seed=seed, gamma=3, length=length, prompts=2)
+    fmt = [t for t in report.tests if t.name.endswith("constraint_format")]
+    return {"impl": impl_name, "pair": pair, "setting": setting.label, "samples_per_prompt": samples, "seed": seed,
+            "verdict": report.verdict, "min_p_value": min(t.p_value for t in report.tests),
+            "rejected": [t.name for t in report.tests if t.reject],
+            "constraint_violations": [t.details.get("violations", 0) for t in fmt],
+            "seconds": time.perf_counter() - started, "report": report.to_dict()}
+
+
 def transformers_finding(samples: int, seed: int = 0) -> dict:
     from harness.adapters.hf import assisted_generate
 
-    started = time.perf_counter()
     setting = Setting(1.0, constraint=ConstraintSpec("regex", FREE_THEN_CONSTRAINED))
-    report = run_generation_check(assisted_generate, get_pair("toy"), impl_name="harness.adapters.hf:assisted_generate",
-                                  settings=(setting,), samples=samples, seed=seed, gamma=3)
-    data = report.to_dict() if hasattr(report, "to_dict") else {}
-    fmt = [t for t in report.tests if t.name.endswith("constraint_format")]
-    return {"impl": "harness.adapters.hf:assisted_generate (prefix_allowed_tokens_fn)", "pair": "toy",
-            "setting": setting.label, "samples_per_prompt": samples, "seed": seed, "verdict": report.verdict,
-            "min_p_value": min(t.p_value for t in report.tests),
-            "constraint_violations": [t.details.get("violations", 0) for t in fmt],
-            "seconds": time.perf_counter() - started, "report": data}
+    return check_record(assisted_generate, "harness.adapters.hf:assisted_generate (prefix_allowed_tokens_fn)", "toy",
+                        setting, samples, seed)
+
+
+def real_pair_runs(samples: int, seed: int = 0) -> dict:
+    """The reference and transformers assisted generation on SmolLM2 under a JSON schema (PIT of the masked law)."""
+    from harness.adapters.hf import assisted_generate
+    from specdec_ref.adapters import generate
+
+    setting = Setting(1.0, constraint=ConstraintSpec("json_schema", REAL_SCHEMA))
+    return {"reference": check_record(generate, "specdec_ref.adapters:generate", "smollm2", setting, samples, seed),
+            "transformers": check_record(assisted_generate, "harness.adapters.hf:assisted_generate "
+                                         "(prefix_allowed_tokens_fn)", "smollm2", setting, samples, seed)}
 
 
 def step_campaign(control_seeds: int, seeds: int, gate: float = 1e-3) -> dict:
@@ -114,6 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--finding-samples", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--step-seeds", type=int, default=200)
+    ap.add_argument("--real-samples", type=int, default=100, help="SmolLM2 runs (0: skip)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     started = time.monotonic()
@@ -138,6 +159,12 @@ def main(argv=None) -> int:
         summary = write_report(run_campaign(config, journal=journal), out)
         print(f"control seeds {control_seeds}: {'ok' if summary['ok'] else 'PROBLEMS: ' + '; '.join(summary['problems'])}",
               flush=True)
+        if control_seeds == CONTROL_CHUNK and args.real_samples:  # after the first chunk: the real pair
+            real = real_pair_runs(args.real_samples)
+            atomic_write_json(out / "smollm2.json", real)
+            for who, row in real.items():
+                print(f"smollm2 {who}: {row['verdict']} (min p {row['min_p_value']:.3g}, violations "
+                      f"{row['constraint_violations']}, {row['seconds']:.0f} s)", flush=True)
         if time.monotonic() - started > args.budget_s:
             break
     for name, row in tvs.items():
