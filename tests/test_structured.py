@@ -287,3 +287,24 @@ def test_engine_check_sends_the_constraint_and_catches_a_grammar_bug_over_http()
     assert ok.verdict in ("pass", "inconclusive") and not any(t.reject for t in ok.tests), \
         [t.name for t in ok.tests if t.reject]
     assert broken.verdict == "fail"
+
+
+def _ignores_constraint(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
+                        constraint=None, **extra):
+    """Accepts the constraint and drops it (what a server that ignores the request field does)."""
+    return reference_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, **extra)
+
+
+def test_probe_reports_which_structured_output_names_are_honoured():
+    from harness.served.probe import probe
+    from harness.served.serve import serving
+
+    with serving(reference_generate, get_pair("toy")) as good, serving(_ignores_constraint, get_pair("toy")) as bad:
+        honoured = probe(good.url + "/v1")["structured_outputs"]
+        ignored = probe(bad.url + "/v1")["structured_outputs"]
+    assert honoured["structured_outputs.regex (vLLM)"] == "honoured" and honoured["grammar (llama.cpp GBNF)"] == \
+        "honoured"
+    assert honoured["response_format json_schema (OpenAI)"] == "refused (400)"  # '"' is no toy letter
+    assert ignored["structured_outputs.regex (vLLM)"] == "ignored" and ignored["guided_regex (vLLM, older)"] == \
+        "ignored"

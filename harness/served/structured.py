@@ -103,3 +103,50 @@ def request_fields(constraint) -> dict:
         return {"response_format": {"type": "json_schema",
                                     "json_schema": {"name": "specdec", "schema": json.loads(source)}}}
     return {"structured_outputs": {"regex" if kind == "regex" else "grammar": source}}
+
+
+# ---------------------------------------------------------------- `specdec probe`: which names the server honours
+
+PROBE_REGEX = "[a-c]+"  # every prefix of a match is a match: outputs cut at max_tokens stay checkable
+PROBE_FIELDS = {
+    "structured_outputs.regex (vLLM)": {"structured_outputs": {"regex": PROBE_REGEX}},
+    "guided_regex (vLLM, older)": {"guided_regex": PROBE_REGEX},
+    "regex (SGLang)": {"regex": PROBE_REGEX},
+    "grammar (llama.cpp GBNF)": {"grammar": "root ::= [a-c]+"},
+    "response_format json_schema (OpenAI)": {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "probe", "schema": {"type": "string", "pattern": "^[a-c]+$"}}}},
+    "json_schema (llama.cpp / SGLang)": {"json_schema": {"type": "string", "pattern": "^[a-c]+$"}},
+}
+_TOY_TEXT = re.compile(r"^( \d+)+$")
+
+
+def _spelled(text: str) -> str:
+    """The text a constraint sees: the toy id text (" 0 2 1") spelled as its letters ("acb")."""
+    if _TOY_TEXT.match(text) and all(int(t) < 26 for t in text.split()):
+        return "".join(chr(ord("a") + int(t)) for t in text.split())
+    return text
+
+
+def _obeys(field: str, text: str) -> bool:
+    text = _spelled(text)
+    if "json" in field:
+        return re.fullmatch(r'"[a-c]*"?', text.strip()) is not None
+    return re.fullmatch(r"[a-c]*", text) is not None and text != ""
+
+
+def structured_support(client, model: str, prompt) -> dict[str, str]:
+    """Per request name: "honoured" (8 sampled outputs at T = 1 all obey a constraint to the letters a-c),
+    "ignored" (accepted, some output disobeys), or "refused (HTTP status)"."""
+    from harness.served.client import RequestRefused
+
+    out = {}
+    for name, fields in PROBE_FIELDS.items():
+        try:
+            reply = client.post("/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 6, "n": 8,
+                                                    "temperature": 1.0, "seed": 3, **fields})
+        except RequestRefused as exc:
+            out[name] = f"refused ({exc.status})"
+            continue
+        texts = [c.get("text", "") for c in (reply or {}).get("choices") or []]
+        out[name] = "honoured" if texts and all(_obeys(name, t) for t in texts) else "ignored"
+    return out
