@@ -1,6 +1,6 @@
 """pytest-benchmark timings of the block family: the sampler check of the (vectorised) block reference on
 every default case (target ≤ 60 s on 2 cores), the draft-step check of it, and the acceptance bounds
-per case (target ≤ 1 s each). Run alone (heavy): `flock /work/heavy.lock pytest benchmarks/test_family_checks.py`."""
+per case (target ≤ 1 s each). Run alone (heavy): `pytest benchmarks/test_family_checks.py` on an otherwise idle machine."""
 
 import pytest
 import torch

@@ -30,10 +30,10 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import chi2, kstwo, ncx2, norm
 
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
 from harness.stats.pooling import DEFAULT_MIN_EXPECTED, pool_by_labels, pool_labels
 
-DEFAULT_ALPHA = 1e-3
-DEFAULT_POWER = 0.95
+DEFAULT_ALPHA = DEFAULT_FALSE_ALARM_RATE  # default per-test level of the functions here
 
 _ALTERNATIVES = ("two-sided", "greater", "less")
 
@@ -91,15 +91,6 @@ def detectable_tv(n: int, df: int, alpha: float = DEFAULT_ALPHA, power: float = 
         return math.inf
     eps = math.sqrt(noncentrality_needed(df, alpha, power) / (4.0 * n))
     return eps if eps < 1.0 else math.inf
-
-
-def chi2_distance(q: np.ndarray, p: np.ndarray) -> float:
-    """χ²(q‖p) = Σ(q−p)²/p; inf if q puts mass where p has none."""
-    q, p = np.asarray(q, dtype=np.float64), np.asarray(p, dtype=np.float64)
-    support = p > 0
-    if np.any(q[~support] > 0):
-        return math.inf
-    return float(np.sum((q[support] - p[support]) ** 2 / p[support]))
 
 
 def power_against(

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 import torch
-
 from harness.campaign import CampaignConfig, run_campaign, write_report
+
 from harness.check.generation import Setting, continuation_law, run_generation_check, total_variation
 from harness.check.structured import ConstraintSpec, bind_constraints
 from harness.executor import Journal
