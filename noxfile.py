@@ -82,7 +82,7 @@ def structured(session: nox.Session) -> None:
     -> results/structured (pass campaign options after --, e.g. -- --control-seeds 200)."""
     install(session, extras="test,structured", real_model=False)
     session.run("pytest", "tests/test_structured.py", "-p", "no:cacheprovider")
-    session.run("python", "-m", "suites.structured.campaign", "--out", "results/structured", *session.posargs)
+    session.run("specdec", "campaign", "structured", "--out", "results/structured", *session.posargs)
 
 
 LLAMA_CPP = "llama-cpp-python[server]==0.3.36"  # an sdist: compiles llama.cpp (~20 min on 2 cores)

@@ -1,12 +1,12 @@
 """Issue 18 campaign: structured outputs under speculation, on the toy pairs.
 
-    flock /tmp/specdec-cpu.lock python -m suites.structured.campaign --out results/structured \
+    specdec campaign structured --out results/structured \
         [--seeds 20 --control-seeds 200 --samples 1000 --budget-s 2400]
 
 1. `exact_tv.json`: TV between the exact output law of the reference (and of every structured mutant /
    control whose hooks are p/q only) and the constrained target law, float64 enumeration of 3 new tokens,
    γ = 3, per toy prompt and automaton.
-2. `report.md` / `campaign.{csv,json}` (harness.campaign): each mutant over `--seeds` seeds, the controls
+2. `report.md` / `campaign.{csv,json}` (suites.campaigns.zoo): each mutant over `--seeds` seeds, the controls
    (the reference with the constraint, the mask on the target only) in chunks of 20 seeds until
    `--control-seeds` or `--budget-s` is reached; the report states the seeds that ran (a journal keeps
    finished runs: a rerun resumes).
@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import torch
-from harness.campaign import CampaignConfig, run_campaign, write_report
 
 from harness.check.generation import Setting, continuation_law, run_generation_check, total_variation
 from harness.check.structured import ConstraintSpec, bind_constraints
@@ -35,6 +34,7 @@ from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTR
 from harness.pairs import get_pair
 from harness.records import atomic_write_json
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
+from suites.campaigns.zoo import CampaignConfig, run_campaign, write_report
 
 KINDS = {"toy": "0.7", "toy-eos": "eos"}  # registered pair -> its float64 toy models
 CONTROLS = ("reference_constrained", "mask_target_not_draft")
@@ -174,7 +174,3 @@ def main(argv=None) -> int:
     for row in tvs["reference"]:
         print(f"reference {row['pair']:8s} {row['setting']:40s} exact TV {max(row['tv_per_prompt']):.3g}")
     return 0 if summary["ok"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
