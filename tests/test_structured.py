@@ -308,3 +308,16 @@ def test_probe_reports_which_structured_output_names_are_honoured():
     assert honoured["response_format json_schema (OpenAI)"] == "refused (400)"  # '"' is no toy letter
     assert ignored["structured_outputs.regex (vLLM)"] == "ignored" and ignored["guided_regex (vLLM, older)"] == \
         "ignored"
+
+
+@pytest.mark.parametrize("impl,code", [("specdec_ref.adapters:verify_masked", 0),
+                                       ("harness.mutants.structured:step_state_one_behind", 1),
+                                       ("specdec_ref.adapters:verify", 2)])  # the 4-argument step: wrong contract
+def test_specdec_verify_step_masked(impl, code, capsys):
+    from harness.cli import main
+
+    assert main(["verify", "--impl", impl, "--step", "masked"]) == code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert ("verdict: PASS" in out) if code == 0 else ("verdict: FAIL" in out) if code == 1 else \
+        "masked_step-level contract" in err

@@ -149,8 +149,17 @@ def _pit_run(cell: Cell, trials, level: float, power: float):
     return out
 
 
+def _rows_for(cell: Cell, tv: float, level: float, power: float) -> int:
+    """Rows for a detectable TV (pooled PIT, 20 bins); DEFAULT_ROWS when no TV is asked."""
+    if not math.isfinite(tv):
+        return DEFAULT_ROWS
+    from harness.stats.power import samples_needed
+
+    return max(DEFAULT_ROWS, samples_needed(tv, 19, level, power))
+
+
 CONSTRAINT_FORMAT = Check("constraint_format", lambda cell: 1, _format_run)
-MASKED_PIT = Check("masked_pit", lambda cell: 2 + cell.data.case.gamma, _pit_run)
+MASKED_PIT = Check("masked_pit", lambda cell: 2 + cell.data.case.gamma, _pit_run, _rows_for)
 
 
 class ConstrainedStepSource(TrialSource):
@@ -163,7 +172,7 @@ class ConstrainedStepSource(TrialSource):
 
     def cells(self, config: CheckConfig) -> list[Cell]:
         self.generator = torch.Generator().manual_seed(config.seed)
-        return [Cell(case.name, [CONSTRAINT_FORMAT, MASKED_PIT], _plan(case, config.seed), math.nan,
+        return [Cell(case.name, [CONSTRAINT_FORMAT, MASKED_PIT], _plan(case, config.seed), config.tv,
                      {"description": case.description, "gamma": case.gamma, "vocab": case.vocab,
                       "states": case.states, "seed": config.seed})
                 for case in self.cases]
