@@ -120,7 +120,7 @@ def test_argmax_exact_law_is_the_greedy_drafter_rule():
 def test_calibration_entry_point_counts_failures(capsys):
     import json
 
-    from harness.check.draft_step import _main
+    from suites.campaigns.families import main as _main
 
     assert _main(["--calibrate", "--names", "draft_noise_reused", "draft_step_reference", "--seeds", "2",
                   "--rows", "20000", "--cases", "q-zero-where-p-positive"]) == 0

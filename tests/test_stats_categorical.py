@@ -262,7 +262,7 @@ def test_battery_composition_and_planning_level():
     no_tail = categorical_battery(np.array([30, 30, 40]), np.array([0.3, 0.3, 0.4]), 1e-3, 0.95)
     assert [r.name for r in no_tail] == ["support", "pooled_pearson", "pooled_g", "top1"]
     # planned at alpha / m, the first Holm step, so the promise survives the correction
-    alone = pooled_pearson(counts, ZIPF2000, alpha=1e-3 / 5)
+    alone = pooled_pearson(counts, ZIPF2000, alpha=1e-3 / 5, power=0.95)
     assert categorical_battery(counts, ZIPF2000, 1e-3, 0.95)[1].detectable_tv == alone.detectable_tv
 
 

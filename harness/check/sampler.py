@@ -550,8 +550,11 @@ def _laws(trials) -> np.ndarray:
 def _law_rows(cell: Cell, trials) -> list[tuple[str, CasePlan, np.ndarray]]:
     """(test-name prefix, plan, row mask) per law of the cell, the rows chosen by the law label each row
     carries (returned by the source with the trials, never re-derived from a row index)."""
-    plans, law = _subplans(cell), _laws(trials)
-    return [(cell.name if len(plans) == 1 else f"{cell.name}/law{r}", plan, law == r) for r, plan in enumerate(plans)]
+    plans = _subplans(cell)
+    if len(plans) == 1:  # every row holds the one law: a view of all rows, no copy
+        return [(cell.name, plans[0], slice(None))]
+    law = _laws(trials)
+    return [(f"{cell.name}/law{r}", plan, law == r) for r, plan in enumerate(plans)]
 
 
 def _reached(tokens: np.ndarray, j: int) -> int:
