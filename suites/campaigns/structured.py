@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--finding-samples", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--step-seeds", type=int, default=200)
-    ap.add_argument("--real-samples", type=int, default=100, help="SmolLM2 runs (0: skip)")
+    ap.add_argument("--real-samples", type=int, default=60, help="SmolLM2 runs (0: skip)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     started = time.monotonic()
