@@ -1,19 +1,21 @@
 """Issue 18 campaign: structured outputs under speculation, on the toy pairs.
 
     specdec campaign structured --out results/structured \
-        [--seeds 20 --control-seeds 200 --samples 1000 --budget-s 2400]
+        [--seeds 20 --control-seeds 200 --samples 1000 --budget-s 2400 --stop-at HH:MM]
 
 1. `exact_tv.json`: TV between the exact output law of the reference (and of every structured mutant /
    control whose hooks are p/q only) and the constrained target law, float64 enumeration of 3 new tokens,
    γ = 3, per toy prompt and automaton.
-2. `report.md` / `campaign.{csv,json}` (suites.campaigns.zoo): each mutant over `--seeds` seeds, the controls
-   (the reference with the constraint, the mask on the target only) in chunks of 20 seeds until
-   `--control-seeds` or `--budget-s` is reached; the report states the seeds that ran (a journal keeps
-   finished runs: a rerun resumes).
+2. `report.md` / `campaign.{csv,json}` (suites.campaigns.zoo): each mutant over `--seeds` seeds, both controls
+   (the reference with the constraint, the mask on the target only) over 20 seeds; `reference/report.md`:
+   the reference control in chunks of 20 more seeds until `--control-seeds`, `--budget-s` or `--stop-at`;
+   each report states the seeds that ran (a journal keeps finished runs: a rerun resumes).
 3. `step.json`: the sampler-level masked step (harness.check.structured_step) on harness-drawn automata:
    the reference `specdec_ref.adapters:verify_masked` over `--step-seeds` seeds, each step mutant over `--seeds`.
 4. `transformers_assisted.json`: transformers assisted generation with the constraint as
    `prefix_allowed_tokens_fn` (harness.adapters.hf:assisted_generate), the generation-level check on the toy pair.
+5. `smollm2.json`: the reference and transformers assisted generation on SmolLM2 under a JSON schema (PIT of
+   the masked law, teacher-forced; `--real-samples` per prompt).
 """
 
 from __future__ import annotations
@@ -130,7 +132,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--control-seeds", type=int, default=200)
     ap.add_argument("--samples", type=int, default=1000, help="per prompt × setting")
-    ap.add_argument("--budget-s", type=float, default=2400.0, help="stop adding control seeds after this")
+    ap.add_argument("--budget-s", type=float, default=2400.0, help="stop adding reference seeds after this")
+    ap.add_argument("--stop-at", default=None, metavar="HH:MM",
+                    help="UTC wall time after which no further reference seeds (or SmolLM2 runs) start")
     ap.add_argument("--finding-samples", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--step-seeds", type=int, default=200)
@@ -139,34 +143,51 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     started = time.monotonic()
     out = Path(args.out)
+
+    def time_left() -> bool:
+        if time.monotonic() - started > args.budget_s:
+            return False
+        if args.stop_at:
+            now = time.strftime("%H:%M", time.gmtime())
+            return now < args.stop_at
+        return True
+
+    tvs = exact_tvs()
+    atomic_write_json(out / "exact_tv.json", tvs)
+    journal = Journal(out / "journal.jsonl")
+    names = tuple(structured_names())
+    # 1. every entry: mutants over --seeds, both controls over the first chunk of seeds -> OUT/report.md
+    first = min(CONTROL_CHUNK, args.control_seeds)
+    config = CampaignConfig(seeds=args.seeds, generation_control_seeds=first, generation_samples=args.samples,
+                            only=names, curve_seeds=0, workers=args.workers)
+    summary = write_report(run_campaign(config, journal=journal), out)
+    print(f"zoo ({args.seeds} seeds per mutant, {first} per control): "
+          f"{'ok' if summary['ok'] else 'PROBLEMS: ' + '; '.join(summary['problems'])}", flush=True)
+    # 2. the third-party finding and the sampler-level step
+    finding = transformers_finding(args.finding_samples)
+    atomic_write_json(out / "transformers_assisted.json", finding)
+    print(f"transformers assisted generation + prefix_allowed_tokens_fn: {finding['verdict']} "
+          f"(min p {finding['min_p_value']:.3g}, violations {finding['constraint_violations']})", flush=True)
     step = step_campaign(args.step_seeds, args.seeds)
     atomic_write_json(out / "step.json", step)
     for name, row in step.items():
         print(f"step {name:32s} {row['kind']:8s} fail {row['fail']}/{row['seeds']}", flush=True)
-    tvs = exact_tvs()
-    atomic_write_json(out / "exact_tv.json", tvs)
-    finding = transformers_finding(args.finding_samples)
-    atomic_write_json(out / "transformers_assisted.json", finding)
-    print(f"transformers assisted generation + prefix_allowed_tokens_fn: {finding['verdict']} "
-          f"(min p {finding['min_p_value']:.3g}, violations {finding['constraint_violations']})")
-    journal = Journal(out / "journal.jsonl")
-    names = tuple(structured_names())
-    summary, control_seeds = None, 0
-    while control_seeds < args.control_seeds:
-        control_seeds = min(args.control_seeds, control_seeds + CONTROL_CHUNK)
-        config = CampaignConfig(seeds=args.seeds, generation_control_seeds=control_seeds,
-                                generation_samples=args.samples, only=names, curve_seeds=0, workers=args.workers)
-        summary = write_report(run_campaign(config, journal=journal), out)
-        print(f"control seeds {control_seeds}: {'ok' if summary['ok'] else 'PROBLEMS: ' + '; '.join(summary['problems'])}",
+    # 3. the real pair
+    if args.real_samples and time_left():
+        real = real_pair_runs(args.real_samples)
+        atomic_write_json(out / "smollm2.json", real)
+        for who, row in real.items():
+            print(f"smollm2 {who}: {row['verdict']} (min p {row['min_p_value']:.3g}, violations "
+                  f"{row['constraint_violations']}, {row['seconds']:.0f} s)", flush=True)
+    # 4. the reference control, in chunks, until --control-seeds or the time is up -> OUT/reference/report.md
+    seeds = first
+    while seeds < args.control_seeds and time_left():
+        seeds = min(args.control_seeds, seeds + CONTROL_CHUNK)
+        config = CampaignConfig(seeds=args.seeds, generation_control_seeds=seeds, generation_samples=args.samples,
+                                only=("reference_constrained",), curve_seeds=0, workers=args.workers)
+        ref = write_report(run_campaign(config, journal=journal), out / "reference")
+        print(f"reference_constrained over {seeds} seeds: {'ok' if ref['ok'] else 'PROBLEMS: ' + '; '.join(ref['problems'])}",
               flush=True)
-        if control_seeds == CONTROL_CHUNK and args.real_samples:  # after the first chunk: the real pair
-            real = real_pair_runs(args.real_samples)
-            atomic_write_json(out / "smollm2.json", real)
-            for who, row in real.items():
-                print(f"smollm2 {who}: {row['verdict']} (min p {row['min_p_value']:.3g}, violations "
-                      f"{row['constraint_violations']}, {row['seconds']:.0f} s)", flush=True)
-        if time.monotonic() - started > args.budget_s:
-            break
     for name, row in tvs.items():
         if name != "reference":
             tv = row["tv_per_prompt"]
