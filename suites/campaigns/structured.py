@@ -46,7 +46,7 @@ REFERENCE_AUTOMATA = (  # (pair, setting): the reference's exact law under each
     ("toy-eos", Setting(1.0, constraint=ConstraintSpec("regex", FORCED_EOS))),
 )
 CONTROL_CHUNK = 20
-PARTS = ("exact", "transformers", "step", "zoo", "real", "reference")  # in the order they run
+PARTS = ("exact", "transformers", "step", "zoo", "real", "reference")  # in the order they run; README.md always
 
 
 def structured_names() -> list[str]:
@@ -127,6 +127,72 @@ def step_campaign(control_seeds: int, seeds: int, gate: float = 1e-3) -> dict:
     return out
 
 
+def _load(path: Path):
+    import json
+
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def readme(out: Path) -> str:
+    """OUT/README.md from the records present in OUT (a part that did not run says so)."""
+    lines = ["# Issue 18: structured outputs under speculation", "",
+             "Produced by `specdec campaign structured --out results/structured` (suites/campaigns/structured.py; "
+             "the parts and their options are in its docstring). Every number below is read from the records in "
+             "this folder; a part that has no record did not run.", ""]
+    tvs = _load(out / "exact_tv.json")
+    lines += ["## Exact output laws (`exact_tv.json`)", ""]
+    if tvs:
+        lines += ["TV between the exact output law (3 new tokens, γ = 3, float64 enumeration of the batched loop with "
+                  "its hooks) and the constrained target law, toy prompts 0 / 1.", "",
+                  "| implementation | pair | setting | TV (prompt 0 / 1) |", "|---|---|---|---|"]
+        for row in tvs["reference"]:
+            lines.append(f"| reference | {row['pair']} | `{row['setting']}` | "
+                         + " / ".join(f"{t:.2g}" for t in row["tv_per_prompt"]) + " |")
+        for name, row in tvs.items():
+            if name != "reference":
+                tv = row["tv_per_prompt"]
+                lines.append(f"| `{name}` ({row['kind']}) | {row['pair']} | `{row['setting']}` | "
+                             + (" / ".join(f"{t:.3g}" for t in tv) if tv else row["note"]) + " |")
+    else:
+        lines.append("not run")
+    lines += ["", "## Mutants and controls at the generation level (`report.md`, `campaign.{csv,json}`)", ""]
+    zoo = _load(out / "campaign.json")
+    if zoo:
+        cfg = zoo["config"]
+        lines += [f"{cfg['generation_samples']} samples per prompt × setting, gate {cfg.get('gate', cfg.get('gate_alpha'))}; "
+                  "each entry on its own pair and constrained setting.", "",
+                  "| entry | kind | failed / runs at the gate | 95% CI |", "|---|---|---|---|"]
+        for row in zoo["rows"]:
+            lines.append(f"| `{row['name']}` | {row['kind']} | {row['failed_runs']}/{row['runs']} | "
+                         f"{100 * row['ci_gate_low']:.1f}–{100 * row['ci_gate_high']:.1f}% |")
+    else:
+        lines.append("not run")
+    ref = _load(out / "reference" / "campaign.json")
+    if ref:
+        row = ref["rows"][0]
+        lines += ["", f"Reference control over more seeds (`reference/report.md`): `{row['name']}` failed "
+                  f"{row['failed_runs']}/{row['runs']} runs at the gate (95% CI {100 * row['ci_gate_low']:.1f}–"
+                  f"{100 * row['ci_gate_high']:.1f}%)."]
+    lines += ["", "## Sampler level: the masked step (`step.json`)", ""]
+    step = _load(out / "step.json")
+    if step:
+        lines += ["| implementation | kind | failed / seeds |", "|---|---|---|"]
+        lines += [f"| `{name}` | {row['kind']} | {row['fail']}/{row['seeds']} |" for name, row in step.items()]
+    else:
+        lines.append("not run")
+    lines += ["", "## Third-party: transformers assisted generation with `prefix_allowed_tokens_fn`", ""]
+    for name, label in (("transformers_assisted.json", "toy"), ("smollm2.json", "SmolLM2")):
+        rec = _load(out / name)
+        if rec is None:
+            lines.append(f"- {label}: not run")
+            continue
+        for who, r in ({"transformers": rec} if label == "toy" else rec).items():
+            lines.append(f"- {label}, {who} (`{r['setting']}`, {r['samples_per_prompt']} samples per prompt): "
+                         f"**{r['verdict']}**, smallest p {r['min_p_value']:.3g}, outputs the constraint does not "
+                         f"allow per prompt {r['constraint_violations']}, {r['seconds']:.0f} s")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/structured")
@@ -143,10 +209,11 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
-    if parts - set(PARTS):
+    known = (*PARTS, "readme")  # readme alone: only rewrite README.md from the records
+    if parts - set(known):
         from harness.errors import HarnessError
 
-        raise HarnessError(f"--parts: unknown {', '.join(sorted(parts - set(PARTS)))}; known: {', '.join(PARTS)}")
+        raise HarnessError(f"--parts: unknown {', '.join(sorted(parts - set(known)))}; known: {', '.join(known)}")
     torch.set_num_threads(1)
     started = time.monotonic()
     out = Path(args.out)
@@ -203,6 +270,9 @@ def main(argv=None) -> int:
         ok &= ref["ok"]
         print(f"reference_constrained over {seeds} seeds: {'ok' if ref['ok'] else 'PROBLEMS: ' + '; '.join(ref['problems'])}",
               flush=True)
+    from harness.records import atomic_write_text
+
+    atomic_write_text(out / "README.md", readme(out))
     for name, row in tvs.items():
         if name != "reference":
             tv = row["tv_per_prompt"]
