@@ -133,6 +133,10 @@ def _load(path: Path):
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")  # a regex alternation inside a table cell
+
+
 def readme(out: Path) -> str:
     """OUT/README.md from the records present in OUT (a part that did not run says so)."""
     lines = ["# Issue 18: structured outputs under speculation", "",
@@ -146,12 +150,12 @@ def readme(out: Path) -> str:
                   "its hooks) and the constrained target law, toy prompts 0 / 1.", "",
                   "| implementation | pair | setting | TV (prompt 0 / 1) |", "|---|---|---|---|"]
         for row in tvs["reference"]:
-            lines.append(f"| reference | {row['pair']} | `{row['setting']}` | "
+            lines.append(f"| reference | {row['pair']} | `{_cell(row['setting'])}` | "
                          + " / ".join(f"{t:.2g}" for t in row["tv_per_prompt"]) + " |")
         for name, row in tvs.items():
             if name != "reference":
                 tv = row["tv_per_prompt"]
-                lines.append(f"| `{name}` ({row['kind']}) | {row['pair']} | `{row['setting']}` | "
+                lines.append(f"| `{name}` ({row['kind']}) | {row['pair']} | `{_cell(row['setting'])}` | "
                              + (" / ".join(f"{t:.3g}" for t in tv) if tv else row["note"]) + " |")
     else:
         lines.append("not run")
