@@ -33,6 +33,7 @@ SOURCES = ("sampler", "draft_step", "tree")
 
 
 def chain_tree_case():
+    """A single-chain tree (γ = 3, V = 16, iid siblings): a chain rule is a tree rule on it."""
     rng = np.random.default_rng(0)
     z = rng.normal(0, 1.5, size=(4, 16))
     p = np.exp(z) / np.exp(z).sum(-1, keepdims=True)

@@ -22,6 +22,7 @@ from harness.check.draft_step import run_draft_step_check
 from harness.check.sampler import run_sampler_check
 from harness.check.tree import chain_as_tree, run_tree_check
 from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step
+from suites.campaigns.invariance import chain_tree_case
 
 # A small plan (TV 0.15 per position on three cheap cases, one of them multi-law) keeps each run well under
 # a second; the false-alarm rate holds at any plan size, so the property is the one the production plan has.
@@ -48,22 +49,9 @@ def _check(rule: LosslessRule, mode: str, seed: int, source: str = "sampler"):
     if source == "draft_step":
         return run_draft_step_check(as_draft_step(rule), impl_name=rule.name, **fields)
     if source == "tree":
-        fields["cases"] = [_chain_tree_case()]
+        fields["cases"] = [chain_tree_case()]
         return run_tree_check(chain_as_tree(rule), impl_name=rule.name, **fields)
     return run_sampler_check(rule, impl_name=rule.name, **fields)
-
-
-def _chain_tree_case():
-    """A single-chain tree (γ = 3, V = 16, iid siblings): a chain rule is a tree rule on it."""
-    import numpy as np
-
-    from harness.check.tree import custom_tree_case
-
-    rng = np.random.default_rng(0)
-    z = rng.normal(0, 1.5, size=(4, 16))
-    p = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
-    w = np.exp(z + rng.normal(0, 0.5, size=z.shape))
-    return custom_tree_case("chain-3", [-1, 0, 1], p, w / w.sum(-1, keepdims=True), "iid")
 
 
 def _declared_equals_emitted(report) -> bool:
