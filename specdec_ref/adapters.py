@@ -2,6 +2,8 @@
 
 - `specdec_ref.adapters:verify`   — one verification step (§1a), Leviathan Algorithm 1.
 - `specdec_ref.adapters:generate` — whole speculative generation (§1b).
+- `specdec_ref.adapters:verify_masked` — one verification step under a constraint (harness/check/structured_step.py):
+  p and q masked alike with the per-position allowed-token masks, then Algorithm 1.
 - `specdec_ref.adapters:tree_verify_specinfer` — one tree step (docs/CONTRACT-tree.md), SpecInfer
   multi-step speculative sampling with each node tested against its declared law (i.i.d. or
   without-replacement siblings; point masses for deterministic ones).
@@ -40,6 +42,24 @@ def verify(
     generator: torch.Generator,
 ) -> torch.Tensor:  # [B, γ+1] emitted tokens, -1 padded
     return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens
+
+
+def verify_masked(
+    target_probs: torch.Tensor,  # [B, γ+1, V] unconstrained p
+    draft_probs: torch.Tensor,  # [B, γ, V] unconstrained q
+    draft_tokens: torch.Tensor,  # [B, γ] drawn from norm(q · allowed)
+    allowed: torch.Tensor,  # [B, γ+1, V] bool: the automaton's mask after the first i drafts
+    generator: torch.Generator,
+) -> torch.Tensor:  # [B, γ+1] emitted tokens, -1 padded
+    """One verification step under a constraint: p and q masked alike at every position, then Algorithm 1."""
+    return verify_step(mask_laws(target_probs, allowed), mask_laws(draft_probs, allowed[:, :-1]), draft_tokens,
+                       generator).tokens
+
+
+def mask_laws(probs: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:  # [..., V] -> [..., V], rows sum to 1
+    """Restrict each row to its allowed tokens and renormalize (float64 sums: no underflow for tiny rows)."""
+    kept = probs.double() * allowed
+    return (kept / kept.sum(-1, keepdim=True)).to(probs.dtype)
 
 
 def block_verify(
@@ -85,14 +105,19 @@ def generate(
     presence_penalty: float = 0.0,
     bad_words_ids: list[list[int]] | None = None,
     min_new_tokens: int = 0,
+    constraint=None,
+    prefix_allowed_tokens_fn=None,
 ) -> torch.Tensor:  # [B, N], -1 after EOS
-    """The optional parameters (after `seed`, in this order) are applied as specdec_ref.processing documents."""
+    """The optional parameters (after `seed`, in this order) are applied as specdec_ref.processing documents;
+    `constraint` (specdec_ref.constraints.TokenConstraint) or a transformers-style `prefix_allowed_tokens_fn`
+    restricts every position of p and q alike to the tokens allowed after the tokens so far."""
     return speculative_generate(
         target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, eos_token_id=default_eos(target),
         cache=cache_strategy(input_ids, max_new_tokens, target), min_p=min_p, logit_bias=logit_bias,
         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
         presence_penalty=presence_penalty, bad_words_ids=bad_words_ids, min_new_tokens=min_new_tokens,
+        constraint=constraint, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
     ).tokens
 
 

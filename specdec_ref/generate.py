@@ -233,7 +233,8 @@ def speculative_generate(
     eos_token_id: int | list[int] | None = None,
     cache: str = "cache",
     hooks: StepHooks = REFERENCE_HOOKS,
-    **extra,  # min_p, logit_bias, penalties, bad_words_ids, min_new_tokens (specdec_ref.processing.SamplingParams)
+    **extra,  # min_p, logit_bias, penalties, bad_words_ids, min_new_tokens, constraint (specdec_ref.processing
+    # .SamplingParams), prefix_allowed_tokens_fn (transformers-style, becomes the constraint)
 ) -> GenerationResult:
     """Speculative sampling with `draft` proposing for `target` (greedy at temperature 0)."""
     check_gamma(gamma)
@@ -301,6 +302,12 @@ def _appended(history: History | None, drafts: list[torch.Tensor]) -> History | 
 
 def sampling_params(temperature, top_k, top_p, vocab: int, **extra) -> SamplingParams:
     """The request's parameters, checked (SpecDecInputError names a bad or unknown one)."""
+    extra = dict(extra)
+    prefix_fn = extra.pop("prefix_allowed_tokens_fn", None)
+    if prefix_fn is not None or extra.get("constraint") is not None:
+        from specdec_ref.constraints import as_constraint
+
+        extra["constraint"] = as_constraint(extra.get("constraint"), prefix_fn, vocab)
     unknown = sorted(set(extra) - set(PARAM_NAMES))
     if unknown:
         raise SpecDecInputError(f"unknown sampling parameter(s) {', '.join(unknown)}; known: {', '.join(PARAM_NAMES)}")

@@ -105,7 +105,7 @@ def _top_p_sorted(scores, top_p):
 
 # The documented order (transformers' own processor order, with OpenAI's additive penalties next to
 # the repetition penalty as vLLM applies them):
-#   logits → logit_bias → repetition_penalty → frequency/presence penalties → bad_words_ids
+#   logits → constraint mask (structured outputs: disallowed tokens to −inf) → logit_bias → repetition_penalty → frequency/presence penalties → bad_words_ids
 #          → min_new_tokens (EOS masked) → temperature → top-k → top-p → min_p → softmax.
 # Temperature 0 (greedy) is the argmax of the scores after every step before temperature.
 # Known alternative conventions (`ORDERS`; what other codebases do, used to tell a convention from a bug):
@@ -119,7 +119,9 @@ def _top_p_sorted(scores, top_p):
 ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature", "llama_cpp")
 LLAMA_CPP_DEFAULTS = {"top_k": 40, "top_p": 0.95, "min_p": 0.05}
 PARAM_NAMES = ("min_p", "logit_bias", "repetition_penalty", "frequency_penalty", "presence_penalty",
-               "bad_words_ids", "min_new_tokens")
+               "bad_words_ids", "min_new_tokens", "constraint")
+# The constraint mask first: every later step keeps −inf at −inf (bias and penalties add or scale finite
+# amounts, temperature divides), so its only interaction is with the cuts, which see the constrained law.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +139,9 @@ class SamplingParams:
     presence_penalty: float = 0.0  # OpenAI: − f · [token in generated tokens]
     bad_words_ids: tuple[tuple[int, ...], ...] | None = None  # a word's last id banned after its other ids
     min_new_tokens: int = 0  # EOS masked while fewer tokens than this have been generated
+    # Structured outputs: a specdec_ref.constraints.TokenConstraint; tokens it does not allow after the
+    # generated tokens so far are masked (EOS only where the automaton accepts).
+    constraint: object | None = None
 
     def __post_init__(self):  # dicts / lists from callers become hashable tuples
         if isinstance(self.logit_bias, dict):
@@ -158,7 +163,7 @@ class SamplingParams:
     def needs_history(self) -> bool:
         """True when the law depends on the tokens so far (penalties, bad words, minimum length)."""
         return bool(self.repetition_penalty not in (None, 1.0) or self.frequency_penalty or self.presence_penalty
-                    or self.bad_words_ids or self.min_new_tokens)
+                    or self.bad_words_ids or self.min_new_tokens or self.constraint is not None)
 
     def without(self, *names: str) -> SamplingParams:
         """These parameters reset to their no-op defaults (mutants drop one part of the processing)."""
@@ -188,7 +193,7 @@ def check_params(params: SamplingParams, vocab: int | None = None) -> None:
     elif (isinstance(params.min_new_tokens, bool) or not isinstance(params.min_new_tokens, int)
           or params.min_new_tokens < 0):
         bad = f"min_new_tokens must be an integer >= 0, got {params.min_new_tokens!r}"
-    bad = bad or _check_ids(params, vocab)
+    bad = bad or _check_ids(params, vocab) or _check_constraint(params.constraint, vocab)
     if bad:
         raise SpecDecInputError(bad)
 
@@ -206,6 +211,18 @@ def _check_ids(params: SamplingParams, vocab: int | None) -> str | None:
     for word in params.bad_words_ids or ():
         if not word or any(bad_id(t) for t in word):
             return f"bad_words_ids must be non-empty lists of token ids in {where}, got {list(word)!r}"
+    return None
+
+
+def _check_constraint(constraint, vocab: int | None) -> str | None:
+    if constraint is None:
+        return None
+    from specdec_ref.constraints import TokenConstraint
+
+    if not isinstance(constraint, TokenConstraint):
+        return f"constraint must be a specdec_ref.constraints.TokenConstraint, got {type(constraint).__name__}"
+    if vocab is not None and constraint.vocab != vocab:
+        return f"the constraint masks {constraint.vocab} tokens, the logits have {vocab}"
     return None
 
 
@@ -270,6 +287,20 @@ def _mask_words_and_eos(scores, params, seq, history):
     return scores.masked_fill(banned, -math.inf)
 
 
+def _constrain(scores, constraint, history):
+    """Tokens the constraint does not allow after each row's generated tokens -> −inf."""
+    allowed = constraint.mask_rows(history.seq, history.n_generated).to(scores.device)  # [..., V]
+    empty = ~allowed.any(dim=-1)
+    if bool(empty.any()):
+        index = tuple(int(i) for i in empty.nonzero()[0])
+        seq = history.seq[index].tolist()
+        n = int(history.n_generated[index])
+        raise SpecDecInputError(f"the constraint ({constraint}) allows no token after the generated tokens "
+                                f"{seq[len(seq) - n:] if n else []}: nothing can be sampled (a dead end, or a "
+                                "complete match and the model has no EOS to end on)")
+    return scores.masked_fill(~allowed, -math.inf)
+
+
 def _bias(scores, params):
     if not params.logit_bias:
         return scores
@@ -306,6 +337,8 @@ def process(
         order = "top_p_before_temperature"
     work_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     scores = logits.to(work_dtype)
+    if params.constraint is not None:
+        scores = _constrain(scores, params.constraint, history)
     late_bias = order == "penalties_after_temperature" and params.temperature != 0
     additive = ("logit_bias", "frequency_penalty", "presence_penalty")
     early = params.without(*additive) if late_bias else params

@@ -45,7 +45,7 @@ def test_optional_parameters_reach_transformers_and_unsupported_ones_are_not_acc
                      "bad_words_ids": [[7]], "min_new_tokens": 2}]
     assert not set(out[0].tolist()) & {4, 7}  # a -100 bias and a bad word are never emitted
     assert accepted_parameters(assisted_generate) == {"min_p", "logit_bias", "repetition_penalty", "bad_words_ids",
-                                                      "min_new_tokens"}
+                                                      "min_new_tokens", "constraint"}  # as prefix_allowed_tokens_fn
 
 
 def test_transformers_drops_a_bad_word_equal_to_eos():

@@ -118,6 +118,10 @@ BLIND = {
     **{name: dict(pair="0.7", temperature=1.0) for name in (
         "min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",
         "penalty_draft_only", "min_new_tokens_bonus_only", "bad_words_bonus_only", "top_p_before_temperature")},
+    # issue 18: without a constraint they are the reference (caught with one: tests/test_structured.py)
+    **{name: dict(pair="0.7", temperature=1.0) for name in (
+        "mask_first_position_only", "mask_draft_not_target", "grammar_state_one_behind", "mask_from_block_start_state",
+        "eos_before_accepting", "grammar_not_rolled_back")},
 }
 
 

@@ -9,6 +9,9 @@ pad id would otherwise be silently masked).
 The optional parameters map onto transformers' own: min_p, repetition_penalty, bad_words_ids and
 min_new_tokens by name, logit_bias as `sequence_bias` {(id,): bias}. transformers has no OpenAI
 frequency / presence penalty, so these adapters do not accept them (the check skips those settings).
+A structured-output `constraint` (specdec_ref.constraints.TokenConstraint) becomes transformers'
+`prefix_allowed_tokens_fn` (its PrefixConstrainedLogitsProcessor), allowing after the prompt what the
+automaton allows after the tokens generated so far.
 """
 
 from __future__ import annotations
@@ -36,6 +39,19 @@ def hf_sampling_kwargs(min_p=None, logit_bias=None, repetition_penalty=None, bad
            "min_new_tokens": min_new_tokens or None,
            "sequence_bias": {(int(k),): float(b) for k, b in logit_bias.items()} if logit_bias else None}
     return {k: v for k, v in out.items() if v is not None}
+
+
+def prefix_allowed_tokens_fn(constraint, prompt_length: int):
+    """transformers' `prefix_allowed_tokens_fn(batch_id, input_ids)` for a constraint (prompts of one length)."""
+    def allowed(batch_id: int, input_ids: torch.Tensor) -> list[int]:
+        generated = input_ids[prompt_length:].tolist()
+        return constraint.allowed(generated, input_ids.tolist()).nonzero().flatten().tolist()
+    return allowed
+
+
+def _constrained(constraint, input_ids) -> dict:
+    return {} if constraint is None else {"prefix_allowed_tokens_fn": prefix_allowed_tokens_fn(constraint,
+                                                                                               input_ids.shape[1])}
 
 
 def hf_generate(target, input_ids, *, max_new_tokens, temperature, top_k, top_p, seed, **mode) -> torch.Tensor:
@@ -84,9 +100,10 @@ def assisted_generate(target, draft, input_ids: torch.Tensor, *, max_new_tokens:
                       temperature: float, top_k: int | None, top_p: float | None, seed: int,
                       min_p: float | None = None, logit_bias: dict[int, float] | None = None,
                       repetition_penalty: float | None = None, bad_words_ids: list[list[int]] | None = None,
-                      min_new_tokens: int = 0) -> torch.Tensor:
+                      min_new_tokens: int = 0, constraint=None) -> torch.Tensor:
     """transformers assisted generation with a fixed γ (constant candidate schedule)."""
     extra = hf_sampling_kwargs(min_p, logit_bias, repetition_penalty, bad_words_ids, min_new_tokens)
+    extra.update(_constrained(constraint, input_ids))
     with fixed_assistant_schedule(draft, gamma):
         return hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                            top_p=top_p, seed=seed, assistant_model=draft, **extra)
@@ -96,9 +113,10 @@ def prompt_lookup_generate(target, draft, input_ids: torch.Tensor, *, max_new_to
                            temperature: float, top_k: int | None, top_p: float | None, seed: int,
                            min_p: float | None = None, logit_bias: dict[int, float] | None = None,
                            repetition_penalty: float | None = None, bad_words_ids: list[list[int]] | None = None,
-                           min_new_tokens: int = 0) -> torch.Tensor:
+                           min_new_tokens: int = 0, constraint=None) -> torch.Tensor:
     """transformers prompt-lookup decoding (n-gram drafts from the prompt); `draft` is ignored."""
     del draft
     extra = hf_sampling_kwargs(min_p, logit_bias, repetition_penalty, bad_words_ids, min_new_tokens)
+    extra.update(_constrained(constraint, input_ids))
     return hf_generate(target, input_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                        top_p=top_p, seed=seed, prompt_lookup_num_tokens=gamma, **extra)

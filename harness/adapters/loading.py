@@ -71,12 +71,15 @@ def check_signature(fn: Callable, level: str, spec: str) -> None:
             sig.bind(*([None] * TREE_VERIFY_ARITY))
         elif level == "draft_step":
             sig.bind(*([None] * 3))
+        elif level == "masked_step":
+            sig.bind(*([None] * 5))
         else:
             sig.bind(None, None, None, **dict.fromkeys(GENERATE_KEYWORDS))
     except TypeError as exc:
         want = {"sampler": "verify(target_probs, draft_probs, draft_tokens, generator)",
                 "tree": "tree_verify(target_probs, draft_probs, draft_tokens, parents, generator)",
-                "draft_step": "draft_and_verify(target_probs, draft_probs, generator)"}.get(
+                "draft_step": "draft_and_verify(target_probs, draft_probs, generator)",
+                "masked_step": "verify_masked(target_probs, draft_probs, draft_tokens, allowed, generator)"}.get(
             level, "generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed)")
         raise HarnessError(f"{spec} has signature {fn.__name__}{sig}, which cannot be called as the "
                            f"{level}-level contract {want}: {exc}") from exc

@@ -33,11 +33,13 @@ def contract_of(config: CheckConfig) -> str:
         return "tree"
     if config.level == "sampler" and config.step == "draft_and_verify":
         return "draft_step"
+    if config.level == "sampler" and config.step == "masked":
+        return "masked_step"
     return config.level
 
 
 def resolve(impl, level: str) -> Callable:
-    if level not in ("sampler", "generation", "tree", "draft_step"):
+    if level not in ("sampler", "generation", "tree", "draft_step", "masked_step"):
         raise HarnessError(f"--level must be 'sampler' or 'generation' for an implementation, got {level!r}")
     fn = load_callable(impl) if isinstance(impl, str) else impl
     if not callable(fn):
@@ -74,9 +76,16 @@ def _generation_source(fn, config: CheckConfig, notes: list[str], on_row):
 
 
 # The trial source of each contract (contract_of): every verdict comes from run_battery over one of these.
+def _masked_step_source(fn, config: CheckConfig, notes: list[str], on_row):
+    from harness.check.structured_step import ConstrainedStepSource
+
+    return ConstrainedStepSource(fn)
+
+
 SOURCES = {"sampler": _sampler_source, "draft_step": _draft_step_source, "tree": _tree_source,
-           "generation": _generation_source}
-REPORT_LEVEL = {"sampler": "sampler", "draft_step": "draft_step", "tree": "tree", "generation": "generation"}
+           "generation": _generation_source, "masked_step": _masked_step_source}
+REPORT_LEVEL = {"sampler": "sampler", "draft_step": "draft_step", "tree": "tree", "generation": "generation",
+                "masked_step": "sampler"}
 
 
 def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
@@ -124,7 +133,7 @@ def planned_rows(config: CheckConfig) -> int | None:
     from harness.check.engine import plan_cell
     from harness.check.sampler import SamplerSource
 
-    if contract_of(config) == "tree":
+    if contract_of(config) in ("tree", "masked_step"):
         return None
     cells = SamplerSource(None).cells(config)  # an upper bound in sequential mode (it may stop earlier)
     m = sum(cell.declared_tests() + 1 for cell in cells)

@@ -28,7 +28,7 @@ CONTRACTS = ("sampler", "generation", "tree", "draft_step")
 PROCESSING_ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature",
                      "llama_cpp")
 FAMILIES = ("chain", "block", "tree")
-STEPS = ("verify", "draft_and_verify")
+STEPS = ("verify", "draft_and_verify", "masked")  # masked: the step receives the allowed-token masks (structured)
 
 
 def _rate(text: str) -> float:

@@ -37,6 +37,7 @@ from harness.check.engine import (
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
 from harness.check.scoring import score_continuations
+from harness.check.structured import bind_constraints, checks_for, setting_record
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
 from harness.stats import (
@@ -80,8 +81,9 @@ class Setting(SamplingParams):
             parts.append(f"top_p={self.top_p:g}")
         for name, value in self.extras().items():
             text = (" ".join(f"{k}:{b:+g}" for k, b in value.items()) if name == "logit_bias" else
-                    "|".join(".".join(map(str, w)) for w in value) if name == "bad_words_ids" else f"{value:g}")
-            parts.append(f"{name}={text}")
+                    "|".join(".".join(map(str, w)) for w in value) if name == "bad_words_ids" else
+                    str(value) if name == "constraint" else f"{value:g}")
+            parts.append(text if name == "constraint" else f"{name}={text}")  # "regex=...", last (may hold commas)
         return ",".join(parts)
 
 
@@ -361,6 +363,9 @@ def parse_setting(text: str) -> tuple[Setting, ...]:
     if text in ("battery", "default"):
         return PARAMETER_SETTINGS if text == "battery" else DEFAULT_SETTINGS
     fields: dict = {}
+    text, constraint = _split_constraint(text)
+    if constraint is not None:
+        fields["constraint"] = constraint
     try:
         for item in filter(None, text.split(",")):
             name, _, value = item.partition("=")
@@ -377,6 +382,21 @@ def parse_setting(text: str) -> tuple[Setting, ...]:
     except (TypeError, ValueError) as exc:
         raise HarnessError(f"--setting {text!r} cannot be read ({exc}); write e.g. "
                            "'T=0.8,top_p=0.95,min_p=0.05,logit_bias=5:+1' or 'battery'") from None
+
+
+def _split_constraint(text: str):
+    """`--setting` text -> (the rest, ConstraintSpec or None): a constraint field (regex= / json_schema= /
+    lark=) comes last and takes the rest of the text, commas included (harness.check.structured)."""
+    from harness.check.structured import KINDS, ConstraintSpec
+
+    starts = [i for kind in KINDS for i in [text.find(f"{kind}=")] if i >= 0 and (i == 0 or text[i - 1] == ",")]
+    if not starts:
+        return text, None
+    at = min(starts)
+    kind, _, source = text[at:].partition("=")
+    if not source:
+        raise HarnessError(f"--setting {text!r}: {kind}= needs a value (the constraint, last in the setting)")
+    return text[:at], ConstraintSpec(kind, source)
 
 
 def accepted_parameters(impl: Callable) -> set[str]:
@@ -535,9 +555,10 @@ class GenerationSource(TrialSource):
                  processing_order: str = "standard"):
         self.impl, self.pair, self.chunk, self.order = impl, pair, chunk, processing_order
         self.vocab = pair.vocab_size
-        self.settings, self.skipped = supported_settings(impl, settings, self.vocab)
         self.enumerate = self.vocab <= ENUMERATION_MAX_VOCAB
         self.length = length or (3 if self.enumerate else 16)
+        settings = bind_constraints(settings, pair, self.length if self.enumerate else 0)  # structured outputs
+        self.settings, self.skipped = supported_settings(impl, settings, self.vocab)
         self.prompts = (pair.prompts or [[0]])[:prompts]
         self.eos = eos_set(default_eos(pair.target))
 
@@ -556,9 +577,10 @@ class GenerationSource(TrialSource):
         checks = [JOINT_LAW, PIT, CONVENTIONS] if self.enumerate else [PIT, CONVENTIONS]
         for setting in sampling:
             for i, prompt in enumerate(self.prompts):
-                cells.append(Cell(f"{setting.label}/prompt{i}", list(checks), SamplingCell(prompt, i, setting),
+                cells.append(Cell(f"{setting.label}/prompt{i}", list(checks) + checks_for(setting),
+                                  SamplingCell(prompt, i, setting),
                                   math.nan, {"_source": self, "length": self.length, "gamma": config.gamma,
-                                             "setting": dataclasses.asdict(setting), "joint_law": self.enumerate,
+                                             "setting": setting_record(setting), "joint_law": self.enumerate,
                                              "processing_order": self.order}))
         return cells
 

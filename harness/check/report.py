@@ -104,6 +104,7 @@ _KIND = {"support": "tokens the target never emits", "pooled_pearson": "emitted 
          "above_universal_bound": "acceptance above what any lossless rule allows (the universal bound)",
          "reach_above_bound": "tree node reached more often than any lossless rule allows",
          "rows_independent": "rows not independent", "format": "output breaks the contract",
+         "constraint_format": "output the constraint does not allow",
          "pit_uniform": "teacher-forced PIT not uniform", "pit_serial": "consecutive tokens dependent",
          "pit_support": "tokens the target never emits", "joint_support": "continuations the target never emits",
          "joint_pooled_pearson": "joint law of continuations ≠ target", "joint_pooled_g":

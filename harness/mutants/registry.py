@@ -25,7 +25,8 @@ __all__ = ["CATALOGUE", "KINDS", "LEVELS", "Implementation", "get", "implementat
 
 # The modules whose `@register`-declared implementations make up the zoo, in report order.
 CATALOGUE = ("harness.mutants.batched", "harness.mutants.controls", "harness.mutants.generation",
-             "harness.mutants.sampler", "harness.mutants.tree", "harness.mutants.families")
+             "harness.mutants.sampler", "harness.mutants.tree", "harness.mutants.families",
+             "harness.mutants.structured")
 
 
 @functools.cache

@@ -27,6 +27,7 @@ from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
 from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
 from harness.check.report import CheckReport, deterministic_result
+from harness.check.structured import setting_record
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.errors import HarnessError
 from harness.served import battery
@@ -431,7 +432,16 @@ class EngineSource(TrialSource):
         prompts = _prompts(run)
         vocab = run.pair.vocab_size if run.pair is not None else None
         enumerate_law = run.ground_truth == "local" and vocab <= ENUMERATION_MAX_VOCAB
-        sampling = [s for s in run.config.settings if s.temperature > 0]
+        settings = run.config.settings
+        if any(s.constraint is not None for s in settings):
+            from harness.check.structured import bind_constraints
+
+            if run.ground_truth == "score":
+                raise HarnessError("a constrained setting needs --ground-truth local or two-sample (a scoring "
+                                   "engine's logprobs do not include the constraint mask)")
+            if run.pair is not None:  # the local ground truth applies the same constraint
+                settings = bind_constraints(settings, run.pair, run.length if enumerate_law else 0)
+        sampling = [s for s in settings if s.temperature > 0]
         cells = []
         if "logprobs" in run.config.checks:
             from harness.served import logprobs
@@ -449,7 +459,7 @@ class EngineSource(TrialSource):
                 cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW, ENGINE_CONVENTIONS],
                                   _SamplingCell(setting, i, prompt),
                                   math.nan, {"_run": run, "length": run.length, "ground_truth": run.ground_truth,
-                                             "setting": dataclasses.asdict(setting), "joint_law": enumerate_law}))
+                                             "setting": setting_record(setting), "joint_law": enumerate_law}))
         return cells
 
     def draw(self, cell: Cell, n: int, progress):

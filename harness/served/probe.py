@@ -13,6 +13,7 @@ import math
 import re
 
 from harness.served.client import EngineClient, RequestRefused
+from harness.served.structured import structured_support
 from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX
 
 PROBE_PROMPT = "The capital of France is"
@@ -174,6 +175,7 @@ def probe(endpoint: str, model: str | None = None, **client_options) -> dict:
             "seed_honoured": seed_honoured(client, model, prompt),
             "tokenize_route": server_tokenize(client, model, PROBE_TEXT) is not None,
             "speculation_metrics": speculation_metrics(client),
+            "structured_outputs": structured_support(client, model, prompt),
         }
     info["speculative"] = _speculative(info["speculation_metrics"])
     info["rows"] = explain(info)
@@ -219,6 +221,10 @@ def explain(info: dict) -> list[dict]:
                                                               info["speculation_metrics"].items()) or "none",
          "cost": "none" if info["speculation_metrics"] else
          "cannot tell from outside whether speculation is on; acceptance is not reported"},
+        {"feature": "structured outputs", "value": ", ".join(f"{n}: {v}" for n, v in
+                                                            info.get("structured_outputs", {}).items()) or "-",
+         "cost": "none" if "honoured" in info.get("structured_outputs", {}).values() else
+         "constrained settings cannot be checked against this server"},
     ]
 
 

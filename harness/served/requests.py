@@ -34,6 +34,11 @@ def request_parameters(setting: Setting) -> dict:
     """The setting's extra parameters as request fields (logit_bias keys as strings, as the OpenAI API has them)."""
     out = {}
     for name, value in setting.extras().items():
+        if name == "constraint":  # structured outputs: OpenAI response_format / vLLM structured_outputs
+            from harness.served.structured import request_fields
+
+            out.update(request_fields(value))
+            continue
         out[REQUEST_NAMES[name]] = {str(k): b for k, b in value.items()} if name == "logit_bias" else value
     return out
 

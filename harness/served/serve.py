@@ -233,7 +233,7 @@ class GenerationBackend:
         self._check_model(body)
         if body.get("stream"):
             raise RequestError("stream=true is not supported by specdec serve")
-        sampling = _sampling(body)
+        sampling = self._constrained(_sampling(body), body)
         n, max_tokens = _int(body, "n", 1, 1, self.max_n), _int(body, "max_tokens", 16, 1, 4096)
         k = self._k(body.get("logprobs"), "logprobs")
         k_prompt = self._k(body.get("prompt_logprobs"), "prompt_logprobs")
@@ -283,7 +283,7 @@ class GenerationBackend:
             text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             prompt = encode(self.tokenizer, text)
         self.check_ids(prompt)
-        sampling = _sampling(body)
+        sampling = self._constrained(_sampling(body), body)
         n = _int(body, "n", 1, 1, self.max_n)
         max_tokens = _int(body, "max_completion_tokens", None, 1, 4096) or _int(body, "max_tokens", 16, 1, 4096)
         k = self._k(body.get("top_logprobs") or 0, "top_logprobs") if body.get("logprobs") else None
@@ -306,6 +306,20 @@ class GenerationBackend:
         return {"id": f"chatcmpl-{os.urandom(8).hex()}", "object": "chat.completion", "created": int(time.time()),
                 "model": self.model_name, "choices": choices,
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": used, "total_tokens": len(prompt) + used}}
+
+    def _constrained(self, sampling: Sampling, body: dict) -> Sampling:
+        """The request's structured-output constraint (harness.served.structured names), compiled for the pair."""
+        from harness.check.structured import compile_for_pair
+        from harness.served.structured import request_constraint
+
+        try:
+            found = request_constraint(body)
+            if found is None:
+                return sampling
+            constraint = compile_for_pair(found[1], self.pair)
+        except HarnessError as exc:
+            raise RequestError(str(exc)) from None
+        return dataclasses.replace(sampling, extras={**sampling.extras, "constraint": constraint})
 
     def tokenize(self, body: dict) -> dict:
         if body.get("model") not in (None, self.model_name):
