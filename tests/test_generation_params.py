@@ -136,8 +136,9 @@ def test_parse_setting_round_trips_the_label():
 
 
 @pytest.mark.slow
-def test_top_p_before_temperature_is_reported_as_a_convention_and_passes_when_declared(tmp_path):
-    """Exit 1 under the documented order, with the note naming the convention; exit 0 when declared."""
+def test_top_p_before_temperature_is_reported_as_a_convention_and_passes_when_declared(tmp_path, capsys):
+    """Exit 1 under the documented order, with the convention named in the final FAIL line, the JSON
+    failure_summary and the notes; exit 0 when declared, and the PASS says under which order."""
     impl = "harness.mutants.generation:top_p_before_temperature"
     args = ["verify", "--level", "generation", "--impl", impl, "--pair", "toy", "--setting", "T=0.7,top_p=0.9",
             "--samples", "6000", "--seed", "3"]
@@ -145,7 +146,16 @@ def test_top_p_before_temperature_is_reported_as_a_convention_and_passes_when_de
     report = json.loads((tmp_path / "a.json").read_text())
     notes = " ".join(report.get("notes", []))
     assert "consistent with the target under convention 'top_p_before_temperature'" in notes
-    assert main(args + ["--processing-order", "top_p_before_temperature"]) == 0
+    advice = "consistent with the target under top_p_before_temperature: declare it with --processing-order"
+    assert any(advice in line for line in report["failure_summary"]), report["failure_summary"]
+    assert report["consistent_conventions"] == ["top_p_before_temperature"]
+    assert report["processing_order"] == "standard"
+    fail = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specdec: FAIL")]
+    assert len(fail) == 1 and advice in fail[0], fail
+    assert main(args + ["--processing-order", "top_p_before_temperature", "--json", str(tmp_path / "b.json")]) == 0
+    passed = json.loads((tmp_path / "b.json").read_text())
+    assert passed["verdict"] == "pass" and passed["processing_order"] == "top_p_before_temperature"
+    assert "verdict: PASS under --processing-order top_p_before_temperature" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -359,16 +359,29 @@ def _check_generation_output(out, B, length, vocab):
         raise BadGenerationOutput(f"returned ids outside [0, {vocab}) or more than max_new_tokens={length} tokens")
 
 
+SETTING_WORDS = ("battery", "default")  # whole batteries: PARAMETER_SETTINGS, DEFAULT_SETTINGS
+SETTING_FIELDS = ("T", "temperature", "top_k", "top_p", *PARAM_NAMES)
+
+
 def parse_setting(text: str) -> tuple[Setting, ...]:
     """`--setting` text -> settings: "battery" (PARAMETER_SETTINGS), "default", or comma-separated
-    name=value pairs, e.g. "T=0.8,top_p=0.95,min_p=0.05,logit_bias=5:+1 2:-1,bad_words_ids=3|4.4"."""
-    if text in ("battery", "default"):
+    name=value pairs, e.g. "T=0.8,top_p=0.95,min_p=0.05,logit_bias=5:+1 2:-1,bad_words_ids=3|4.4".
+    An unknown name (e.g. "minp") raises UnknownNameError with the valid ones ("Did you mean ...?", exit 2)."""
+    from harness.errors import UnknownNameError
+
+    if text in SETTING_WORDS:
         return PARAMETER_SETTINGS if text == "battery" else DEFAULT_SETTINGS
     fields: dict = {}
+    items = [item.partition("=") for item in filter(None, (i.strip() for i in text.split(",")))]
+    for name, eq, _ in items:
+        if name.strip() not in SETTING_FIELDS:
+            known = list(SETTING_FIELDS) + list(SETTING_WORDS) if not eq else list(SETTING_FIELDS)
+            raise UnknownNameError("--setting name", name.strip(), known)
     try:
-        for item in filter(None, text.split(",")):
-            name, _, value = item.partition("=")
+        for name, eq, value in items:
             name = {"T": "temperature"}.get(name.strip(), name.strip())
+            if not eq:
+                raise ValueError(f"{name} has no value (write {name}=VALUE)")
             if name == "logit_bias":
                 fields[name] = tuple((int(k), float(b)) for k, b in (pair.split(":") for pair in value.split()))
             elif name == "bad_words_ids":
@@ -598,6 +611,10 @@ class GenerationSource(TrialSource):
         return len(self.prompts) if isinstance(trials, tuple) else int(trials.shape[0])
 
     def finish(self, report: CheckReport, config: CheckConfig) -> None:
+        report.processing_order = self.order
+        if self.order != "standard":
+            report.notes.append(f"ground truth: the target processed under the declared convention {self.order!r} "
+                                "(--processing-order), not the documented order")
         if self.skipped:
             report.cases.append({"name": "skipped_settings", "settings": self.skipped})
             report.notes.append("skipped settings (the implementation does not accept these parameters): " + "; ".join(
