@@ -201,3 +201,37 @@ def test_convention_diagnosis_names_the_order_that_fits_and_no_other():
     assert consistent_conventions(swapped, target, PROMPT, 3, setting, **args) == ["top_p_before_temperature"]
     raw = _draw(continuation_law(target, PROMPT, 3, Setting(1.0), 16, eos), 2000, 2)  # a bug, not a convention
     assert consistent_conventions(raw, target, PROMPT, 3, setting, **args) == []
+
+
+def test_a_no_op_parameter_is_named_and_never_counted_as_covered():
+    """min_new_tokens on a pair without EOS and a zero logit bias (statically), a presence penalty on
+    one-token continuations (no repeat possible: measured on the scored contexts) are no-ops: named in the
+    notes and the JSON coverage, never in `covered`; a parameter that acts is covered."""
+    pair = get_pair("toy")
+    settings = (Setting(1.0, min_new_tokens=2), Setting(1.0, logit_bias=((3, 0.0),)),
+                Setting(1.0, presence_penalty=2.0, logit_bias=((2, 1.5),)))
+    report = run_generation_check(reference_generate, pair, samples=300, settings=settings, length=1, prompts=1,
+                                  seed=1)
+    coverage = report.to_dict()["coverage"]
+    named = {(item["setting"], item["parameter"]) for item in coverage["no_op"]}
+    assert named == {(settings[0].label, "min_new_tokens"), (settings[1].label, "logit_bias"),
+                     (settings[2].label, "presence_penalty")}, coverage
+    assert coverage["covered"] == ["logit_bias"]  # from the third setting only
+    per = {s["setting"]: s for s in coverage["settings"]}
+    assert per[settings[1].label]["covered"] == [] and per[settings[0].label]["covered"] == []
+    assert per[settings[2].label]["covered"] == ["logit_bias"]
+    notes = " ".join(report.notes)
+    assert "no-op: min_new_tokens" in notes and "no EOS" in notes and "no-op: presence_penalty" in notes
+    # the same penalty acts once a repeat is possible (3 new tokens): covered, not a no-op
+    again = run_generation_check(reference_generate, pair, samples=300, settings=settings[2:], length=3, prompts=1,
+                                 seed=1)
+    assert again.coverage["covered"] == ["logit_bias", "presence_penalty"] and again.coverage["no_op"] == []
+
+
+def test_battery_on_toy_names_every_no_op_parameter(capsys):
+    """`--setting battery --pair toy`: min_new_tokens (no EOS on toy) is named, with the pair that fixes it."""
+    assert main(["verify", "--level", "generation", "--impl", "specdec_ref.adapters:generate", "--pair", "toy",
+                 "--setting", "battery", "--samples", "200", "--threads", "1"]) in (0, 3)
+    out = capsys.readouterr().out
+    assert "no-op: min_new_tokens in setting T=1,min_new_tokens=2" in out and "--pair toy-eos" in out
+    assert out.count("no-op:") == 1, out

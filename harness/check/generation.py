@@ -186,11 +186,14 @@ PIT_BATCH_POSITIONS = 1024
 
 
 def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting, vocab: int, rng,
-               batch: int | None = None, eos=(), order: str = "standard") -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+               batch: int | None = None, eos=(), order: str = "standard",
+               effects: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Teacher-force rows of generated tokens; returns (u, position, sequence id, off-support count).
 
     Position j's law is processed with the prompt and the row's first j tokens as its history.
-    `batch`: rows per forward (default: PIT_BATCH_POSITIONS positions' worth)."""
+    `batch`: rows per forward (default: PIT_BATCH_POSITIONS positions' worth). `effects` (a dict) receives,
+    per optional parameter of the setting, the largest TV its removal makes at a scored position
+    (`parameter_effects`): 0 means the parameter never acted on these contexts."""
     batch = batch or max(1, PIT_BATCH_POSITIONS // max(1, tokens.shape[1]))
     us, positions, seq_ids, off_support = [], [], [], 0
     for start in range(0, tokens.shape[0], batch):
@@ -204,6 +207,9 @@ def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting,
             history = extend_history(start_hist, rows.clamp_min(0)[:, :-1])  # [b, L]: position j sees rows[:j]
         probs = process(logits.double(), setting, history, order=order)  # [b, L, V]
         mask = torch.arange(rows.shape[1]).unsqueeze(0) < n_valid.unsqueeze(1)
+        if effects is not None:
+            for name, tv in parameter_effects(logits.double(), probs, setting, history, mask, order).items():
+                effects[name] = max(effects.get(name, 0.0), tv)
         flat_p = probs[mask].numpy()
         flat_y = rows[mask].numpy()
         p_y = flat_p[np.arange(len(flat_y)), flat_y]
@@ -212,6 +218,33 @@ def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting,
         positions.append(np.nonzero(mask.numpy())[1])
         seq_ids.append(np.nonzero(mask.numpy())[0] + start)
     return np.concatenate(us), np.concatenate(positions), np.concatenate(seq_ids), off_support
+
+
+NO_OP_TV = 1e-9  # a parameter whose removal moves no scored law by more than this did not act
+
+
+def parameter_effects(logits, probs, setting: Setting, history, mask, order: str = "standard") -> dict[str, float]:
+    """Per optional parameter: max over the masked positions of TV(law with it, law without it)."""
+    out = {}
+    for name in setting.extras():
+        without = setting.without(name)
+        other = process(logits, without, history if without.needs_history else None, order=order)
+        tv = 0.5 * (probs - other).abs().sum(-1)  # [b, L]
+        out[name] = float(tv[mask].max()) if bool(mask.any()) else 0.0
+    return out
+
+
+def static_no_ops(setting: Setting, eos) -> dict[str, str]:
+    """Parameters of `setting` that cannot act on any context of a pair with these EOS ids, with why."""
+    extras, out = setting.extras(), {}
+    if extras.get("min_new_tokens") and not eos:
+        out["min_new_tokens"] = ("the pair has no EOS id, so there is no EOS to mask (toy-eos has one: "
+                                 "--pair toy-eos)")
+    if "logit_bias" in extras and all(b == 0 for b in extras["logit_bias"].values()):
+        out["logit_bias"] = "every bias is 0"
+    if extras.get("repetition_penalty") == 1.0:
+        out["repetition_penalty"] = "a repetition penalty of 1 rescales nothing"
+    return out
 
 
 def pit_tests(u, positions, seq_ids, off_support, level, power, prefix) -> list[TestResult]:
@@ -526,8 +559,12 @@ def _joint_run(cell: Cell, tokens, level: float, power: float) -> list[TestResul
 
 def _pit_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
     data, source = cell.data, cell.summary["_source"]
+    effects: dict = {}
     u, pos, seq, off = pit_values(source.scorer, data.prompt, tokens, data.setting, source.vocab,
-                                  np.random.default_rng(source.seed + data.index), eos=source.eos, order=source.order)
+                                  np.random.default_rng(source.seed + data.index), eos=source.eos, order=source.order,
+                                  effects=effects)
+    if effects:
+        cell.summary["parameter_effects"] = effects
     return pit_tests(u, pos, seq, off, level, power, cell.name)
 
 
@@ -610,6 +647,39 @@ class GenerationSource(TrialSource):
     def count(self, trials) -> int:
         return len(self.prompts) if isinstance(trials, tuple) else int(trials.shape[0])
 
+    def coverage(self, cases: list[dict]) -> dict:
+        """Which optional parameters acted in the cells that ran: a parameter counts as covered in a setting only
+        when it cannot be ruled out statically (`static_no_ops`) and its removal moved a scored law
+        (`parameter_effects` > NO_OP_TV) in some cell of that setting; every other one is a named no-op."""
+        per_setting, no_op, covered = [], [], set()
+        for setting in (s for s in self.settings if s.extras()):
+            label = setting.label
+            ran = [c for c in cases if c.get("setting") == dataclasses.asdict(setting) and "parameter_effects" in c]
+            static = static_no_ops(setting, self.eos)
+            acted, idle = [], {}
+            for name in setting.extras():
+                effect = max((c["parameter_effects"].get(name, 0.0) for c in ran), default=None)
+                if name in static:
+                    idle[name] = static[name]
+                elif effect is None:
+                    continue  # the setting's cells did not run (a stop, a budget): neither covered nor a no-op
+                elif effect <= NO_OP_TV:
+                    idle[name] = (f"removing it changes no law at the {sum(c.get('samples', 0) for c in ran)} "
+                                  f"sampled contexts (max TV {effect:.2g}); e.g. a penalty with no repeat, a bad word "
+                                  "the target never proposes")
+                else:
+                    acted.append(name)
+            covered.update(acted)
+            per_setting.append({"setting": label, "covered": acted, "no_op": idle,
+                                "max_tv_effect": {n: max((c["parameter_effects"].get(n, 0.0) for c in ran), default=None)
+                                                  for n in setting.extras()}})
+            no_op += [{"setting": label, "parameter": n, "reason": r} for n, r in idle.items()]
+        if not per_setting:
+            return {}
+        return {"covered": sorted(covered), "no_op": no_op, "settings": per_setting,
+                "definition": "a parameter is covered when removing it changes the processed target law (TV > "
+                              f"{NO_OP_TV:g}) at a scored position of a cell that ran"}
+
     def finish(self, report: CheckReport, config: CheckConfig) -> None:
         report.processing_order = self.order
         if self.order != "standard":
@@ -627,6 +697,10 @@ class GenerationSource(TrialSource):
                 report.notes.append(f"{case['name']}: outputs consistent with the target under convention {order!r}: "
                                     f"a processing convention, not a verification bug (if intended, declare it: "
                                     f"--processing-order {order})")
+        report.coverage = self.coverage(report.cases)
+        for item in report.coverage.get("no_op", []):
+            report.notes.append(f"no-op: {item['parameter']} in setting {item['setting']} cannot act here "
+                                f"({item['reason']}): not counted as covered")
         greedy = next((c for c in report.cases if c["name"] == "greedy"), None)
         if greedy:
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law
