@@ -111,7 +111,6 @@ def test_false_alarm_rate_flag_and_deprecated_alpha(capsys):
     (["--tv", "0"], "--tv must be in (0, 1)"),
     (["--inconclusive-tv", "1.5"], "--inconclusive-tv must be in (0, 1)"),
     (["--max-rows", "0"], "--max-rows must be >= 1"),
-    (["--sequential", "--family", "tree"], "--sequential is available for the sampler-level verify step"),
     (["--family", "tree", "--step", "draft_and_verify"], "--family tree takes --step verify"),
     (["--step", "draft"], "invalid choice: 'draft'"),
 ])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from harness.check.generation import Setting
-from harness.served.check import EngineConfig, count_tests_for_cell, run_engine_check
-from harness.served.serve import serving
 from harness.mutants.registry import get
 from harness.pairs import get_pair
+from harness.served.check import EngineConfig, count_tests_for_cell, run_engine_check
+from harness.served.serve import serving
 from specdec_ref.adapters import generate
 
 SMALL = dict(samples=1200, prompts=1, chunk=600, settings=(Setting(0.0), Setting(0.7, top_p=0.9)), seed=3)

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from harness.cli import main
+from harness.pairs import get_pair
 from harness.served.serve import serving
 from harness.served.text import IdTokenizer
-from harness.pairs import get_pair
 from specdec_ref.adapters import generate
 
 FAST = ["--samples", "300", "--prompts", "1", "--chunk", "300"]

@@ -7,9 +7,9 @@ import json
 import httpx
 import pytest
 
+from harness.pairs import get_pair
 from harness.served.client import EngineClient, EngineError, RequestRefused, ResponseStore
 from harness.served.serve import serving
-from harness.pairs import get_pair
 from specdec_ref.adapters import generate
 
 

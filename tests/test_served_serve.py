@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.served.serve import serving
 from harness.pairs import get_pair
+from harness.served.serve import serving
 from specdec_ref.adapters import generate
 from specdec_ref.processing import logits_to_probs
 

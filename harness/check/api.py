@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 
 from harness.adapters.calling import with_timeout
 from harness.adapters.loading import batched_generation, batched_sampler, check_signature, load_callable
-from harness.check.config import DEFAULT_TV, CheckConfig
+from harness.check.config import CheckConfig
 from harness.check.report import CheckReport
 from harness.errors import HarnessError
 
@@ -45,71 +46,61 @@ def resolve(impl, level: str) -> Callable:
     return fn
 
 
-def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
-    config.validate()
-    fn = with_timeout(resolve(config.impl, contract_of(config)), config.timeout_s)
-    name = _name(config.impl)
-    on_row = getattr(progress, "row", None)  # harness.progress displays: per-row ticks of wrapped B = 1 impls
-    notes: list[str] = []
-    if contract_of(config) == "tree":
-        from harness.check.tree import DEFAULT_TV as TREE_TV
-        from harness.check.tree import run_tree_check
+def _sampler_source(fn, config: CheckConfig, notes: list[str], on_row):
+    from harness.check.sampler import SamplerSource
 
-        tv = TREE_TV if config.tv == DEFAULT_TV else config.tv  # trees are planned at 0.05 unless --tv is given
-        return run_tree_check(fn, impl_name=name, false_alarm_rate=config.false_alarm_rate, tv=tv,
-                              power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
-                              max_rows=config.max_rows, stop_on_fail=config.stop_on_fail, progress=progress,
-                              inconclusive_tv=config.inconclusive_tv)
-    if contract_of(config) == "draft_step":
-        from harness.check.draft_step import run_draft_step_check
+    return SamplerSource(batched_sampler(fn, notes, on_row), device=config.device)
 
-        return run_draft_step_check(fn, impl_name=name, false_alarm_rate=config.false_alarm_rate, tv=config.tv,
-                                    power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
-                                    device=config.device, progress=progress, max_rows=config.max_rows,
-                                    stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv)
-    if config.level == "sampler" and config.sequential:
-        from harness.check.sequential import run_sampler_check_sequential
 
-        fn = batched_sampler(fn, notes, on_row)
-        report = run_sampler_check_sequential(fn, impl_name=name, false_alarm_rate=config.false_alarm_rate,
-                                              tv=config.tv, power=config.power, seed=config.seed,
-                                              cases=config.cases, max_rows=config.max_rows, device=config.device,
-                                              progress=progress)
-        report.family, report.notes = config.family, notes + report.notes
-        return report
-    if config.level == "sampler":
-        from harness.check.sampler import run_sampler_check
+def _draft_step_source(fn, config: CheckConfig, notes: list[str], on_row):
+    from harness.check.draft_step import DraftStepSource
 
-        fn = batched_sampler(fn, notes, on_row)
-        report = run_sampler_check(fn, impl_name=name, false_alarm_rate=config.false_alarm_rate, tv=config.tv,
-                                   power=config.power, seed=config.seed, cases=config.cases, rows=config.samples,
-                                   device=config.device, progress=progress, family=config.family,
-                                   max_rows=config.max_rows, stop_on_fail=config.stop_on_fail,
-                                   inconclusive_tv=config.inconclusive_tv)
-        report.notes = notes + report.notes
-        return report
-    from harness.check.generation import DEFAULT_SETTINGS, parse_setting, run_generation_check
+    return DraftStepSource(fn, device=config.device)
+
+
+def _tree_source(fn, config: CheckConfig, notes: list[str], on_row):
+    from harness.check.tree import TreeSource
+
+    return TreeSource(fn)
+
+
+def _generation_source(fn, config: CheckConfig, notes: list[str], on_row):
+    from harness.check.generation import DEFAULT_SETTINGS, GenerationSource, parse_setting
 
     settings = tuple(s for text in config.settings for s in parse_setting(text)) if config.settings else DEFAULT_SETTINGS
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
-    fn = batched_generation(fn, pair, notes, on_row)
-    samples = generation_samples(config, pair.vocab_size)
-    if hasattr(progress, "set_total"):
-        prompts = min(2, len(pair.prompts or [[0]]))  # run_generation_check's default: 2 prompts
-        progress.set_total(samples * prompts * sum(s.temperature > 0 for s in settings))
-    report = run_generation_check(fn, pair, impl_name=name, false_alarm_rate=config.false_alarm_rate,
-                                  power=config.power, seed=config.seed, samples=samples, gamma=config.gamma,
-                                  time_budget_s=config.time_budget_s, progress=progress,
-                                  stop_on_fail=config.stop_on_fail, inconclusive_tv=config.inconclusive_tv,
-                                  settings=settings, processing_order=config.processing_order, length=config.length,
-                                  score_dtype=config.score_dtype)
+    return GenerationSource(batched_generation(fn, pair, notes, on_row), pair, length=config.length,
+                            settings=settings, processing_order=config.processing_order)
+
+
+# The trial source of each contract (contract_of): every verdict comes from run_battery over one of these.
+SOURCES = {"sampler": _sampler_source, "draft_step": _draft_step_source, "tree": _tree_source,
+           "generation": _generation_source}
+REPORT_LEVEL = {"sampler": "sampler", "draft_step": "draft_step", "tree": "tree", "generation": "generation"}
+
+
+def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
+    """Validate `config`, load the implementation, build the trial source of its contract from the config
+    and run the one driver on it (every mode — fixed n, early stop, reach top-up, sequential — is the
+    driver's)."""
+    from harness.check.engine import run_battery
+
+    config.validate()
+    contract = contract_of(config)
+    fn = with_timeout(resolve(config.impl, contract), config.timeout_s)
+    on_row = getattr(progress, "row", None)  # harness.progress displays: per-row ticks of wrapped B = 1 impls
+    notes: list[str] = []
+    source = SOURCES[contract](fn, config, notes, on_row)
+    if contract == "generation":
+        from harness.check.generation import generation_samples
+
+        config = dataclasses.replace(config, samples=generation_samples(config, source.vocab))
+        if hasattr(progress, "set_total"):
+            progress.set_total(config.samples * len(source.prompts) * sum(s.temperature > 0 for s in source.settings))
+    report = run_battery(source, config, impl_name=_name(config.impl), progress=progress)
+    report.level = REPORT_LEVEL[contract]
     report.notes = notes + report.notes
     return report
-
-
-def generation_samples(config: CheckConfig, vocab: int) -> int:
-    """Samples per (prompt, sampling setting): the exact joint law of a toy pair affords many."""
-    return config.samples or (20_000 if vocab <= 64 else 200)
 
 
 def load_pair(pair: str, target: str | None = None, draft: str | None = None, *, device: str = "cpu",
@@ -135,7 +126,7 @@ def planned_rows(config: CheckConfig) -> int | None:
 
     if contract_of(config) == "tree":
         return None
-    cells = SamplerSource(None).cells(config)
+    cells = SamplerSource(None).cells(config)  # an upper bound in sequential mode (it may stop earlier)
     m = sum(cell.declared_tests() + 1 for cell in cells)
     return sum(min(config.max_rows, config.samples or plan_cell(c, config.false_alarm_rate / m, config.power))
                for c in cells)

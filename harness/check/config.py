@@ -10,15 +10,21 @@ import dataclasses
 from typing import Any
 
 from harness.configs import option
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER  # noqa: F401 - re-exported: their one home
 from harness.errors import HarnessError, UnknownNameError
 
-DEFAULT_FALSE_ALARM_RATE = 1e-3  # family-wise: a correct implementation fails a whole run with probability <= this
-DEFAULT_TV = 0.02  # sampler level: detectable total variation per tested position
-DEFAULT_POWER = 0.99
+DEFAULT_TV = 0.02  # chain / block / draft-and-verify: detectable total variation per tested position
+DEFAULT_TREE_TV = 0.05  # tree family: per tested node (trees are wide; `--tv` overrides it like any default)
+DEFAULT_MAX_ROWS = 400_000  # cap on the trials of one cell (a rarely reached position keeps sampling up to this)
+MIN_REACH = 0.1  # chain positions reached with lower probability are reported, not in the headline TV
+MIN_NODE_REACH = 0.05  # tree nodes reached with lower probability (by the reference) are not law-tested
 DEFAULT_GAMMA = 3
 # A plan whose achieved detectable TV is above this says almost nothing: the verdict is INCONCLUSIVE.
 INCONCLUSIVE_TV = 0.25
-LEVELS = ("sampler", "generation", "engine")
+LEVELS = ("sampler", "generation", "engine")  # --level
+# What an implementation's signature must be (harness.check.api.contract_of): a §1a step, a §1b generate,
+# a tree step, a draft-and-verify step. The mutant zoo registers entries by contract.
+CONTRACTS = ("sampler", "generation", "tree", "draft_step")
 PROCESSING_ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature")
 FAMILIES = ("chain", "block", "tree")
 STEPS = ("verify", "draft_and_verify")
@@ -51,8 +57,9 @@ class CheckConfig:
     draft: str | None = option(None, "--draft", "generation level: draft checkpoint, with --target", metavar="PATH")
     false_alarm_rate: float = option(DEFAULT_FALSE_ALARM_RATE, "--false-alarm-rate", "family-wise false-alarm "
                                      "rate: a correct implementation fails with probability <= this", _rate, "A")
-    tv: float = option(DEFAULT_TV, "--tv", "sampler level: smallest total variation to detect at --power at "
-                       "every tested position", float, "EPS")
+    tv: float | None = option(None, "--tv", f"sampler level: smallest total variation to detect at --power at "
+                              f"every tested position (default {DEFAULT_TV:g}; tree family {DEFAULT_TREE_TV:g})",
+                              float, "EPS")
     power: float = option(DEFAULT_POWER, "--power", "probability of detecting a discrepancy of --tv", float, "P")
     seed: int = option(0, "--seed", "seed of every random draw of the run", int, "S")
     samples: int | None = option(None, "--samples", "override the planned trials (per case / per prompt and "
@@ -67,7 +74,7 @@ class CheckConfig:
                                metavar="DT")
     time_budget_s: float | None = option(None, "--time-budget", "generation level: stop sampling after this many "
                                          "seconds (the achieved detectable TV is reported)", float, "SECONDS")
-    max_rows: int = option(400_000, "--max-rows", "sampler level: cap on the rows of one case (a position reached "
+    max_rows: int = option(DEFAULT_MAX_ROWS, "--max-rows", "sampler level: cap on the rows of one case (a position reached "
                            "less often than planned keeps sampling up to this)", int, "N")
     inconclusive_tv: float = option(INCONCLUSIVE_TV, "--inconclusive-tv", "a run whose achieved detectable TV is "
                                     "above this is INCONCLUSIVE (exit 3), not PASS", float, "EPS")
@@ -83,11 +90,25 @@ class CheckConfig:
                               choices=("float64", "model"))
     timeout_s: float | None = option(None, "--timeout", "one implementation call longer than this fails the run "
                                      "(a hang is a bug: exit 1)", float, "SECONDS")
-    sequential: bool = option(False, "--sequential", "sampler level: anytime-valid early stopping (e-processes, "
-                              "Ville's inequality): stop at the first crossing, else decide at the planned n",
+    sequential: bool = option(False, "--sequential", "anytime-valid early stopping (e-processes, Ville's "
+                              "inequality): stop at the first crossing, else decide at the planned n (levels without "
+                              "e-processes run their fixed-n plan and say so)",
                               action="store_true")
     stop_on_fail: bool = option(True, "--no-early-stop", "draw every planned sample even after the verdict is "
                                 "decided", action="store_false")
+
+    def __post_init__(self):
+        if self.tv is None:  # the family's default; an explicit --tv is kept whatever the family
+            self.tv = DEFAULT_TREE_TV if self.family == "tree" else DEFAULT_TV
+
+    @classmethod
+    def build(cls, config: CheckConfig | None = None, **fields) -> CheckConfig:
+        """`config` with `fields` replaced (or a new config from `fields`); the old keyword `rows` is `samples`."""
+        if "rows" in fields:
+            fields["samples"] = fields.pop("rows")
+        if config is None:
+            return cls(**fields)
+        return dataclasses.replace(config, **fields) if fields else config
 
     def validate(self) -> CheckConfig:
         """Raise HarnessError naming the bad setting; return self."""
@@ -98,8 +119,6 @@ class CheckConfig:
             raise HarnessError(f"--step must be one of {', '.join(STEPS)}, got {self.step!r}")
         if self.family == "tree" and self.step != "verify":
             raise HarnessError("--family tree takes --step verify (the harness draws the tree's nodes)")
-        if self.sequential and (self.level != "sampler" or self.family == "tree" or self.step != "verify"):
-            raise HarnessError("--sequential is available for the sampler-level verify step (chain or block family)")
         if self.length is not None and self.length < 1:
             raise HarnessError(f"--length must be >= 1, got {self.length}")
         if self.level not in LEVELS:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from harness.check.config import INCONCLUSIVE_TV, CheckConfig
+from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, run_battery
 from harness.check.report import CheckReport
 from harness.check.sampler import (
@@ -32,12 +32,14 @@ from harness.check.sampler import (
     GATE_MIN_EXPECTED,
     MAX_CELLS,
     SamplerSource,
-    StepTrials,
+    SamplerTrials,
     _coarsen,
     _draw_mixed_inputs,
     _format_problems,
+    _law_rows,
     _subplans,
     call_impl,
+    law_cycle,
 )
 from harness.stats import TestResult, pooled_gtest, pooled_pearson, support_check
 
@@ -85,46 +87,27 @@ def _draft_format(out, B: int, gamma: int, V: int) -> tuple[list[str], torch.Ten
     return [], drafts, tokens
 
 
-def run_draft_step_check(
-    impl: Callable,
-    *,
-    impl_name: str = "impl",
-    false_alarm_rate: float = 1e-3,
-    tv: float = 0.02,
-    power: float = 0.99,
-    seed: int = 0,
-    cases: list | None = None,
-    max_rows: int = 400_000,
-    rows: int | None = None,
-    dtype: torch.dtype = torch.float32,
-    device: str = "cpu",
-    progress: Callable[[int], None] | None = None,
-    stop_on_fail: bool = False,
-    inconclusive_tv: float = INCONCLUSIVE_TV,
-) -> CheckReport:
-    """Run the draft-step battery against `impl` on the sampler check's cases; Holm at `false_alarm_rate`
-    (the check engine's driver: the sampler battery plus the draft-law check).
-
-    `rows` fixes the trials per case (skipping the planner); `stop_on_fail` stops after the first case
-    with a test at p ≤ false_alarm_rate / m (Holm then rejects whatever the rest says)."""
-    config = CheckConfig(impl=impl, level="sampler", false_alarm_rate=false_alarm_rate, tv=tv, power=power,
-                         seed=seed, samples=rows, cases=cases, device=device, max_rows=max_rows,
-                         stop_on_fail=stop_on_fail, inconclusive_tv=inconclusive_tv, step="draft_and_verify")
-    report = run_battery(DraftStepSource(impl, dtype=dtype, device=device), config, impl_name=impl_name,
+def run_draft_step_check(impl: Callable, config: CheckConfig | None = None, *, impl_name: str = "impl",
+                         dtype: torch.dtype = torch.float32, progress: Callable[[int], None] | None = None,
+                         **fields) -> CheckReport:
+    """Run the draft-step battery against `impl` on the sampler check's cases; Holm at the false-alarm rate
+    (the check engine's driver: the sampler battery plus the draft-law check); `fields` of CheckConfig as
+    in `run_sampler_check`."""
+    config = CheckConfig.build(config, **{"step": "draft_and_verify", **fields})
+    report = run_battery(DraftStepSource(impl, dtype=dtype, device=config.device), config, impl_name=impl_name,
                          progress=progress)
     report.level = "draft_step"
     return report
 
 
-def _draft_laws_run(cell: Cell, trials: StepTrials, level: float, power: float) -> list[TestResult]:
+def _draft_laws_run(cell: Cell, trials: SamplerTrials, level: float, power: float) -> list[TestResult]:
     out = []
-    for r, (plan, rows) in enumerate(_subplans(cell)):
-        prefix = cell.name if len(_subplans(cell)) == 1 else f"{cell.name}/law{r}"
+    for prefix, plan, rows in _law_rows(cell, trials):
         out += draft_law_tests(trials.drafts[rows], plan.q, level, power, prefix)
     return out
 
 
-DRAFT_LAWS = Check("draft_laws", lambda cell: sum(count_draft_law_tests(p.q) for p, _ in _subplans(cell)),
+DRAFT_LAWS = Check("draft_laws", lambda cell: sum(count_draft_law_tests(p.q) for p in _subplans(cell)),
                    _draft_laws_run)
 
 
@@ -138,32 +121,28 @@ class DraftStepSource(SamplerSource):
         return cells
 
     def draw(self, cell: Cell, n: int, progress):
-        plans = [p for p, _ in _subplans(cell)]
+        plans = _subplans(cell)
         case = plans[0].case
+        offset = self.drawn.get(cell.name, 0)
+        self.drawn[cell.name] = offset + n
         chunk = max(len(plans), min(n, int(CHUNK_FLOATS // ((2 * case.gamma + 1) * case.vocab)))
                     // len(plans) * len(plans))
-        all_drafts, all_tokens = [], []
+        parts = []
         for start in range(0, n, chunk):
             size = min(chunk, n - start)
-            target, draft, _ = _draw_mixed_inputs(plans, size, start, self.generator, self.dtype, self.device)
-            out = call_impl(self.impl, target, draft, self.generator, what=f"case {case.name}")
+            law = law_cycle(size, len(plans), offset + start)
+            target, draft, _ = _draw_mixed_inputs(plans, law, self.streams.drafts, self.dtype, self.device)
+            out = call_impl(self.impl, target, draft, self.streams.impl, what=f"case {case.name}")
             problems, drafts, tokens = _draft_format(out, size, case.gamma, case.vocab)
             if drafts is None:
                 raise MalformedTrials("; ".join(problems))
             problems, tokens = _format_problems(tokens, drafts, case.vocab)  # accepted positions = returned drafts
             if tokens is None or problems:
                 raise MalformedTrials("; ".join(problems))
-            all_drafts.append(drafts.numpy())
-            all_tokens.append(tokens)
+            parts.append(SamplerTrials(tokens, law.numpy(), drafts.numpy()))
             if progress:
                 progress(size)
-        return StepTrials(np.concatenate(all_tokens), np.concatenate(all_drafts))
-
-    def extend(self, trials: StepTrials, more: StepTrials) -> StepTrials:
-        return StepTrials(np.concatenate([trials.tokens, more.tokens]), np.concatenate([trials.drafts, more.drafts]))
-
-    def count(self, trials: StepTrials) -> int:
-        return len(trials.tokens)
+        return SamplerTrials.join(parts)
 
     def finish(self, report: CheckReport, config) -> None:
         report.notes.append("drafts drawn by the implementation, checked against q per position; "

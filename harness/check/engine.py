@@ -38,6 +38,7 @@ from harness.check.config import (  # noqa: F401 - re-exported: the engine's pub
 )
 from harness.check.report import CheckReport, deterministic_result
 from harness.stats import TestResult
+from harness.stats.sequential import eprocess_result
 
 
 @dataclasses.dataclass
@@ -102,6 +103,14 @@ class TrialSource:
     def count(self, trials) -> int:
         return len(trials)
 
+    def chunk(self, cell: Cell) -> int | None:
+        """Trials per implementation call (sequential mode looks after every chunk); None: one draw."""
+        return None
+
+    def monitors(self, cell: Cell, config: CheckConfig) -> list[Monitor]:
+        """Anytime-valid tests of `cell` for the sequential mode (none: the fixed-n plan decides)."""
+        return []
+
     def finish(self, report: CheckReport, config: CheckConfig) -> None:
         """Run-level advisories and notes after every cell (e.g. reproducibility)."""
 
@@ -125,33 +134,102 @@ def plan_cell(cell: Cell, level: float, power: float) -> int:
     return max([1, *demands])
 
 
+class Monitor:
+    """Anytime-valid tests of one cell (sequential mode): e-processes updated after every chunk of trials.
+
+    `processes` maps a test name to its e-process (harness.stats.sequential); `update(trials)` feeds one
+    chunk and returns the deterministic problems it saw (e.g. a token where p = 0), which stop the run."""
+
+    processes: dict
+
+    def update(self, trials) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+FIRST_FRACTION = 1e-3  # sequential mode: the first look comes after this fraction of every cell's plan
+GROWTH = 1.15  # looks at fractions FIRST_FRACTION·GROWTH^r: ≤ 15 % more trials than the crossing needed
+
+
+def look_schedule(rows: int, first_fraction: float = FIRST_FRACTION, growth: float = GROWTH) -> list[int]:
+    """Cumulative trial counts of the looks for a cell planned at `rows` (strictly increasing, ends at rows)."""
+    looks, fraction = [], first_fraction
+    while True:
+        target = min(rows, max(1, math.ceil(rows * fraction)))
+        if not looks or target > looks[-1]:
+            looks.append(target)
+        if target >= rows:
+            return looks
+        fraction *= growth
+
+
+@dataclasses.dataclass
+class _CellRun:
+    """What the driver knows about one cell while it draws."""
+
+    cell: Cell
+    planned: int
+    trials: Any = None
+    problem: str | None = None
+    monitors: list = dataclasses.field(default_factory=list)
+    crossed: list[str] = dataclasses.field(default_factory=list)  # e-processes over the threshold, or support
+    done: bool = False  # drawn to its plan and its reach top-up (or stopped by a format problem)
+
+    def count(self, source) -> int:
+        return 0 if self.trials is None else source.count(self.trials)
+
+
 def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
                 progress: Callable[[int], None] | None = None) -> CheckReport:
-    """Plan, draw, test and decide every cell of `source`'s battery (see the module docstring)."""
+    """Plan, draw, test and decide every cell of `source`'s battery (see the module docstring).
+
+    Modes, all drawing through `source.draw` (so every level and family has them): a fixed n
+    (`config.samples`), the planned n with the reach-following top-up, early stop once a cell's verdict
+    is decided (`stop_on_fail`), and anytime-valid monitoring (`config.sequential`: the cells' monitors
+    are e-processes watched after every chunk; the first crossing of log(M / α) stops the run)."""
     started = time.perf_counter()
     cells = source.cells(config)
-    m = sum(cell.declared_tests() + 1 for cell in cells)  # + 1: each cell's format test
+    runs = [_CellRun(cell, 0) for cell in cells]
+    if config.sequential:
+        for run in runs:
+            run.monitors = source.monitors(run.cell, config)
+    m_seq = sum(len(mon.processes) for run in runs for mon in run.monitors)
+    m = sum(cell.declared_tests() + 1 for cell in cells) + m_seq  # + 1: each cell's format test
     level = config.false_alarm_rate / m
     report = CheckReport(impl_name, source.level, config.false_alarm_rate, config.tv, config.power, config.seed,
                          device=config.device)
     report.family = config.family
     report.inconclusive_tv = config.inconclusive_tv
     deadline = None if config.time_budget_s is None else time.monotonic() + config.time_budget_s
-    for index, cell in enumerate(cells):
-        planned = config.samples or plan_cell(cell, level, config.power)
-        planned = min(planned, config.max_rows)
-        cell.summary.setdefault("planned", planned)
-        trials, problem = _draw_following_reach(source, cell, planned, level, config, progress, deadline)
-        report.tests.append(deterministic_result(f"{cell.name}/format", problem is None,
-                                                 n=0 if trials is None else source.count(trials),
-                                                 message=problem or ""))
-        if trials is not None:
-            report.samples += source.count(trials)
-            cell.summary["samples"] = source.count(trials)
-            if problem is None:
-                _run_checks(cell, trials, level, config.power, report)
-        cell.summary.setdefault("format_problems", [problem] if problem else [])
+    for run in runs:
+        run.planned = min(config.samples or plan_cell(run.cell, level, config.power), config.max_rows)
+        run.cell.summary.setdefault("planned", run.planned)
+    stop = _draw_sequential(source, runs, level, config, progress, deadline, m) if config.sequential else None
+    ran: list[_CellRun] = []
+    for index, run in enumerate(runs):
+        cell = run.cell
+        if not config.sequential:
+            run.trials, run.problem = _draw_following_reach(source, run, level, config, progress, deadline)
+        ran.append(run)
+        n = run.count(source)
+        report.tests.append(deterministic_result(f"{cell.name}/format", run.problem is None, n=n,
+                                                 message=run.problem or ""))
+        if run.trials is not None:
+            report.samples += n
+            cell.summary["samples"] = n
+            if run.problem is None and stop is None:
+                _run_checks(cell, run.trials, level, config.power, report)
+        cell.summary.setdefault("format_problems", [run.problem] if run.problem else [])
+        if config.sequential:
+            cell.summary["planned_rows"] = run.planned
+            cell.summary["rows"] = n
+            cell.summary["rows_fraction_of_plan"] = n / run.planned if run.planned else 1.0
+            support = [c for c in run.crossed if "(support)" in c]
+            if support:
+                report.tests.append(deterministic_result(f"{cell.name}/support", False, n=n, message="; ".join(support)))
+            report.tests += [eprocess_result(proc, name) for mon in run.monitors for name, proc in mon.processes.items()]
         report.cases.append({"name": cell.name, **cell.summary})
+        if stop is not None:
+            continue
         if config.stop_on_fail and any(t.p_value <= level for t in report.tests):
             skipped = [c.name for c in cells[index + 1:]]
             if skipped:
@@ -164,28 +242,104 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
                 report.notes.append(f"time budget reached: cells not run: {', '.join(rest)}")
             break
     source.finish(report, config)
+    if config.sequential:
+        report.notes.append(_sequential_note(stop, ran, source, m, m_seq, config.false_alarm_rate))
     report.notes.append(f"{m} gating tests declared, Holm at family-wise {config.false_alarm_rate:g} "
                         f"(per-test plan level {level:.2g})")
     report.declared_tests = m
     report.seconds = time.perf_counter() - started
+    if stop is not None:
+        # Stopped early: the family still has M members (those not run count as p = 1), so a test is
+        # rejected at the first Holm step's level α/M — what a crossing means.
+        report.tests = [dataclasses.replace(t, reject=t.p_value <= level) for t in report.tests]
+        return report
     return report.decide()
 
 
-def _draw_following_reach(source, cell, planned, level, config, progress, deadline):
+def _draw_chunk(source, run: _CellRun, n: int, progress, log_threshold: float | None) -> bool:
+    """Draw n more trials for `run` (in the source's chunks when monitored); True when the run must stop."""
+    chunk = source.chunk(run.cell) if run.monitors else None
+    left = n
+    while left > 0:
+        size = min(left, chunk or left)
+        try:
+            more = source.draw(run.cell, size, progress)
+        except MalformedTrials as exc:
+            got = getattr(exc, "trials", None)
+            if got is not None:
+                run.trials = got if run.trials is None else source.extend(run.trials, got)
+            run.problem, run.done = str(exc), True
+            return True
+        run.trials = more if run.trials is None else source.extend(run.trials, more)
+        left -= size
+        if run.monitors:
+            for mon in run.monitors:
+                run.crossed += mon.update(more)
+            run.crossed += [name for mon in run.monitors for name, proc in mon.processes.items()
+                            if proc.max_log_e >= log_threshold and name not in run.crossed]
+            if run.crossed:
+                return True
+    return False
+
+
+def _shortfall(source, run: _CellRun, level: float, config: CheckConfig) -> int:
+    if config.samples is not None or run.trials is None:  # a fixed n is kept
+        return 0
+    have = source.count(run.trials)
+    more = max([0, *(c.shortfall(run.cell, run.trials, run.cell.tv, level, config.power)
+                     for c in run.cell.checks if c.shortfall)])
+    return min(more, config.max_rows - have)
+
+
+def _draw_following_reach(source, run: _CellRun, level, config, progress, deadline):
     """Draw the planned trials, then keep drawing while a check reports a shortfall (up to max_rows)."""
-    try:
-        trials = source.draw(cell, planned, progress)
-        while config.samples is None and (deadline is None or time.monotonic() < deadline):  # a fixed n is kept
-            have = source.count(trials)
-            more = max([0, *(c.shortfall(cell, trials, cell.tv, level, config.power)
-                             for c in cell.checks if c.shortfall)])
-            more = min(more, config.max_rows - have)
+    if _draw_chunk(source, run, run.planned, progress, None):
+        return run.trials, run.problem
+    while deadline is None or time.monotonic() < deadline:
+        more = _shortfall(source, run, level, config)
+        if more <= 0 or _draw_chunk(source, run, more, progress, None):
+            break
+    return run.trials, run.problem
+
+
+def _draw_sequential(source, runs: list[_CellRun], level: float, config: CheckConfig, progress, deadline,
+                     m: int):
+    """Every cell advances to the same growing fraction of its plan, round after round, the monitors
+    updated after every chunk; then the reach top-up, monitored too. Returns (cell, reasons) of the first
+    crossing or format problem, or None when every cell reached its plan."""
+    from harness.stats.sequential import crossing_log_threshold
+
+    log_threshold = crossing_log_threshold(m, config.false_alarm_rate)
+    schedules = [look_schedule(run.planned) for run in runs]
+    for look in range(max(len(s) for s in schedules)):
+        for run, schedule in zip(runs, schedules, strict=True):
+            if look < len(schedule) and _draw_chunk(source, run, schedule[look] - run.count(source), progress,
+                                                    log_threshold):
+                return run.cell.name, ([run.problem] if run.problem else []) + run.crossed
+    for run in runs:
+        while deadline is None or time.monotonic() < deadline:
+            more = _shortfall(source, run, level, config)
             if more <= 0:
                 break
-            trials = source.extend(trials, source.draw(cell, more, progress))
-        return trials, None
-    except MalformedTrials as exc:
-        return getattr(exc, "trials", None), str(exc)
+            if _draw_chunk(source, run, more, progress, log_threshold):
+                return run.cell.name, ([run.problem] if run.problem else []) + run.crossed
+    return None
+
+
+def _sequential_note(stop, runs: list[_CellRun], source, m: int, m_seq: int, false_alarm_rate: float) -> str:
+    from harness.stats.sequential import crossing_log_threshold
+
+    used = sum(run.count(source) for run in runs)
+    planned = sum(run.planned for run in runs) or 1
+    head = (f"sequential: {m_seq} e-processes + {m - m_seq} fixed-n tests, one family at {false_alarm_rate:g}; "
+            f"crossing at log e >= {crossing_log_threshold(m, false_alarm_rate):.2f}; ")
+    if m_seq == 0:
+        head += "this level has no anytime-valid tests, so the fixed-n plan decides; "
+    if stop is None:
+        return head + f"no crossing: all {planned} planned rows drawn, Holm over all {m} tests decided"
+    case, reasons = stop
+    return head + (f"stopped in case {case} after {used} of {planned} planned rows ({used / planned:.2%}): "
+                   + "; ".join(reasons))
 
 
 def _run_checks(cell: Cell, trials, level: float, power: float, report: CheckReport) -> None:

@@ -27,10 +27,6 @@ import torch
 
 from harness.adapters.calling import MalformedOutput
 from harness.check.engine import (
-    DEFAULT_FALSE_ALARM_RATE,
-    DEFAULT_GAMMA,
-    DEFAULT_POWER,
-    INCONCLUSIVE_TV,
     Cell,
     Check,
     CheckConfig,
@@ -493,38 +489,23 @@ def _order_matters(setting: Setting, order: str) -> bool:
                                                 or setting.presence_penalty)}.get(order, False)
 
 
-def run_generation_check(
-    impl: Callable,
-    pair: ModelPair,
-    *,
-    impl_name: str = "impl",
-    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
-    power: float = DEFAULT_POWER,
-    seed: int = 0,
-    samples: int = 20_000,
-    gamma: int = DEFAULT_GAMMA,
-    length: int | None = None,
-    prompts: int = 2,
-    settings: tuple[Setting, ...] = DEFAULT_SETTINGS,
-    chunk: int = 2_000,
-    time_budget_s: float | None = None,
-    progress: Callable[[int], None] | None = None,
-    stop_on_fail: bool = False,
-    inconclusive_tv: float = INCONCLUSIVE_TV,
-    processing_order: str = "standard",
-    score_dtype: str = "float64",
-) -> CheckReport:
-    """Sample `samples` continuations per (prompt, sampling setting) and test them; greedy separately.
+def run_generation_check(impl: Callable, pair: ModelPair, config: CheckConfig | None = None, *,
+                         impl_name: str = "impl", prompts: int = 2, settings: tuple[Setting, ...] = DEFAULT_SETTINGS,
+                         chunk: int = 2_000, progress: Callable[[int], None] | None = None, **fields) -> CheckReport:
+    """Sample continuations per (prompt, sampling setting) and test them; greedy separately.
 
-    With `stop_on_fail`, sampling stops after the first cell with a test at p ≤ false_alarm_rate / m
-    (Holm's first step rejects then whatever the rest says: the verdict is unchanged).
+    `config` (or `fields` of CheckConfig: `samples`, `gamma`, `length`, `seed`, `processing_order`, ...)
+    says what to run; every default is CheckConfig's, and `samples` defaults to what the pair affords
+    (`generation_samples`). With `stop_on_fail` (the default), sampling stops after the first cell with a
+    test at p ≤ false_alarm_rate / m (Holm's first step rejects then whatever the rest says).
     Settings using parameters the implementation does not accept are skipped (listed in the report);
     `processing_order` (specdec_ref.processing.ORDERS) is the convention the ground truth uses."""
+    config = CheckConfig.build(config, **{"level": "generation", "tv": math.nan, **fields})
+    if config.samples is None:
+        config = dataclasses.replace(config, samples=generation_samples(config, pair.vocab_size))
+    processing_order, length = config.processing_order, config.length
     if processing_order not in ORDERS:
         raise HarnessError(f"--processing-order must be one of {', '.join(ORDERS)}, got {processing_order!r}")
-    config = CheckConfig(impl=impl, level="generation", false_alarm_rate=false_alarm_rate, power=power, seed=seed,
-                         samples=samples, gamma=gamma, time_budget_s=time_budget_s, stop_on_fail=stop_on_fail,
-                         inconclusive_tv=inconclusive_tv, tv=math.nan, score_dtype=score_dtype)
     source = GenerationSource(impl, pair, length=length, prompts=prompts, settings=settings, chunk=chunk,
                               processing_order=processing_order)
     return run_battery(source, config, impl_name=impl_name, progress=progress)
@@ -538,6 +519,11 @@ class SamplingCell:
     prompt: list[int]
     index: int  # prompt index (seeds derive from it)
     setting: Setting
+
+
+def generation_samples(config: CheckConfig, vocab: int) -> int:
+    """Samples per (prompt, sampling setting): the exact joint law of a toy pair affords many."""
+    return config.samples or (20_000 if vocab <= ENUMERATION_MAX_VOCAB else 200)
 
 
 def _greedy_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:

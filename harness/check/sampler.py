@@ -30,11 +30,8 @@ import numpy as np
 import torch
 
 from harness.adapters.calling import ImplementationError, call_impl  # noqa: F401 - re-exported for callers
+from harness.check.config import MIN_REACH
 from harness.check.engine import (
-    DEFAULT_FALSE_ALARM_RATE,
-    DEFAULT_POWER,
-    DEFAULT_TV,
-    INCONCLUSIVE_TV,
     Cell,
     Check,
     CheckConfig,
@@ -44,11 +41,13 @@ from harness.check.engine import (
     select,
 )
 from harness.check.report import CheckReport, deterministic_result
+from harness.check.streams import numpy_rng, seed_global, torch_generator
 from harness.errors import HarnessError
 from harness.stats import (
     TestResult,
     binomial_event_test,
     nucleus_mask_top_p,
+    pit_from_masses,
     pooled_gtest,
     pooled_pearson,
     runs_test,
@@ -57,12 +56,45 @@ from harness.stats import (
 )
 from harness.stats.bounds import acceptance_bound, block_acceptance, token_level_optimum
 
+
+@dataclasses.dataclass(frozen=True)
+class Streams:
+    """The random streams of a sampler-level run (harness.check.streams): the harness draws the drafts on
+    `drafts`, the implementation receives `impl`, and torch's global RNG is seeded on a third stream."""
+
+    drafts: torch.Generator
+    impl: torch.Generator
+
+    @classmethod
+    def of(cls, seed: int) -> Streams:
+        seed_global(seed)
+        return cls(torch_generator(seed, "drafts"), torch_generator(seed, "impl"))
+
+
+@dataclasses.dataclass
+class SamplerTrials:
+    """Trials of one sampler cell. `law[b]` is the law row b held, returned by the source with the row (a
+    top-up draw continues the cycle; nothing re-derives the law from the row's index)."""
+
+    tokens: np.ndarray  # [rows, γ+1] emitted, -1 padded
+    law: np.ndarray  # [rows] law index
+    drafts: np.ndarray | None = None  # [rows, γ] drafts the implementation drew (draft-and-verify step)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @staticmethod
+    def join(parts: list[SamplerTrials]) -> SamplerTrials:
+        drafts = None if any(p.drafts is None for p in parts) else np.concatenate([p.drafts for p in parts])
+        return SamplerTrials(np.concatenate([p.tokens for p in parts]), np.concatenate([p.law for p in parts]),
+                             drafts)
+
+
 MAX_CELLS = 32  # omnibus tests see the 31 likeliest tokens + "the rest": df ≤ 31 keeps n affordable
 # Cells expecting fewer draws are pooled before Pearson / G. The usual 5 keeps the χ² approximation
 # honest at nominal levels, not at the ~1e-6 per-test levels a Holm family reaches: measured, one
 # false alarm in 200 seeds of the reference (df 10, n = 389, p = 1.6e-6) with 5; 20 fixes the tail.
 GATE_MIN_EXPECTED = 20.0
-MIN_REACH = 0.1  # positions reached with lower probability are reported, not tested
 CHUNK_FLOATS = 4e6  # input floats per implementation call on CPU: (2γ+1)·V·rows ≤ this (see _run_case)
 
 
@@ -293,10 +325,10 @@ def _draw_tokens(q: torch.Tensor, rows: int, generator: torch.Generator) -> torc
                         for j in range(q.shape[0])], dim=1)
 
 
-def _draw_mixed_inputs(plans: list[CasePlan], rows: int, offset: int, generator: torch.Generator,
+def _draw_mixed_inputs(plans: list[CasePlan], law: torch.Tensor, generator: torch.Generator,
                        dtype: torch.dtype, device):
-    """Row b (counting from `offset`) holds law (b mod R): target [rows, γ+1, V], draft [rows, γ, V], x [rows, γ]."""
-    law = (torch.arange(rows) + offset) % len(plans)  # [rows]
+    """Row b holds law `law[b]`: target [rows, γ+1, V], draft [rows, γ, V], x [rows, γ] (x drawn on `generator`)."""
+    rows = len(law)
     p = torch.from_numpy(np.stack([plan.p for plan in plans])).to(dtype)[law]
     q = torch.from_numpy(np.stack([plan.q for plan in plans])).to(dtype)[law]
     u = torch.rand(rows, q.shape[1], 1, generator=generator, dtype=torch.float64)  # inverse-CDF draws of x ~ q
@@ -304,22 +336,30 @@ def _draw_mixed_inputs(plans: list[CasePlan], rows: int, offset: int, generator:
     return p.to(device), q.to(device), x.to(device)
 
 
-def _run_mixed_case(impl, plans: list[CasePlan], n: int, generator, dtype, device, progress):
-    """Rows cycle over the laws of `plans`; returns (tokens [n', γ+1] or None, format problems)."""
+def law_cycle(n: int, laws: int, offset: int) -> torch.Tensor:
+    """Law index of n new rows of a case with `laws` laws, continuing the cycle after `offset` earlier rows."""
+    return (torch.arange(n) + offset) % laws
+
+
+def _run_mixed_case(impl, plans: list[CasePlan], n: int, offset: int, streams: Streams, dtype, device, progress):
+    """Rows cycle over the laws of `plans` (continuing after `offset` rows drawn before); returns
+    (SamplerTrials or None, format problems). Each row's law travels with its tokens."""
     case = plans[0].case
     chunk = max(len(plans), min(n, int(CHUNK_FLOATS // ((2 * case.gamma + 1) * case.vocab))) // len(plans) * len(plans))
     outputs = []
     for start in range(0, n, chunk):
         size = min(chunk, n - start)
-        target, draft, x = _draw_mixed_inputs(plans, size, start, generator, dtype, device)
-        out = call_impl(impl, target, draft, x, generator, what=f"case {case.name}")
+        law = law_cycle(size, len(plans), offset + start)
+        target, draft, x = _draw_mixed_inputs(plans, law, streams.drafts, dtype, device)
+        out = call_impl(impl, target, draft, x, streams.impl, what=f"case {case.name}")
         problems, tokens = _format_problems(out, x, case.vocab)
+        if tokens is not None:
+            outputs.append(SamplerTrials(tokens, law.numpy()))
         if tokens is None or problems:
-            return (np.concatenate([*outputs, tokens]) if tokens is not None else None), problems
-        outputs.append(tokens)
+            return (SamplerTrials.join(outputs) if outputs else None), problems
         if progress:
             progress(size)
-    return np.concatenate(outputs), []
+    return SamplerTrials.join(outputs), []
 
 
 def padded_rows_problems(out, B: int, width: int, V: int, shape_name: str) -> tuple[list[str], np.ndarray | None]:
@@ -482,53 +522,36 @@ def _row_independence(tokens: np.ndarray, level: float, power: float, prefix: st
     return runs_test(lengths, f"{prefix}/rows_independent", alpha=level, power=power)
 
 
-def run_sampler_check(
-    impl: Callable,
-    *,
-    impl_name: str = "impl",
-    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
-    tv: float = DEFAULT_TV,
-    power: float = DEFAULT_POWER,
-    seed: int = 0,
-    cases: list[str | SamplerCase] | None = None,
-    max_rows: int = 400_000,
-    rows: int | None = None,
-    dtype: torch.dtype = torch.float32,
-    device: str = "cpu",
-    progress: Callable[[int], None] | None = None,
-    stop_on_fail: bool = False,
-    max_rows_per_case_floats: float | None = None,
-    family: str = "chain",
-    inconclusive_tv: float = INCONCLUSIVE_TV,
-) -> CheckReport:
-    """Run every configuration against `impl` (a §1a verify) and decide with Holm at `false_alarm_rate`.
+def run_sampler_check(impl: Callable, config: CheckConfig | None = None, *, impl_name: str = "impl",
+                      dtype: torch.dtype = torch.float32, progress: Callable[[int], None] | None = None,
+                      max_rows_per_case_floats: float | None = None, **fields) -> CheckReport:
+    """Run every configuration against `impl` (a §1a verify) and decide with Holm at the false-alarm rate.
 
-    `rows` fixes the trials per case (skipping the planner: the stated detectable TVs then follow
-    from it); `progress(n)` is called with the number of rows just processed. With `stop_on_fail`,
-    cases stop as soon as one test has p ≤ false_alarm_rate / m: Holm's first step then rejects
-    whatever the remaining tests say, so the verdict is the same as running everything.
-    """
-    config = CheckConfig(impl=impl, level="sampler", family=family, false_alarm_rate=false_alarm_rate, tv=tv,
-                         power=power, seed=seed, samples=rows, cases=cases, device=device, max_rows=max_rows,
-                         stop_on_fail=stop_on_fail, inconclusive_tv=inconclusive_tv)
-    source = SamplerSource(impl, dtype=dtype, device=device, rows_cap_floats=max_rows_per_case_floats)
+    `config` (or `fields` of CheckConfig, e.g. `cases=`, `seed=`, `samples=` — alias `rows=` — or
+    `family=`) says what to run; every default is CheckConfig's. `progress(n)` is called with the number of
+    rows just processed."""
+    config = CheckConfig.build(config, **fields)
+    source = SamplerSource(impl, dtype=dtype, device=config.device, rows_cap_floats=max_rows_per_case_floats)
     return run_battery(source, config, impl_name=impl_name, progress=progress)
 
 
 # --- the sampler level as a trial source of the check engine (harness.check.engine) ----------------------
 
 
-@dataclasses.dataclass
-class StepTrials:
-    """Trials of a step whose implementation drew its own drafts (harness.check.draft_step)."""
-
-    tokens: np.ndarray  # [rows, γ+1] emitted, -1 padded
-    drafts: np.ndarray  # [rows, γ] the drafts it drew
-
-
 def _tok(trials) -> np.ndarray:
-    """The emitted tokens [rows, γ+1] of a cell's trials (an array, or StepTrials)."""
-    return trials.tokens if isinstance(trials, StepTrials) else trials
+    """The emitted tokens [rows, γ+1] of a cell's trials (SamplerTrials, or a bare array of one-law rows)."""
+    return trials.tokens if isinstance(trials, SamplerTrials) else trials
+
+
+def _laws(trials) -> np.ndarray:
+    return trials.law if isinstance(trials, SamplerTrials) else np.zeros(len(trials), dtype=np.int64)
+
+
+def _law_rows(cell: Cell, trials) -> list[tuple[str, CasePlan, np.ndarray]]:
+    """(test-name prefix, plan, row mask) per law of the cell, the rows chosen by the law label each row
+    carries (returned by the source with the trials, never re-derived from a row index)."""
+    plans, law = _subplans(cell), _laws(trials)
+    return [(cell.name if len(plans) == 1 else f"{cell.name}/law{r}", plan, law == r) for r, plan in enumerate(plans)]
 
 
 def _reached(tokens: np.ndarray, j: int) -> int:
@@ -540,11 +563,9 @@ def _position_need(plan: CasePlan, j: int, tv: float, level: float, power: float
     return samples_needed(tv, max(1, min(MAX_CELLS, int((plan.p[j] > 0).sum())) - 1), level, power)
 
 
-def _subplans(cell: Cell) -> list[tuple[CasePlan, slice]]:
-    """(plan, rows) pairs of a cell: one plan for a case whose rows share laws; one per law of a mixed case,
-    whose row b holds law b mod R."""
-    plans = cell.data if isinstance(cell.data, list) else [cell.data]
-    return [(plan, slice(r, None, len(plans))) for r, plan in enumerate(plans)]
+def _subplans(cell: Cell) -> list[CasePlan]:
+    """The laws of a cell: one plan for a case whose rows share laws; one per law of a mixed case."""
+    return cell.data if isinstance(cell.data, list) else [cell.data]
 
 
 def _observed_ok(tokens: np.ndarray, j: int) -> bool:
@@ -562,12 +583,12 @@ def _flag_rarely_reached(results: list[TestResult], tokens: np.ndarray) -> list[
 
 
 def _positions_tests(cell: Cell) -> int:
-    return sum(_tests_per_position(plan.p[j]) for plan, _ in _subplans(cell) for j in plan.tested)
+    return sum(_tests_per_position(plan.p[j]) for plan in _subplans(cell) for j in plan.tested)
 
 
 def _positions_samples(cell: Cell, tv: float, level: float, power: float) -> int:
     plans = _subplans(cell)
-    need = [_position_need(plan, j, tv, level, power) / plan.reach[j] for plan, _ in plans for j in plan.tested]
+    need = [_position_need(plan, j, tv, level, power) / plan.reach[j] for plan in plans for j in plan.tested]
     # 5 % headroom: the number of rows that reach a position fluctuates around rows · P(reach)
     return int(math.ceil(1.05 * max(need) * len(plans)))
 
@@ -575,9 +596,11 @@ def _positions_samples(cell: Cell, tv: float, level: float, power: float) -> int
 def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, level: float, power: float) -> int:
     """More rows for positions this implementation reaches less often than the optimal rule (wasteful rules):
     they keep sampling until they have their planned rows (or the run's cap)."""
-    tokens, more = _tok(tokens), 0
-    for plan, rows in _subplans(cell):
-        sub = tokens[rows]
+    trials, more = tokens, 0
+    for _, plan, rows in _law_rows(cell, trials):
+        sub = _tok(trials)[rows]
+        if not len(sub):
+            continue
         for j in plan.tested:
             reached = _reached(sub, j)
             if not _observed_ok(sub, j):
@@ -588,11 +611,11 @@ def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, level: float
     return more
 
 
-def _positions_run(cell: Cell, tokens: np.ndarray, level: float, power: float) -> list[TestResult]:
-    tokens, out = _tok(tokens), []
-    for r, (plan, rows) in enumerate(_subplans(cell)):
-        prefix = cell.name if len(_subplans(cell)) == 1 else f"{cell.name}/law{r}"
-        out += _flag_rarely_reached(_position_tests(tokens[rows], plan, level, power, prefix), tokens[rows])
+def _positions_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    out = []
+    for prefix, plan, rows in _law_rows(cell, trials):
+        sub = _tok(trials)[rows]
+        out += _flag_rarely_reached(_position_tests(sub, plan, level, power, prefix), sub)
     return out
 
 
@@ -601,10 +624,9 @@ def _acceptance_positions(plan: CasePlan) -> list[int]:
 
 
 def _acceptance_run(cell: Cell, tokens: np.ndarray, level: float, power: float, *, gating: bool):
-    tokens, gates, advice, rates = _tok(tokens), [], [], []
-    for r, (plan, rows) in enumerate(_subplans(cell)):
-        prefix = cell.name if len(_subplans(cell)) == 1 else f"{cell.name}/law{r}"
-        g, a, rate = _acceptance_tests(tokens[rows], plan, level, power, prefix)
+    gates, advice, rates = [], [], []
+    for prefix, plan, rows in _law_rows(cell, tokens):
+        g, a, rate = _acceptance_tests(_tok(tokens)[rows], plan, level, power, prefix)
         gates, advice, rates = gates + g, advice + a, rates + rate
     if gating:
         return gates
@@ -615,19 +637,94 @@ def _acceptance_run(cell: Cell, tokens: np.ndarray, level: float, power: float, 
 
 def _independence_run(cell: Cell, tokens: np.ndarray, level: float, power: float) -> list[TestResult]:
     """Runs test per law: rows holding the same law are iid trials (rows of different laws differ by design)."""
-    plans, tokens = _subplans(cell), _tok(tokens)
-    return [_row_independence(tokens[rows], level, power, cell.name if len(plans) == 1 else f"{cell.name}/law{r}")
-            for r, (_, rows) in enumerate(plans)]
+    return [_row_independence(_tok(tokens)[rows], level, power, prefix)
+            for prefix, _, rows in _law_rows(cell, tokens)]
 
 
 POSITION_LAWS = Check("position_laws", _positions_tests, _positions_run, _positions_samples, _positions_shortfall)
 ACCEPTANCE_BOUND = Check("acceptance_bound",
-                         lambda cell: sum(len(_acceptance_positions(p)) for p, _ in _subplans(cell)),
+                         lambda cell: sum(len(_acceptance_positions(p)) for p in _subplans(cell)),
                          lambda cell, t, lv, pw: _acceptance_run(cell, t, lv, pw, gating=True))
 ACCEPTANCE_OPTIMUM = Check("acceptance_vs_optimum", lambda cell: 0,
                            lambda cell, t, lv, pw: _acceptance_run(cell, t, lv, pw, gating=False), gating=False)
 ROW_INDEPENDENCE = Check("rows_independent", lambda cell: len(_subplans(cell)), _independence_run)
 SAMPLER_BATTERY = [POSITION_LAWS, ACCEPTANCE_BOUND, ACCEPTANCE_OPTIMUM, ROW_INDEPENDENCE]
+
+
+# --- the sampler battery's anytime-valid tests (the driver's sequential mode) ------------------------------
+
+
+def mass_above(p: np.ndarray) -> np.ndarray:
+    """F(y−) in surprisal order for every token y of one law p (V,): the mass of likelier tokens (ties:
+    lower ids first), the same order as harness.stats.mass_above_descending, computed once per law."""
+    order = np.argsort(-p, kind="stable")
+    out = np.empty_like(p)
+    out[order] = np.cumsum(p[order]) - p[order]
+    return out
+
+
+def law_processes(plan: CasePlan, prefix: str) -> dict:
+    """The e-processes of one law (harness.stats.sequential), by test name:
+
+    - per tested position j: a Dirichlet–multinomial e-process on the same ≤ 32-cell coarsening the
+      omnibus tests use, and one on "inside / outside the 99 % nucleus" (the tail a coarsening hides);
+    - per position reached with probability ≥ MIN_REACH: P(accept draft j | reach j) ≤ Σ min(p_j, q_j);
+    - rows independent: the randomized PIT of each row's first token (exactly U(0, 1) and iid under H0
+      for any lossless rule) bet on given the previous row's."""
+    from harness.stats.sequential import BernoulliAboveEProcess, CategoricalEProcess, SerialEProcess
+
+    out = {}
+    for j in plan.tested:
+        pj = plan.p[j]
+        out[f"{prefix}/pos{j}/seq_categorical"] = CategoricalEProcess(_coarsen(np.zeros(len(pj)), pj)[1])
+        outside = float(pj[~nucleus_mask_top_p(pj)].sum())
+        if outside > 0:
+            out[f"{prefix}/pos{j}/seq_outside_nucleus"] = CategoricalEProcess(np.array([1.0 - outside, outside]))
+    for j in _acceptance_positions(plan):
+        out[f"{prefix}/accept{j}/seq_above_optimal"] = BernoulliAboveEProcess(min(1.0, float(plan.alphas[j])))
+    out[f"{prefix}/seq_rows_independent"] = SerialEProcess()
+    return out
+
+
+class LawMonitor:
+    """The e-processes of one law of a cell, fed the rows that carry that law's label."""
+
+    def __init__(self, plan: CasePlan, prefix: str, law: int, rng: np.random.Generator):
+        self.plan, self.prefix, self.law, self.rng = plan, prefix, law, rng
+        self.processes = law_processes(plan, prefix)
+        self.first_mass_above = mass_above(plan.p[0])
+        self.outside = {j: ~nucleus_mask_top_p(plan.p[j]) for j in plan.tested}
+
+    def update(self, trials) -> list[str]:
+        plan, prefix = self.plan, self.prefix
+        tokens = _tok(trials)[_laws(trials) == self.law]
+        if not len(tokens):
+            return []
+        problems = []
+        n_emitted = (tokens >= 0).sum(1)
+        for j in plan.tested:
+            counts = np.bincount(tokens[n_emitted >= j + 1, j], minlength=plan.case.vocab)
+            off = int(counts[plan.p[j] == 0].sum())
+            if off:
+                problems.append(f"{prefix} position {j}: {off} tokens where p = 0 (support)")
+            self.processes[f"{prefix}/pos{j}/seq_categorical"].update(_coarsen(counts, plan.p[j])[0])
+            tail = self.processes.get(f"{prefix}/pos{j}/seq_outside_nucleus")
+            if tail is not None:
+                outside = int(counts[self.outside[j]].sum())
+                tail.update(np.array([counts.sum() - outside, outside]))
+        for j in _acceptance_positions(plan):
+            self.processes[f"{prefix}/accept{j}/seq_above_optimal"].update(
+                (int((n_emitted >= j + 2).sum()), int((n_emitted >= j + 1).sum())))
+        first = tokens[:, 0]
+        u = pit_from_masses(self.first_mass_above[first], plan.p[0][first], self.rng)
+        self.processes[f"{prefix}/seq_rows_independent"].update(u)
+        return problems
+
+
+def cell_monitors(cell: Cell, seed: int) -> list[LawMonitor]:
+    """One monitor per law of a sampler cell (multi-law cells keep every law)."""
+    return [LawMonitor(plan, prefix, r, numpy_rng(seed, "pit", cell.name, r))
+            for r, (prefix, plan, _) in enumerate(_law_rows(cell, np.zeros((0, 1), dtype=np.int64)))]
 
 
 class SamplerSource(TrialSource):
@@ -637,11 +734,11 @@ class SamplerSource(TrialSource):
 
     def __init__(self, impl: Callable, *, dtype=torch.float32, device="cpu", rows_cap_floats: float | None = None):
         self.impl, self.dtype, self.device, self.rows_cap_floats = impl, dtype, device, rows_cap_floats
-        self.generator = None
+        self.streams: Streams | None = None
+        self.drawn: dict[str, int] = {}  # rows drawn so far per cell (a mixed case continues its law cycle)
 
     def cells(self, config: CheckConfig) -> list[Cell]:
-        torch.manual_seed(config.seed)
-        self.generator = torch.Generator().manual_seed(config.seed)
+        self.streams = Streams.of(config.seed)
         self.seed = config.seed
         cells = []
         for case in _select(config.cases):
@@ -661,23 +758,38 @@ class SamplerSource(TrialSource):
     def _capped(self, cell: Cell, rows: int) -> int:
         if not self.rows_cap_floats:
             return rows
-        case = _subplans(cell)[0][0].case
+        case = _subplans(cell)[0].case
         return int(max(1, min(rows, self.rows_cap_floats // ((2 * case.gamma + 1) * case.vocab))))
 
     def draw(self, cell: Cell, n: int, progress):
         n = self._capped(cell, n)
-        plans = [p for p, _ in _subplans(cell)]
+        plans = _subplans(cell)
+        offset = self.drawn.get(cell.name, 0)
+        self.drawn[cell.name] = offset + n
         if len(plans) == 1:
             plans[0].rows = n
-            tokens, problems = _run_case(self.impl, plans[0], self.generator, self.dtype, self.device, progress)
+            tokens, problems = _run_case(self.impl, plans[0], self.streams, self.dtype, self.device, progress)
+            tokens = None if tokens is None else SamplerTrials(tokens, np.zeros(len(tokens), dtype=np.int64))
         else:
-            tokens, problems = _run_mixed_case(self.impl, plans, n, self.generator, self.dtype, self.device,
+            tokens, problems = _run_mixed_case(self.impl, plans, n, offset, self.streams, self.dtype, self.device,
                                                progress)
         if problems:
             exc = MalformedTrials("; ".join(problems))
             exc.trials = tokens
             raise exc
         return tokens
+
+    def extend(self, trials, more):
+        return SamplerTrials.join([trials, more])
+
+    def chunk(self, cell: Cell) -> int:
+        return chunk_rows(_subplans(cell)[0])
+
+    def monitors(self, cell: Cell, config: CheckConfig) -> list[LawMonitor]:
+        return cell_monitors(cell, config.seed)
+
+    def count(self, trials) -> int:
+        return len(_tok(trials))
 
     def finish(self, report: CheckReport, config: CheckConfig) -> None:
         cells = _select(config.cases)
@@ -731,7 +843,7 @@ def custom_case(name: str, p: np.ndarray, q: np.ndarray, description: str = "", 
     return SamplerCase(name, q.shape[0], q.shape[1], lambda rng: (_norm(p), _norm(q)), description or name, tv)
 
 
-def _run_case(impl, plan: CasePlan, generator, dtype, device, progress):
+def _run_case(impl, plan: CasePlan, streams: Streams, dtype, device, progress):
     # ~16 MB of inputs per call on CPU (mostly cache-resident for the implementation); an accelerator
     # wants larger batches. The input buffers are allocated once per case: fresh 120 MB tensors per
     # call cost page faults that were most of the V = 32,000 case's time.
@@ -740,15 +852,15 @@ def _run_case(impl, plan: CasePlan, generator, dtype, device, progress):
     chunk = max(1, min(plan.rows, int(floats // per_row)))
     laws = (torch.from_numpy(plan.p).to(device, dtype), torch.from_numpy(plan.q).to(device, dtype))
     # Every drafted token first, one draw per position: the inputs do not depend on the chunk size.
-    tokens = _draw_tokens(laws[1], plan.rows, generator)  # [rows, γ]
+    tokens = _draw_tokens(laws[1], plan.rows, streams.drafts)  # [rows, γ]
     # One allocation per case, refilled per call: fresh multi-MB tensors each call cost page faults.
     buffers = (laws[0].new_empty((chunk, *laws[0].shape)), laws[1].new_empty((chunk, *laws[1].shape)))
     outputs = []
     for start in range(0, plan.rows, chunk):
         n = min(chunk, plan.rows - start)
-        target, draft, x = _draw_inputs(plan, n, generator, dtype, device, laws=laws, out=buffers,
+        target, draft, x = _draw_inputs(plan, n, streams.drafts, dtype, device, laws=laws, out=buffers,
                                         tokens=tokens[start : start + n])
-        out = call_impl(impl, target, draft, x, generator, what=f"case {plan.case.name}")
+        out = call_impl(impl, target, draft, x, streams.impl, what=f"case {plan.case.name}")
         problems, out_tokens = _format_problems(out, x, plan.case.vocab)
         if out_tokens is None:
             return None, problems
@@ -765,10 +877,10 @@ def chunk_rows(plan: CasePlan) -> int:
     return max(1, int(CHUNK_FLOATS // ((2 * plan.case.gamma + 1) * plan.case.vocab)))
 
 
-def run_chunk(impl, plan: CasePlan, rows: int, generator, dtype, device) -> tuple[np.ndarray | None, list[str]]:
+def run_chunk(impl, plan: CasePlan, rows: int, streams: Streams, dtype, device) -> tuple[np.ndarray | None, list[str]]:
     """Draw `rows` fresh trials, call the implementation once, check the format: (tokens [rows, γ+1], problems)."""
-    target, draft, x = _draw_inputs(plan, rows, generator, dtype, device)
-    out = call_impl(impl, target, draft, x, generator, what=f"case {plan.case.name}")
+    target, draft, x = _draw_inputs(plan, rows, streams.drafts, dtype, device)
+    out = call_impl(impl, target, draft, x, streams.impl, what=f"case {plan.case.name}")
     problems, tokens = _format_problems(out, x, plan.case.vocab)
     return tokens, problems
 
@@ -777,11 +889,10 @@ def _reproducibility(impl, plan: CasePlan, seed: int, dtype, device) -> TestResu
     """Same inputs, same seed (generator and global RNG) twice: the outputs should be identical."""
     results = []
     for _ in range(2):
-        g = torch.Generator().manual_seed(seed + 1)
-        target, draft, x = _draw_inputs(plan, 256, g, dtype, device)
-        torch.manual_seed(seed + 1)
-        g.manual_seed(seed + 2)
-        results.append(call_impl(impl, target, draft, x, g, what="the reproducibility check"))
+        target, draft, x = _draw_inputs(plan, 256, torch_generator(seed, "probe", "inputs"), dtype, device)
+        seed_global(seed, "probe")
+        results.append(call_impl(impl, target, draft, x, torch_generator(seed, "probe", "impl"),
+                                 what="the reproducibility check"))
     same = isinstance(results[0], torch.Tensor) and isinstance(results[1], torch.Tensor) and \
         results[0].shape == results[1].shape and bool(torch.equal(results[0].cpu(), results[1].cpu()))
     return deterministic_result("reproducible_under_same_seed", same, n=256,

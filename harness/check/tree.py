@@ -11,7 +11,7 @@ tests it emits:
   follows parent links with the node tokens (a row's path is read as the lowest-index node sequence
   whose tokens match: with equal siblings, a rule that removes rejected tokens from its working law can
   only accept the first of them);
-- `tests_for_node_laws`: per node v reached with probability ≥ MIN_REACH, among the rows whose path
+- `tests_for_node_laws`: per node v reached with probability ≥ MIN_NODE_REACH, among the rows whose path
   reached v the next emitted token ~ p_v (the per-position battery of `harness.check.sampler`);
 - `tests_for_reach_bounds`: per node v, P(path reaches v) ≤ Σ_x min(Π p, Π m) along v's path, with m
   the marginal law of each path node's token (the universal coupling bound: the emitted prefix has the
@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from harness.check.config import DEFAULT_TREE_TV, MIN_NODE_REACH  # noqa: F401 - DEFAULT_TREE_TV: public
 from harness.check.engine import (
-    INCONCLUSIVE_TV,
     Cell,
     Check,
     CheckConfig,
@@ -50,6 +50,7 @@ from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import (
     CHUNK_FLOATS,
     MAX_CELLS,
+    Streams,
     _position_tests,
     _row_independence,
     _softmax,
@@ -62,10 +63,8 @@ from harness.stats import TestResult, binomial_event_test, samples_needed
 from specdec_ref.errors import SpecDecInputError
 from specdec_ref.tree import SCHEMES, TreeShape, sibling_laws, tree_shape, validate_tree
 
-MIN_REACH = 0.05  # nodes reached with lower probability (pilot run of the reference) are not law-tested
 PILOT_ROWS = 20_000  # rows of the reference used to estimate P(reach v) for planning
 BOUND_ENUMERATION_MAX = 1 << 22  # joint cells enumerated for one path bound
-DEFAULT_TV = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,7 +399,7 @@ def _plan_case(case: TreeCase) -> TreePlan:
     target = torch.from_numpy(p).expand(PILOT_ROWS, -1, -1)
     out = tree_verify_specinfer(target, probs, tokens, torch.tensor(shape.parents), g).numpy()
     reach = read_paths(out, tokens.numpy(), shape)[0].mean(0)
-    tested = [t for t in range(shape.n_nodes + 1) if reach[t] >= MIN_REACH]
+    tested = [t for t in range(shape.n_nodes + 1) if reach[t] >= MIN_NODE_REACH]
     return TreePlan(case, shape, p, q, reach, bounds, tested)
 
 
@@ -418,27 +417,13 @@ def plan_tree_rows(plans: list[TreePlan], *, tv: float, false_alarm_rate: float,
 
 # ---------------------------------------------------------------- the check
 
-def run_tree_check(
-    impl: Callable,
-    *,
-    impl_name: str = "impl",
-    false_alarm_rate: float = 1e-3,
-    tv: float = DEFAULT_TV,
-    power: float = 0.99,
-    seed: int = 0,
-    cases: list[str | TreeCase] | None = None,
-    max_rows: int = 200_000,
-    rows: int | None = None,
-    dtype: torch.dtype = torch.float32,
-    stop_on_fail: bool = False,
-    progress: Callable[[int], None] | None = None,
-    inconclusive_tv: float = INCONCLUSIVE_TV,
-) -> CheckReport:
-    """Run every tree case against `impl` (a tree verify) and decide with Holm at `false_alarm_rate`
-    (the check engine's driver: harness.check.engine.run_battery)."""
-    config = CheckConfig(impl=impl, level="sampler", family="tree", false_alarm_rate=false_alarm_rate, tv=tv,
-                         power=power, seed=seed, samples=rows, cases=cases, max_rows=max_rows,
-                         stop_on_fail=stop_on_fail, inconclusive_tv=inconclusive_tv)
+def run_tree_check(impl: Callable, config: CheckConfig | None = None, *, impl_name: str = "impl",
+                   dtype: torch.dtype = torch.float32, progress: Callable[[int], None] | None = None,
+                   **fields) -> CheckReport:
+    """Run every tree case against `impl` (a tree verify) and decide with Holm at the false-alarm rate
+    (the check engine's driver: harness.check.engine.run_battery); `fields` of CheckConfig as in
+    `run_sampler_check` (the family is tree)."""
+    config = CheckConfig.build(config, **{"family": "tree", **fields})
     report = run_battery(TreeSource(impl, dtype=dtype), config, impl_name=impl_name, progress=progress)
     report.level = "tree"
     return report
@@ -464,7 +449,7 @@ def _node_laws_samples(cell: Cell, tv: float, level: float, power: float) -> int
 
 def _rarely(reached: np.ndarray, t: int) -> bool:
     """Node t is reached by this implementation too rarely to be in the headline TV (a wasteful rule)."""
-    return t > 0 and reached[:, t].mean() < MIN_REACH
+    return t > 0 and reached[:, t].mean() < MIN_NODE_REACH
 
 
 def _node_laws_shortfall(cell: Cell, trials, tv: float, level: float, power: float) -> int:
@@ -510,8 +495,7 @@ class TreeSource(TrialSource):
         self.impl, self.dtype = impl, dtype
 
     def cells(self, config: CheckConfig) -> list[Cell]:
-        torch.manual_seed(config.seed)
-        self.generator = torch.Generator().manual_seed(config.seed)
+        self.streams = Streams.of(config.seed)
         cells = []
         for case in select_cases(config.cases):
             plan = _plan_case(case)
@@ -524,7 +508,7 @@ class TreeSource(TrialSource):
 
     def draw(self, cell: Cell, n: int, progress):
         plan = dataclasses.replace(cell.data, rows=n)
-        out, tokens, problems = _run_case(self.impl, plan, self.generator, self.dtype)
+        out, tokens, problems = _run_case(self.impl, plan, self.streams, self.dtype)
         if progress:
             progress(n)
         if problems:
@@ -540,7 +524,7 @@ class TreeSource(TrialSource):
         return len(trials[0])
 
     def finish(self, report: CheckReport, config: CheckConfig) -> None:
-        report.notes.append(f"nodes reached with probability < {MIN_REACH} by the reference (or by this "
+        report.notes.append(f"nodes reached with probability < {MIN_NODE_REACH} by the reference (or by this "
                             "implementation) are not in the headline TV; reach tests gate on the universal bound "
                             "Σ min(Π p, Π q) of each node's path")
 
@@ -549,7 +533,7 @@ def select_cases(cases: list[str | TreeCase] | None) -> list[TreeCase]:
     return select(cases, CASES, "tree case")
 
 
-def _run_case(impl, plan: TreePlan, generator, dtype):
+def _run_case(impl, plan: TreePlan, streams, dtype):
     """-> (emitted [rows, D+1] or None, node tokens [rows, N], format problems)."""
     N, V = plan.shape.n_nodes, plan.vocab
     chunk = max(1, min(plan.rows, int(CHUNK_FLOATS // ((2 * N + 1) * V))))
@@ -559,9 +543,9 @@ def _run_case(impl, plan: TreePlan, generator, dtype):
     outs, all_tokens = [], []
     for start in range(0, plan.rows, chunk):
         n = min(chunk, plan.rows - start)
-        tokens, probs = draw_tree(plan.shape, q, plan.case.scheme, n, generator)
+        tokens, probs = draw_tree(plan.shape, q, plan.case.scheme, n, streams.drafts)
         target = p.expand(n, -1, -1).contiguous()
-        out = call_impl(impl, target, probs.to(dtype), tokens, parents.clone(), generator,
+        out = call_impl(impl, target, probs.to(dtype), tokens, parents.clone(), streams.impl,
                         what=f"tree case {plan.case.name}")
         problems, arr = format_problems(out, tokens.numpy(), plan.shape, V)
         if arr is None:

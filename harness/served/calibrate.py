@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from harness.campaign import clopper_pearson, family_p
-from harness.served.check import EngineConfig, run_engine_check
-from harness.served.serve import serving
 from harness.pairs import get_pair
 from harness.records import atomic_write_json, provenance
+from harness.served.check import EngineConfig, run_engine_check
+from harness.served.serve import serving
 
 PAIR = "toy-low"  # α ≈ 0.2: residual and bonus paths run often, as in the generation-level campaign
 GATE = 1e-3
@@ -58,8 +58,8 @@ def _summary(name: str, kind: str, ground_truth: str, rows: list[dict]) -> dict:
 def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, other_samples: int,
               mutant_samples: int, on_row=None) -> dict:
     """All rows; `on_row(partial result)` after each (so an interrupted calibration still leaves its rows)."""
-    from harness.served.probe import probe
     from harness.mutants.registry import implementations
+    from harness.served.probe import probe
     from specdec_ref.adapters import generate
 
     torch.set_num_threads(1)

@@ -27,11 +27,11 @@ from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
 from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
 from harness.check.report import CheckReport, deterministic_result
+from harness.errors import HarnessError
 from harness.served import battery
 from harness.served.client import EngineClient, EngineError, ResponseStore, config_hash
 from harness.served.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
 from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tokenizer_for
-from harness.errors import HarnessError
 from harness.stats import TestResult
 
 GROUND_TRUTHS = ("auto", "local", "score", "two-sample")

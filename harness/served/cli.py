@@ -88,8 +88,8 @@ def add_serve_arguments(parser) -> None:
 
 def run_serve(args) -> int:
     from harness.check.api import resolve
-    from harness.served.serve import serve_forever
     from harness.pairs import get_pair
+    from harness.served.serve import serve_forever
 
     impl = resolve(args.impl, "generation")
     if args.port < 0 or args.port > 65535 or args.gamma < 1:

@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-from harness.served.text import IdTokenizer, decode, encode, token_name, tokenizer_for
 from harness.errors import HarnessError
+from harness.served.text import IdTokenizer, decode, encode, token_name, tokenizer_for
 from specdec_ref.generate import default_eos, eos_set
 from specdec_ref.processing import logits_to_probs
 

@@ -30,10 +30,10 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import chi2, kstwo, ncx2, norm
 
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
 from harness.stats.pooling import DEFAULT_MIN_EXPECTED, pool_by_labels, pool_labels
 
-DEFAULT_ALPHA = 1e-3
-DEFAULT_POWER = 0.95
+DEFAULT_ALPHA = DEFAULT_FALSE_ALARM_RATE  # default per-test level of the functions here
 
 _ALTERNATIVES = ("two-sided", "greater", "less")
 
