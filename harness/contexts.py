@@ -1,5 +1,9 @@
 """The declared context catalogue of the generation and engine levels (issue 19).
 
+Declared here (next to the prompt set, harness/data/prompts.jsonl) because the CLI's default plan draws
+from it and the mechanism imports nothing from suites/; the campaign that measures what it buys lives in
+suites/contexts/campaign.py.
+
 A sampling cell tests the law of a whole generate() at the contexts it is given. Two prompts of four
 tokens (the toy pairs' own) reach absolute positions 4–7 only; bugs that live at a cache-block boundary,
 after the first few steps, once a token repeats, or when two prompts share a prefix never show there.
@@ -13,6 +17,7 @@ many contexts with a few samples each:
   so a prefix cache keyed on too short a prefix serves one prompt the other's keys;
 - **resampled** (any pair): prefixes of the target's own earlier samples (plain target sampling, T = 1,
   from a short random start), cut at lengths spread the same way: contexts the model itself makes;
+- **prompts**: the pair's own prompts (the toy pairs' eight 4-token prompts), now with long continuations;
 - **chat / code / summarize** (real pairs): the project's prompt set (harness/data/prompts.jsonl)
   through the tokenizer's chat template.
 
@@ -28,10 +33,11 @@ import torch
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # the common paged-KV block sizes (vLLM, SGLang, TensorRT-LLM)
 CONTINUATION = 40  # new tokens per sample on the toy pairs: ≥ 33 passes two 16-token boundaries
 SHARED_PREFIX = 16  # the random family's prompt pairs share one 16-token cache block
-# Prompt lengths 1, 23, 45, …, 265: windows of 40 new positions overlap (every residue mod 256 is reached,
-# positions 1 … 304 straddle the 16 … 256 boundaries) and few distinct lengths keep generate() calls few and
-# wide (contexts of one length share a call). Many contexts per length, few samples per context.
-LENGTHS = tuple(range(1, 266, 22))
+# Prompt lengths 1, 18, 35, …, 256 (step 17): the first block starts at every residue mod 16, windows of 40
+# new positions overlap (positions 1 … 295: every residue mod 256, the 16 … 256 boundaries straddled), and
+# few distinct lengths keep generate() calls few and wide (contexts of one length share a call). Many
+# contexts per length, few samples per context.
+LENGTHS = tuple(range(1, 257, 17))
 PAIRS_PER_LENGTH = 8  # random family: 8 prompt pairs (16 prompts) per length
 RESAMPLED_CHAINS = 16  # target samples the resampled family cuts its prefixes from (one context per length each)
 RESAMPLED_LENGTHS = tuple(max(8, n) for n in LENGTHS)
@@ -98,7 +104,12 @@ def catalogue(pair, *, seed: int = 0) -> list[Context]:
     if tokenizer is not None:
         return real_contexts(tokenizer) + resampled_contexts(pair.target, pair.vocab_size, seed=seed, chains=2,
                                                              lengths=(32, 64, 128))
-    return random_contexts(pair.vocab_size, seed=seed) + resampled_contexts(pair.target, pair.vocab_size, seed=seed)
+    key = ("_contexts", seed)
+    if key not in pair.meta:  # built once per pair object (the resampled family samples the target)
+        own = [Context(tuple(p), "prompts", f"prompts/{i}") for i, p in enumerate(pair.prompts or [])]
+        pair.meta[key] = own + random_contexts(pair.vocab_size, seed=seed) + resampled_contexts(
+            pair.target, pair.vocab_size, seed=seed)
+    return pair.meta[key]
 
 
 def coverage(contexts: list[Context], continuation: int = CONTINUATION) -> dict:
@@ -111,3 +122,9 @@ def coverage(contexts: list[Context], continuation: int = CONTINUATION) -> dict:
         out[size] = {"missing_residues": sorted(set(range(size)) - reached), "min_boundaries_passed": min(crossings),
                      "contexts_straddling": sum(x > 0 for x in crossings)}
     return out
+
+
+def plan(pair, *, seed: int = 0) -> dict:
+    """The `contexts` argument of harness.check.generation.GenerationSource for `pair`."""
+    return {"contexts": catalogue(pair, seed=seed), "block_sizes": BLOCK_SIZES,
+            "length": CONTINUATION if pair.vocab_size <= 64 else None}

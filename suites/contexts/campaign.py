@@ -1,0 +1,113 @@
+"""Issue 19 campaign: the context-diverse default plan on the toy pair, measured.
+
+    python -m suites.contexts.campaign --out results/contexts [--seeds 20 --control-seeds 200 --budget-s 2400]
+
+1. one run each of the old plan (the pair's two prompts, 20,000 samples per cell, `--contexts none`) and the
+   new default plan (prompt cells + contexts cells, harness/contexts.py), the reference generate(), timed
+   in one process with the load average beside them;
+2. the sampling-path block-boundary mutant (harness.mutants.generation:stale_page_at_block_boundary_sampling)
+   at the default plan over `--seeds` seeds (detections at the gate);
+3. the reference at the default plan over up to `--control-seeds` seeds (false alarms at the gate), as many as
+   fit in `--budget-s` seconds; the count that ran is what the README states.
+Each run takes the machine's CPU lock (/tmp/specdec-cpu.lock) for itself, so other heavy jobs interleave.
+Writes OUT/campaign.json after every run (an interrupted campaign keeps what it measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import time
+
+import torch
+
+from harness.check.generation import run_generation_check
+from harness.contexts import coverage, plan
+from harness.mutants import get
+from harness.pairs import get_pair
+from harness.records import atomic_write_json, provenance
+from specdec_ref.adapters import generate as reference_generate
+
+GATE = 1e-3  # the family-wise false-alarm rate of `specdec verify` (its default)
+MUTANT = "stale_page_at_block_boundary_sampling"
+LOCK = "/tmp/specdec-cpu.lock"
+
+
+@contextlib.contextmanager
+def cpu_lock(path: str = LOCK):
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def one_run(impl, pair, seed: int, *, contexts: bool, samples: int | None = None, stop_on_fail: bool) -> dict:
+    with cpu_lock():
+        load_before, started = _load(), time.perf_counter()
+        report = run_generation_check(impl, pair, seed=seed, false_alarm_rate=GATE, samples=samples,
+                                      stop_on_fail=stop_on_fail, contexts=plan(pair, seed=seed) if contexts else None)
+        seconds = time.perf_counter() - started
+    families = {c["name"]: c["detectable_tv_per_family"] for c in report.cases if "detectable_tv_per_family" in c}
+    return {"seed": seed, "verdict": report.verdict, "fail": report.verdict == "fail", "seconds": round(seconds, 1),
+            "load_before": load_before, "load_after": _load(), "samples": report.samples,
+            "detectable_tv": report.detectable_tv, "detectable_tv_per_family": families,
+            "rejected": [t.name for t in report.tests if t.reject][:6], "declared_tests": report.declared_tests}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="results/contexts")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--control-seeds", type=int, default=200)
+    ap.add_argument("--budget-s", type=float, default=2400.0, help="stop starting control runs after this")
+    ap.add_argument("--skip-timing", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    os.makedirs(args.out, exist_ok=True)
+    started = time.monotonic()
+    pair = get_pair("toy")
+    result = {"command": "python -m suites.contexts.campaign " + " ".join(argv or []), "gate": GATE,
+              "pair": "toy", "mutant": MUTANT, "coverage": {str(k): v for k, v in coverage(plan(pair)["contexts"]).items()},
+              "provenance": provenance(seed=0, device="cpu", dtype="float64"), "timing": {}, "mutant_runs": [],
+              "control_runs": []}
+    path = f"{args.out}/campaign.json"
+
+    def save():
+        m, c = result["mutant_runs"], result["control_runs"]
+        result["summary"] = {"mutant_detected": sum(r["fail"] for r in m), "mutant_seeds": len(m),
+                             "control_false_alarms": sum(r["fail"] for r in c), "control_seeds": len(c)}
+        atomic_write_json(path, result)
+
+    if not args.skip_timing:
+        result["timing"]["old_plan"] = one_run(reference_generate, pair, 0, contexts=False, samples=20_000,
+                                               stop_on_fail=False)
+        result["timing"]["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False)
+        save()
+        print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in result["timing"].items()}, flush=True)
+    mutant = get(MUTANT).fn
+    for s in range(args.seeds):
+        result["mutant_runs"].append(one_run(mutant, pair, 100 + s, contexts=True, stop_on_fail=True))
+        save()
+        print("mutant", s, result["mutant_runs"][-1]["verdict"], result["mutant_runs"][-1]["seconds"], flush=True)
+    for s in range(args.control_seeds):
+        if time.monotonic() - started > args.budget_s:
+            break
+        result["control_runs"].append(one_run(reference_generate, pair, 1000 + s, contexts=True, stop_on_fail=False))
+        save()
+        print("control", s, result["control_runs"][-1]["verdict"], result["control_runs"][-1]["seconds"], flush=True)
+    save()
+    print(result["summary"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
