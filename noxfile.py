@@ -34,9 +34,20 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the whole tree."""
-    session.install("ruff")
+    """ruff over the whole tree, then the import-layer contracts of pyproject.toml (import-linter)."""
+    session.install("ruff", "import-linter")
     session.run("ruff", "check", ".")
+    session.run("lint-imports")
+
+
+@nox.session(default=False)
+def invariance(session: nox.Session) -> None:
+    """The invariance suite's full profile: generated lossless rules per trial source in every driver mode,
+    planted slips -> results/invariance (the fast profile runs in `tests`)."""
+    install(session)
+    session.run("pytest", "tests/check/test_invariance.py", "tests/check/test_verdict_paths.py", "-m", "slow or not slow",
+                *session.posargs)
+    session.run("specdec", "campaign", "invariance", "--rules", "200", "--out", "results/invariance")
 
 
 @nox.session(default=False)
@@ -80,7 +91,7 @@ def engines(session: nox.Session) -> None:
     session.run("pytest", "tests/test_served_serve.py", "tests/test_served_client.py", "tests/test_served_battery.py",
                 "tests/test_served_check.py", "tests/test_served_cli.py", "tests/test_served_llamacpp.py",
                 *session.posargs)
-    session.run("python", "-m", "harness.served.llamacpp", "--out", "results/findings/llamacpp")
+    session.run("specdec", "campaign", "llamacpp", "--out", "results/findings/llamacpp")
 
 
 @nox.session(default=False)

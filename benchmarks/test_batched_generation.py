@@ -4,7 +4,7 @@
     pytest benchmarks/test_batched_generation.py -m "slow"            # the SmolLM2 comparison (minutes)
 
 The SmolLM2 case measures both paths on the same 64 sequences and lengths in one run and fails when the
-reference is more than 2x slower in tokens/s (the full-size run with the check: harness.bench.batched).
+reference is more than 2x slower in tokens/s (the full-size run with the check: specdec campaign bench_batched).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.bench.batched import reference_tokens_per_s, throughput
 from harness.models import smollm2
 from harness.pairs import get_pair
+from suites.campaigns.bench_batched import reference_tokens_per_s, throughput
 
 _available, _why = smollm2.smollm2_available()
 

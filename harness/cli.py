@@ -12,6 +12,7 @@ import sys
 
 from harness import preflight
 from harness.adapters.calling import ImplementationError
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.errors import HarnessError
 from harness.progress import Progress
 from specdec_ref.errors import SpecDecInputError
@@ -195,12 +196,18 @@ def fail_line(report) -> str:
 def _cmd_mutants(args) -> int:
     from pathlib import Path
 
-    from harness.campaign import CampaignConfig, run_campaign, write_report
     from harness.executor import Journal
+
+    zoo = policy("zoo")
+    args.out = args.out or zoo.DEFAULT_OUT
+    CampaignConfig, run_campaign, write_report = zoo.CampaignConfig, zoo.run_campaign, zoo.write_report  # noqa: N806
 
     chosen = {k: v for k, v in (("seeds", args.seeds), ("control_seeds", args.control_seeds)) if v is not None}
     make = CampaignConfig.quick if args.quick else CampaignConfig
-    config = make(gate_alpha=args.alpha, only=tuple(args.only or ()), scheduler=args.scheduler,
+    if args.alpha is not None:
+        print("specdec: warning: --alpha is deprecated, use --false-alarm-rate", file=sys.stderr)
+        args.false_alarm_rate = args.alpha
+    config = make(gate=args.false_alarm_rate, only=tuple(args.only or ()), scheduler=args.scheduler,
                   dask_workers=args.workers, **chosen)
     if config.seeds < 1 or config.control_seeds < 1:
         raise HarnessError("--seeds and --control-seeds must be >= 1")
@@ -263,8 +270,9 @@ def _cmd_numerics(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from harness.demo import choose_pair, run_demo
-
+    demo = policy("demo")
+    choose_pair, run_demo = demo.choose_pair, demo.run_demo
+    args.out = args.out or demo.DEFAULT_OUT
     preflight.common(args)
     pair, reason = choose_pair()
     print(f"specdec demo: using {reason}", flush=True)
@@ -291,9 +299,50 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
+def policy(name: str):
+    """A campaign of the policy layer (suites/campaigns/NAME.py), loaded by name: the mechanism (harness)
+    never imports the policy statically (an import-linter contract)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"suites.campaigns.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("suites"):
+            raise HarnessError(f"unknown campaign {name!r}; available: {', '.join(campaign_names())}") from None
+        raise
+
+
+def campaign_names() -> list[str]:
+    import importlib.util
+    import pkgutil
+
+    spec = importlib.util.find_spec("suites.campaigns")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return sorted(m.name for m in pkgutil.iter_modules(spec.submodule_search_locations) if not m.name.startswith("_"))
+
+
+def _cmd_campaign(args) -> int:
+    module = policy(args.name)
+    return int(module.main(args.args) or 0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specdec", description=__doc__.splitlines()[0])
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("specdec")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        release = "unknown (not installed)"
+    parser.add_argument("--version", action="version", version=f"specdec {release}")
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("campaign", help="run a campaign of suites/campaigns (calibrations, zoo profiles) -> results/",
+                       description="Campaigns: " + ", ".join(campaign_names()) + ". Options after the name go to "
+                       "the campaign (`specdec campaign NAME --help`).")
+    p.add_argument("name", metavar="NAME", help="one of: " + ", ".join(campaign_names()))
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the campaign's own options")
+    p.set_defaults(func=_cmd_campaign)
     p = sub.add_parser("pairs", help="list registered model pairs and whether each is available here")
     p.set_defaults(func=_cmd_pairs)
 
@@ -343,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=run_bench)
 
     p = sub.add_parser("demo", help="the main job end to end on the embedded default pair -> results/demo")
-    p.add_argument("--out", default="results/demo", help="results folder (untracked; the documented example "
+    p.add_argument("--out", default=None, help="results folder (default results/demo: untracked; the documented example "
                    "lives in docs/example-demo)")
     p.add_argument("--quick", action="store_true", help="smaller samples (a minute or two)")
     add_threads(p)
@@ -374,9 +423,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seeds per correct control (false-alarm rate); default 200 (quick: 20)")
     p.add_argument("--quick", action="store_true",
                    help="the CI profile of `nox -s lossless`: fewer seeds, no detection-vs-samples curve (minutes)")
-    p.add_argument("--alpha", type=float, default=1e-3, help="gate: family-wise false-alarm rate")
+    p.add_argument("--false-alarm-rate", type=float, default=DEFAULT_FALSE_ALARM_RATE,
+                   help="gate: family-wise false-alarm rate of every run")
+    p.add_argument("--alpha", type=float, default=None, help="deprecated alias of --false-alarm-rate")
     p.add_argument("--only", nargs="+", help="run only these implementations")
-    p.add_argument("--out", default="results/lossless")
+    p.add_argument("--out", default=None, help="results folder (default results/lossless)")
     add_threads(p)
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on the workers of this dask scheduler")
     p.add_argument("--workers", type=int, metavar="N", help="run on a local dask cluster of N worker processes")

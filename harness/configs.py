@@ -19,11 +19,12 @@ from harness.errors import HarnessError
 
 def option(default: Any, flag: str | None, help: str, parse: Callable[[str], Any] | None = None,
            metavar: str | None = None, action: str | None = None, choices: tuple | None = None,
-           aliases: tuple[str, ...] = ()) -> Any:
-    """A dataclass field with its command-line flag (flag None: Python API only, no flag)."""
+           aliases: tuple[str, ...] = (), group: str | None = None) -> Any:
+    """A dataclass field with its command-line flag (flag None: Python API only, no flag); `group` names the
+    --help section it is listed in."""
     return dataclasses.field(default=default, metadata={"flag": flag, "help": help, "parse": parse,
                                                         "metavar": metavar, "action": action,
-                                                        "choices": choices, "aliases": aliases})
+                                                        "choices": choices, "aliases": aliases, "group": group})
 
 
 def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -45,9 +46,16 @@ def cli_fields(cls) -> list[dataclasses.Field]:
 
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls,
                   defaults: dict[str, Any] | None = None) -> None:
-    """One flag per field of `cls` that declares one; `defaults` overrides a field's default for this parser."""
+    """One flag per field of `cls` that declares one; `defaults` overrides a field's default for this parser.
+    Fields that name a `group` are listed under that heading of --help (groups in the order they first appear)."""
+    groups: dict[str, Any] = {}
     for field in cli_fields(cls):
         meta = field.metadata
+        target = parser
+        if meta.get("group") and hasattr(parser, "add_argument_group"):
+            if meta["group"] not in groups:
+                groups[meta["group"]] = parser.add_argument_group(meta["group"])
+            target = groups[meta["group"]]
         default = (defaults or {}).get(field.name, field.default)
         kwargs: dict[str, Any] = {"dest": field.name, "help": meta["help"], "default": default}
         if meta["action"]:
@@ -58,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls
                 kwargs["type"] = _argparse_type(meta["parse"])
             if meta["choices"]:
                 kwargs["choices"] = meta["choices"]
-        parser.add_argument(meta["flag"], *meta["aliases"], **kwargs)
+        target.add_argument(meta["flag"], *meta["aliases"], **kwargs)
 
 
 def from_args(cls, args: argparse.Namespace, **extra):

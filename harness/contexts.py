@@ -2,7 +2,7 @@
 
 Declared here (next to the prompt set, harness/data/prompts.jsonl) because the CLI's default plan draws
 from it and the mechanism imports nothing from suites/; the campaign that measures what it buys lives in
-suites/contexts/campaign.py.
+suites/campaigns/contexts.py.
 
 A sampling cell tests the law of a whole generate() at the contexts it is given. Two prompts of four
 tokens (the toy pairs' own) reach absolute positions 4–7 only; bugs that live at a cache-block boundary,

@@ -115,7 +115,7 @@ def test_batched_bench_reports_the_checks_achieved_tv(tmp_path):
     the whole report; a part this run skipped is absent, never taken from an earlier run."""
     import json
 
-    from harness.bench import batched
+    from suites.campaigns import bench_batched as batched
 
     assert batched.main(["--pair", "toy", "--rows", "0", "--samples", "300", "--length", "3", "--threads", "1",
                          "--out", str(tmp_path)]) == 0

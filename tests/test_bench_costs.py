@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from harness.bench.costs import break_even_alpha, cost_model, main
 from harness.bench.theory import expected_tokens_per_call
 from harness.pairs import get_pair
+from suites.campaigns.bench_costs import break_even_alpha, cost_model, main
 
 
 @pytest.mark.parametrize("gamma,r,c", [(1, 1.0, 0.1), (2, 1.4, 0.2), (4, 2.0, 0.05), (8, 3.0, 0.3)])

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from harness.campaign import (
+from harness.cli import main
+from suites.campaigns.zoo import (
     CampaignConfig,
     below_resolution,
     campaign_ok,
@@ -14,7 +15,6 @@ from harness.campaign import (
     run_campaign,
     write_report,
 )
-from harness.cli import main
 
 
 def test_clopper_pearson_known_values():
@@ -74,7 +74,7 @@ def test_quick_profile_and_cli(tmp_path, capsys):
 
 def test_campaign_runs_every_step_family():
     """The zoo's tree and draft-and-verify entries run through their own checks (mutants caught)."""
-    from harness.campaign import CampaignConfig, run_campaign
+    from suites.campaigns.zoo import CampaignConfig, run_campaign
 
     names = ("specinfer_q_for_unsampled_candidates", "argmax_drafts_softmax_q", "block_token_level_accept")
     from harness.mutants import implementations

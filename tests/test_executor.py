@@ -11,9 +11,9 @@ import zlib
 
 import pytest
 
-from harness.campaign import CampaignConfig, run_campaign
 from harness.errors import HarnessError
 from harness.executor import DaskExecutor, Journal, LocalExecutor, run_cells
+from suites.campaigns.zoo import CampaignConfig, run_campaign
 from tests.impls.cells import logged_run_task, seeded_cell, starts
 
 

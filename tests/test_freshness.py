@@ -66,7 +66,7 @@ def test_committed_example_rows_are_never_resumable_here():
 
 
 def test_demo_sweep_never_resumes():
-    from harness.demo import demo_bench_config
+    from suites.campaigns.demo import demo_bench_config
 
     for pair in ("toy", "smollm2"):
         assert demo_bench_config(pair, Path("x"), quick=True).resume is False
@@ -75,7 +75,7 @@ def test_demo_sweep_never_resumes():
 @pytest.mark.slow
 def test_demo_measures_every_cell_even_over_the_committed_rows(tmp_path, monkeypatch):
     """The issue's fresh clone: results/demo held another commit's rows.jsonl; the demo must measure all cells."""
-    from harness import demo
+    from suites.campaigns import demo
 
     monkeypatch.setattr(demo, "choose_pair", lambda: ("toy", "the toy pair (test)"))
     (tmp_path / "bench").mkdir()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.check.sequential_study import calibration_ok, power_ok, summarise
+from suites.campaigns.sequential import calibration_ok, power_ok, summarise
 
 
 def _cal(fails: int, runs: int = 200) -> list[dict]:
@@ -34,7 +34,7 @@ def test_power_criterion_flags_slow_and_missed_mutants():
 
 @pytest.mark.parametrize("value", ["abc", "0", "1.5"])
 def test_bad_calibration_tv_is_a_usage_error(value, capsys):
-    from harness.check.sequential_study import main
+    from suites.campaigns.sequential import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["--calibrate", "--calibration-tv", value])

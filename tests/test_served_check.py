@@ -1,4 +1,4 @@
-"""End to end over HTTP against `specdec serve` (small samples: CI-fast). Calibration: harness.served.calibrate."""
+"""End to end over HTTP against `specdec serve` (small samples: CI-fast). Calibration: suites.campaigns.engine."""
 
 from __future__ import annotations
 

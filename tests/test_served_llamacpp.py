@@ -6,7 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from harness.served.llamacpp import FINDING_PROMPT, NO_TRUNCATION, llamacpp_available, llamacpp_server
+from harness.served.llamacpp import llamacpp_available, llamacpp_server
+from suites.campaigns.llamacpp import FINDING_PROMPT, NO_TRUNCATION
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow,
               pytest.mark.skipif(not llamacpp_available()[0], reason=llamacpp_available()[1])]

@@ -43,62 +43,63 @@ class CheckConfig:
     from these fields (harness.configs)."""
 
     impl: Any = option(None, "--impl", "MODULE:CALLABLE, e.g. specdec_ref.adapters:verify (the implementation "
-                       "under test)", metavar="MODULE:CALLABLE")
+                       "under test)", metavar="MODULE:CALLABLE", group='what to check')
     level: str = option("sampler", "--level", "sampler: one verification step (contract §1a); generation: a "
-                        "whole generate() (§1b); engine: a served engine over HTTP", choices=LEVELS)
+                        "whole generate() (§1b); engine: a served engine over HTTP", choices=LEVELS, group='what to check')
     family: str = option("chain", "--family", "verifier family of a sampler-level implementation: chain "
-                         "(token by token), block (block verification), tree", choices=FAMILIES)
+                         "(token by token), block (block verification), tree", choices=FAMILIES, group='what to check')
     step: str = option("verify", "--step", "sampler level: what the implementation does in one step — verify "
                        "(the harness draws the drafts, contract §1a) or draft_and_verify (it draws its own drafts from "
-                       "q and verifies them, §1d)", choices=STEPS)
-    pair: str = option("toy", "--pair", "generation level: model pair (see `specdec pairs`)", metavar="NAME")
+                       "q and verifies them, §1d)", choices=STEPS, group='what to check')
+    pair: str = option("toy", "--pair", "generation level: model pair (see `specdec pairs`)", metavar="NAME", group="generation level (--level generation; the engine level's local ground truth too)")
     target: str | None = option(None, "--target", "generation level: target checkpoint (hub id or local path), "
-                                "with --draft", metavar="PATH")
-    draft: str | None = option(None, "--draft", "generation level: draft checkpoint, with --target", metavar="PATH")
+                                "with --draft", metavar="PATH", group="generation level (--level generation; the engine level's local ground truth too)")
+    draft: str | None = option(None, "--draft", "generation level: draft checkpoint, with --target", metavar="PATH", group="generation level (--level generation; the engine level's local ground truth too)")
     false_alarm_rate: float = option(DEFAULT_FALSE_ALARM_RATE, "--false-alarm-rate", "family-wise false-alarm "
-                                     "rate: a correct implementation fails with probability <= this", _rate, "A")
+                                     "rate: a correct implementation fails with probability <= this", _rate, "A", group='statistics: false alarms, power, sample size (every level)')
     tv: float | None = option(None, "--tv", f"sampler level: smallest total variation to detect at --power at "
                               f"every tested position (default {DEFAULT_TV:g}; tree family {DEFAULT_TREE_TV:g})",
-                              float, "EPS")
-    power: float = option(DEFAULT_POWER, "--power", "probability of detecting a discrepancy of --tv", float, "P")
-    seed: int = option(0, "--seed", "seed of every random draw of the run", int, "S")
+                              float, "EPS", group='statistics: false alarms, power, sample size (every level)')
+    power: float = option(DEFAULT_POWER, "--power", "probability of detecting a discrepancy of --tv", float, "P", group='statistics: false alarms, power, sample size (every level)')
+    seed: int = option(0, "--seed", "seed of every random draw of the run", int, "S", group='statistics: false alarms, power, sample size (every level)')
     samples: int | None = option(None, "--samples", "override the planned trials (per case / per prompt and "
-                                 "setting)", int, "N")
+                                 "setting)", int, "N", group='statistics: false alarms, power, sample size (every level)')
     cases: list[str] | None = option(None, None, "sampler level: run only these configurations")
-    gamma: int = option(DEFAULT_GAMMA, "--gamma", "generation level: drafted tokens per step", int, "G")
+    gamma: int = option(DEFAULT_GAMMA, "--gamma", "generation level: drafted tokens per step", int, "G", group="generation level (--level generation; the engine level's local ground truth too)")
     length: int | None = option(None, "--length", "generation and engine levels: new tokens per sample (default "
-                                "3 for V <= 64, where the exact joint law is enumerated, else 16)", int, "N")
-    device: str = option("cpu", "--device", "torch device (cpu, cuda, cuda:1, ...)", metavar="DEV")
+                                "3 for V <= 64, where the exact joint law is enumerated, else 16)", int, "N", group="generation level (--level generation; the engine level's local ground truth too)")
+    device: str = option("cpu", "--device", "torch device (cpu, cuda, cuda:1, ...)", metavar="DEV", group='running')
     dtype: str | None = option(None, "--dtype", "generation level: model dtype, e.g. bfloat16 (default float32 on "
                                "CPU); greedy divergences are then classified against that dtype's rounding",
-                               metavar="DT")
+                               metavar="DT", group="generation level (--level generation; the engine level's local ground truth too)")
     time_budget_s: float | None = option(None, "--time-budget", "generation level: stop sampling after this many "
-                                         "seconds (the achieved detectable TV is reported)", float, "SECONDS")
+                                         "seconds (the achieved detectable TV is reported)", float, "SECONDS", group="generation level (--level generation; the engine level's local ground truth too)")
     max_rows: int = option(DEFAULT_MAX_ROWS, "--max-rows", "sampler level: cap on the rows of one case (a position reached "
-                           "less often than planned keeps sampling up to this)", int, "N")
+                           "less often than planned keeps sampling up to this)", int, "N", group='statistics: false alarms, power, sample size (every level)')
     inconclusive_tv: float = option(INCONCLUSIVE_TV, "--inconclusive-tv", "a run whose achieved detectable TV is "
-                                    "above this is INCONCLUSIVE (exit 3), not PASS", float, "EPS")
+                                    "above this is INCONCLUSIVE (exit 3), not PASS", float, "EPS", group='statistics: false alarms, power, sample size (every level)')
     settings: list[str] | None = option(None, "--setting", "generation level: a sampling setting, e.g. "
                                         "'T=0.8,top_p=0.95,min_p=0.05,repetition_penalty=1.2,logit_bias=5:+1' (repeatable), "
-                                        "or 'battery' / 'default' (greedy, T=0.7/top-p 0.9, T=1)", action="append")
+                                        "or 'battery' / 'default' (greedy, T=0.7/top-p 0.9, T=1)", action="append", group="generation level (--level generation; the engine level's local ground truth too)")
     # The processing conventions of specdec_ref.processing.ORDERS (written out: this module stays torch-free).
     processing_order: str = option("standard", "--processing-order", "generation level: the processing "
-                                   "convention the implementation declares", choices=PROCESSING_ORDERS)
+                                   "convention the implementation declares", choices=PROCESSING_ORDERS, group="generation level (--level generation; the engine level's local ground truth too)")
     contexts: str = option("catalogue", "--contexts", "generation level: 'catalogue' adds cells that pool the PIT "
                            "over many contexts (harness/contexts.py: spread prompt lengths, long continuations, the "
-                           "model's own samples); 'none': the pair's prompts only", choices=("catalogue", "none"))
+                           "model's own samples); 'none': the pair's prompts only", choices=("catalogue", "none"),
+                           group="generation level (--level generation; the engine level's local ground truth too)")
     score_dtype: str = option("float64", "--score-dtype", "generation level: precision of the ground truth the "
                               "outputs are scored against: float64 (a float64 copy of the target, exact; twice "
                               "its memory) or model (the target as loaded: cheaper, the precision it runs in)",
-                              choices=("float64", "model"))
+                              choices=("float64", "model"), group="generation level (--level generation; the engine level's local ground truth too)")
     timeout_s: float | None = option(None, "--timeout", "one implementation call longer than this fails the run "
-                                     "(a hang is a bug: exit 1)", float, "SECONDS")
+                                     "(a hang is a bug: exit 1)", float, "SECONDS", group='running')
     sequential: bool = option(False, "--sequential", "anytime-valid early stopping (e-processes, Ville's "
                               "inequality): stop at the first crossing, else decide at the planned n (levels without "
                               "e-processes run their fixed-n plan and say so)",
-                              action="store_true")
+                              action="store_true", group='statistics: false alarms, power, sample size (every level)')
     stop_on_fail: bool = option(True, "--no-early-stop", "draw every planned sample even after the verdict is "
-                                "decided", action="store_false")
+                                "decided", action="store_false", group='statistics: false alarms, power, sample size (every level)')
 
     def __post_init__(self):
         if self.tv is None:  # the family's default; an explicit --tv is kept whatever the family

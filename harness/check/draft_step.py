@@ -18,7 +18,6 @@ false alarms of the controls (see `calibrate`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -147,54 +146,3 @@ class DraftStepSource(SamplerSource):
     def finish(self, report: CheckReport, config) -> None:
         report.notes.append("drafts drawn by the implementation, checked against q per position; "
                             f"omnibus tests use the {MAX_CELLS - 1} likeliest tokens + the rest")
-
-
-# ---------------------------------------------------------------- calibration (python -m harness.check.draft_step)
-
-CALIBRATION_CASES = ["anti-logits", "q-zero-where-p-positive", "binary-gamma8"]
-
-
-def calibrate(names: list[str], seeds: int, *, cases=None, false_alarm_rate: float = 1e-3,
-              rows: int | None = None, first_seed: int = 0) -> dict[str, dict]:
-    """{name: {"runs", "failed", "rate", "seconds"}} over `seeds` seeds of the registered implementations
-    `names` (draft-step or sampler level), each run on `cases` at `false_alarm_rate`."""
-    from harness.check.sampler import run_sampler_check
-    from harness.mutants.registry import get
-
-    out = {}
-    for name in names:
-        impl = get(name)
-        check = run_draft_step_check if impl.level == "draft_step" else run_sampler_check
-        started, failed = time.perf_counter(), 0
-        for s in range(first_seed, first_seed + seeds):
-            report = check(impl.fn, impl_name=name, false_alarm_rate=false_alarm_rate, seed=s,
-                           cases=cases or CALIBRATION_CASES, rows=rows, stop_on_fail=impl.kind == "mutant")
-            failed += report.verdict == "fail"
-        out[name] = {"kind": impl.kind, "level": impl.level, "runs": seeds, "failed": failed,
-                     "rate": failed / seeds, "seconds": round(time.perf_counter() - started, 1)}
-    return out
-
-
-def _main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(prog="python -m harness.check.draft_step",
-                                     description="detection of the family mutants / false alarms of the controls")
-    parser.add_argument("--calibrate", action="store_true", required=True)
-    parser.add_argument("--names", nargs="+", required=True, help="registered implementation names")
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--rows", type=int, default=None, help="rows per case (default: the planner)")
-    parser.add_argument("--cases", nargs="+", default=None)
-    parser.add_argument("--false-alarm-rate", type=float, default=1e-3)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    result = calibrate(args.names, args.seeds, cases=args.cases, false_alarm_rate=args.false_alarm_rate,
-                       rows=args.rows, first_seed=args.first_seed)
-    print(json.dumps(result, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())

@@ -356,8 +356,3 @@ def _run_checks(cell: Cell, trials, level: float, power: float, report: CheckRep
             report.advisories += results
 
 
-def detectable(results: list[TestResult]) -> float:
-    """Largest finite detectable TV among results that promise one in a TV metric (nan if none)."""
-    values = [t.detectable_tv for t in results if t.detectable_tv is not None and math.isfinite(t.detectable_tv)
-              and t.details.get("detectable_metric", "").startswith("TV")]
-    return max(values) if values else math.nan

@@ -403,20 +403,6 @@ def _plan_case(case: TreeCase) -> TreePlan:
     return TreePlan(case, shape, p, q, reach, bounds, tested)
 
 
-def plan_tree_rows(plans: list[TreePlan], *, tv: float, false_alarm_rate: float, power: float, max_rows: int) -> int:
-    """Set each plan's rows; returns m, the number of gating tests (Holm family)."""
-    m = sum(count_tests_for_case(plan) for plan in plans)
-    level = false_alarm_rate / m
-    for plan in plans:
-        eps = plan.case.tv or tv
-        need = [samples_needed(eps, max(1, min(MAX_CELLS, int((plan.p[t] > 0).sum())) - 1), level, power)
-                / plan.reach[t] for t in plan.tested]
-        plan.rows = int(min(max_rows, math.ceil(1.05 * max(need, default=1000))))
-    return m
-
-
-# ---------------------------------------------------------------- the check
-
 def run_tree_check(impl: Callable, config: CheckConfig | None = None, *, impl_name: str = "impl",
                    dtype: torch.dtype = torch.float32, progress: Callable[[int], None] | None = None,
                    **fields) -> CheckReport:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from harness.errors import HarnessError
-from harness.pairs import ModelPair
+from harness.models.pair import ModelPair
 from harness.prompts import encode_prompts, load_prompts
 
 # Files whose presence means a checkpoint directory carries its own tokenizer.

@@ -110,3 +110,17 @@ def global_rng_uniforms(target_probs, draft_probs, draft_tokens, generator):
 def global_rng_flat_uniforms(target_probs, draft_probs, draft_tokens, generator):
     """Leviathan's rule drawing its uniforms from torch's global RNG as torch.rand(B·γ): lossless."""
     return LosslessRule(rng="global_flat")(target_probs, draft_probs, draft_tokens, generator)
+
+
+def as_draft_step(rule: LosslessRule):
+    """The draft-and-verify form of a rule: it draws its drafts x_j ~ q_j on the generator it is handed
+    (inverse CDF, per row and position), then verifies them with `rule`."""
+    def draft_and_verify(target_probs, draft_probs, generator):
+        q = draft_probs.double()
+        q = q / q.sum(-1, keepdim=True)
+        u = torch.rand(q.shape[:-1] + (1,), generator=generator, dtype=torch.float64)
+        x = (q.cumsum(-1) < u).sum(-1).clamp(max=q.shape[-1] - 1)
+        return x, rule(target_probs, draft_probs, x, generator)
+
+    draft_and_verify.__name__ = f"draft_step({rule.name})"
+    return draft_and_verify

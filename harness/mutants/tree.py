@@ -346,75 +346,6 @@ def exact_tree_tv_table(names: list[str], V: int = 4, seed: int = 0) -> dict[str
     return out
 
 
-def run_tree_campaign(*, mutant_seeds: int = 20, control_seeds: int = 200, control_rows: int = 20_000,
-                      gate: float = 1e-3, names: list[str] | None = None,
-                      time_budget_s: float | None = None) -> dict:
-    """Every tree entry through `run_tree_check`: mutants at the default plan over `mutant_seeds` seeds (a run
-    stops once decided), then controls over `control_seeds` seeds with `control_rows` rows per case (whole
-    runs, no early stop), one seed of every control in turn. With `time_budget_s`, no run starts after the
-    budget is spent (the runs made are what is reported). Returns {"rows": [...], "config": {...}}: per entry
-    the runs, failures at the gate, and each run's family p (smallest Holm-adjusted p-value)."""
-    import time
-
-    from harness.check.tree import run_tree_check
-    from harness.mutants.registry import get, implementations
-
-    started = time.perf_counter()
-    names = names or [i.name for i in implementations(level="tree")]
-    impls = [get(n) for n in names]
-    runs: dict[str, list[float]] = {n: [] for n in names}
-    seconds = dict.fromkeys(names, 0.0)
-    schedule = [(i, s) for i in impls if i.kind == "mutant" for s in range(mutant_seeds)]
-    schedule += [(i, s) for s in range(control_seeds) for i in impls if i.kind != "mutant"]
-    for impl, seed in schedule:
-        if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
-            break
-        t0, mutant = time.perf_counter(), impl.kind == "mutant"
-        report = run_tree_check(impl.fn, impl_name=impl.name, seed=(0 if mutant else 1000) + seed,
-                                rows=None if mutant else control_rows, false_alarm_rate=gate, stop_on_fail=mutant)
-        runs[impl.name].append(min(t.details.get("p_holm", 1.0) for t in report.tests))
-        seconds[impl.name] += time.perf_counter() - t0
-    exact = exact_tree_tv_table([n for n in names if n in TREE_RULES])
-    rows = [{"name": i.name, "kind": i.kind, "models": i.models, "runs": len(runs[i.name]),
-             "fails_at_gate": sum(p <= gate for p in runs[i.name]), "family_p": runs[i.name],
-             "exact_tv": exact.get(i.name, {}), "seconds": seconds[i.name]} for i in impls]
-    return {"rows": rows, "config": {"mutant_seeds": mutant_seeds, "control_seeds": control_seeds,
-                                     "control_rows": control_rows, "gate": gate, "time_budget_s": time_budget_s}}
-
-
-def tree_campaign_markdown(result: dict, meta: dict) -> str:
-    """The campaign as a report.md table (rates with Clopper–Pearson 95 % intervals)."""
-    from harness.campaign import clopper_pearson
-
-    cfg = result["config"]
-    lines = ["# Tree-level zoo: detection and false-alarm rates", "",
-             f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
-             f"Gate: family-wise false-alarm rate {cfg['gate']:g} (Holm). Mutants: {cfg['mutant_seeds']} seeds at the "
-             f"default plan (stops once decided). Controls: up to {cfg['control_seeds']} seeds (column runs), "
-             f"{cfg['control_rows']} rows per case, every case. Exact TV: worst node on small enumerable trees (V = 4), per sibling scheme.", "",
-             "| implementation | kind | models | runs | failed at gate (95% CI) | family p ≤ 0.05 | exact TV iid / wr / topk | s |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        k, n = r["fails_at_gate"], r["runs"]
-        lo, hi = clopper_pearson(k, n)
-        at05 = sum(p <= 0.05 for p in r["family_p"])
-        tvs = " / ".join(f"{r['exact_tv'][s]:.3f}" for s in EXACT_CASES) if r["exact_tv"] else "n/a"
-        lines.append(f"| `{r['name']}` | {r['kind']} | {r['models']} | {n} | {k}/{n} ({100 * lo:.1f}%–{100 * hi:.1f}%) "
-                     f"| {at05}/{n} | {tvs} | {r['seconds']:.0f} |")
-    return "\n".join(lines) + "\n"
-
-
-def write_tree_campaign(result: dict, out_dir: str) -> None:
-    """campaign.json (with provenance) and report.md under out_dir, written atomically."""
-    from pathlib import Path
-
-    from harness.records import atomic_write_json, atomic_write_text, provenance
-
-    meta = provenance(seed=None)
-    atomic_write_json(Path(out_dir) / "campaign.json", {**result, **meta})
-    atomic_write_text(Path(out_dir) / "report.md", tree_campaign_markdown(result, meta))
-
-
 def tree_case_tensors(name: str) -> tuple[TreeShape, Tensor, Tensor, str]:
     """(shape, p, q, scheme) of a registered tree case, as float64 tensors (for exact laws)."""
     from harness.check.tree import _plan_case, select_cases
@@ -424,4 +355,4 @@ def tree_case_tensors(name: str) -> tuple[TreeShape, Tensor, Tensor, str]:
 
 
 __all__ = ["EXACT_CASES", "TREE_RULES", "enumerate_drafts", "exact_tree_tv_table", "single_coin_rule", "exact_node_laws", "exact_tree_tvs", "single_coin",
-           "run_tree_campaign", "tree_case_tensors", "write_tree_campaign"]
+           "tree_case_tensors"]

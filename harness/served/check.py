@@ -27,6 +27,7 @@ from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
 from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
 from harness.check.report import CheckReport, deterministic_result
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.errors import HarnessError
 from harness.served import battery
 from harness.served.client import EngineClient, EngineError, ResponseStore, config_hash
@@ -49,7 +50,7 @@ class EngineConfig:
     pair: str | None = None  # ground truth (a): a registered pair whose target the engine serves
     target: str | None = None  # ground truth (a): the target checkpoint (hub id or local path)
     ground_truth: str = "auto"  # auto: local if a local model is given, else score if possible, else two-sample
-    false_alarm_rate: float = 1e-3  # family-wise (Holm over every gating test)
+    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # family-wise (Holm over every gating test)
     power: float = 0.99
     seed: int = 0
     samples: int = 2_000  # continuations per prompt × sampling setting
@@ -65,7 +66,7 @@ class EngineConfig:
     out: str | None = None  # where the resumable record of responses lives
     prompt_texts: tuple[str, ...] | None = None  # prompts as text (default: the pair's prompts, else the prompt set)
     extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
-    stop_on_fail: bool = False  # stop after the first cell with a test at p <= the per-test level
+    stop_on_fail: bool = True  # stop after the first cell with a test at p <= the per-test level (as CheckConfig)
 
     def validate(self) -> EngineConfig:
         if self.ground_truth not in GROUND_TRUTHS:

@@ -49,7 +49,6 @@ from harness.stats.pit import (
 from harness.stats.power import (
     DEFAULT_ALPHA,
     DEFAULT_POWER,
-    chi2_distance,
     detectable_binomial_shift,
     detectable_kolmogorov,
     detectable_rank_correlation,
@@ -73,6 +72,7 @@ from harness.stats.sequential import (
 )
 
 __all__ = [
+    "categorical_battery",
     "AcceptanceBound",
     "acceptance_bound",
     "block_acceptance",
@@ -89,9 +89,7 @@ __all__ = [
     "eprocess_result",
     "TestResult",
     "benjamini_hochberg",
-    "chi2_distance",
     "binomial_event_test",
-    "categorical_battery",
     "detectable_binomial_shift",
     "detectable_kolmogorov",
     "detectable_rank_correlation",

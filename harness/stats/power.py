@@ -93,15 +93,6 @@ def detectable_tv(n: int, df: int, alpha: float = DEFAULT_ALPHA, power: float = 
     return eps if eps < 1.0 else math.inf
 
 
-def chi2_distance(q: np.ndarray, p: np.ndarray) -> float:
-    """χ²(q‖p) = Σ(q−p)²/p; inf if q puts mass where p has none."""
-    q, p = np.asarray(q, dtype=np.float64), np.asarray(p, dtype=np.float64)
-    support = p > 0
-    if np.any(q[~support] > 0):
-        return math.inf
-    return float(np.sum((q[support] - p[support]) ** 2 / p[support]))
-
-
 def power_against(
     q: np.ndarray,
     p: np.ndarray,

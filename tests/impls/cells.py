@@ -29,9 +29,9 @@ def starts(log_dir: str) -> dict[int, list[int]]:
 
 
 def logged_run_task(task, gate: float, log_dir: str):
-    """harness.campaign.run_task, logging each start under LOG_DIR (one empty file per execution, named by
+    """suites.campaigns.zoo.run_task, logging each start under LOG_DIR (one empty file per execution, named by
     the crc32 of the task's journal key) and returning the worker's pid with the result."""
-    from harness.campaign import run_task, task_key
+    from suites.campaigns.zoo import run_task, task_key
 
     Path(log_dir, f"{zlib.crc32(task_key(task, gate).encode())}.{os.getpid()}.{time.time_ns()}").touch()
     return {**run_task(task, gate), "pid": os.getpid()}

@@ -25,11 +25,12 @@ import numpy as np
 import torch
 from scipy.stats import binomtest
 
-from harness.campaign import TARGET_TV, _exact_tvs, below_resolution, clopper_pearson
 from harness.check.sampler import CASES, _plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+from suites.campaigns.zoo import TARGET_TV, _exact_tvs, below_resolution, clopper_pearson
 
-GATE = 1e-3
+GATE = DEFAULT_FALSE_ALARM_RATE
 TARGET_FRACTION = 0.10  # issue 12: every mutant above resolution decided with ≤ 10 % of the fixed-n samples
 CALIBRATION_TV = 0.1
 CALIBRATION_WIDE_TV = 0.2  # the V = 32,000 case, whose rows cost ~30-300× the others'
@@ -225,7 +226,7 @@ def _calibration_tv(text: str) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.check.sequential", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="specdec campaign sequential", description=__doc__.split("\n")[0])
     parser.add_argument("--calibrate", action="store_true", help="false alarms of the reference and the variants")
     parser.add_argument("--power", action="store_true", help="samples to verdict of every sampler mutant")
     parser.add_argument("--calibration-seeds", type=int, default=200)
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     task_list = [t for t in tasks(args.calibration_seeds, args.variant_seeds, args.power_seeds,
                                   args.below_resolution_seeds, calibration_tv)
                  if (t.purpose == "calibrate" and args.calibrate) or (t.purpose == "power" and args.power)]
-    command = "python -m harness.check.sequential " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "specdec campaign sequential " + " ".join(argv if argv is not None else sys.argv[1:])
     import os
 
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())

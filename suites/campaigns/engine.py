@@ -1,6 +1,6 @@
 """Engine-level calibration over HTTP: false alarms of the reference, detection of the generation zoo.
 
-    python -m harness.served.calibrate --out results/engine [--seeds 100] [--mutant-seeds 20] [--samples 1000]
+    specdec campaign engine --out results/engine [--seeds 100] [--mutant-seeds 20] [--samples 1000]
 
 Every implementation is served by `specdec serve`'s app (harness.served.serve.serving) on 127.0.0.1
 and checked with `run_engine_check` against the local target (ground truth a): the reference over
@@ -21,14 +21,15 @@ from pathlib import Path
 
 import torch
 
-from harness.campaign import clopper_pearson, family_p
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.pairs import get_pair
 from harness.records import atomic_write_json, provenance
 from harness.served.check import EngineConfig, run_engine_check
 from harness.served.serve import serving
+from harness.stats.rates import clopper_pearson, family_p
 
 PAIR = "toy-low"  # α ≈ 0.2: residual and bonus paths run often, as in the generation-level campaign
-GATE = 1e-3
+GATE = DEFAULT_FALSE_ALARM_RATE
 
 
 def _runs(url: str, seeds, *, pair: str, samples: int, stop_on_fail: bool, **extra) -> list[dict]:
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m harness.served.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "specdec campaign engine " + " ".join(argv if argv is not None else sys.argv[1:])
 
     def write(result: dict, final: bool = False) -> None:
         atomic_write_json(out / "calibration.json", json.loads(json.dumps(result, default=_plain)))

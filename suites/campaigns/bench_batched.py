@@ -1,7 +1,7 @@
 """Throughput of the reference's batched speculative sampling vs transformers' batched sampling, and the
 cost of a generation-level check of the reference at ≥ 1,000 samples, measured in one run.
 
-    python -m harness.bench.batched --out results/bench/batched      # writes report.md + batched.json
+    specdec campaign bench_batched --out results/bench/batched      # writes report.md + batched.json
 
 - tokens/s of `speculative_generate(cache="batched")` (one KV cache for the batch), of transformers'
   `model.generate(do_sample=True)` on the same sequences and lengths (EOS off in both, so every row
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.pairs import get_pair
     from harness.records import provenance
 
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.batched", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="specdec campaign bench_batched", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="smollm2")
     parser.add_argument("--rows", type=int, default=1000,
                         help="sequences in the throughput comparison (default: the check's 4 cells x 250); 0: skip")
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the check's ground truth: a float64 copy of the target (default) or the target as loaded")
     parser.add_argument("--out", default="results/bench/batched")
     args = parser.parse_args(argv)
-    command = "python -m harness.bench.batched " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "specdec campaign bench_batched " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
         torch.set_num_threads(args.threads)
         pair = get_pair(args.pair)

@@ -1,9 +1,9 @@
 """Issue 13 campaign: the parameter mutants (exact TV + detection over seeds) and the reference under
-every parameter at once (false alarms over seeds), through harness.campaign on the toy pairs.
+every parameter at once (false alarms over seeds), through suites.campaigns.zoo on the toy pairs.
 
-    flock /work/heavy.lock python -m suites.params.campaign --out results/params [--seeds 20 --control-seeds 200]
+    specdec campaign params --out results/params [--seeds 20 --control-seeds 200]
 
-Writes OUT/campaign.{csv,json}, OUT/report.md (harness.campaign.write_report) and OUT/exact_tv.json.
+Writes OUT/campaign.{csv,json}, OUT/report.md (suites.campaigns.zoo.write_report) and OUT/exact_tv.json.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import argparse
 
 import torch
 
-from harness.campaign import CampaignConfig, run_campaign, write_report
 from harness.check.generation import continuation_law, total_variation
 from harness.models.toy_pairs import _prompts, _toy_models
 from harness.mutants import get
 from harness.mutants.generation import exact_output_law
 from harness.records import atomic_write_json
 from specdec_ref.generate import default_eos, eos_set
+from suites.campaigns.zoo import CampaignConfig, run_campaign, write_report
 
 MUTANTS = ("min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",
            "penalty_draft_only", "min_new_tokens_bonus_only", "bad_words_bonus_only", "top_p_before_temperature")

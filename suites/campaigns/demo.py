@@ -67,7 +67,10 @@ def _phase(progress, total, desc: str, unit: str = "rows"):
     return progress(total, desc, unit=unit) if progress else contextlib.nullcontext()
 
 
-def run_demo(out: str | Path = "results/demo", *, quick: bool = False, progress=None) -> DemoResult:
+DEFAULT_OUT = "results/demo"
+
+
+def run_demo(out: str | Path = DEFAULT_OUT, *, quick: bool = False, progress=None) -> DemoResult:
     """`progress`: a factory (total, desc, unit=...) -> context manager with update()/set_total(), e.g.
     harness.progress.Progress; each phase gets its own display."""
     from harness.bench.runner import run_bench
@@ -122,3 +125,10 @@ def _markdown(r: DemoResult) -> str:
     lines += [f"- {line}" for line in summary_lines(r.bench.rows)]
     lines += ["", "Reproduce: `python3 -m nox -s demo` (or `specdec demo`).", ""]
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specdec campaign demo ARGS` is `specdec demo ARGS`."""
+    from harness.cli import main as specdec
+
+    return specdec(["demo", *(argv or [])])

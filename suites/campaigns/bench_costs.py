@@ -13,7 +13,7 @@ measures T(k) and each draft's one-token time through the same KV-cached runner 
 and tabulates c, r and α* — the number that decides whether training a draft (e.g. `specdec
 distill`) can pay off on this machine before anyone spends the CPU time.
 
-Run: `python -m harness.bench.costs --pair smollm2 --out results/bench/costs` (writes report.md + costs.json).
+Run: `specdec campaign bench_costs --pair smollm2 --out results/bench/costs` (writes report.md + costs.json).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _markdown(result: dict, pair: str, meta: dict) -> str:
         lines.append(f"| {row['draft']} | {row['c']:.3f} | {row['gamma']} | {row['r']:.2f} | "
                      f"{'never' if a is None else f'{a:.3f}'} | {'-' if measured is None else f'{measured:.2f}'} | "
                      f"{'-' if speedup is None else f'{speedup:.2f}'} |")
-    lines += ["", f"Reproduce: `python -m harness.bench.costs --pair {pair}`.", ""]
+    lines += ["", f"Reproduce: `specdec campaign bench_costs --pair {pair}`.", ""]
     return "\n".join(lines)
 
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.pairs import get_pair
     from harness.records import atomic_write_json, atomic_write_text, provenance
 
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.costs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="specdec campaign bench_costs", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="smollm2", help="registered pair; its target and every draft family")
     parser.add_argument("--extra-trunc", default="1,2,4", help="also time truncated drafts with these layer counts "
                         "(a small draft trained from scratch of that depth, sharing embeddings and head, costs the same)")

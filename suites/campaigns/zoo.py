@@ -24,19 +24,22 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from scipy.stats import binomtest
 
+from harness.check.config import DEFAULT_FALSE_ALARM_RATE
 from harness.check.generation import DEFAULT_SETTINGS, run_generation_check
 from harness.check.sampler import run_sampler_check
 from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.pairs import get_pair
+from harness.stats.rates import clopper_pearson, family_p  # noqa: F401 - family_p: public here too
+
+DEFAULT_OUT = "results/lossless"
 
 
 @dataclasses.dataclass
 class CampaignConfig:
     seeds: int = 20  # detection seeds per mutant (and runs per equivalent / wasteful variant)
     control_seeds: int = 200  # false-alarm runs per control
-    gate_alpha: float = 1e-3  # the suite false-alarm rate the verdicts use
+    gate: float = DEFAULT_FALSE_ALARM_RATE  # the suite false-alarm rate the verdicts use
     nominal_alpha: float = 0.05
     calibration_rows: int = 1_000  # rows per case in calibration runs
     slow_control_rows: int = 300  # ... for pure-Python controls
@@ -66,21 +69,6 @@ class CampaignConfig:
         base = dict(seeds=8, control_seeds=20, curve_seeds=0, below_resolution_seeds=1, generation_control_seeds=3,
                     slow_generation_seeds=2, step_control_seeds=3, profile="quick")
         return cls(**{**base, **overrides})
-
-
-def clopper_pearson(k: int, n: int) -> tuple[float, float]:
-    if n == 0:
-        return (math.nan, math.nan)
-    ci = binomtest(k, n).proportion_ci(0.95, method="exact")
-    return float(ci.low), float(ci.high)
-
-
-def family_p(report) -> float:
-    """Smallest Holm-adjusted p-value: the family rejects at level a iff this is ≤ a."""
-    if not report.tests:
-        return 1.0
-    m = len(report.tests)
-    return float(min(1.0, m * min(t.p_value for t in report.tests)))
 
 
 def _exact_tvs(impl) -> dict:
@@ -218,17 +206,17 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
 
     impls = [i for i in implementations() if not config.only or i.name in config.only]
     tasks = _tasks(config, impls)
-    cells = {task_key(t, config.gate_alpha): (t, config.gate_alpha) for t in tasks}
+    cells = {task_key(t, config.gate): (t, config.gate) for t in tasks}
     started = time.perf_counter()
     if executor is None:
         executor = make_executor(config.scheduler, config.dask_workers, local_workers=config.workers)
     with executor:
         done = run_cells(executor, run, cells, journal=journal, encode=_encode, decode=_decode, progress=progress)
-    results = [done[task_key(t, config.gate_alpha)] for t in tasks]  # task order, whoever ran them
+    results = [done[task_key(t, config.gate)] for t in tasks]  # task order, whoever ran them
     rows, curve = [], []
     for impl in impls:
         mine = [r for r in results if r["task"].name == impl.name and r["task"].purpose != "curve"]
-        row = _summarise(impl, mine, gate=config.gate_alpha, nominal=config.nominal_alpha)
+        row = _summarise(impl, mine, gate=config.gate, nominal=config.nominal_alpha)
         row.update(_exact_tvs(impl))
         row["worker_seconds"] = sum(r["seconds"] for r in results if r["task"].name == impl.name)
         rows.append(row)
@@ -341,7 +329,7 @@ def _markdown(result, meta, ok, problems) -> str:
         "# Mutant zoo: detection and false-alarm rates", "",
         f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · torch "
         f"{meta['versions']['torch']} · transformers {meta['versions']['transformers']}", "",
-        f"Gate: family-wise false-alarm rate {cfg['gate_alpha']:g} (Holm). Mutants: {cfg['seeds']} seeds at the "
+        f"Gate: family-wise false-alarm rate {cfg['gate']:g} (Holm). Mutants: {cfg['seeds']} seeds at the "
         "default plan (a run stops once its verdict is decided). Controls: "
         f"{cfg['control_seeds']} seeds on the calibration battery ({cfg['calibration_rows']} rows per "
         f"configuration; pure-Python controls {cfg['slow_control_rows']}), rates at the gate and at a nominal "
@@ -377,3 +365,10 @@ def _markdown(result, meta, ok, problems) -> str:
 
 def _fmt_tv(x) -> str:
     return f"{x:.3f}" if isinstance(x, float) else ("-" if x is None else str(x))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specdec campaign zoo ARGS` is `specdec mutants ARGS`."""
+    from harness.cli import main as specdec
+
+    return specdec(["mutants", *(argv or [])])

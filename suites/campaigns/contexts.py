@@ -1,6 +1,6 @@
 """Issue 19 campaign: the context-diverse default plan on the toy pair, measured.
 
-    python -m suites.contexts.campaign --out results/contexts [--seeds 20 --control-seeds 200 --budget-s 2400]
+    specdec campaign contexts --out results/contexts [--seeds 20 --control-seeds 200 --budget-s 2400]
 
 1. one run each of the old plan (the pair's two prompts, 20,000 samples per cell, `--contexts none`) and the
    new default plan (prompt cells + contexts cells, harness/contexts.py), the reference generate(), timed
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
     pair = get_pair("toy")
-    result = {"command": "python -m suites.contexts.campaign " + " ".join(argv or []), "gate": GATE,
+    result = {"command": "specdec campaign contexts " + " ".join(argv or []), "gate": GATE,
               "pair": "toy", "mutant": MUTANT, "coverage": {str(k): v for k, v in coverage(plan(pair)["contexts"]).items()},
               "provenance": provenance(seed=0, device="cpu", dtype="float64"), "timing": {}, "mutant_runs": [],
               "control_runs": []}

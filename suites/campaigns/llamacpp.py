@@ -1,0 +1,164 @@
+"""The llama.cpp finding: llama-cpp-python's prompt-lookup speculation on vs off, served here
+(harness.served.llamacpp starts and stops the servers) -> results/findings/llamacpp and the probes in
+results/engine (`specdec campaign llamacpp`; `nox -s engines` builds llama-cpp-python first)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from harness.served.llamacpp import MODEL_ALIAS, PROMPT_LOOKUP_TOKENS, llamacpp_server
+
+FINDING_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5,"
+GREEDY_PROMPTS = (FINDING_PROMPT, "The quick brown fox jumps over the lazy dog. The quick brown fox",
+                  "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n")
+NO_TRUNCATION = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
+NEAR_TIE_NATS = 0.05  # greedy divergence at a top-1/top-2 gap this small: numerics (batched vs single-token pass)
+
+
+def _greedy_pairs(on: str, off: str, tokens: int) -> list[dict]:
+    """Greedy text with and without speculation; at a divergence, the non-speculative top-2 logprob gap."""
+    import httpx
+
+    out = []
+    with httpx.Client(timeout=300) as http:
+        for prompt in GREEDY_PROMPTS:
+            body = {"model": MODEL_ALIAS, "prompt": prompt, "max_tokens": tokens, "temperature": 0.0, "logprobs": 2,
+                    **NO_TRUNCATION}
+            a, b = (http.post(f"{u}/v1/completions", json=body).json()["choices"][0] for u in (on, off))
+            pa, pb = a["logprobs"]["tokens"], b["logprobs"]["tokens"]
+            pos = next((j for j, (x, y) in enumerate(zip(pa, pb, strict=False)) if x != y), None)
+            row = {"prompt": prompt[:40], "identical": a["text"] == b["text"], "tokens": len(pb), "first_divergence": pos}
+            if pos is not None:
+                top = sorted(b["logprobs"]["top_logprobs"][pos].values(), reverse=True)
+                gap = top[0] - top[1] if len(top) > 1 else float("inf")
+                row.update(top2_gap_nats=gap, kind="numerics (near-tie)" if gap <= NEAR_TIE_NATS else "logic")
+            out.append(row)
+    return out
+
+
+def _paired_identity(on: str, off: str, seeds: int, tokens: int) -> float:
+    """Share of seeds whose continuation is identical with and without speculation (same sampler stream)."""
+    import httpx
+
+    same = 0
+    with httpx.Client(timeout=300) as http:
+        for seed in range(seeds):
+            body = {"model": MODEL_ALIAS, "prompt": FINDING_PROMPT, "max_tokens": tokens, "temperature": 1.0,
+                    "seed": 10_000 + seed, **NO_TRUNCATION}
+            texts = [http.post(f"{u}/v1/completions", json=body).json()["choices"][0]["text"] for u in (on, off)]
+            same += texts[0] == texts[1]
+    return same / seeds
+
+
+def run_finding(out: str, samples: int, length: int, paired_seeds: int) -> dict:
+    """Speculation on vs off at T = 1 and at T = 0.7 / top-p 0.9 (two-sample, ground truth c), greedy equality,
+    same-seed identity; probes of both servers. Returns the record written to out/finding.json."""
+    from harness.check.generation import Setting
+    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.probe import probe
+
+    started = time.perf_counter()
+    record: dict = {"samples_per_endpoint_and_setting": samples, "length": length, "prompt": FINDING_PROMPT,
+                    "prompt_lookup_tokens": PROMPT_LOOKUP_TOKENS, "checks": []}
+    with llamacpp_server(speculative=True) as on, llamacpp_server(speculative=False) as off:
+        record["probe"] = {"on": probe(on), "off": probe(off)}
+        for setting in (Setting(1.0), Setting(0.7, top_p=0.9)):
+            report = run_engine_check(EngineConfig(
+                endpoint=on, reference_endpoint=off, ground_truth="two-sample", samples=samples, length=length,
+                prompts=1, prompt_texts=(FINDING_PROMPT,), chunk=1, concurrency=2, settings=(setting,),
+                extra_body=NO_TRUNCATION, seed=0))
+            record["checks"].append({"setting": setting.label, "report": report.to_dict()})
+        record["greedy"] = _greedy_pairs(on, off, 24)
+        record["paired_same_seed_identical"] = _paired_identity(on, off, paired_seeds, length)
+    record["seconds"] = time.perf_counter() - started
+    return record
+
+
+def finding_md(record: dict, command: str) -> str:
+    from harness.served.cli import probe_table
+
+    lines = ["# llama.cpp (llama-cpp-python 0.3.36 server): prompt-lookup speculation on vs off", "",
+             f"Command: `{command}` ({record['seconds'] / 60:.1f} min on a shared 2-core machine, under the heavy-job "
+             "lock). Model: the embedded SmolLM2-135M-Instruct Q4_1 GGUF, one server with "
+             f"`--draft_model prompt-lookup-decoding` ({record['prompt_lookup_tokens']} drafted tokens), one without; "
+             "both `--logits_all True`, 1 thread, on 127.0.0.1, started and stopped by the harness.", "",
+             "Verifier: sample-and-match (every position is sampled with the request's sampler; a draft is kept "
+             "while it equals the sampled token), lossless in law for any drafter.", "",
+             "Ground truth: (c) two samples, because this server returns no token ids and its scoring does not "
+             "agree with its own sampling logprobs (probe below: 'scoring = sampling logprobs'), which rules out (b); "
+             "a local transformers copy (a) would test llama.cpp's quantized kernels against float32 transformers, "
+             "not speculation. Continuations are compared as whitespace-separated words (a fixed function of the "
+             "text: a valid coarsening of the token law for a two-sample test).", "",
+             f"Requests: n = 1 each (the server has no n > 1), top-k 0, min-p 0, typical-p 1 (llama.cpp's "
+             f"defaults truncate); prompt `{record['prompt']}`; {record['samples_per_endpoint_and_setting']} "
+             f"continuations of {record['length']} tokens per endpoint and setting.", "",
+             "| setting | verdict | samples (both endpoints) | tests | smallest p | detectable TV (power 0.99) |",
+             "|---|---|---|---|---|---|"]
+    for c in record["checks"]:
+        r = c["report"]
+        smallest = min((t["p_value"] for t in r["tests"] if t["p_value"] is not None), default=1.0)
+        lines.append(f"| {c['setting']} | **{r['verdict'].upper()}** | {2 * r['samples']} | {len(r['tests'])} | "
+                     f"{smallest:.3g} | {r['detectable_tv']:.3f} |")
+    lines += ["", "Nothing is promised below the detectable TV: at these sample sizes the check rules out gross "
+              "errors only (two-sample tests need twice the samples per endpoint of a one-sample test).", "",
+              f"Same seed, speculation on vs off, T = 1: {100 * record['paired_same_seed_identical']:.0f} % of "
+              "continuations identical (sample-and-match draws the sampler once per position either way; "
+              "differences come from batched vs one-token evaluation numerics).", "",
+              "Greedy (T = 0), 24 tokens:", "", "| prompt | identical | first divergence | top-2 gap (nats) | kind |",
+              "|---|---|---|---|---|"]
+    for g in record["greedy"]:
+        lines.append(f"| `{g['prompt']!r}` | {g['identical']} | {g['first_divergence']} | "
+                     f"{g.get('top2_gap_nats', '-') if 'top2_gap_nats' not in g else format(g['top2_gap_nats'], '.3g')}"
+                     f" | {g.get('kind', '-')} |")
+    for side in ("on", "off"):
+        lines += ["", f"## `specdec probe`, speculation {side}", "", "```", probe_table(record["probe"][side]), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _write_probe(side: str, info: dict) -> None:
+    """results/engine/probe-llamacpp-{on,off}.json and .txt (the `specdec probe` table)."""
+    import json
+    from pathlib import Path
+
+    from harness.served.cli import probe_table
+
+    out = Path("results/engine")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"probe-llamacpp-{side}.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    (out / f"probe-llamacpp-{side}.txt").write_text(probe_table(info) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+    from pathlib import Path
+
+    from harness.records import atomic_write_json
+
+    parser = argparse.ArgumentParser(prog="specdec campaign llamacpp", description="llama.cpp finding: prompt-lookup speculation on vs off")
+    parser.add_argument("--out", default="results/findings/llamacpp")
+    parser.add_argument("--samples", type=int, default=300, help="continuations per endpoint and setting")
+    parser.add_argument("--length", type=int, default=6)
+    parser.add_argument("--paired-seeds", type=int, default=40)
+    parser.add_argument("--probe-only", action="store_true", help="only write results/engine/probe-llamacpp-*")
+    args = parser.parse_args(argv)
+    if args.probe_only:
+        from harness.served.probe import probe
+
+        for side, speculative in (("on", True), ("off", False)):
+            with llamacpp_server(speculative=speculative) as url:
+                _write_probe(side, probe(url))
+        return 0
+    record = run_finding(args.out, args.samples, args.length, args.paired_seeds)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
+    command = "specdec campaign llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
+    (out / "report.md").write_text(finding_md(record, command.strip()), encoding="utf-8")
+    for side in ("on", "off"):
+        _write_probe(side, record["probe"][side])
+    print(f"wrote {out / 'report.md'}: " + ", ".join(f"{c['setting']} {c['report']['verdict']}"
+                                                       for c in record["checks"]))
+    return 0
+
