@@ -66,6 +66,32 @@ def one_run(impl, pair, seed: int, *, contexts: bool, samples: int | None = None
             "rejected": [t.name for t in report.tests if t.reject][:6], "declared_tests": report.declared_tests}
 
 
+HOOK_MUTANTS = ("penalties_count_rejected_drafts", "penalties_count_rejected_drafts_mild",
+                "min_new_tokens_counted_from_prompt")  # p/q-hook mutants: their output law is enumerable
+
+
+def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
+    """Per hook mutant and toy prompt: TV between its exact output law (`exact_output_law`, float64) and the
+    target's, on the pair's 4-token prompts with 3 new tokens. The runner mutants (block boundary, rollback
+    after step k, prefix key) are exactly the reference there (no index reaches 16, at most 3 steps, no
+    shared 16-token prefix): TV 0 by construction; at 40-token continuations nothing is enumerable (16^40)."""
+    from harness.check.generation import continuation_law, total_variation
+    from harness.models.toy_pairs import _prompts, _toy_models
+    from harness.mutants.generation import exact_output_law
+    from specdec_ref.generate import default_eos, eos_set
+
+    out = {}
+    for name in HOOK_MUTANTS:
+        impl = get(name)
+        target, draft = _toy_models({"toy": "0.7", "toy-eos": "eos"}[impl.pair], torch.float64)
+        eos = eos_set(default_eos(target))
+        (setting,) = impl.fn.settings
+        out[name] = {"pair": impl.pair, "setting": setting.label, "tv_per_prompt": [
+            total_variation(exact_output_law(target, draft, p, length, gamma, setting, impl.fn.hooks, eos),
+                            continuation_law(target, p, length, setting, 16, eos)) for p in _prompts()[:2]]}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/contexts")
@@ -73,7 +99,16 @@ def main(argv=None) -> int:
     ap.add_argument("--control-seeds", type=int, default=200)
     ap.add_argument("--budget-s", type=float, default=2400.0, help="stop starting control runs after this")
     ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--exact-only", action="store_true", help="only OUT/exact_tv.json (seconds)")
     args = ap.parse_args(argv)
+    if args.exact_only:
+        os.makedirs(args.out, exist_ok=True)
+        tvs = exact_tvs()
+        atomic_write_json(f"{args.out}/exact_tv.json", tvs)
+        for name, row in tvs.items():
+            print(f"{name:40s} {row['pair']:8s} {row['setting']:28s} exact TV "
+                  + ", ".join(f"{t:.4f}" for t in row["tv_per_prompt"]))
+        return 0
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
