@@ -806,13 +806,7 @@ class GenerationSource(TrialSource):
                                   {"prompts": len(picked), "max_new_tokens": self.context_length}))
         checks = [JOINT_LAW, PIT, CONVENTIONS] if self.enumerate else [PIT, CONVENTIONS]
         prompt_rows = (PROMPT_ROWS_WITH_CONTEXTS if contexts else PROMPT_ROWS)[self.enumerate]
-        for setting in sampling:
-            for i, prompt in enumerate(self.prompts):
-                cells.append(Cell(f"{setting.label}/prompt{i}", list(checks), SamplingCell(prompt, i, setting),
-                                  math.nan, {"_source": self, "length": self.length, "gamma": config.gamma,
-                                             "setting": dataclasses.asdict(setting), "joint_law": self.enumerate,
-                                             "processing_order": self.order, "default_rows": prompt_rows,
-                                             **({"headline": False} if contexts else {})}))
+        for setting in sampling:  # per setting: the contexts cell (the headline) first, then the prompt cells
             if contexts:
                 families = tuple(dict.fromkeys(c.family for c in contexts))
                 data = ContextsCell(contexts, families, setting, tuple(self.contexts.get("block_sizes", ())),
@@ -825,6 +819,12 @@ class GenerationSource(TrialSource):
                                    "prompt_lengths": sorted({len(c.tokens) for c in contexts}),
                                    "block_sizes": list(data.block_sizes),
                                    "default_rows": CONTEXT_ROWS[self.enumerate]}))
+            for i, prompt in enumerate(self.prompts):
+                cells.append(Cell(f"{setting.label}/prompt{i}", list(checks), SamplingCell(prompt, i, setting),
+                                  math.nan, {"_source": self, "length": self.length, "gamma": config.gamma,
+                                             "setting": dataclasses.asdict(setting), "joint_law": self.enumerate,
+                                             "processing_order": self.order, "default_rows": prompt_rows,
+                                             **({"headline": False} if contexts else {})}))
         return cells
 
     def planned_samples(self, config: CheckConfig) -> int:
