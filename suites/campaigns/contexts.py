@@ -2,14 +2,14 @@
 
     specdec campaign contexts --out results/contexts [--seeds 20 --control-seeds 200 --budget-s 2400]
 
-1. one run each of the old plan (the pair's two prompts, 20,000 samples per cell, `--contexts none`) and the
+1. the sampling-path block-boundary mutant (see 2) first, then one run each of the old plan (the pair's two prompts, 20,000 samples per cell, `--contexts none`) and the
    new default plan (prompt cells + contexts cells, harness/contexts.py), the reference generate(), timed
    in one process with the load average beside them;
 2. the sampling-path block-boundary mutant (harness.mutants.generation:stale_page_at_block_boundary_sampling)
    at the default plan over `--seeds` seeds (detections at the gate);
 3. the reference at the default plan over up to `--control-seeds` seeds (false alarms at the gate), as many as
    fit in `--budget-s` seconds; the count that ran is what the README states.
-The timing pair and the mutant seeds each hold the machine's CPU lock (/tmp/specdec-cpu.lock) as one block
+The mutant seeds and the timing pair hold the machine's CPU lock (/tmp/specdec-cpu.lock) as one block
 (their numbers come from one stretch of machine time); each control run takes it for itself, so other
 heavy jobs interleave.
 Writes OUT/campaign.json after every run (an interrupted campaign keeps what it measured).
@@ -125,20 +125,20 @@ def main(argv=None) -> int:
                              "control_false_alarms": sum(r["fail"] for r in c), "control_seeds": len(c)}
         atomic_write_json(path, result)
 
-    if not args.skip_timing:
-        with cpu_lock():
-            result["timing"]["old_plan"] = one_run(reference_generate, pair, 0, contexts=False, samples=20_000,
-                                                   stop_on_fail=False, lock=False)
-            result["timing"]["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False,
-                                                   lock=False)
-        save()
-        print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in result["timing"].items()}, flush=True)
     mutant = get(MUTANT).fn
-    with cpu_lock():
+    with cpu_lock():  # the mutant seeds and the timing pair: one stretch of machine time
         for s in range(args.seeds):
             result["mutant_runs"].append(one_run(mutant, pair, 100 + s, contexts=True, stop_on_fail=True, lock=False))
             save()
             print("mutant", s, result["mutant_runs"][-1]["verdict"], result["mutant_runs"][-1]["seconds"], flush=True)
+        if not args.skip_timing:
+            result["timing"]["old_plan"] = one_run(reference_generate, pair, 0, contexts=False, samples=20_000,
+                                                   stop_on_fail=False, lock=False)
+            result["timing"]["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False,
+                                                   lock=False)
+            save()
+            print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in result["timing"].items()},
+                  flush=True)
     for s in range(args.control_seeds):
         if time.monotonic() - started > args.budget_s:
             break
