@@ -37,8 +37,14 @@ MUTANT = "stale_page_at_block_boundary_sampling"
 LOCK = "/tmp/specdec-cpu.lock"
 
 
+HELD = {"lock": False}  # --held-lock: the caller already holds the CPU lock (e.g. `flock LOCK specdec campaign ...`)
+
+
 @contextlib.contextmanager
 def cpu_lock(path: str = LOCK):
+    if HELD["lock"]:
+        yield
+        return
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -100,7 +106,14 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=2400.0, help="stop starting control runs after this")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--exact-only", action="store_true", help="only OUT/exact_tv.json (seconds)")
+    ap.add_argument("--held-lock", action="store_true", help="the CPU lock is already held by the caller")
+    ap.add_argument("--stop-at", type=float, default=None,
+                    help="start no run after this Unix time (the JSON says how many ran)")
     args = ap.parse_args(argv)
+    HELD["lock"] = args.held_lock
+
+    def late() -> bool:
+        return args.stop_at is not None and time.time() > args.stop_at
     if args.exact_only:
         os.makedirs(args.out, exist_ok=True)
         tvs = exact_tvs()
@@ -128,10 +141,12 @@ def main(argv=None) -> int:
     mutant = get(MUTANT).fn
     with cpu_lock():  # the mutant seeds and the timing pair: one stretch of machine time
         for s in range(args.seeds):
+            if late():
+                break
             result["mutant_runs"].append(one_run(mutant, pair, 100 + s, contexts=True, stop_on_fail=True, lock=False))
             save()
             print("mutant", s, result["mutant_runs"][-1]["verdict"], result["mutant_runs"][-1]["seconds"], flush=True)
-        if not args.skip_timing:
+        if not args.skip_timing and not late():
             result["timing"]["old_plan"] = one_run(reference_generate, pair, 0, contexts=False, samples=20_000,
                                                    stop_on_fail=False, lock=False)
             result["timing"]["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False,
@@ -140,7 +155,7 @@ def main(argv=None) -> int:
             print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in result["timing"].items()},
                   flush=True)
     for s in range(args.control_seeds):
-        if time.monotonic() - started > args.budget_s:
+        if time.monotonic() - started > args.budget_s or late():
             break
         result["control_runs"].append(one_run(reference_generate, pair, 1000 + s, contexts=True, stop_on_fail=False))
         save()
