@@ -44,7 +44,7 @@ def print_check_report(report, verbose: bool = False) -> None:
     rejected = [t for t in report.tests if t.reject]
     family = f", {report.family} family" if report.level == "sampler" and report.family != "chain" else ""
     print(f"\n{report.level}-level losslessness check of {report.impl}{family}")
-    print(f"  verdict: {report.verdict.upper()}" + (f" ({len(rejected)} tests reject losslessness)" if rejected else ""))
+    print(f"  verdict: {report.verdict_line()}" + (f" ({len(rejected)} tests reject losslessness)" if rejected else ""))
     for line in report.failure_summary():
         print(f"    {line}")
     if report.verdict == "inconclusive":
@@ -185,7 +185,12 @@ def fail_line(report) -> str:
     rejected = [t for t in report.tests if t.reject]
     first = rejected[0]
     message = " ".join(str(first.details.get("message") or f"p = {first.p_value:.2e}").split())
-    return f"{report.impl} is not lossless: {len(rejected)} tests reject; first {first.name}: {message}"
+    line = f"{report.impl} is not lossless: {len(rejected)} tests reject; first {first.name}: {message}"
+    conventions = report.conventions() if hasattr(report, "conventions") else []
+    if conventions:
+        line += "; " + "; ".join(f"consistent with the target under {o}: declare it with --processing-order {o}"
+                                 for o in conventions)
+    return line
 
 
 def _cmd_mutants(args) -> int:

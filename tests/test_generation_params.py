@@ -136,8 +136,9 @@ def test_parse_setting_round_trips_the_label():
 
 
 @pytest.mark.slow
-def test_top_p_before_temperature_is_reported_as_a_convention_and_passes_when_declared(tmp_path):
-    """Exit 1 under the documented order, with the note naming the convention; exit 0 when declared."""
+def test_top_p_before_temperature_is_reported_as_a_convention_and_passes_when_declared(tmp_path, capsys):
+    """Exit 1 under the documented order, with the convention named in the final FAIL line, the JSON
+    failure_summary and the notes; exit 0 when declared, and the PASS says under which order."""
     impl = "harness.mutants.generation:top_p_before_temperature"
     args = ["verify", "--level", "generation", "--impl", impl, "--pair", "toy", "--setting", "T=0.7,top_p=0.9",
             "--samples", "6000", "--seed", "3"]
@@ -145,7 +146,16 @@ def test_top_p_before_temperature_is_reported_as_a_convention_and_passes_when_de
     report = json.loads((tmp_path / "a.json").read_text())
     notes = " ".join(report.get("notes", []))
     assert "consistent with the target under convention 'top_p_before_temperature'" in notes
-    assert main(args + ["--processing-order", "top_p_before_temperature"]) == 0
+    advice = "consistent with the target under top_p_before_temperature: declare it with --processing-order"
+    assert any(advice in line for line in report["failure_summary"]), report["failure_summary"]
+    assert report["consistent_conventions"] == ["top_p_before_temperature"]
+    assert report["processing_order"] == "standard"
+    fail = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specdec: FAIL")]
+    assert len(fail) == 1 and advice in fail[0], fail
+    assert main(args + ["--processing-order", "top_p_before_temperature", "--json", str(tmp_path / "b.json")]) == 0
+    passed = json.loads((tmp_path / "b.json").read_text())
+    assert passed["verdict"] == "pass" and passed["processing_order"] == "top_p_before_temperature"
+    assert "verdict: PASS under --processing-order top_p_before_temperature" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -191,3 +201,37 @@ def test_convention_diagnosis_names_the_order_that_fits_and_no_other():
     assert consistent_conventions(swapped, target, PROMPT, 3, setting, **args) == ["top_p_before_temperature"]
     raw = _draw(continuation_law(target, PROMPT, 3, Setting(1.0), 16, eos), 2000, 2)  # a bug, not a convention
     assert consistent_conventions(raw, target, PROMPT, 3, setting, **args) == []
+
+
+def test_a_no_op_parameter_is_named_and_never_counted_as_covered():
+    """min_new_tokens on a pair without EOS and a zero logit bias (statically), a presence penalty on
+    one-token continuations (no repeat possible: measured on the scored contexts) are no-ops: named in the
+    notes and the JSON coverage, never in `covered`; a parameter that acts is covered."""
+    pair = get_pair("toy")
+    settings = (Setting(1.0, min_new_tokens=2), Setting(1.0, logit_bias=((3, 0.0),)),
+                Setting(1.0, presence_penalty=2.0, logit_bias=((2, 1.5),)))
+    report = run_generation_check(reference_generate, pair, samples=300, settings=settings, length=1, prompts=1,
+                                  seed=1)
+    coverage = report.to_dict()["coverage"]
+    named = {(item["setting"], item["parameter"]) for item in coverage["no_op"]}
+    assert named == {(settings[0].label, "min_new_tokens"), (settings[1].label, "logit_bias"),
+                     (settings[2].label, "presence_penalty")}, coverage
+    assert coverage["covered"] == ["logit_bias"]  # from the third setting only
+    per = {s["setting"]: s for s in coverage["settings"]}
+    assert per[settings[1].label]["covered"] == [] and per[settings[0].label]["covered"] == []
+    assert per[settings[2].label]["covered"] == ["logit_bias"]
+    notes = " ".join(report.notes)
+    assert "no-op: min_new_tokens" in notes and "no EOS" in notes and "no-op: presence_penalty" in notes
+    # the same penalty acts once a repeat is possible (3 new tokens): covered, not a no-op
+    again = run_generation_check(reference_generate, pair, samples=300, settings=settings[2:], length=3, prompts=1,
+                                 seed=1)
+    assert again.coverage["covered"] == ["logit_bias", "presence_penalty"] and again.coverage["no_op"] == []
+
+
+def test_battery_on_toy_names_every_no_op_parameter(capsys):
+    """`--setting battery --pair toy`: min_new_tokens (no EOS on toy) is named, with the pair that fixes it."""
+    assert main(["verify", "--level", "generation", "--impl", "specdec_ref.adapters:generate", "--pair", "toy",
+                 "--setting", "battery", "--samples", "200", "--threads", "1", "--contexts", "none"]) in (0, 3)
+    out = capsys.readouterr().out
+    assert "no-op: min_new_tokens in setting T=1,min_new_tokens=2" in out and "--pair toy-eos" in out
+    assert out.count("no-op:") == 1, out

@@ -118,10 +118,17 @@ BLIND = {
     **{name: dict(pair="0.7", temperature=1.0) for name in (
         "min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",
         "penalty_draft_only", "min_new_tokens_bonus_only", "bad_words_bonus_only", "top_p_before_temperature")},
-    # issue 18: without a constraint they are the reference (caught with one: tests/test_structured.py)
+    # structured outputs: without a constraint they are the reference (caught with one: tests/test_structured.py)
     **{name: dict(pair="0.7", temperature=1.0) for name in (
         "mask_first_position_only", "mask_draft_not_target", "grammar_state_one_behind", "mask_from_block_start_state",
         "eos_before_accepting", "grammar_not_rolled_back")},
+    # a 4-token prompt with 8 new tokens never reaches index 16 nor a shared 16-token prefix; no
+    # penalty / min_new_tokens set: nothing to miscount; draft = target: no rejection to roll back
+    # (caught with contexts: tests/test_contexts.py)
+    **{name: dict(pair="0.7", temperature=1.0) for name in (
+        "stale_page_at_block_boundary", "stale_page_at_block_boundary_sampling", "prefix_cache_first_block_key",
+        "penalties_count_rejected_drafts", "penalties_count_rejected_drafts_mild", "min_new_tokens_counted_from_prompt")},
+    "rollback_wrong_after_step_k": dict(pair="1.0", temperature=1.0),
 }
 
 

@@ -71,8 +71,13 @@ def _generation_source(fn, config: CheckConfig, notes: list[str], on_row):
 
     settings = tuple(s for text in config.settings for s in parse_setting(text)) if config.settings else DEFAULT_SETTINGS
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
+    contexts = None
+    if config.contexts == "catalogue":
+        from harness.contexts import plan
+
+        contexts = plan(pair, seed=config.seed)
     return GenerationSource(batched_generation(fn, pair, notes, on_row), pair, length=config.length,
-                            settings=settings, processing_order=config.processing_order)
+                            settings=settings, processing_order=config.processing_order, contexts=contexts)
 
 
 # The trial source of each contract (contract_of): every verdict comes from run_battery over one of these.
@@ -103,9 +108,10 @@ def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = Non
     if contract == "generation":
         from harness.check.generation import generation_samples
 
-        config = dataclasses.replace(config, samples=generation_samples(config, source.vocab))
+        if source.contexts is None:  # without the catalogue every cell runs one fixed n (the old plan)
+            config = dataclasses.replace(config, samples=generation_samples(config, source.vocab))
         if hasattr(progress, "set_total"):
-            progress.set_total(config.samples * len(source.prompts) * sum(s.temperature > 0 for s in source.settings))
+            progress.set_total(source.planned_samples(config))
     report = run_battery(source, config, impl_name=_name(config.impl), progress=progress)
     report.level = REPORT_LEVEL[contract]
     report.notes = notes + report.notes

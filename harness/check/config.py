@@ -85,6 +85,10 @@ class CheckConfig:
     # The processing conventions of specdec_ref.processing.ORDERS (written out: this module stays torch-free).
     processing_order: str = option("standard", "--processing-order", "generation level: the processing "
                                    "convention the implementation declares", choices=PROCESSING_ORDERS, group="generation level (--level generation; the engine level's local ground truth too)")
+    contexts: str = option("catalogue", "--contexts", "generation level: 'catalogue' adds cells that pool the PIT "
+                           "over many contexts (harness/contexts.py: spread prompt lengths, long continuations, the "
+                           "model's own samples); 'none': the pair's prompts only", choices=("catalogue", "none"),
+                           group="generation level (--level generation; the engine level's local ground truth too)")
     score_dtype: str = option("float64", "--score-dtype", "generation level: precision of the ground truth the "
                               "outputs are scored against: float64 (a float64 copy of the target, exact; twice "
                               "its memory) or model (the target as loaded: cheaper, the precision it runs in)",

@@ -184,11 +184,14 @@ PIT_BATCH_POSITIONS = 1024
 
 
 def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting, vocab: int, rng,
-               batch: int | None = None, eos=(), order: str = "standard") -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+               batch: int | None = None, eos=(), order: str = "standard",
+               effects: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Teacher-force rows of generated tokens; returns (u, position, sequence id, off-support count).
 
     Position j's law is processed with the prompt and the row's first j tokens as its history.
-    `batch`: rows per forward (default: PIT_BATCH_POSITIONS positions' worth)."""
+    `batch`: rows per forward (default: PIT_BATCH_POSITIONS positions' worth). `effects` (a dict) receives,
+    per optional parameter of the setting, the largest TV its removal makes at a scored position
+    (`parameter_effects`): 0 means the parameter never acted on these contexts."""
     batch = batch or max(1, PIT_BATCH_POSITIONS // max(1, tokens.shape[1]))
     us, positions, seq_ids, off_support = [], [], [], 0
     for start in range(0, tokens.shape[0], batch):
@@ -202,6 +205,9 @@ def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting,
             history = extend_history(start_hist, rows.clamp_min(0)[:, :-1])  # [b, L]: position j sees rows[:j]
         probs = process(logits.double(), setting, history, order=order)  # [b, L, V]
         mask = torch.arange(rows.shape[1]).unsqueeze(0) < n_valid.unsqueeze(1)
+        if effects is not None:
+            for name, tv in parameter_effects(logits.double(), probs, setting, history, mask, order).items():
+                effects[name] = max(effects.get(name, 0.0), tv)
         flat_p = probs[mask].numpy()
         flat_y = rows[mask].numpy()
         p_y = flat_p[np.arange(len(flat_y)), flat_y]
@@ -210,6 +216,33 @@ def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting,
         positions.append(np.nonzero(mask.numpy())[1])
         seq_ids.append(np.nonzero(mask.numpy())[0] + start)
     return np.concatenate(us), np.concatenate(positions), np.concatenate(seq_ids), off_support
+
+
+NO_OP_TV = 1e-9  # a parameter whose removal moves no scored law by more than this did not act
+
+
+def parameter_effects(logits, probs, setting: Setting, history, mask, order: str = "standard") -> dict[str, float]:
+    """Per optional parameter: max over the masked positions of TV(law with it, law without it)."""
+    out = {}
+    for name in setting.extras():
+        without = setting.without(name)
+        other = process(logits, without, history if without.needs_history else None, order=order)
+        tv = 0.5 * (probs - other).abs().sum(-1)  # [b, L]
+        out[name] = float(tv[mask].max()) if bool(mask.any()) else 0.0
+    return out
+
+
+def static_no_ops(setting: Setting, eos) -> dict[str, str]:
+    """Parameters of `setting` that cannot act on any context of a pair with these EOS ids, with why."""
+    extras, out = setting.extras(), {}
+    if extras.get("min_new_tokens") and not eos:
+        out["min_new_tokens"] = ("the pair has no EOS id, so there is no EOS to mask (toy-eos has one: "
+                                 "--pair toy-eos)")
+    if "logit_bias" in extras and all(b == 0 for b in extras["logit_bias"].values()):
+        out["logit_bias"] = "every bias is 0"
+    if extras.get("repetition_penalty") == 1.0:
+        out["repetition_penalty"] = "a repetition penalty of 1 rescales nothing"
+    return out
 
 
 def pit_tests(u, positions, seq_ids, off_support, level, power, prefix) -> list[TestResult]:
@@ -357,19 +390,32 @@ def _check_generation_output(out, B, length, vocab):
         raise BadGenerationOutput(f"returned ids outside [0, {vocab}) or more than max_new_tokens={length} tokens")
 
 
+SETTING_WORDS = ("battery", "default")  # whole batteries: PARAMETER_SETTINGS, DEFAULT_SETTINGS
+SETTING_FIELDS = ("T", "temperature", "top_k", "top_p", *PARAM_NAMES)
+
+
 def parse_setting(text: str) -> tuple[Setting, ...]:
     """`--setting` text -> settings: "battery" (PARAMETER_SETTINGS), "default", or comma-separated
-    name=value pairs, e.g. "T=0.8,top_p=0.95,min_p=0.05,logit_bias=5:+1 2:-1,bad_words_ids=3|4.4"."""
-    if text in ("battery", "default"):
+    name=value pairs, e.g. "T=0.8,top_p=0.95,min_p=0.05,logit_bias=5:+1 2:-1,bad_words_ids=3|4.4".
+    An unknown name (e.g. "minp") raises UnknownNameError with the valid ones ("Did you mean ...?", exit 2)."""
+    from harness.errors import UnknownNameError
+
+    if text in SETTING_WORDS:
         return PARAMETER_SETTINGS if text == "battery" else DEFAULT_SETTINGS
     fields: dict = {}
     text, constraint = _split_constraint(text)
     if constraint is not None:
         fields["constraint"] = constraint
+    items = [item.partition("=") for item in filter(None, (i.strip() for i in text.split(",")))]
+    for name, eq, _ in items:
+        if name.strip() not in SETTING_FIELDS:
+            known = list(SETTING_FIELDS) + list(SETTING_WORDS) if not eq else list(SETTING_FIELDS)
+            raise UnknownNameError("--setting name", name.strip(), known)
     try:
-        for item in filter(None, text.split(",")):
-            name, _, value = item.partition("=")
+        for name, eq, value in items:
             name = {"T": "temperature"}.get(name.strip(), name.strip())
+            if not eq:
+                raise ValueError(f"{name} has no value (write {name}=VALUE)")
             if name == "logit_bias":
                 fields[name] = tuple((int(k), float(b)) for k, b in (pair.split(":") for pair in value.split()))
             elif name == "bad_words_ids":
@@ -467,7 +513,8 @@ def _order_matters(setting: Setting, order: str) -> bool:
 
 def run_generation_check(impl: Callable, pair: ModelPair, config: CheckConfig | None = None, *,
                          impl_name: str = "impl", prompts: int = 2, settings: tuple[Setting, ...] = DEFAULT_SETTINGS,
-                         chunk: int = 2_000, progress: Callable[[int], None] | None = None, **fields) -> CheckReport:
+                         chunk: int = 2_000, progress: Callable[[int], None] | None = None,
+                         contexts: dict | None = None, **fields) -> CheckReport:
     """Sample continuations per (prompt, sampling setting) and test them; greedy separately.
 
     `config` (or `fields` of CheckConfig: `samples`, `gamma`, `length`, `seed`, `processing_order`, ...)
@@ -477,14 +524,193 @@ def run_generation_check(impl: Callable, pair: ModelPair, config: CheckConfig | 
     Settings using parameters the implementation does not accept are skipped (listed in the report);
     `processing_order` (specdec_ref.processing.ORDERS) is the convention the ground truth uses."""
     config = CheckConfig.build(config, **{"level": "generation", "tv": math.nan, **fields})
-    if config.samples is None:
+    if config.samples is None and contexts is None:  # with contexts every cell has its own default plan
         config = dataclasses.replace(config, samples=generation_samples(config, pair.vocab_size))
     processing_order, length = config.processing_order, config.length
     if processing_order not in ORDERS:
         raise HarnessError(f"--processing-order must be one of {', '.join(ORDERS)}, got {processing_order!r}")
     source = GenerationSource(impl, pair, length=length, prompts=prompts, settings=settings, chunk=chunk,
-                              processing_order=processing_order)
+                              processing_order=processing_order, contexts=contexts)
     return run_battery(source, config, impl_name=impl_name, progress=progress)
+
+
+# --- contexts cells: the randomized PIT pooled over many contexts (issue 19) --------------------------------
+
+STEP_BANDS = ((0, 1), (1, 4), (4, 16), (16, None))  # generated-token index j: first step, early, middle, late
+PROMPT_ROWS = {True: 20_000, False: 200}  # default rows of a prompt cell without contexts (V <= 64 or not)
+PROMPT_ROWS_WITH_CONTEXTS = {True: 5_000, False: 200}  # ... when contexts cells carry the pooled headline
+CONTEXT_ROWS = {True: 1_280, False: 200}  # default rows of a contexts cell (spread round-robin over its contexts)
+
+
+@dataclasses.dataclass
+class ContextsCell:
+    """One sampling setting over a catalogue of contexts (objects with .tokens, .family, .name)."""
+
+    contexts: list
+    families: tuple[str, ...]
+    setting: Setting
+    block_sizes: tuple[int, ...]
+    index: int  # seeds derive from it
+
+
+@dataclasses.dataclass
+class ContextTrials:
+    tokens: torch.Tensor  # [n, L] int64, -1 after EOS
+    context: np.ndarray  # [n] index into the cell's contexts
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def context_rows(n: int, n_contexts: int, start: int = 0) -> np.ndarray:
+    """Round-robin assignment of rows start … start + n − 1 to contexts: every context gets ⌊n/C⌋ or ⌈n/C⌉."""
+    return (np.arange(start, start + n) % n_contexts).astype(np.int64)
+
+
+def _score_batch_rows(length: int, vocab: int) -> int:
+    """Rows per teacher-forcing batch: PIT_BATCH_POSITIONS positions at V ≥ 4096, more for small vocabularies."""
+    return max(1, PIT_BATCH_POSITIONS * max(1, 4096 // max(1, vocab)) // max(1, length))
+
+
+def contexts_pit_values(model, contexts, trials: ContextTrials, setting: Setting, vocab: int, rng, eos=(),
+                        order: str = "standard", effects: dict | None = None) -> dict:
+    """Teacher-force every row at its own context; returns u with its step j, absolute position (prompt
+    length + j), row id and family, and the off-support count. Rows are grouped by prompt length (one
+    batched forward per group; a group's rows may continue different prompts)."""
+    lengths = np.array([len(contexts[c].tokens) for c in trials.context])
+    parts: dict[str, list] = {k: [] for k in ("u", "step", "abs", "seq", "family")}
+    off_support = 0
+    for length in np.unique(lengths):
+        rows_all = np.nonzero(lengths == length)[0]
+        for start in range(0, len(rows_all), _score_batch_rows(trials.tokens.shape[1], vocab)):
+            rows = rows_all[start : start + _score_batch_rows(trials.tokens.shape[1], vocab)]
+            ctx = trials.context[rows]
+            prompts = [list(contexts[c].tokens) for c in ctx]
+            tokens = trials.tokens[torch.as_tensor(rows)]
+            logits = score_continuations(model, prompts, tokens, prompt_index=list(range(len(rows))), vocab=vocab)
+            history = None
+            if setting.needs_history:
+                start_hist = History(torch.tensor(prompts), torch.zeros(len(rows), dtype=torch.long),
+                                     tuple(sorted(eos)))
+                history = extend_history(start_hist, tokens.clamp_min(0)[:, :-1])
+            probs = process(logits.double(), setting, history, order=order)
+            mask = tokens >= 0
+            mask &= torch.cumprod(mask.long(), 1).bool()  # valid prefix only
+            if effects is not None:
+                for name, tv in parameter_effects(logits.double(), probs, setting, history, mask, order).items():
+                    effects[name] = max(effects.get(name, 0.0), tv)
+            flat_p, flat_y = probs[mask].numpy(), tokens[mask].numpy()
+            p_y = flat_p[np.arange(len(flat_y)), flat_y]
+            off_support += int((p_y <= 0).sum())
+            r, j = np.nonzero(mask.numpy())
+            parts["u"].append(pit_from_masses(mass_above_descending(flat_p, flat_y), p_y, rng))
+            parts["step"].append(j)
+            parts["abs"].append(j + int(length))
+            parts["seq"].append(rows[r])
+            parts["family"].append(np.array([contexts[c].family for c in ctx[r]], dtype=object))
+    out = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in parts.items()}
+    order_idx = np.lexsort((out["step"], out["seq"]))  # row by row, in step order (the serial test pairs them)
+    out = {k: v[order_idx] for k, v in out.items()}
+    out["off_support"] = off_support
+    return out
+
+
+def count_contexts_pit_tests(families, block_sizes) -> int:
+    """support + pooled + one per family + step bands + (boundary, last slot) per block size + serial."""
+    return 2 + len(families) + len(STEP_BANDS) + 2 * len(block_sizes) + 1
+
+
+def contexts_pit_tests(values: dict, families, block_sizes, level, power, prefix) -> list[TestResult]:
+    """The pooled PIT (headline) and its slices: per family, per step band, at the first and last slot of every
+    cache block (absolute position mod B = 0 and B − 1), and the serial test within rows. Every slice is chosen
+    by the context and the position, never by the token drawn there, so each is exactly U(0, 1) under H0."""
+    u, step, pos, seq, fam = (values[k] for k in ("u", "step", "abs", "seq", "family"))
+    off = values["off_support"]
+    kw = {"alpha": level, "power": power}
+    out = [deterministic_result(f"{prefix}/pit_support", off == 0, n=len(u),
+                                message=f"{off} generated tokens have probability 0 under the target" if off else "")]
+    out.append(uniformity_test(u, f"{prefix}/pit_uniform", min_expected=GATE_MIN_EXPECTED, **kw))
+    slices = [(f"family_{f}", fam == f) for f in families]
+    slices += [(f"step{lo}-{'end' if hi is None else hi - 1}", (step >= lo) & (step < (hi or 1 << 30)))
+               for lo, hi in STEP_BANDS]
+    for size in block_sizes:
+        slices += [(f"abs_mod{size}_eq0", pos % size == 0), (f"abs_mod{size}_eq{size - 1}", pos % size == size - 1)]
+    for name, keep in slices:
+        t = uniformity_test(u[keep], f"{prefix}/pit_uniform/{name}", min_expected=GATE_MIN_EXPECTED, **kw)
+        t.details["headline"] = False  # each states its own (wider) TV; the headline is the pooled test's
+        out.append(t)
+    consecutive = (seq[1:] == seq[:-1]) & (step[1:] == step[:-1] + 1)
+    out.append(serial_independence_test(u[:-1][consecutive], u[1:][consecutive], f"{prefix}/pit_serial", **kw))
+    return out
+
+
+def sample_contexts(impl, pair, contexts, rows: np.ndarray, setting, gamma, length, seed, chunk, progress, deadline):
+    """Continuations of contexts[rows[i]] for every i: one generate() call per prompt length (and chunk)."""
+    lengths = np.array([len(contexts[c].tokens) for c in rows])
+    tokens = torch.full((len(rows), length), -1, dtype=torch.long)
+    done = np.zeros(len(rows), dtype=bool)
+    for g, size in enumerate(np.unique(lengths)):
+        members = np.nonzero(lengths == size)[0]
+        for start in range(0, len(members), chunk):
+            part = members[start : start + chunk]
+            ids = torch.tensor([list(contexts[c].tokens) for c in rows[part]])
+            out = call_impl(impl, pair.target, pair.draft, ids, what=f"generation at {setting.label} (contexts)",
+                            **dict(max_new_tokens=length, gamma=gamma, temperature=setting.temperature,
+                                   top_k=setting.top_k, top_p=setting.top_p, seed=seed + 104_729 * g + 7919 * start),
+                            **setting.extras())
+            _check_generation_output(out, len(part), length, pair.vocab_size)
+            out = out.detach().to("cpu", torch.long)
+            tokens[torch.as_tensor(part), : out.shape[1]] = out
+            done[part] = True
+            if progress:
+                progress(len(part))
+            if deadline is not None and time.monotonic() > deadline:
+                return tokens[torch.as_tensor(done)], rows[done]
+    return tokens, rows
+
+
+def _contexts_pit_run(cell: Cell, trials: ContextTrials, level: float, power: float) -> list[TestResult]:
+    data, source = cell.data, cell.summary["_source"]
+    effects: dict = {}
+    values = contexts_pit_values(source.scorer, data.contexts, trials, data.setting, source.vocab,
+                                 np.random.default_rng(source.seed + 5000 + data.index), eos=source.eos,
+                                 order=source.order, effects=effects)
+    if effects:
+        cell.summary["parameter_effects"] = effects
+    tests = contexts_pit_tests(values, data.families, data.block_sizes, level, power, cell.name)
+    cell.summary["tokens"] = int(len(values["u"]))
+    cell.summary["detectable_tv_per_family"] = {
+        "all": tests[1].detectable_tv,
+        **{f: t.detectable_tv for f, t in zip(data.families, tests[2 : 2 + len(data.families)], strict=True)}}
+    return tests
+
+
+def _contexts_conventions_run(cell: Cell, trials: ContextTrials, level: float, power: float) -> list[TestResult]:
+    """As `_conventions_run`, for a contexts cell."""
+    data, source = cell.data, cell.summary["_source"]
+    if not cell.decided(level):
+        return []
+    fits = []
+    for order in ORDERS:
+        if order == source.order or not _order_matters(data.setting, order):
+            continue
+        values = contexts_pit_values(source.scorer, data.contexts, trials, data.setting, source.vocab,
+                                     np.random.default_rng(source.seed + 5000 + data.index), eos=source.eos,
+                                     order=order)
+        if all(t.p_value > level for t in contexts_pit_tests(values, data.families, data.block_sizes, level, power,
+                                                             "convention")):
+            fits.append(order)
+    cell.summary["consistent_conventions"] = fits
+    return []
+
+
+def _rows_default(cell: Cell, tv: float, level: float, power: float) -> int:
+    return cell.summary["default_rows"]
+
+
+CONTEXTS_PIT = Check("contexts_pit", lambda cell: count_contexts_pit_tests(cell.data.families, cell.data.block_sizes),
+                     _contexts_pit_run, samples_for=_rows_default)
+CONTEXTS_CONVENTIONS = Check("contexts_conventions", lambda cell: 0, _contexts_conventions_run, gating=False)
 
 
 # --- the generation level as a trial source of the check engine (harness.check.engine) -------------------
@@ -516,14 +742,27 @@ def _joint_run(cell: Cell, tokens, level: float, power: float) -> list[TestResul
     data, source = cell.data, cell.summary["_source"]
     law = continuation_law(source.scorer, data.prompt, source.length, data.setting, source.vocab, source.eos,
                            source.order)
-    return joint_law_tests(_rows_to_keys(tokens), law, level, power, cell.name)
+    return _headline(cell, joint_law_tests(_rows_to_keys(tokens), law, level, power, cell.name))
+
+
+def _headline(cell: Cell, tests: list[TestResult]) -> list[TestResult]:
+    """With contexts cells in the plan, the pooled PIT over contexts is the headline; a prompt cell's tests state
+    their own TV (the joint law of its continuations, or its PIT) without setting the run's headline."""
+    if cell.summary.get("headline") is False:
+        for t in tests:
+            t.details["headline"] = False
+    return tests
 
 
 def _pit_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
     data, source = cell.data, cell.summary["_source"]
+    effects: dict = {}
     u, pos, seq, off = pit_values(source.scorer, data.prompt, tokens, data.setting, source.vocab,
-                                  np.random.default_rng(source.seed + data.index), eos=source.eos, order=source.order)
-    return pit_tests(u, pos, seq, off, level, power, cell.name)
+                                  np.random.default_rng(source.seed + data.index), eos=source.eos, order=source.order,
+                                  effects=effects)
+    if effects:
+        cell.summary["parameter_effects"] = effects
+    return _headline(cell, pit_tests(u, pos, seq, off, level, power, cell.name))
 
 
 def _conventions_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
@@ -540,8 +779,8 @@ def _conventions_run(cell: Cell, tokens, level: float, power: float) -> list[Tes
 
 GREEDY_EQUALITY = Check("greedy_equality", lambda cell: len(cell.data), _greedy_run)
 GREEDY_NUMERICS = Check("greedy_numerics", lambda cell: 0, _greedy_numerics, gating=False)
-JOINT_LAW = Check("joint_law", lambda cell: 3, _joint_run)
-PIT = Check("pit", lambda cell: 3 + cell.summary["length"], _pit_run)
+JOINT_LAW = Check("joint_law", lambda cell: 3, _joint_run, samples_for=_rows_default)
+PIT = Check("pit", lambda cell: 3 + cell.summary["length"], _pit_run, samples_for=_rows_default)
 CONVENTIONS = Check("conventions", lambda cell: 0, _conventions_run, gating=False)
 
 
@@ -552,8 +791,12 @@ class GenerationSource(TrialSource):
 
     def __init__(self, impl: Callable, pair: ModelPair, *, length: int | None = None, prompts: int = 2,
                  settings: tuple[Setting, ...] = DEFAULT_SETTINGS, chunk: int = 2_000,
-                 processing_order: str = "standard"):
+                 processing_order: str = "standard", contexts: dict | None = None):
+        """`contexts`: {"contexts": [objects with .tokens, .family, .name], "block_sizes": (16, ...), "length":
+        new tokens per contexts sample or None (the prompt cells' length)} from a declared catalogue
+        (harness/contexts.py), or None: the pair's prompts only."""
         self.impl, self.pair, self.chunk, self.order = impl, pair, chunk, processing_order
+        self.contexts = contexts
         self.vocab = pair.vocab_size
         self.enumerate = self.vocab <= ENUMERATION_MAX_VOCAB
         self.length = length or (3 if self.enumerate else 16)
@@ -569,25 +812,87 @@ class GenerationSource(TrialSource):
         self.scorer = _target64(self.pair) if config.score_dtype == "float64" else self.pair.target
         sampling = [s for s in self.settings if s.temperature > 0]
         self.budget_each = None if config.time_budget_s is None else \
-            config.time_budget_s / max(1, len(sampling) * len(self.prompts))
+            config.time_budget_s / max(1, len(sampling) * (len(self.prompts) + bool((self.contexts or {}).get("contexts"))))
         cells = []
+        contexts = (self.contexts or {}).get("contexts") or []
+        self.context_length = (self.contexts or {}).get("length") or self.length
         if any(s.temperature == 0 for s in self.settings):  # first: deterministic and cheap
             cells.append(Cell("greedy", [GREEDY_EQUALITY, GREEDY_NUMERICS], self.prompts, math.nan,
                               {"prompts": len(self.prompts), "max_new_tokens": max(self.length, 16)}))
+            if contexts:  # one context per prompt length (the longest first): greedy past the block boundaries
+                seen, picked = set(), []
+                for c in sorted(contexts, key=lambda c: -len(c.tokens)):
+                    if len(c.tokens) not in seen and len(picked) < 8:
+                        seen.add(len(c.tokens))
+                        picked.append(list(c.tokens))
+                cells.append(Cell("greedy/contexts", [GREEDY_EQUALITY, GREEDY_NUMERICS], picked, math.nan,
+                                  {"prompts": len(picked), "max_new_tokens": self.context_length}))
         checks = [JOINT_LAW, PIT, CONVENTIONS] if self.enumerate else [PIT, CONVENTIONS]
-        for setting in sampling:
+        prompt_rows = (PROMPT_ROWS_WITH_CONTEXTS if contexts else PROMPT_ROWS)[self.enumerate]
+        for setting in sampling:  # per setting: the contexts cell (the headline) first, then the prompt cells
+            if contexts:
+                families = tuple(dict.fromkeys(c.family for c in contexts))
+                data = ContextsCell(contexts, families, setting, tuple(self.contexts.get("block_sizes", ())),
+                                    len(cells))
+                cells.append(Cell(f"{setting.label}/contexts", [CONTEXTS_PIT, CONTEXTS_CONVENTIONS], data, math.nan,
+                                  {"_source": self, "length": self.context_length, "gamma": config.gamma,
+                                   "setting": setting_record(setting), "processing_order": self.order,
+                                   "contexts": len(contexts), "families": {f: sum(c.family == f for c in contexts)
+                                                                           for f in families},
+                                   "prompt_lengths": sorted({len(c.tokens) for c in contexts}),
+                                   "block_sizes": list(data.block_sizes),
+                                   "default_rows": CONTEXT_ROWS[self.enumerate]}))
             for i, prompt in enumerate(self.prompts):
                 cells.append(Cell(f"{setting.label}/prompt{i}", list(checks) + checks_for(setting),
                                   SamplingCell(prompt, i, setting),
                                   math.nan, {"_source": self, "length": self.length, "gamma": config.gamma,
                                              "setting": setting_record(setting), "joint_law": self.enumerate,
-                                             "processing_order": self.order}))
+                                             "processing_order": self.order, "default_rows": prompt_rows,
+                                             **({"headline": False} if contexts else {})}))
         return cells
 
+    def planned_samples(self, config: CheckConfig) -> int:
+        """Sampled rows the plan will draw (the progress bar's total)."""
+        sampling = sum(s.temperature > 0 for s in self.settings)
+        contexts = bool((self.contexts or {}).get("contexts"))
+        if config.samples:
+            return config.samples * sampling * (len(self.prompts) + contexts)
+        rows = (PROMPT_ROWS_WITH_CONTEXTS if contexts else PROMPT_ROWS)[self.enumerate] * len(self.prompts)
+        return sampling * (rows + contexts * CONTEXT_ROWS[self.enumerate])
+
+    def extend(self, trials, more):
+        if isinstance(trials, ContextTrials):
+            return ContextTrials(torch.cat([trials.tokens, more.tokens]), np.concatenate([trials.context, more.context]))
+        return super().extend(trials, more)
+
+    def _draw_contexts(self, cell: Cell, n: int, progress):
+        data = cell.data
+        start = cell.summary.get("_drawn", 0)
+        rows = context_rows(n, len(data.contexts), start)
+        deadline = None if self.budget_each is None else time.monotonic() + self.budget_each
+        try:
+            tokens, rows = sample_contexts(self.impl, self.pair, data.contexts, rows, data.setting, self.gamma,
+                                           self.context_length, self.seed + 1_000_003 * (data.index + 1) + start,
+                                           self.chunk, progress, deadline)
+        except BadGenerationOutput as exc:
+            raise MalformedTrials(str(exc)) from None
+        cell.summary["_drawn"] = start + n
+        if len(rows) < n:
+            cell.summary["stopped_early"] = f"time budget reached after {len(rows)} of {n} samples"
+        trials = ContextTrials(tokens, rows)
+        short = [k for k in _rows_to_keys(tokens) if len(k) < self.context_length and not (k and k[-1] in self.eos)]
+        if short:
+            exc = MalformedTrials(f"{len(short)} rows stop before max_new_tokens without EOS")
+            exc.trials = trials
+            raise exc
+        return trials
+
     def draw(self, cell: Cell, n: int, progress):
-        if cell.name == "greedy":
-            return greedy_tests(self.impl, self.pair, self.prompts, gamma=self.gamma,
-                                max_new_tokens=cell.summary["max_new_tokens"], seed=self.seed, prefix="greedy")
+        if cell.name.startswith("greedy"):
+            return greedy_tests(self.impl, self.pair, cell.data, gamma=self.gamma,
+                                max_new_tokens=cell.summary["max_new_tokens"], seed=self.seed, prefix=cell.name)
+        if isinstance(cell.data, ContextsCell):
+            return self._draw_contexts(cell, n, progress)
         data = cell.data
         deadline = None if self.budget_each is None else time.monotonic() + self.budget_each
         try:
@@ -605,24 +910,76 @@ class GenerationSource(TrialSource):
         return tokens
 
     def count(self, trials) -> int:
-        return len(self.prompts) if isinstance(trials, tuple) else int(trials.shape[0])
+        if isinstance(trials, tuple):  # greedy: (gating, advisory, findings), one gating test per prompt
+            return len(trials[0])
+        return len(trials) if isinstance(trials, ContextTrials) else int(trials.shape[0])
+
+    def coverage(self, cases: list[dict]) -> dict:
+        """Which optional parameters acted in the cells that ran: a parameter counts as covered in a setting only
+        when it cannot be ruled out statically (`static_no_ops`) and its removal moved a scored law
+        (`parameter_effects` > NO_OP_TV) in some cell of that setting; every other one is a named no-op."""
+        per_setting, no_op, covered = [], [], set()
+        for setting in (s for s in self.settings if s.extras()):
+            label = setting.label
+            ran = [c for c in cases if c.get("setting") == setting_record(setting) and "parameter_effects" in c]
+            static = static_no_ops(setting, self.eos)
+            acted, idle = [], {}
+            for name in setting.extras():
+                effect = max((c["parameter_effects"].get(name, 0.0) for c in ran), default=None)
+                if name in static:
+                    idle[name] = static[name]
+                elif effect is None:
+                    continue  # the setting's cells did not run (a stop, a budget): neither covered nor a no-op
+                elif effect <= NO_OP_TV:
+                    idle[name] = (f"removing it changes no law at the {sum(c.get('samples', 0) for c in ran)} "
+                                  f"sampled contexts (max TV {effect:.2g}); e.g. a penalty with no repeat, a bad word "
+                                  "the target never proposes")
+                else:
+                    acted.append(name)
+            covered.update(acted)
+            per_setting.append({"setting": label, "covered": acted, "no_op": idle,
+                                "max_tv_effect": {n: max((c["parameter_effects"].get(n, 0.0) for c in ran), default=None)
+                                                  for n in setting.extras()}})
+            no_op += [{"setting": label, "parameter": n, "reason": r} for n, r in idle.items()]
+        if not per_setting:
+            return {}
+        return {"covered": sorted(covered), "no_op": no_op, "settings": per_setting,
+                "definition": "a parameter is covered when removing it changes the processed target law (TV > "
+                              f"{NO_OP_TV:g}) at a scored position of a cell that ran"}
 
     def finish(self, report: CheckReport, config: CheckConfig) -> None:
+        report.processing_order = self.order
+        if self.order != "standard":
+            report.notes.append(f"ground truth: the target processed under the declared convention {self.order!r} "
+                                "(--processing-order), not the documented order")
         if self.skipped:
             report.cases.append({"name": "skipped_settings", "settings": self.skipped})
             report.notes.append("skipped settings (the implementation does not accept these parameters): " + "; ".join(
                 f"{s['setting']} (needs {', '.join(s['not_accepted'])})" for s in self.skipped))
         for case in report.cases:
             case.pop("_source", None)
+            case.pop("_drawn", None)
             if case.get("stopped_early"):
                 report.notes.append(f"{case['name']}: {case['stopped_early']}")
             for order in case.get("consistent_conventions", []):
                 report.notes.append(f"{case['name']}: outputs consistent with the target under convention {order!r}: "
                                     f"a processing convention, not a verification bug (if intended, declare it: "
                                     f"--processing-order {order})")
-        greedy = next((c for c in report.cases if c["name"] == "greedy"), None)
-        if greedy:
+        report.coverage = self.coverage(report.cases)
+        for item in report.coverage.get("no_op", []):
+            report.notes.append(f"no-op: {item['parameter']} in setting {item['setting']} cannot act here "
+                                f"({item['reason']}): not counted as covered")
+        for greedy in (c for c in report.cases if c["name"].startswith("greedy")):
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law
+        families = [c for c in report.cases if "detectable_tv_per_family" in c]
+        for case in families:
+            tvs = ", ".join(f"{f} {tv:.3g}" for f, tv in case["detectable_tv_per_family"].items())
+            report.notes.append(
+                f"{case['name']}: {case.get('samples', 0)} samples over {case['contexts']} contexts "
+                f"(prompt lengths {case['prompt_lengths'][0]}–{case['prompt_lengths'][-1]}, "
+                f"{case['length']} new tokens each, {case.get('tokens', 0)} tokens); detectable TV per family of "
+                f"contexts (pooled PIT: TV between the binned PIT law and U(0, 1), at power {config.power:g} and the "
+                f"per-test Holm level): {tvs}")
         per_position = [t.detectable_tv for t in report.tests if t.details.get("headline") is False
                         and t.detectable_tv is not None]
         if per_position:

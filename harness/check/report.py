@@ -27,6 +27,8 @@ class CheckReport:
     family: str = "chain"  # verifier family of a sampler-level implementation
     declared_tests: int = 0  # gating tests the battery declared (the Holm plan); tests may be fewer after a stop
     inconclusive_tv: float = 0.25  # an achieved detectable TV above this makes a non-failing run INCONCLUSIVE
+    processing_order: str = "standard"  # generation level: the processing convention the ground truth used
+    coverage: dict = dataclasses.field(default_factory=dict)  # generation level: parameters that acted / no-ops
 
     def decide(self) -> CheckReport:
         """Holm across the gating tests; sets each test's `reject`."""
@@ -54,7 +56,17 @@ class CheckReport:
 
     def failure_summary(self) -> list[str]:
         """A few lines that say where the rejections are (which cell, position, kind of test)."""
-        return summarize_rejections([t.name for t in self.tests if t.reject], self.cases)
+        lines = summarize_rejections([t.name for t in self.tests if t.reject], self.cases)
+        return lines + convention_lines(self.cases) if lines else lines
+
+    def conventions(self) -> list[str]:
+        """Processing conventions under which every failed cell's outputs fit the target (generation level)."""
+        return fitting_conventions(self.cases)
+
+    def verdict_line(self) -> str:
+        """The verdict with the processing order it was judged under when one was declared."""
+        order = f" under --processing-order {self.processing_order}" if self.processing_order != "standard" else ""
+        return f"{self.verdict.upper()}{order}"
 
     @property
     def wasteful(self) -> list[dict]:
@@ -87,6 +99,9 @@ class CheckReport:
             "declared_tests": self.declared_tests,
             "inconclusive_tv": self.inconclusive_tv,
             "failure_summary": self.failure_summary(),
+            "processing_order": self.processing_order,
+            "consistent_conventions": self.conventions(),
+            "coverage": self.coverage,
         }
 
 
@@ -109,6 +124,22 @@ _KIND = {"support": "tokens the target never emits", "pooled_pearson": "emitted 
          "pit_support": "tokens the target never emits", "joint_support": "continuations the target never emits",
          "joint_pooled_pearson": "joint law of continuations ≠ target", "joint_pooled_g":
          "joint law of continuations ≠ target"}
+
+
+def fitting_conventions(cases: list[dict]) -> list[str]:
+    """The conventions that fit every cell whose outputs were tested against another convention (the cells
+    that failed): the diagnosis is a convention only when it explains each failed cell."""
+    found = [c["consistent_conventions"] for c in cases if "consistent_conventions" in c]
+    if not found:
+        return []
+    common = set(found[0]).intersection(*found[1:])
+    return [o for o in found[0] if o in common]
+
+
+def convention_lines(cases: list[dict]) -> list[str]:
+    """"consistent with the target under X: declare it with --processing-order X" for each fitting convention."""
+    return [f"consistent with the target under {order}: declare it with --processing-order {order} (a processing "
+            "convention, not a verification bug)" for order in fitting_conventions(cases)]
 
 
 def _position_of(parts: list[str]) -> int | None:

@@ -20,13 +20,25 @@ from harness.models.pair import ModelPair, PairSpec, always_available
 from specdec_ref import toy
 
 TOY_VOCAB = 16
+# Positions the toy pairs accept: room for prompts that straddle a 256-token cache block plus a 40-token
+# continuation (harness/contexts.py). Rotary positions have no learned table, so widening the limit leaves
+# every logit at the first 64 positions as it was (tests/test_contexts.py checks it).
+TOY_CONTEXT = 320
 CONSTANT_ALPHAS = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95)
 
 
 @functools.cache
 def _toy_models(kind: str, dtype: torch.dtype):
+    target, draft = _toy_models_64(kind, dtype)
+    for model in (target, draft):
+        model.config.max_position_embeddings = max(model.config.max_position_embeddings, TOY_CONTEXT)
+    return target, draft
+
+
+@functools.cache
+def _toy_models_64(kind: str, dtype: torch.dtype):
     if kind == "eos":  # toy 0.7 whose target stops at its favourite first token: EOS lands inside blocks
-        target, draft = (copy.deepcopy(m) for m in _toy_models("0.7", torch.float64))
+        target, draft = (copy.deepcopy(m) for m in _toy_models_64("0.7", torch.float64))
         with torch.inference_mode():
             eos = int(target(input_ids=torch.tensor([_prompts()[0]])).logits[0, -1].argmax())
         for model in (target, draft):

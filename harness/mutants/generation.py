@@ -524,3 +524,195 @@ def reference_all_parameters(target, draft, input_ids, *, max_new_tokens, gamma,
 
 
 reference_all_parameters.settings = (_setting(**ALL_PARAMETERS),)
+
+
+# ---------------------------------------------------------------- position- and context-dependent faults (issue 19)
+# Bugs that a 4-token prompt and 3 new tokens never reach: they act at a cache-block boundary, after the
+# first steps, across prompts that share a prefix, or only once a token repeats. The runner mutants
+# recompute every call (RecomputeRunner) and edit what a paged / prefix cache would have served.
+
+PAGE = 16  # the cache-block size the boundary mutants model
+
+
+class BoundaryStaleRunner(RecomputeRunner):
+    """At every verified position whose token lands on absolute index t ≡ 0 (mod PAGE) the logits are the
+    previous position's (the law of index t − 1): a stale page entry at the block boundary."""
+
+    def _logits(self, rows, seqs, n_last):
+        extra = int(min(len(s) for s in seqs) > n_last)  # one more position on the left when there is one
+        full = super()._logits(rows, seqs, n_last + extra)  # [A, n_last + extra, V]
+        out = full[:, extra:].clone()
+        for a, seq in enumerate(seqs):
+            for i in range(n_last):
+                index = len(seq) - n_last + i + 1  # the absolute index of the token these logits predict
+                if index % PAGE == 0 and (extra or i > 0):
+                    out[a, i] = full[a, i + extra - 1]
+        return out
+
+
+class LateStaleCacheRunner(StaleCacheRunner):
+    """StaleCacheRunner whose rows crop correctly for their first `after` calls, then stop cropping."""
+
+    after = 4
+
+    def __init__(self, model, name: str, n_rows: int):
+        super().__init__(model, name, n_rows)
+        self.row_calls = [0] * n_rows
+
+    def _logits(self, rows, seqs, n_last):
+        for row in rows:
+            self.row_calls[row] += 1
+            if self.row_calls[row] <= self.after:  # still correct: the cache holds exactly the sequence
+                self.fed[row], self.content[row] = None, None
+        return super()._logits(rows, seqs, n_last)
+
+
+class PrefixKeyedRunner(RecomputeRunner):
+    """A prefix cache keyed by the first PAGE tokens only: a prompt whose first block equals an earlier
+    row's (same length, different later tokens) is served that row's cached prompt."""
+
+    def __init__(self, model, name: str, n_rows: int):
+        super().__init__(model, name)
+        self.prompt: list[Tensor | None] = [None] * n_rows  # what each row's prompt is served as
+        self.length: list[int] = [0] * n_rows
+        self.by_key: dict = {}
+
+    def _logits(self, rows, seqs, n_last):
+        served = []
+        for row, seq in zip(rows, seqs, strict=True):
+            if self.prompt[row] is None:  # first call: the prompt is the whole sequence
+                key = (len(seq), tuple(seq[:PAGE].tolist())) if len(seq) > PAGE else None
+                self.prompt[row] = self.by_key.setdefault(key, seq) if key else seq
+                self.length[row] = len(seq)
+            served.append(torch.cat([self.prompt[row], seq[self.length[row]:]]))
+        return super()._logits(rows, served, n_last)
+
+
+def _boundary_runner(model, name, n_rows, strategy):
+    return BoundaryStaleRunner(model, name)
+
+
+def _late_stale_runner(model, name, n_rows, strategy):
+    return LateStaleCacheRunner(model, name, n_rows)
+
+
+def _prefix_keyed_runner(model, name, n_rows, strategy):
+    return PrefixKeyedRunner(model, name, n_rows)
+
+
+_POSITIONS = ("contexts whose continuations reach absolute index 16 (the context catalogue: harness/contexts.py); "
+              "the pair's 4-token prompts with 3 new tokens never do")
+
+
+@_zoo(Hooks(target_runner=_boundary_runner), kind="mutant", needs=(_POSITIONS,), pair="toy",
+      models="failure mode: a stale KV page at a 16-token block boundary (paged caches: vLLM, SGLang, TensorRT-LLM)")
+def stale_page_at_block_boundary(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p,
+                                 seed):
+    """Greedy and sampling: the target logits of a token at absolute index ≡ 0 (mod 16) are the previous
+    position's."""
+
+
+_BOUNDARY_HOOKS = Hooks(target_runner=_boundary_runner)
+
+
+@register(level="generation", kind="mutant", pair="toy", needs=(_POSITIONS, "temperature > 0"),
+          models="failure mode: a stale KV page at a 16-token block boundary on the sampling path only (the "
+                 "greedy path exact): issue 19's generate() that passed the two-prompt battery")
+def stale_page_at_block_boundary_sampling(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
+                                          top_p, seed, **extra):
+    """At temperature > 0 the target logits of a token at absolute index ≡ 0 (mod 16) are the previous
+    position's; greedy decoding is exact."""
+    hooks = REFERENCE_HOOKS if temperature == 0 else _BOUNDARY_HOOKS
+    return hooked_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                           temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, hooks=hooks, **extra).tokens
+
+
+stale_page_at_block_boundary_sampling.hooks = _BOUNDARY_HOOKS
+
+
+@_zoo(Hooks(target_runner=_late_stale_runner), kind="mutant",
+      needs=(_CONTEXT, f"continuations of more than {LateStaleCacheRunner.after} steps (e.g. 40 new tokens)",
+             "rejected drafts"),
+      models="failure mode: rollback after a rejection correct for the first steps, wrong later (a cache "
+             "manager that stops cropping once a row's cache is reallocated)")
+def rollback_wrong_after_step_k(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+    """Rows crop their KV cache after rejections for their first 4 target calls, then keep the rejected
+    drafts' entries (later positions attend to them)."""
+
+
+@_zoo(Hooks(target_runner=_prefix_keyed_runner), kind="mutant",
+      needs=("prompts of equal length that share their first 16 tokens and differ later (the catalogue's random "
+             "family)", "them in one call"),
+      models="failure mode: prefix-cache hit keyed on the first block only (block-hash chain not followed)")
+def prefix_cache_first_block_key(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+    """A prompt whose first 16 tokens (and length) equal an earlier row's is served that row's prompt: its
+    continuation follows the other prompt's law."""
+
+
+def _history_with_whole_block(logits, params, history):
+    """Penalties at every position of the block count all of the block's drafts, also those after the position
+    (the drafts that are rejected when the block stops there)."""
+    if history is None:
+        return processed(logits, params, history)
+    last = history.seq[:, -1:].expand_as(history.seq)
+    n = history.n_generated[:, -1:].expand_as(history.n_generated)
+    return processed(logits, params, History(last, n, history.eos))  # the whole block, at every position
+
+
+_REPEATS = "a penalty set and rejected drafts (α < 1); repeats (V = 16 and 40 new tokens: many)"
+
+PRESENCE_STRONG = _setting(temperature=1.0, presence_penalty=3.0)
+PRESENCE_MILD = _setting(temperature=1.0, presence_penalty=0.1)
+
+
+@_params_mutant(Hooks(target_probs=_history_with_whole_block), settings=(PRESENCE_STRONG,), pair="toy",
+                needs=(_REPEATS,), models="failure mode: penalties count the block's rejected drafts (strong: "
+                                          "presence penalty 3)")
+def penalties_count_rejected_drafts(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p,
+                                    seed, **extra):
+    """The target's presence / frequency / repetition penalties at every position of a block count every
+    drafted token of the block, including the drafts after that position."""
+
+
+@_params_mutant(Hooks(target_probs=_history_with_whole_block), settings=(PRESENCE_MILD,), pair="toy",
+                needs=(_REPEATS,), models="failure mode: penalties count the block's rejected drafts (mild: "
+                                          "presence penalty 0.1)")
+def penalties_count_rejected_drafts_mild(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
+                                         top_p, seed, **extra):
+    """As penalties_count_rejected_drafts, at presence penalty 0.1 (exact TV 0.031 and 0.036 at the toy prompts)."""
+
+
+def _counted_from_prompt(history: History | None) -> History | None:
+    if history is None:
+        return None
+    total = (history.seq >= 0).sum(-1)  # prompt + generated tokens at each position
+    return History(history.seq, total, history.eos)
+
+
+def _target_min_new_from_prompt(logits, params, history):
+    return processed(logits, params, _counted_from_prompt(history))
+
+
+def _draft_min_new_from_prompt(logits, params, history):
+    q = processed(logits, params, _counted_from_prompt(history))
+    return q, q
+
+
+MIN_NEW_8 = _setting(temperature=1.0, min_new_tokens=8)
+
+
+@_params_mutant(Hooks(target_probs=_target_min_new_from_prompt, draft_probs=_draft_min_new_from_prompt),
+                settings=(MIN_NEW_8,), pair="toy-eos", needs=("min_new_tokens set", "an EOS (toy-eos)"),
+                models="failure mode: min_new_tokens counted over prompt + generated tokens (min_length semantics)")
+def min_new_tokens_counted_from_prompt(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
+                                       top_p, seed, **extra):
+    """EOS is masked while prompt + generated tokens are fewer than min_new_tokens (so not at all once the
+    prompt is that long), in both p and q."""
+
+
+CONTEXT_MUTANTS = (stale_page_at_block_boundary, stale_page_at_block_boundary_sampling, rollback_wrong_after_step_k,
+                   prefix_cache_first_block_key, penalties_count_rejected_drafts, penalties_count_rejected_drafts_mild,
+                   min_new_tokens_counted_from_prompt)
+for _fn in CONTEXT_MUTANTS:
+    _fn.contexts = True  # the campaign runs them on the default plan with the context catalogue (harness/contexts.py)
+del _fn  # the registry reads this module's names: one name per entry

@@ -132,9 +132,15 @@ def run_task(task: Task, gate: float) -> dict:
         report = check(impl.fn, impl_name=impl.name, false_alarm_rate=gate, seed=task.seed,
                        stop_on_fail=task.purpose != "calibrate")
     else:
-        report = run_generation_check(impl.fn, _pair(task.pair), impl_name=impl.name, false_alarm_rate=gate,
-                                      seed=task.seed, samples=task.samples, gamma=3,
-                                      stop_on_fail=task.purpose != "calibrate",
+        pair = _pair(task.pair)
+        contexts = None
+        if getattr(impl.fn, "contexts", False):  # position / context faults: the default plan with the catalogue
+            from harness.contexts import plan
+
+            contexts = plan(pair, seed=task.seed)
+        report = run_generation_check(impl.fn, pair, impl_name=impl.name, false_alarm_rate=gate,
+                                      seed=task.seed, samples=None if contexts else task.samples, gamma=3,
+                                      stop_on_fail=task.purpose != "calibrate", contexts=contexts,
                                       settings=getattr(impl.fn, "settings", DEFAULT_SETTINGS))
     return {"task": task, "fail": report.verdict == "fail", "family_p": family_p(report),
             "samples": report.samples, "wasteful": bool(report.wasteful) if impl.level != "generation" else None,

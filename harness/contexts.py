@@ -1,0 +1,146 @@
+"""The declared context catalogue of the generation and engine levels (issue 19).
+
+Declared here (next to the prompt set, harness/data/prompts.jsonl) because the CLI's default plan draws
+from it and the mechanism imports nothing from suites/; the campaign that measures what it buys lives in
+suites/campaigns/contexts.py.
+
+A sampling cell tests the law of a whole generate() at the contexts it is given. Two prompts of four
+tokens (the toy pairs' own) reach absolute positions 4–7 only; bugs that live at a cache-block boundary,
+after the first few steps, once a token repeats, or when two prompts share a prefix never show there.
+So the plan pools a randomized PIT (exactly U(0, 1) under H0 at every context: harness/stats/pit.py) over
+many contexts with a few samples each:
+
+- **random** (toy pairs): random-token prompts whose lengths are spread so that the generated positions
+  P … P + L − 1 cover every residue of the cache-block sizes BLOCK_SIZES (16 … 256) and each continuation
+  of L = CONTINUATION tokens passes at least two 16-token boundaries (any 33 consecutive positions hold
+  two multiples of 16); prompts come in pairs sharing their first SHARED_PREFIX tokens (one cache block),
+  so a prefix cache keyed on too short a prefix serves one prompt the other's keys;
+- **resampled** (any pair): prefixes of the target's own earlier samples (plain target sampling, T = 1,
+  from a short random start), cut at lengths spread the same way: contexts the model itself makes;
+- **prompts**: the pair's own prompts (the toy pairs' eight 4-token prompts), now with long continuations;
+- **chat / code / summarize** (real pairs): the project's prompt set (harness/data/prompts.jsonl)
+  through the tokenizer's chat template.
+
+Contexts of one length share one generate() call (the contract takes [B, T] prompts without padding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+BLOCK_SIZES = (16, 32, 64, 128, 256)  # the common paged-KV block sizes (vLLM, SGLang, TensorRT-LLM)
+CONTINUATION = 40  # new tokens per sample on the toy pairs: ≥ 33 passes two 16-token boundaries
+SHARED_PREFIX = 16  # the random family's prompt pairs share one 16-token cache block
+# Prompt lengths 1, 18, 35, …, 256 (step 17): the first block starts at every residue mod 16, windows of 40
+# new positions overlap (positions 1 … 295: every residue mod 256, the 16 … 256 boundaries straddled), and
+# few distinct lengths keep generate() calls few and wide (contexts of one length share a call). Many
+# contexts per length, few samples per context.
+LENGTHS = tuple(range(1, 257, 17))
+PAIRS_PER_LENGTH = 8  # random family: 8 prompt pairs (16 prompts) per length
+RESAMPLED_CHAINS = 16  # target samples the resampled family cuts its prefixes from (one context per length each)
+RESAMPLED_LENGTHS = tuple(max(8, n) for n in LENGTHS)
+REAL_KINDS = ("chat", "code", "summarize")
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    tokens: tuple[int, ...]
+    family: str  # "random", "resampled", "chat", ...
+    name: str  # stable id within the catalogue, e.g. "random/len37/b"
+
+
+def random_contexts(vocab: int, *, seed: int = 0, lengths=LENGTHS, pairs: int = PAIRS_PER_LENGTH) -> list[Context]:
+    """`pairs` pairs of random-token prompts per length; a pair shares its first SHARED_PREFIX tokens when longer."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for length in lengths:
+        for i in range(pairs):
+            a = torch.randint(0, vocab, (length,), generator=g)
+            b = torch.randint(0, vocab, (length,), generator=g)
+            if length > SHARED_PREFIX:
+                b[:SHARED_PREFIX] = a[:SHARED_PREFIX]
+                while torch.equal(a, b):  # a pair must differ after the shared block
+                    b[SHARED_PREFIX:] = torch.randint(0, vocab, (length - SHARED_PREFIX,), generator=g)
+            out += [Context(tuple(a.tolist()), "random", f"random/len{length}/{i}a"),
+                    Context(tuple(b.tolist()), "random", f"random/len{length}/{i}b")]
+    return out
+
+
+def resampled_contexts(target, vocab: int, *, seed: int = 0, chains: int = RESAMPLED_CHAINS,
+                       lengths=RESAMPLED_LENGTHS) -> list[Context]:
+    """Prefixes of the target's own samples: `chains` plain T = 1 continuations of 4 random tokens, cut at `lengths`."""
+    from specdec_ref.generate import autoregressive_generate
+
+    g = torch.Generator().manual_seed(seed + 1)
+    start = torch.randint(0, vocab, (chains, 4), generator=g)
+    device = next(target.parameters()).device
+    sample = autoregressive_generate(target, start.to(device), max_new_tokens=max(lengths) - 4, temperature=1.0,
+                                     seed=seed + 2, eos_token_id=None).tokens.cpu()
+    out = []
+    for c in range(chains):
+        chain = start[c].tolist() + sample[c].tolist()
+        out += [Context(tuple(chain[:n]), "resampled", f"resampled/chain{c}/len{n}") for n in lengths]
+    return out
+
+
+def real_contexts(tokenizer, kinds=REAL_KINDS) -> list[Context]:
+    """The project's chat / code / summarize prompts, encoded with the tokenizer's chat template."""
+    from harness.prompts import encode_prompts, load_prompts
+
+    out = []
+    for kind in kinds:
+        prompts = load_prompts(kind)
+        for p, ids in zip(prompts, encode_prompts(tokenizer, prompts), strict=True):
+            out.append(Context(tuple(ids), kind, f"{kind}/{p.id}"))
+    return out
+
+
+def catalogue(pair, *, seed: int = 0) -> list[Context]:
+    """The contexts of the generation / engine batteries for `pair`: random + resampled on small vocabularies
+    (toy pairs), the prompt set + resampled on real pairs (those with a tokenizer)."""
+    tokenizer = getattr(pair, "tokenizer", None)
+    if tokenizer is not None:
+        return real_contexts(tokenizer) + resampled_contexts(pair.target, pair.vocab_size, seed=seed, chains=2,
+                                                             lengths=(32, 64, 128))
+    key = ("_contexts", seed)
+    if key not in pair.meta:  # built once per pair object (the resampled family samples the target) ...
+        shared = (pair.name, pair.vocab_size, seed, str(next(pair.target.parameters()).dtype))
+        if shared not in _TOY_CACHE:  # ... and once per process for a registered toy pair (same models by name)
+            own = [Context(tuple(p), "prompts", f"prompts/{i}") for i, p in enumerate(pair.prompts or [])]
+            built = own + random_contexts(pair.vocab_size, seed=seed) + resampled_contexts(
+                pair.target, pair.vocab_size, seed=seed)
+            if not _registered_toy(pair.name):
+                pair.meta[key] = built
+                return built
+            _TOY_CACHE[shared] = built
+        pair.meta[key] = _TOY_CACHE[shared]
+    return pair.meta[key]
+
+
+_TOY_CACHE: dict = {}
+
+
+def _registered_toy(name: str) -> bool:
+    from harness.models.toy_pairs import PAIRS
+
+    return any(spec.name == name for spec in PAIRS)
+
+
+def coverage(contexts: list[Context], continuation: int = CONTINUATION) -> dict:
+    """What the catalogue reaches: per block size, the residues of the generated positions it misses and the
+    fewest boundaries a continuation passes (the issue-19 requirements, checked by tests/test_contexts.py)."""
+    out = {}
+    for size in BLOCK_SIZES:
+        reached = {(len(c.tokens) + j) % size for c in contexts for j in range(continuation)}
+        crossings = [sum((len(c.tokens) + j) % size == 0 for j in range(continuation)) for c in contexts]
+        out[size] = {"missing_residues": sorted(set(range(size)) - reached), "min_boundaries_passed": min(crossings),
+                     "contexts_straddling": sum(x > 0 for x in crossings)}
+    return out
+
+
+def plan(pair, *, seed: int = 0) -> dict:
+    """The `contexts` argument of harness.check.generation.GenerationSource for `pair`."""
+    return {"contexts": catalogue(pair, seed=seed), "block_sizes": BLOCK_SIZES,
+            "length": CONTINUATION if pair.vocab_size <= 64 else None}

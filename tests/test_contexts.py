@@ -1,0 +1,163 @@
+"""Issue 19: the context catalogue (coverage of cache-block residues and boundaries), the contexts cells of the
+generation level (pooled PIT over contexts, band and family slices, declared = emitted), and the position /
+context mutants (each edits exactly what it claims, and the contexts cells catch what the prompt cells miss)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from harness.check.generation import (
+    ContextTrials,
+    Setting,
+    contexts_pit_tests,
+    contexts_pit_values,
+    count_contexts_pit_tests,
+    run_generation_check,
+)
+from harness.contexts import (
+    BLOCK_SIZES,
+    CONTINUATION,
+    SHARED_PREFIX,
+    Context,
+    catalogue,
+    coverage,
+    plan,
+    random_contexts,
+)
+from harness.models.toy_pairs import _toy_models
+from harness.mutants import get
+from harness.mutants.generation import PAGE, BoundaryStaleRunner, PrefixKeyedRunner
+from harness.pairs import get_pair
+from specdec_ref import toy
+from specdec_ref.adapters import generate as reference_generate
+from specdec_ref.generate import autoregressive_generate
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return get_pair("toy")
+
+
+def test_the_catalogue_reaches_every_residue_and_passes_two_boundaries(pair):
+    contexts = catalogue(pair)
+    cov = coverage(contexts)
+    for size in BLOCK_SIZES:
+        assert cov[size]["missing_residues"] == [], size
+        assert cov[size]["contexts_straddling"] > 0, size  # some continuation crosses a boundary of every size
+    assert cov[16]["min_boundaries_passed"] >= 2  # every continuation passes two 16-token boundaries
+    families = {c.family for c in contexts}
+    assert families == {"prompts", "random", "resampled"}
+    first_block_starts = {len(c.tokens) % 16 for c in contexts}
+    assert first_block_starts == set(range(16))  # the first speculative block starts at every residue
+    assert max(len(c.tokens) for c in contexts) + CONTINUATION <= pair.target.config.max_position_embeddings
+
+
+def test_random_pairs_share_one_block_and_differ_after_it():
+    contexts = random_contexts(16, lengths=(40,), pairs=4)
+    for a, b in zip(contexts[::2], contexts[1::2], strict=True):
+        assert a.tokens[:SHARED_PREFIX] == b.tokens[:SHARED_PREFIX] and a.tokens != b.tokens
+
+
+def test_resampled_contexts_are_prefixes_of_the_targets_own_samples(pair):
+    chains = {}
+    for c in (c for c in catalogue(pair) if c.family == "resampled"):
+        chains.setdefault(c.name.split("/")[1], []).append(c.tokens)
+    for prefixes in chains.values():
+        longest = max(prefixes, key=len)
+        assert all(longest[: len(p)] == p for p in prefixes)
+
+
+def test_widening_the_toy_context_leaves_the_first_64_positions_unchanged():
+    target, _ = _toy_models("0.7", torch.float64)
+    fresh = toy.toy_pair(0.7, vocab_size=16, dtype=torch.float64)[0]  # the 64-position model
+    x = torch.randint(0, 16, (4, 64), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        assert torch.equal(target(input_ids=x).logits, fresh(input_ids=x).logits)
+
+
+def _small_plan(pair, lengths=(14, 30)):
+    """A small catalogue (two lengths, continuations of 40 crossing 16, 32 and 48)."""
+    contexts = random_contexts(16, lengths=lengths, pairs=4)
+    return {"contexts": contexts, "block_sizes": BLOCK_SIZES, "length": CONTINUATION}
+
+
+def test_pooled_pit_over_contexts_is_uniform_for_the_target_and_slices_are_declared(pair):
+    """Target samples (ground truth) at 16 contexts: every slice's p-value is unremarkable and the test count is
+    what the cell declares (the Holm plan)."""
+    target = pair.target
+    contexts = random_contexts(16, lengths=(14, 30), pairs=4)
+    rows, rng = [], np.random.default_rng(0)
+    tokens = []
+    for length in (14, 30):
+        idx = [i for i, c in enumerate(contexts) if len(c.tokens) == length]
+        ids = torch.tensor([list(contexts[i].tokens) for i in idx for _ in range(100)])
+        tokens.append(autoregressive_generate(target, ids, max_new_tokens=40, temperature=1.0, seed=length).tokens)
+        rows += [i for i in idx for _ in range(100)]
+    trials = ContextTrials(torch.cat(tokens), np.array(rows))
+    from harness.check.generation import _target64
+
+    values = contexts_pit_values(_target64(pair), contexts, trials, Setting(1.0), 16, rng)
+    assert len(values["u"]) == 1600 * 40 and values["off_support"] == 0
+    assert set(np.unique(values["abs"] % 16)) == set(range(16))
+    tests = contexts_pit_tests(values, ("random",), BLOCK_SIZES, 1e-4, 0.99, "c")
+    assert len(tests) == count_contexts_pit_tests(("random",), BLOCK_SIZES)
+    assert min(t.p_value for t in tests) > 1e-4, [(t.name, t.p_value) for t in tests if t.p_value < 1e-3]
+    pooled = tests[1]
+    assert pooled.details.get("headline", True) and pooled.detectable_tv < 0.03
+    assert all(t.details.get("headline") is False for t in tests[2:-1])
+
+
+def test_boundary_runner_serves_the_previous_positions_logits_exactly_at_multiples_of_16(pair):
+    target = pair.target
+    seqs = [torch.randint(0, 16, (n,), generator=torch.Generator().manual_seed(n)) for n in (13, 20)]
+    runner = BoundaryStaleRunner(target, "t")
+    got = runner.logits([0, 1], seqs, 5)  # positions predicting indices 9..13 and 16..20
+    with torch.inference_mode():
+        for a, seq in enumerate(seqs):
+            full = target(input_ids=seq[None]).logits[0]
+            for i in range(5):
+                index = len(seq) - 5 + i + 1
+                want = full[index - 2] if index % PAGE == 0 else full[index - 1]
+                assert torch.allclose(got[a, i], want, atol=1e-5), (a, i, index)
+
+
+def test_prefix_keyed_runner_serves_an_equal_first_block_the_earlier_prompt(pair):
+    a, b = random_contexts(16, lengths=(24,), pairs=1)
+    runner = PrefixKeyedRunner(pair.target, "t", 2)
+    got = runner.logits([0, 1], [torch.tensor(a.tokens), torch.tensor(b.tokens)], 1)
+    with torch.inference_mode():
+        want_a = pair.target(input_ids=torch.tensor([a.tokens])).logits[0, -1]
+    assert torch.allclose(got[1, 0], want_a, atol=1e-5) and torch.allclose(got[0, 0], want_a, atol=1e-5)
+
+
+def test_the_reference_passes_and_the_sampling_path_boundary_mutant_fails_the_contexts_cells(pair):
+    """At one small plan: the prompt cells (positions 4–7) cannot see the boundary fault, the contexts cells do."""
+    kw = dict(samples=300, settings=(Setting(1.0),), seed=2, stop_on_fail=False, contexts=_small_plan(pair))
+    ok = run_generation_check(reference_generate, pair, **kw)
+    assert ok.verdict == "pass", [t.name for t in ok.tests if t.reject]
+    bad = run_generation_check(get("stale_page_at_block_boundary_sampling").fn, pair, **kw)
+    rejected = [t.name for t in bad.tests if t.reject]
+    assert bad.verdict == "fail" and all("/contexts/" in n for n in rejected), rejected
+    assert any("abs_mod16_eq0" in n for n in rejected), rejected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["stale_page_at_block_boundary", "rollback_wrong_after_step_k",
+                                  "prefix_cache_first_block_key", "penalties_count_rejected_drafts",
+                                  "min_new_tokens_counted_from_prompt"])
+def test_context_mutants_fail_with_contexts(name):
+    impl = get(name)
+    pair = get_pair(impl.pair)
+    report = run_generation_check(impl.fn, pair, samples=600, settings=getattr(impl.fn, "settings", (Setting(1.0),)),
+                                  seed=3, contexts=_small_plan(pair), stop_on_fail=True)
+    assert report.verdict == "fail", report.failure_summary()
+
+
+def test_contexts_plan_is_the_cli_default_and_none_turns_it_off(pair):
+    from harness.check.config import CheckConfig
+
+    assert CheckConfig().contexts == "catalogue"
+    assert plan(pair)["contexts"] is catalogue(pair)  # built once per pair object
+    assert isinstance(plan(pair)["contexts"][0], Context)
