@@ -28,12 +28,12 @@ import socket
 import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.served.client import EngineClient
+from harness.served.process import served
 from harness.served.text import TOKEN_ID_PREFIX
 
 LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendored llama.cpp is built
@@ -171,41 +171,16 @@ def server_command(binary: Path, model: Path, port: int, *, draft: Path | None, 
 def llama_server(*, draft: bool, draft_tokens: int = DRAFT_TOKENS, host: str = "127.0.0.1", slots: int = 1,
                  startup_timeout_s: float = 300.0, log_path: str | None = None) -> Iterator[str]:
     """llama-server on SmolLM2 (F32 target; Q4_1 draft when `draft`) on a free localhost port; always stopped."""
-    import httpx
-
     binary = find_binary()
     if binary is None:
         raise HarnessError(f"no llama-server binary: run `nox -s engines` (it builds one) or set ${BINARY_ENV}")
     target, draft_model = smollm2_models()
     port = _free_port(host)
-    log = open(log_path or os.devnull, "w")  # noqa: SIM115 - closed in finally, after the process
     cmd = server_command(binary, target, port, draft=draft_model if draft else None, draft_tokens=draft_tokens,
                          host=host, slots=slots)
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    url = f"http://{host}:{port}"
-    try:
-        deadline = time.monotonic() + startup_timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise HarnessError(f"llama-server exited with code {proc.returncode} while starting "
-                                   f"(log: {log_path or 'pass log_path to keep it'}; command: {' '.join(cmd)})")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise HarnessError(f"llama-server did not answer on {url} within {startup_timeout_s:.0f} s")
-            time.sleep(0.5)
+    with served(cmd, f"http://{host}:{port}", "/health", "llama-server", startup_timeout_s=startup_timeout_s,
+                log_path=log_path, describe_command=True) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 # ------------------------------------------------------------------------------------------ the adapter

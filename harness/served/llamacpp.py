@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
-from harness.errors import HarnessError, MissingOptionalPackage
+from harness.errors import MissingOptionalPackage
+from harness.served.process import served
 
 PROMPT_LOOKUP_TOKENS = 10  # drafted tokens per step (llama-cpp-python's default for prompt lookup)
 MODEL_ALIAS = "smollm2"
@@ -66,37 +64,10 @@ def llamacpp_server(*, speculative: bool, host: str = "127.0.0.1", startup_timeo
     ok, why = llamacpp_available()
     if not ok:
         raise MissingOptionalPackage("llama-cpp-python", "the llama.cpp engine", why)
-    import httpx
-
     port = _free_port(host)
-    log = open(log_path or os.devnull, "w")  # noqa: SIM115 - closed in finally, after the process
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(server_command(port, speculative=speculative, host=host), stdout=log,
-                            stderr=subprocess.STDOUT, env=env)
-    url = f"http://{host}:{port}"
-    try:
-        deadline = time.monotonic() + startup_timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise HarnessError(f"the llama.cpp server exited with code {proc.returncode} while starting "
-                                   f"(log: {log_path or 'pass log_path to keep it'})")
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise HarnessError(f"the llama.cpp server did not answer on {url} within {startup_timeout_s:.0f} s")
-            time.sleep(0.5)
+    with served(server_command(port, speculative=speculative, host=host), f"http://{host}:{port}", "/v1/models",
+                "the llama.cpp server", startup_timeout_s=startup_timeout_s, log_path=log_path) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 # ------------------------------------------------------------------------------------------ the finding
