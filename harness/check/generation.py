@@ -879,8 +879,11 @@ class GenerationSource(TrialSource):
         cell.summary["_drawn"] = start + n
         if len(rows) < n:
             cell.summary["stopped_early"] = f"time budget reached after {len(rows)} of {n} samples"
-        trials = ContextTrials(tokens, rows)
-        short = [k for k in _rows_to_keys(tokens) if len(k) < self.context_length and not (k and k[-1] in self.eos)]
+        return self._full_length(tokens, self.context_length, ContextTrials(tokens, rows))
+
+    def _full_length(self, tokens, length: int, trials):
+        """`trials`, unless a row stops before `length` new tokens without EOS (the format test then fails)."""
+        short = [k for k in _rows_to_keys(tokens) if len(k) < length and not (k and k[-1] in self.eos)]
         if short:
             exc = MalformedTrials(f"{len(short)} rows stop before max_new_tokens without EOS")
             exc.trials = trials
@@ -902,12 +905,7 @@ class GenerationSource(TrialSource):
             raise MalformedTrials(str(exc)) from None
         if tokens.shape[0] < n:
             cell.summary["stopped_early"] = f"time budget reached after {tokens.shape[0]} of {n} samples"
-        short = [k for k in _rows_to_keys(tokens) if len(k) < self.length and not (k and k[-1] in self.eos)]
-        if short:
-            exc = MalformedTrials(f"{len(short)} rows stop before max_new_tokens without EOS")
-            exc.trials = tokens
-            raise exc
-        return tokens
+        return self._full_length(tokens, self.length, tokens)
 
     def count(self, trials) -> int:
         if isinstance(trials, tuple):  # greedy: (gating, advisory, findings), one gating test per prompt

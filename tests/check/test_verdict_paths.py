@@ -128,3 +128,16 @@ def test_family_defaults_when_tv_is_not_given():
     assert CheckConfig(family="tree").tv == DEFAULT_TREE_TV
     assert CheckConfig(family="chain").tv == DEFAULT_TV
     assert CheckConfig(family="tree", tv=DEFAULT_TV).tv == DEFAULT_TV  # an explicit --tv 0.02 is kept
+
+
+def test_a_generate_that_stops_early_without_eos_fails_its_format_test():
+    """The shared full-length rule (prompt cells and contexts cells alike): short rows are malformed output."""
+    from specdec_ref.adapters import generate
+
+    def short(target, draft, input_ids, *, max_new_tokens, **kw):
+        return generate(target, draft, input_ids, max_new_tokens=max_new_tokens - 1, **kw)
+
+    report = run_verify(CheckConfig(impl=short, level="generation", pair="toy", samples=50, settings=["T=1"]))
+    assert report.verdict == "fail"
+    assert any(t.name.endswith("/format") and t.reject and "without EOS" in t.details.get("message", "")
+               for t in report.tests)
