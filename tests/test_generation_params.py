@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from harness.check.generation import (
-    PARAMETER_SETTINGS,
     Setting,
     continuation_law,
     parse_setting,
@@ -26,6 +25,7 @@ from harness.pairs import get_pair
 from specdec_ref.adapters import generate as reference_generate
 from specdec_ref.generate import REFERENCE_HOOKS, StepHooks, _target_law, default_eos, eos_set
 from specdec_ref.sampling import sample_from_uniform
+from suites.catalogues.generation import PARAMETER_SETTINGS
 
 PROMPT = _prompts()[0]
 NEW_MUTANTS = ("min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",
