@@ -37,6 +37,7 @@ from harness.check.engine import (
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
 from harness.check.scoring import score_continuations
+from harness.check.streams import seed_global
 from harness.check.structured import bind_constraints, checks_for, setting_record
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
@@ -881,6 +882,11 @@ class GenerationSource(TrialSource):
         return trials
 
     def draw(self, cell: Cell, n: int, progress):
+        # torch's global RNG (what an implementation that ignores its seed draws from) on the run's own
+        # stream, per cell and call: the verdict depends on the seed only, not on what ran before in this process.
+        calls = cell.summary.get("_global_draws", 0)
+        seed_global(self.seed, cell.name, calls)
+        cell.summary["_global_draws"] = calls + 1
         if cell.name.startswith("greedy"):
             return greedy_tests(self.impl, self.pair, cell.data, gamma=self.gamma,
                                 max_new_tokens=cell.summary["max_new_tokens"], seed=self.seed, prefix=cell.name)
