@@ -88,3 +88,11 @@ def test_the_catalogues_load_through_the_policy_layer():
     assert parameter_settings() == tuple(generation.PARAMETER_SETTINGS)
     assert {"default", "quick", "synthetic", "gpu"} <= set(suite_specs())
     assert len(load_prompts()) >= 10
+
+
+def test_tests_mirror_the_packages():
+    """tests/X/ holds the tests of harness/X/ (or of the top-level package X); helpers live in tests/impls."""
+    dirs = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "_"))} - {"impls"}
+    assert dirs, "no test folders"
+    for name in dirs:
+        assert (ROOT / "harness" / name).is_dir() or (ROOT / name / "__init__.py").exists(), name

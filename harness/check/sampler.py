@@ -417,7 +417,7 @@ def _one_sided(hits: int, n: int, p0: float, name: str, alternative: str, level:
 
 def _row_independence(tokens: np.ndarray, level: float, power: float, prefix: str):
     """Exact runs test on consecutive rows' emitted lengths: random numbers shared across rows make their
-    accept/reject patterns, hence their lengths, move together (planted bug in tests/test_check.py).
+    accept/reject patterns, hence their lengths, move together (planted bug in tests/check/test_check.py).
     Lengths are heavily tied (γ + 1 values, often one dominant), where a rank correlation's normal
     approximation is not valid in the far tail; the runs test is exact at any sparsity."""
     lengths = (tokens >= 0).sum(1)

@@ -14,7 +14,7 @@ DEFAULT_SETTINGS = (Setting(0.0), Setting(0.7, top_p=0.9), Setting(1.0))
 # The parameters engines serve beyond temperature / top-k / top-p: each alone, then a realistic
 # combination. Sized on the toy pairs (V = 16, where short continuations repeat tokens) so that each
 # moves the exact 3-token law of the toy prompts by a clear TV from the same setting without it
-# (tests/test_generation_params.py measures it). Token 5 is the toy target's favourite first token after its first prompt.
+# (tests/check/test_generation_params.py measures it). Token 5 is the toy target's favourite first token after its first prompt.
 FREQUENT_TOKEN = 5
 PARAMETER_SETTINGS = (
     Setting(1.0, min_p=0.2),

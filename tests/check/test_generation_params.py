@@ -1,4 +1,4 @@
-"""Issue 13 at the generation level: the reference honours min_p / logit_bias / penalties / bad words /
+"""Sampling parameters at the generation level: the reference honours min_p / logit_bias / penalties / bad words /
 min_new_tokens inside every block (exactly, by enumeration), the battery moves the toy laws, the
 parameter mutants are far from the target law, old adapters run with the settings they support,
 bad settings exit 2, and a top-p-before-temperature loop is reported as a convention."""

@@ -16,7 +16,7 @@ from harness.bench.store import RowStore
 
 TINY = [bench_plan.Sweep("tokens", ("const-a0.8",), gammas=(1, 2), temperatures=(1.0,), prompts=32, max_new_tokens=6,
                      repeats=1, min_row_steps=40)]
-EXAMPLE_ROWS = Path(__file__).resolve().parent.parent / "docs/example-demo/bench/rows.jsonl"
+EXAMPLE_ROWS = Path(__file__).resolve().parents[2] / "docs/example-demo/bench/rows.jsonl"
 
 
 @pytest.fixture
