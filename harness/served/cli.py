@@ -132,12 +132,14 @@ def add_probe_arguments(parser) -> None:
     parser.add_argument("--model", help="served model name (default: the server's only model)")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--api", default="openai", choices=["openai", "llama-server", "llama-server-processed"],
+                        help="the route probed: OpenAI/vLLM routes, or llama-server's native /completion")
 
 
 def run_probe(args) -> int:
     from harness.served.probe import probe
 
-    info = probe(args.endpoint, args.model, timeout_s=args.timeout, retries=2)
+    info = probe(args.endpoint, args.model, api=args.api, timeout_s=args.timeout, retries=2)
     if args.json:
         print(json.dumps(info, indent=2))
         return EXIT_OK
@@ -146,7 +148,7 @@ def run_probe(args) -> int:
 
 
 def probe_table(info: dict) -> str:
-    lines = [f"{info['endpoint']}  model {info['model']}  speculation "
+    lines = [f"{info['endpoint']}  model {info['model']}  api {info.get('api', 'openai')}  speculation "
              f"{ {True: 'on', False: 'off', None: 'unknown'}[info['speculative']] }", "",
              f"  {'feature':<30} {'returns':<44} cost when missing"]
     for row in info["rows"]:
