@@ -96,8 +96,8 @@ def reproducer(url: str, prompt_ids: list[int]) -> dict:
 
 def same_seed_identity(on: str, off: str, prompt_ids: list[int], seeds: int = 16) -> dict:
     """The same seeded requests (T = 1, truncation off, 16 tokens) to both servers: how many continuations are
-    identical. All of them: llama-server's draft speculation samples the target with the request's RNG and
-    keeps the draft tokens that match (sample-and-match), so it is lossless by construction on this path."""
+    identical (all of them if its speculation is sample-and-match: the target's token drawn with the request's
+    RNG, the draft tokens kept while they match)."""
     import httpx
 
     from harness.served.llama_server import NO_TRUNCATION
@@ -240,10 +240,12 @@ def report_md(record: dict, command: str) -> str:
     if ident:
         lines += ["", f"## Speculation on vs off, same seeds: {ident['identical']} of {ident['requests']} continuations "
                   f"identical", "", f"The same seeded native requests ({ident['setting']}, {ident['tokens']} tokens) to "
-                  "both servers. Identical continuations mean llama-server's draft speculation draws the target's "
-                  "token with the request's RNG and keeps the draft tokens that match (sample-and-match): lossless "
-                  "by construction, so the token-law cells above test its sampler chain and batching more than "
-                  "its verification rule."]
+                  "both servers. " + ("Every continuation identical: llama-server's draft speculation draws the "
+                  "target's token with the request's RNG and keeps the draft tokens that match (sample-and-match), "
+                  "lossless by construction; the token-law cells above test its sampler chain and batching more "
+                  "than a verification rule." if ident["identical"] == ident["requests"] else
+                  "Not all identical: the speculative path draws its tokens differently from the plain one, so the "
+                  "token-law cells above are what says whether the law is kept.")]
     for key, info in record["probe"].items():
         side, api = key.split("/")
         lines += ["", f"## `specdec probe --api {api}`, speculation {side}", "", "```", probe_table(info), "```"]
