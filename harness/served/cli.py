@@ -36,6 +36,8 @@ def add_verify_arguments(parser) -> None:
     g.add_argument("--api", default="openai", choices=["openai", "llama-server", "llama-server-processed"],
                    help="the engine's API: OpenAI/vLLM routes, or llama-server's native /completion (raw or "
                    "post-sampling probabilities)")
+    g.add_argument("--unseeded", action="store_true",
+                   help="send sampling requests without a seed (the engine's own RNG; a rerun does not reproduce them)")
     g.add_argument("--logprobs-mode", default="auto", choices=["auto", "raw", "processed"],
                    help="logprobs check: what the engine reports (auto: asked)")
     _record_explicit_pair(parser)
@@ -73,7 +75,7 @@ def engine_report(args, progress_bar):
                           out=args.out, time_budget_s=args.time_budget_s, checks=args.engine_checks,
                           logprob_tolerance=args.logprob_tolerance,
                           logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
-                          logprobs_mode=args.logprobs_mode, api=args.api,
+                          logprobs_mode=args.logprobs_mode, api=args.api, seeded=not args.unseeded,
                           processing_order=getattr(args, "processing_order", "standard"), **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)

@@ -141,10 +141,40 @@ def engine_control(out: Path, log: list[dict], *, samples: int, python: str, mod
               "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local")
 
 
+# Isolation of the n-gram FAIL (one speculative server, one cell each; the open prompt at T = 0.7 / top-p 0.9,
+# where a token outside the nucleus is impossible under the target): (name, extra verify flags).
+ISOLATE_SETTING = "T=0.7,top_p=0.9"
+ISOLATE = (
+    ("isolate_seeded_n200_c1", ["--chunk", "200", "--concurrency", "1"]),
+    ("isolate_unseeded_n200_c1", ["--chunk", "200", "--concurrency", "1", "--unseeded"]),
+    ("isolate_seeded_n1_c1", ["--chunk", "1", "--concurrency", "1"]),
+    ("isolate_unseeded_n1_c1", ["--chunk", "1", "--concurrency", "1", "--unseeded"]),
+)
+
+
+def engine_isolate(out: Path, log: list[dict], *, samples: int, python: str, model_dir: str,
+                   runs: tuple[str, ...] = ()) -> None:
+    """What the n-gram FAIL needs: seeded vs unseeded requests, n = 200 per request vs n = 1, one request in
+    flight (so one request's continuations, or one continuation, per engine step). `runs`: a subset by name."""
+    from harness.served.vllm_server import vllm_server
+
+    chosen = [r for r in ISOLATE if not runs or r[0] in runs]
+    with vllm_server(python, model_dir, log=out / "server_ngram_isolate.log", speculative=NGRAM, threads=1) as on:
+        for name, flags in chosen:
+            _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
+                  "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH),
+                  "--timeout", "900", "--threads", "1", "--prompt-text", OPEN_PROMPT, "--setting", ISOLATE_SETTING,
+                  *flags, "--out", str(out / "responses"), "--json", str(out / f"{name}.json")], log, out, name)
+            if not on.alive():
+                break
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
-    parser.add_argument("--only", choices=["sampler", "engine", "control"], help="run one part only")
+    parser.add_argument("--only", choices=["sampler", "engine", "control", "isolate"], help="run one part only")
+    parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
+                        help=f"--only isolate: these runs only ({', '.join(r[0] for r in ISOLATE)})")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--samples", type=int, default=400, help="engine level: continuations per prompt × setting")
     parser.add_argument("--python", default=sys.executable, help="the Python of the venv that holds vLLM")
@@ -159,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = args.model_dir or (str(materialized_smollm2()) if args.only != "sampler" else "")
     if args.only in (None, "engine"):
         engine_level(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
+    if args.only == "isolate":  # not part of the default run: it answers one question about the FAIL
+        engine_isolate(out, log, samples=min(args.samples, 200), python=args.python, model_dir=model_dir,
+                       runs=tuple(args.isolate_runs))
     if args.only in (None, "control"):
         engine_control(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
     commands = out / "commands.jsonl"
