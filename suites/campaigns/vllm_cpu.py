@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 SEEDS = (0, 1, 2)
-SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed"}
+SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed", "ragged": "verify_ragged"}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 # One prompt that invites copying (so n-gram drafts are proposed and accepted) and one open one.
 COPY_PROMPT = ("Repeat this list exactly, five times, separated by commas: red apple, green pear, "
@@ -79,15 +79,15 @@ def one_hot_cases():
 
 def sampler_no_draft_probs(out: Path, log: list[dict], seeds) -> None:
     """vLLM's draft_probs=None path (n-gram drafts) on one-hot cases: the Python API (custom cases have no CLI)."""
-    from harness.adapters.vllm import verify_no_draft_probs
+    from harness.adapters import vllm as adapter
     from harness.check.sampler import run_sampler_check
     from harness.records import atomic_write_json, json_safe
 
-    for seed in seeds:
-        name = f"sampler_no_draft_probs_seed{seed}"
+    for fn, seed in ((fn, seed) for fn in ("verify_no_draft_probs", "verify_ragged_no_draft_probs") for seed in seeds):
+        name = f"sampler_{fn.removeprefix('verify_')}_seed{seed}"
         started = time.perf_counter()
-        report = run_sampler_check(verify_no_draft_probs, cases=one_hot_cases(), seed=seed,
-                                   impl_name="harness.adapters.vllm:verify_no_draft_probs")
+        report = run_sampler_check(getattr(adapter, fn), cases=one_hot_cases(), seed=seed,
+                                   impl_name=f"harness.adapters.vllm:{fn}")
         atomic_write_json(out / f"{name}.json", json_safe(report.to_dict()))
         log.append({"name": name, "command": "specdec campaign vllm_cpu --only sampler (one_hot_cases)",
                     "exit": {"pass": 0, "fail": 1}.get(report.verdict, 3),
