@@ -52,8 +52,10 @@ def _run(cli_args: list[str], log: list[dict], out: Path, name: str) -> int:
     return code
 
 
-def sampler_level(out: Path, log: list[dict], seeds) -> None:
+def sampler_level(out: Path, log: list[dict], seeds, variants=()) -> None:
     for tag, fn in SAMPLER_VARIANTS.items():
+        if variants and tag not in variants:
+            continue
         for seed in seeds:
             name = f"sampler_{tag}_seed{seed}"
             _run(["verify", "--impl", f"harness.adapters.vllm:{fn}", "--seed", str(seed), "--threads", "1",
@@ -77,13 +79,15 @@ def one_hot_cases():
     return cases
 
 
-def sampler_no_draft_probs(out: Path, log: list[dict], seeds) -> None:
+def sampler_no_draft_probs(out: Path, log: list[dict], seeds, variants=()) -> None:
     """vLLM's draft_probs=None path (n-gram drafts) on one-hot cases: the Python API (custom cases have no CLI)."""
     from harness.adapters import vllm as adapter
     from harness.check.sampler import run_sampler_check
     from harness.records import atomic_write_json, json_safe
 
-    for fn, seed in ((fn, seed) for fn in ("verify_no_draft_probs", "verify_ragged_no_draft_probs") for seed in seeds):
+    fns = [fn for tag, fn in (("no_draft_probs", "verify_no_draft_probs"), ("ragged_no_draft_probs", "verify_ragged_no_draft_probs"))
+           if not variants or tag in variants]
+    for fn, seed in ((fn, seed) for fn in fns for seed in seeds):
         name = f"sampler_{fn.removeprefix('verify_')}_seed{seed}"
         started = time.perf_counter()
         report = run_sampler_check(getattr(adapter, fn), cases=one_hot_cases(), seed=seed,
@@ -173,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
     parser.add_argument("--only", choices=["sampler", "engine", "control", "isolate"], help="run one part only")
+    parser.add_argument("--sampler-variants", nargs="+", default=[], metavar="TAG",
+                        help=f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)")
     parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
                         help=f"--only isolate: these runs only ({', '.join(r[0] for r in ISOLATE)})")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
@@ -184,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log: list[dict] = []
     if args.only in (None, "sampler"):
-        sampler_level(out, log, args.seeds)
-        sampler_no_draft_probs(out, log, args.seeds)
+        sampler_level(out, log, args.seeds, args.sampler_variants)
+        sampler_no_draft_probs(out, log, args.seeds, args.sampler_variants)
     model_dir = args.model_dir or (str(materialized_smollm2()) if args.only != "sampler" else "")
     if args.only in (None, "engine"):
         engine_level(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
