@@ -152,8 +152,8 @@ ISOLATE = (
     ("isolate_seeded_n200_c1", ["--chunk", "200", "--concurrency", "1"]),
     ("isolate_unseeded_n200_c1", ["--chunk", "200", "--concurrency", "1", "--unseeded"]),
     ("isolate_seeded_n1_c1", ["--chunk", "1", "--concurrency", "1"]),
-    ("isolate_unseeded_n1_c1", ["--chunk", "1", "--concurrency", "1", "--unseeded"]),
     ("isolate_seeded_n1_c16", ["--chunk", "1", "--concurrency", "16"]),  # many requests per step, no n > 1
+    ("isolate_unseeded_n1_c1", ["--chunk", "1", "--concurrency", "1", "--unseeded"]),
 )
 
 
