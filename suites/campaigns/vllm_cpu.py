@@ -166,11 +166,11 @@ def engine_isolate(out: Path, log: list[dict], *, samples: int, python: str, mod
     chosen = [r for r in ISOLATE if not runs or r[0] in runs]
     with vllm_server(python, model_dir, log=out / "server_ngram_isolate.log", speculative=NGRAM, threads=1) as on:
         for name, flags in chosen:
-            _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
+            code = _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
                   "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH),
                   "--timeout", "900", "--threads", "1", "--prompt-text", OPEN_PROMPT, "--setting", ISOLATE_SETTING,
                   *flags, "--out", str(out / "responses"), "--json", str(out / f"{name}.json")], log, out, name)
-            if not on.alive():
+            if code == 130 or not on.alive():  # interrupted (e.g. `timeout -s INT`): stop, the server is stopped
                 break
 
 
