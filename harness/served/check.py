@@ -503,6 +503,8 @@ class EngineSource(TrialSource):
         run = self.run
         if self.resumed:
             report.notes.append(f"resumed: {self.resumed} responses reused from {run.store.path}")
+        if run.store.path:
+            report.notes.append(f"responses kept in {run.store.path}")
         greedy = next((c for c in report.cases if c["name"] == "greedy"), None)
         if greedy:
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law

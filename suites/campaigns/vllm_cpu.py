@@ -174,10 +174,61 @@ def engine_isolate(out: Path, log: list[dict], *, samples: int, python: str, mod
                 break
 
 
+def ngram_proposal(context: list[int], longest: int = NGRAM["prompt_lookup_max"],
+                   shortest: int = NGRAM["prompt_lookup_min"]) -> int | None:
+    """The first token prompt lookup would draft: the token after the latest earlier occurrence of the
+    context's longest matching suffix (`longest` .. `shortest` tokens); None without a match."""
+    for k in range(longest, shortest - 1, -1):
+        if len(context) <= k:
+            continue
+        suffix = context[-k:]
+        for i in range(len(context) - k - 1, -1, -1):
+            if context[i : i + k] == suffix:
+                return context[i + k]
+    return None
+
+
+def draft_echo(out: Path) -> str:
+    """draft_echo.md: per response record and setting, how often the emitted token at each position is the
+    n-gram draft for its context (prompt + tokens so far). A sampler that rejects most drafts (vLLM's own
+    acceptance metrics) cannot emit them far more often than the speculation-off server does."""
+    rows = ["| record | setting | prompt | continuations | P(emitted token = n-gram draft) at positions 0–15 |",
+            "|---|---|---|---|---|"]
+    for path in sorted((out / "responses").glob("engine-*.jsonl")):
+        groups: dict = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            parts = record["key"].split("/")
+            if parts[0] != "engine" or not record["response"].get("choices"):
+                continue
+            prompt = json.loads(parts[2])
+            groups.setdefault((parts[1], json.dumps(prompt)), []).extend(
+                (prompt, c["token_ids"]) for c in record["response"]["choices"] if c.get("token_ids"))
+        for (setting, prompt_key), conts in sorted(groups.items()):
+            if setting == "T=0" or len(conts) < 20:
+                continue
+            hit, seen = [0] * ENGINE_LENGTH, [0] * ENGINE_LENGTH
+            for prompt, ids in conts:
+                for t in range(min(len(ids), ENGINE_LENGTH)):
+                    draft = ngram_proposal(prompt + ids[:t])
+                    if draft is not None:
+                        seen[t] += 1
+                        hit[t] += ids[t] == draft
+            which = "open" if json.loads(prompt_key)[-8:-5] == [2644, 30, 2] else "copy"
+            rows.append(f"| {path.stem} | {setting} | {which} | {len(conts)} | "
+                        + " ".join(f"{h / n:.2f}" if n else "–" for h, n in zip(hit, seen, strict=True)) + " |")
+    text = "\n".join(rows) + "\n"
+    (out / "draft_echo.md").write_text(text, encoding="utf-8")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
-    parser.add_argument("--only", choices=["sampler", "engine", "control", "isolate"], help="run one part only")
+    parser.add_argument("--only", choices=["sampler", "engine", "control", "isolate", "echo"], help="run one part only")
     parser.add_argument("--sampler-variants", nargs="+", default=[], metavar="TAG",
                         help=f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)")
     parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
@@ -196,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = args.model_dir or (str(materialized_smollm2()) if args.only != "sampler" else "")
     if args.only in (None, "engine"):
         engine_level(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
+    if args.only == "echo":  # reads responses/ only: no server
+        print(draft_echo(out))
+        return 0
     if args.only == "isolate":  # not part of the default run: it answers one question about the FAIL
         engine_isolate(out, log, samples=min(args.samples, 200), python=args.python, model_dir=model_dir,
                        runs=tuple(args.isolate_runs))
