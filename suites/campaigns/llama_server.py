@@ -5,15 +5,19 @@
 SmolLM2-135M-Instruct as an F32 GGUF (the dequantized weights the project serves to transformers),
 with the embedded Q4_1 GGUF as draft (speculation on) and without it (off). Recorded:
 
-1. the probe of both (`specdec probe`: what the OpenAI route returns);
+1. `specdec probe` of both, on the OpenAI route and on the native one (`--api llama-server`);
 2. logprobs honesty (`--engine-checks logprobs`, native API): raw logprobs (`n_probs`) and processed
-   ones (`post_sampling_probs`) against the local float64 target, speculation on and off; the
-   spread measured with speculation off states the numerics tolerance;
-3. the token law (`verify --level engine`, local target): llama-server's defaults left in place,
-   once under the documented order (the diagnosis must name `llama_cpp`) and once with
-   `--processing-order llama_cpp` declared; and with the truncation switched off (top-k 0, top-p 1,
-   min-p 0) under the documented order; greedy equality with the local target;
-4. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category.
+   ones (`post_sampling_probs`) against the local float64 target, speculation on and off; the spread
+   measured with speculation off on calibration seeds states the numerics tolerance; one native request
+   sent to both servers, as returned (the reproducer);
+3. the same seeded requests to both servers: how many continuations are identical;
+4. the token law (`verify --level engine`, local target) on an open prompt (TOKEN_RUNS): llama-server's
+   defaults under the documented order (the diagnosis must name `llama_cpp`) and with `--processing-order
+   llama_cpp` declared; truncation off under the documented order; the speculation-off server with the
+   convention declared (the control); greedy equality with the local target;
+5. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category.
+
+Every response of 4 is kept under OUT/responses: a run stopped by its time limit resumes there.
 """
 
 from __future__ import annotations
