@@ -175,6 +175,51 @@ def run(out: Path, quick: bool = False, samples: int | None = None) -> dict:
     return record
 
 
+def findings(record: dict) -> list[str]:
+    """The headline statements, each computed from the record (none is written unless its numbers say so)."""
+    checks, out = record["checks"], []
+    for mode in ("raw", "processed"):
+        on, off = checks.get(f"logprobs/{mode}/speculation-on"), checks.get(f"logprobs/{mode}/speculation-off")
+        if not (on and off):
+            continue
+        bad = sum(c.get("bad_sampled", 0) for c in on["cases"])
+        total = sum(c.get("compared", 0) for c in on["cases"])
+        out.append(f"Logprobs honesty ({mode}): speculation off **{off['verdict'].upper()}**, speculation on "
+                   f"**{on['verdict'].upper()}** ({bad} of {total} sampled-token logprobs off by more than "
+                   f"{record['tolerance_nats']:g} nats).")
+    rep = (record.get("reproducer") or {}).get("on")
+    if rep:
+        probs = rep["completion_probabilities"]
+        zero = [i for i, e in enumerate(probs) if e["logprob"] == 0 and not e["top_logprobs"]]
+        if zero:
+            same = rep["tokens"] == record["reproducer"]["off"]["tokens"]
+            off_zero = sum(e["logprob"] == 0 for e in record["reproducer"]["off"]["completion_probabilities"])
+            out.append(f"The reproducer (one greedy native request, below): with speculation on, {len(zero)} of "
+                       f"{len(probs)} returned tokens carry logprob 0.0 and an empty top list (positions "
+                       f"{', '.join(map(str, zero))}); with speculation off, {off_zero} do. "
+                       + ("The tokens are the same on both servers: the logprobs are wrong, not the tokens (the bug "
+                          "class of llama.cpp #27972)." if same else "The tokens differ between the servers."))
+    undeclared = checks.get("tokens/speculation-on, defaults, documented order")
+    if undeclared:
+        named = sorted({o for c in undeclared["cells"] for o in (c["consistent_conventions"] or [])})
+        failed = [c["name"] for c in undeclared["cells"] if c["rejected"]]
+        out.append(f"Sampler chain undeclared: **{undeclared['verdict'].upper()}** (cells rejected: "
+                   f"{', '.join(failed) or 'none'}); the diagnosis names "
+                   f"{', '.join(f'`{n}`' for n in named) or 'no convention'}.")
+    for name in ("speculation-on, defaults, --processing-order llama_cpp", "speculation-on, truncation off, documented order",
+                 "speculation-off, defaults, --processing-order llama_cpp"):
+        r = checks.get(f"tokens/{name}")
+        if r:
+            tvs = [c["detectable_tv"] for c in r["cells"] if c["detectable_tv"]]
+            out.append(f"{name}: **{r['verdict'].upper()}** ({r['samples']} samples; detectable TV per cell "
+                       f"{', '.join(f'{t:.3g}' for t in tvs)}).")
+    greedy = [c for r in checks.values() if "cells" in r for c in r["cells"] if c["name"] == "greedy"]
+    if greedy:
+        out.append(f"Greedy equality with the local target: {sum(len(c['divergences'] or []) for c in greedy)} "
+                   "divergences.")
+    return out
+
+
 def report_md(record: dict, command: str) -> str:
     """README.md of the finding, written from `record` only (every number below was measured by this run)."""
     from harness.served.cli import probe_table
@@ -200,6 +245,7 @@ def report_md(record: dict, command: str) -> str:
              f"({record['calibration_spread_nats']:.3g} nats) measured between llama-server with speculation off and "
              "the float64 transformers target on calibration seeds (raw and processed). The checks below run on "
              "other seeds.", "",
+             "## Findings", "", *[f"- {f}" for f in findings(record)], "",
              "| check | verdict | samples | detectable TV | rejected tests | seconds |", "|---|---|---|---|---|---|"]
     for name, r in record["checks"].items():
         lines.append(f"| {name} | **{r['verdict'].upper()}** | {r['samples']} | {fmt(r['detectable_tv'])} | "
