@@ -127,3 +127,34 @@ def test_real_server_speaks_token_ids_and_logprobs(draft):
         assert len(choice_token_ids(choice)) == 8 and len(choice["logprobs"]["token_logprobs"]) == 8
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=2)
+
+
+def test_the_finding_readme_states_only_what_the_record_measured():
+    """suites.campaigns.llama_server: the headline lines follow the record (a zero-logprob reproducer is named
+    only when the returned entries carry 0.0 with empty top lists; a convention only when the diagnosis gave it)."""
+    from suites.campaigns.llama_server import findings, report_md
+
+    cell = {"name": "T=1/prompt0", "samples": 10, "detectable_tv": 0.3, "min_p": 1e-9, "rejected": ["x"],
+            "vacuous": False, "consistent_conventions": ["llama_cpp"], "divergences": None}
+    run = {"verdict": "fail", "samples": 10, "detectable_tv": 0.3, "seconds": 1.0, "notes": [], "cases": [],
+           "cells": [cell], "rejected": ["x"], "tests": 3}
+    lp = lambda v: {"verdict": v, "samples": 2, "detectable_tv": None, "seconds": 1.0, "notes": [], "cells": [],  # noqa: E731
+                    "rejected": [], "tests": 2, "cases": [{"name": "c", "compared": 4, "bad_sampled": 3 if v == "fail" else 0,
+                                                          "bad_top": 0, "max_abs_diff": 1.0, "p99_abs_diff": 1.0}]}
+    entry = lambda v, top: {"id": 1, "logprob": v, "top_logprobs": top}  # noqa: E731
+    record = {"checks": {"logprobs/raw/speculation-off": lp("pass"), "logprobs/raw/speculation-on": lp("fail"),
+                         "tokens/speculation-on, defaults, documented order": run},
+              "tolerance_nats": 0.1, "calibration_spread_nats": 0.02, "seconds": 60, "load_at_start": [1, 1, 1],
+              "load_at_end": [1, 1, 1], "version": "v", "slots": 8, "chunk": 4, "concurrency": 2, "prompt": "p",
+              "length": 4, "samples": 10, "probe": {}, "bench_exit": 0,
+              "reproducer": {"on": {"request": {}, "tokens": [1, 2], "completion_probabilities": [entry(-1.0, [(1, -1.0)]), entry(0.0, [])]},
+                             "off": {"request": {}, "tokens": [1, 2], "completion_probabilities": [entry(-1.0, [(1, -1.0)]), entry(-0.5, [(1, -0.5)])]}}}
+    lines = findings(record)
+    assert "speculation on **FAIL** (3 of 4" in lines[0]
+    assert "1 of 2 returned tokens carry logprob 0.0" in lines[1] and "#27972" in lines[1]
+    assert "names `llama_cpp`" in lines[2]
+    cell["consistent_conventions"] = []
+    record["reproducer"]["on"]["completion_probabilities"][1] = entry(-0.5, [(1, -0.5)])
+    lines = findings(record)
+    assert not any("reproducer" in line for line in lines) and "names no convention" in lines[-1]
+    assert "## Findings" in report_md(record, "specdec campaign llama_server")
