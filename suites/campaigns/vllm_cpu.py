@@ -188,12 +188,33 @@ def ngram_proposal(context: list[int], longest: int = NGRAM["prompt_lookup_max"]
     return None
 
 
+NUCLEUS_LIMIT = 60  # continuations per record whose tokens are scored against the top-p nucleus (seconds each)
+
+
+def outside_nucleus(conts: list, top_p: float, temperature: float) -> tuple[int, int]:
+    """(tokens outside the local float64 target's nucleus, tokens) over the first NUCLEUS_LIMIT continuations."""
+    import torch
+
+    from harness.models.smollm2 import load_smollm2
+    from specdec_ref.processing import SamplingParams, process
+
+    model = load_smollm2()[0].double()
+    bad = total = 0
+    for prompt, ids in conts[:NUCLEUS_LIMIT]:
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(ids)]
+        law = process(logits, SamplingParams(temperature, None, top_p))
+        bad += int((law[torch.arange(len(ids)), torch.tensor(ids)] == 0).sum())
+        total += len(ids)
+    return bad, total
+
+
 def draft_echo(out: Path) -> str:
     """draft_echo.md: per response record and setting, how often the emitted token at each position is the
     n-gram draft for its context (prompt + tokens so far). A sampler that rejects most drafts (vLLM's own
     acceptance metrics) cannot emit them far more often than the speculation-off server does."""
-    rows = ["| record | setting | prompt | continuations | P(emitted token = n-gram draft) at positions 0–15 |",
-            "|---|---|---|---|---|"]
+    rows = ["| record | setting | prompt | continuations | P(emitted token = n-gram draft) at positions 0–15 | "
+            f"tokens outside the target's nucleus (first {NUCLEUS_LIMIT} continuations) |", "|---|---|---|---|---|---|"]
     for path in sorted((out / "responses").glob("engine-*.jsonl")):
         groups: dict = {}
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -218,8 +239,13 @@ def draft_echo(out: Path) -> str:
                         seen[t] += 1
                         hit[t] += ids[t] == draft
             which = "open" if json.loads(prompt_key)[-8:-5] == [2644, 30, 2] else "copy"
+            nucleus = "–"
+            if setting == ISOLATE_SETTING and which == "open":
+                bad, total = outside_nucleus(conts, 0.9, 0.7)
+                nucleus = f"{bad} of {total}"
             rows.append(f"| {path.stem} | {setting} | {which} | {len(conts)} | "
-                        + " ".join(f"{h / n:.2f}" if n else "–" for h, n in zip(hit, seen, strict=True)) + " |")
+                        + " ".join(f"{h / n:.2f}" if n else "–" for h, n in zip(hit, seen, strict=True))
+                        + f" | {nucleus} |")
     text = "\n".join(rows) + "\n"
     (out / "draft_echo.md").write_text(text, encoding="utf-8")
     return text
