@@ -261,6 +261,17 @@ def report_md(record: dict, command: str) -> str:
                      else ", ".join(c["consistent_conventions"] or []) or "–")
             lines.append(f"| {name[7:]} | {c['name']} | {c['samples']} | {fmt(c['detectable_tv'])} | "
                          f"{fmt(c['min_p'])} | {len(c['rejected'])} | {extra} |")
+    per_sample = [r["seconds"] / r["samples"] for n, r in record["checks"].items() if n.startswith("tokens/") and r["samples"]]
+    tvs = [c["detectable_tv"] for n, r in record["checks"].items() if n.startswith("tokens/") for c in r["cells"]
+           if c["detectable_tv"]]
+    if tvs and per_sample:
+        need = math.ceil(record["samples"] * (max(tvs) / 0.05) ** 2)
+        lines += ["", f"Power: every sampling cell reached a detectable TV of {min(tvs):.3g}–{max(tvs):.3g} (power 0.99) "
+                  f"with {record['samples']} continuations, at {min(per_sample):.2f}–{max(per_sample):.2f} s per "
+                  f"continuation here (requests, local scoring and tests). TV ≤ 0.05 would take about {need} per cell "
+                  f"(detectable TV falls as 1/√n), i.e. about {need * min(per_sample) / 60:.0f}–"
+                  f"{need * max(per_sample) / 60:.0f} min per cell on this machine: not run (a projection, not a "
+                  "measurement)."]
     lines += ["", "Diagnosis notes (verbatim from the reports):", ""]
     for name, r in record["checks"].items():
         for n in r["notes"]:
