@@ -69,6 +69,17 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def benchmarks(session: nox.Session) -> None:
+    """The benchmark suite (pytest-benchmark, suites/bench): the verify kernel beside the memory floor, batched
+    generation, engine scoring, family and tree check times, then the sampler-check time against the previous
+    release -> results/bench (run it on an otherwise idle machine)."""
+    install(session)
+    session.run("pytest", "suites/bench", "-p", "no:cacheprovider", "--benchmark-json", "results/bench/benchmarks.json",
+                *session.posargs)
+    session.run("specdec", "campaign", "check_time", "--old", "5cf0c7c", "--out", "results/bench/check-time")
+
+
+@nox.session(default=False)
 def demo(session: nox.Session) -> None:
     """The main job end to end on the embedded default pair -> results/."""
     install(session)

@@ -226,3 +226,14 @@ def test_a_generation_verdict_does_not_depend_on_what_ran_before_in_the_process(
     first = p_values()
     torch.rand(12_345)
     assert p_values() == first
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_input_dtypes_keep_the_verdict(dtype):
+    """The laws handed to the implementation in float16 / 32 / 64: a lossless rule passes, a slip fails."""
+    import torch
+
+    kind = getattr(torch, dtype)
+    ok = run_sampler_check(LosslessRule(scales=(0.7,)), dtype=kind, seed=12, **PLAN)
+    assert ok.verdict == "pass", [t.name for t in ok.tests if t.reject]
+    assert run_sampler_check(LosslessRule(slip="draft_row"), dtype=kind, seed=12, **PLAN).verdict == "fail"
