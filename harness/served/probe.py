@@ -153,9 +153,12 @@ def speculation_metrics(client: EngineClient) -> dict:
     return found
 
 
-def probe(endpoint: str, model: str | None = None, **client_options) -> dict:
-    """Everything the engine check needs to know about a server, with what each missing piece costs."""
-    with EngineClient(endpoint, **client_options) as client:
+def probe(endpoint: str, model: str | None = None, *, api: str = "openai", **client_options) -> dict:
+    """Everything the engine check needs to know about a server, with what each missing piece costs.
+    `api`: the route the engine check would use (harness.served.llama_server.client_for)."""
+    from harness.served.llama_server import client_for
+
+    with client_for(api, endpoint, **client_options) as client:
         model = client.resolve_model(model)
         prompt = PROBE_PROMPT
         base = _complete(client, model, prompt, return_token_ids=True, return_tokens_as_token_ids=True, logprobs=0,
@@ -164,7 +167,7 @@ def probe(endpoint: str, model: str | None = None, **client_options) -> dict:
         ids = choice_token_ids(choice)
         k = top_logprobs_k(client, model, prompt)
         info = {
-            "endpoint": client.base, "model": model,
+            "endpoint": client.base, "model": model, "api": api,
             "token_ids": ids is not None,
             "token_ids_via": ("token_ids" if choice.get("token_ids") is not None else "token_id:N names")
             if ids is not None else None,

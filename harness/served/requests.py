@@ -8,11 +8,14 @@ from harness.served.client import EngineError
 from harness.served.probe import server_tokenize
 
 
-def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int, names: bool = False,
+def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int | None, names: bool = False,
              extra: dict | None = None) -> dict:
-    """A sampling request; `names`: also ask for "token_id:N" logprob names (servers without `token_ids`)."""
+    """A sampling request; `names`: also ask for "token_id:N" logprob names (servers without `token_ids`);
+    `seed` None: no seed field (the engine's own RNG)."""
     body = {**(extra or {}), "model": model, "prompt": prompt, "n": n, "max_tokens": max_tokens,
             "temperature": setting.temperature, "seed": seed, "return_token_ids": True}
+    if seed is None:
+        del body["seed"]
     if names:
         body.update(return_tokens_as_token_ids=True, logprobs=0)
     if setting.top_p is not None:

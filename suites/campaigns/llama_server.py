@@ -5,15 +5,19 @@
 SmolLM2-135M-Instruct as an F32 GGUF (the dequantized weights the project serves to transformers),
 with the embedded Q4_1 GGUF as draft (speculation on) and without it (off). Recorded:
 
-1. the probe of both (`specdec probe`: what the OpenAI route returns);
+1. `specdec probe` of both, on the OpenAI route and on the native one (`--api llama-server`);
 2. logprobs honesty (`--engine-checks logprobs`, native API): raw logprobs (`n_probs`) and processed
-   ones (`post_sampling_probs`) against the local float64 target, speculation on and off; the
-   spread measured with speculation off states the numerics tolerance;
-3. the token law (`verify --level engine`, local target): llama-server's defaults left in place,
-   once under the documented order (the diagnosis must name `llama_cpp`) and once with
-   `--processing-order llama_cpp` declared; and with the truncation switched off (top-k 0, top-p 1,
-   min-p 0) under the documented order; greedy equality with the local target;
-4. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category.
+   ones (`post_sampling_probs`) against the local float64 target, speculation on and off; the spread
+   measured with speculation off on calibration seeds states the numerics tolerance; one native request
+   sent to both servers, as returned (the reproducer);
+3. the same seeded requests to both servers: how many continuations are identical;
+4. the token law (`verify --level engine`, local target) on an open prompt (TOKEN_RUNS): llama-server's
+   defaults under the documented order (the diagnosis must name `llama_cpp`) and with `--processing-order
+   llama_cpp` declared; truncation off under the documented order; the speculation-off server with the
+   convention declared (the control); greedy equality with the local target;
+5. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category.
+
+Every response of 4 is kept under OUT/responses: a run stopped by its time limit resumes there.
 """
 
 from __future__ import annotations
@@ -21,24 +25,52 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
-# The plan (policy): sized for a shared 2-core machine (about 10 minutes per run of all of it).
-SAMPLES = 300  # continuations per sampling cell (n = 1 per request, concurrency 2)
+# The plan (policy): sized for a shared 2-core machine.
+SAMPLES = 200  # continuations per sampling cell (about 0.7 s each here: 6 cells fit one 20-minute CPU slot)
 LENGTH = 4  # new tokens per continuation
+SLOTS = 8  # llama-server slots (-np): continuations of one request decode in one batch (n_cmpl)
+CHUNK, CONCURRENCY = 4, 2  # continuations per request (n_cmpl), requests in flight
 LOGPROBS_SAMPLES = 8
 SPREAD_FACTOR = 4  # tolerance = this × the largest |Δ| measured with speculation off on calibration seeds
+# An open prompt: SmolLM2's own first prompt is so peaked that llama.cpp's default truncation changes its law
+# by less than any affordable plan detects; on this one the truncation moves 5–35 % of the mass per position.
+PROMPT = "Write one sentence about a cat."
 BENCH = ["--concurrency", "1,2", "--max-new-tokens", "32", "--categories", "code,qa,summarization,translation"]
+# (name, server, extra body, declared order, settings): the token-law cells
+TOKEN_RUNS = (
+    ("speculation-on, defaults, documented order", "on", None, "standard", ("T=0", "T=0.7", "T=1")),
+    ("speculation-on, defaults, --processing-order llama_cpp", "on", None, "llama_cpp", ("T=0.7", "T=1")),
+    ("speculation-on, truncation off, documented order", "on", "no-truncation", "standard", ("T=1",)),
+    ("speculation-off, defaults, --processing-order llama_cpp", "off", None, "llama_cpp", ("T=1",)),
+)
 
 
 def _config(url: str, **kw):
     from harness.served.check import EngineConfig
 
     base = dict(endpoint=url, pair="smollm2", api="llama-server", samples=SAMPLES, length=LENGTH, prompts=1,
-                chunk=1, concurrency=2, seed=0, timeout_s=600.0, stop_on_fail=False)
+                prompt_texts=(PROMPT,), chunk=CHUNK, concurrency=CONCURRENCY, seed=0, timeout_s=900.0,
+                stop_on_fail=False)
     return EngineConfig(**{**base, **kw})
+
+
+def _cells(d: dict) -> list[dict]:
+    """Per cell: samples, the detectable TV of its gating omnibus tests, its smallest p, its seconds."""
+    rows = []
+    for c in d["cases"]:
+        tests = [t for t in d["tests"] if t["name"].startswith(c["name"] + "/")]
+        tvs = [t["detectable_tv"] for t in tests if t.get("detectable_tv") and t["name"].endswith(("pit_uniform", "joint"))]
+        rows.append({"name": c["name"], "samples": c.get("samples"), "detectable_tv": max(tvs) if tvs else None,
+                     "min_p": min((t["p_value"] for t in tests if t.get("p_value") is not None), default=None),
+                     "rejected": [t["name"] for t in tests if t.get("reject")][:10],
+                     "vacuous": c.get("vacuous", False),
+                     "consistent_conventions": c.get("consistent_conventions"), "divergences": c.get("divergences")})
+    return rows
 
 
 def _summary(report) -> dict:
@@ -48,26 +80,62 @@ def _summary(report) -> dict:
                                                    "bad_sampled", "bad_top", "first_mismatch", "logprobs_mode",
                                                    "consistent_conventions", "divergences")} for c in d["cases"]]
     rejected = [t["name"] for t in d["tests"] if t.get("reject")]
-    return {**{k: d[k] for k in keep}, "cases": cases, "rejected": rejected[:20], "tests": len(d["tests"])}
+    return {**{k: d.get(k) for k in keep}, "cases": cases, "cells": _cells(d), "rejected": rejected[:20],
+            "tests": len(d["tests"])}
 
 
-def run(out: Path, quick: bool = False) -> dict:
-    from harness.check.generation import Setting
+def reproducer(url: str, prompt_ids: list[int]) -> dict:
+    """One native request (greedy, n_probs 3) and the first entries of what comes back: the logprobs finding."""
+    import httpx
+
+    body = {"prompt": prompt_ids, "n_predict": 6, "temperature": 0.0, "seed": 0, "n_probs": 3,
+            "return_tokens": True, "cache_prompt": False}
+    reply = httpx.post(url + "/completion", json=body, timeout=600).json()
+    probs = [{"id": e.get("id"), "logprob": e.get("logprob"),
+              "top_logprobs": [(t.get("id"), t.get("logprob")) for t in e.get("top_logprobs") or []]}
+             for e in reply.get("completion_probabilities") or []]
+    return {"request": {"route": "POST /completion", "body": body}, "tokens": reply.get("tokens"),
+            "completion_probabilities": probs}
+
+
+def same_seed_identity(on: str, off: str, prompt_ids: list[int], seeds: int = 16) -> dict:
+    """The same seeded requests (T = 1, truncation off, 16 tokens) to both servers: how many continuations are
+    identical (all of them if its speculation is sample-and-match: the target's token drawn with the request's
+    RNG, the draft tokens kept while they match)."""
+    import httpx
+
+    from harness.served.llama_server import NO_TRUNCATION
+
+    same = 0
+    for seed in range(seeds):
+        body = {"prompt": prompt_ids, "n_predict": 16, "temperature": 1.0, "seed": 7_000 + seed, "return_tokens": True,
+                "cache_prompt": False, **NO_TRUNCATION}
+        a, b = (httpx.post(url + "/completion", json=body, timeout=600).json()["tokens"] for url in (on, off))
+        same += a == b
+    return {"requests": seeds, "identical": same, "tokens": 16, "setting": "T=1, truncation off"}
+
+
+def run(out: Path, quick: bool = False, samples: int | None = None) -> dict:
+    from harness.check.generation import parse_setting
     from harness.served.check import run_engine_check
     from harness.served.llama_server import NO_TRUNCATION, build_llama_server, llama_server, version
     from harness.served.probe import probe
 
     started = time.perf_counter()
     binary = build_llama_server()
-    samples = 60 if quick else SAMPLES
+    samples = samples or (60 if quick else SAMPLES)
     record: dict = {"binary": str(binary), "version": version(binary), "samples": samples, "length": LENGTH,
-                    "checks": {}}
+                    "prompt": PROMPT, "slots": SLOTS, "chunk": CHUNK, "concurrency": CONCURRENCY,
+                    "load_at_start": os.getloadavg(), "checks": {}}
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    with llama_server(draft=True, slots=2, log_path=str(logs / "on.log")) as on, \
-            llama_server(draft=False, slots=2, log_path=str(logs / "off.log")) as off:
-        record["probe"] = {"on": probe(on), "off": probe(off)}
-        plain = (Setting(1.0), Setting(0.7))
+    responses = str(out / "responses")  # every response kept: a rerun resumes (chunks under `heavy`)
+    with llama_server(draft=True, slots=SLOTS, log_path=str(logs / "on.log")) as on, \
+            llama_server(draft=False, slots=SLOTS, log_path=str(logs / "off.log")) as off:
+        servers = {"on": on, "off": off}
+        record["probe"] = {f"{side}/{api}": probe(url, api=api) for side, url in servers.items()
+                           for api in ("openai", "llama-server")}
+        plain = tuple(s for t in ("T=1", "T=0.7") for s in parse_setting(t))
 
         def logprobs(url, api, mode, tol, seed):
             return run_engine_check(_config(url, api=api, checks=("logprobs",), settings=plain, seed=seed,
@@ -83,13 +151,18 @@ def run(out: Path, quick: bool = False) -> dict:
         for side, url in (("off", off), ("on", on)):
             for api, mode in apis:
                 record["checks"][f"logprobs/{mode}/speculation-{side}"] = _summary(logprobs(url, api, mode, tol, 0))
-        tokens = [("defaults, documented order", {}, "standard", (Setting(0.0), Setting(0.7))),
-                  ("defaults, --processing-order llama_cpp", {}, "llama_cpp", (Setting(0.7),)),
-                  ("truncation off, documented order", NO_TRUNCATION, "standard", (Setting(1.0),))]
-        for name, extra, order, settings in tokens:
-            report = run_engine_check(_config(on, samples=samples, settings=settings, extra_body=extra or None,
-                                              processing_order=order))
+        from harness.models.smollm2 import load_smollm2
+        from harness.prompts import Prompt, encode_prompts
+
+        prompt_ids = encode_prompts(load_smollm2()[1], [Prompt("p", "custom", PROMPT)])[0]
+        record["reproducer"] = {side: reproducer(url, prompt_ids) for side, url in servers.items()}
+        record["same_seed_identity"] = same_seed_identity(on, off, prompt_ids, 4 if quick else 16)
+        for name, side, extra, order, texts in TOKEN_RUNS:
+            settings = tuple(s for t in texts for s in parse_setting(t))
+            report = run_engine_check(_config(servers[side], samples=samples, settings=settings, out=responses,
+                                              extra_body=NO_TRUNCATION if extra else None, processing_order=order))
             record["checks"][f"tokens/{name}"] = _summary(report)
+            print(f"[llama_server] tokens/{name}: {report.verdict} ({report.seconds:.0f} s)", flush=True)
         from harness.cli import main as specdec
 
         command = ["bench", "--endpoint", on + "/v1", "--reference-endpoint", off + "/v1", *BENCH,
@@ -98,32 +171,112 @@ def run(out: Path, quick: bool = False) -> dict:
             command += ["--quick"]
         record["bench_exit"] = specdec(command)
     record["seconds"] = time.perf_counter() - started
+    record["load_at_end"] = os.getloadavg()
     return record
 
 
+def findings(record: dict) -> list[str]:
+    """The headline statements, each computed from the record (none is written unless its numbers say so)."""
+    checks, out = record["checks"], []
+    for mode in ("raw", "processed"):
+        on, off = checks.get(f"logprobs/{mode}/speculation-on"), checks.get(f"logprobs/{mode}/speculation-off")
+        if not (on and off):
+            continue
+        bad = sum(c.get("bad_sampled", 0) for c in on["cases"])
+        total = sum(c.get("compared", 0) for c in on["cases"])
+        out.append(f"Logprobs honesty ({mode}): speculation off **{off['verdict'].upper()}**, speculation on "
+                   f"**{on['verdict'].upper()}** ({bad} of {total} sampled-token logprobs off by more than "
+                   f"{record['tolerance_nats']:g} nats).")
+    rep = (record.get("reproducer") or {}).get("on")
+    if rep:
+        probs = rep["completion_probabilities"]
+        zero = [i for i, e in enumerate(probs) if e["logprob"] == 0 and not e["top_logprobs"]]
+        if zero:
+            same = rep["tokens"] == record["reproducer"]["off"]["tokens"]
+            off_zero = sum(e["logprob"] == 0 for e in record["reproducer"]["off"]["completion_probabilities"])
+            out.append(f"The reproducer (one greedy native request, below): with speculation on, {len(zero)} of "
+                       f"{len(probs)} returned tokens carry logprob 0.0 and an empty top list (positions "
+                       f"{', '.join(map(str, zero))}); with speculation off, {off_zero} do. "
+                       + ("The tokens are the same on both servers: the logprobs are wrong, not the tokens (the bug "
+                          "class of llama.cpp #27972)." if same else "The tokens differ between the servers."))
+    undeclared = checks.get("tokens/speculation-on, defaults, documented order")
+    if undeclared:
+        named = sorted({o for c in undeclared["cells"] for o in (c["consistent_conventions"] or [])})
+        failed = [c["name"] for c in undeclared["cells"] if c["rejected"]]
+        out.append(f"Sampler chain undeclared: **{undeclared['verdict'].upper()}** (cells rejected: "
+                   f"{', '.join(failed) or 'none'}); the diagnosis names "
+                   f"{', '.join(f'`{n}`' for n in named) or 'no convention'}.")
+    for name in ("speculation-on, defaults, --processing-order llama_cpp", "speculation-on, truncation off, documented order",
+                 "speculation-off, defaults, --processing-order llama_cpp"):
+        r = checks.get(f"tokens/{name}")
+        if r:
+            tvs = [c["detectable_tv"] for c in r["cells"] if c["detectable_tv"]]
+            out.append(f"{name}: **{r['verdict'].upper()}** ({r['samples']} samples; detectable TV per cell "
+                       f"{', '.join(f'{t:.3g}' for t in tvs)}).")
+    greedy = [c for r in checks.values() if "cells" in r for c in r["cells"] if c["name"] == "greedy"]
+    if greedy:
+        out.append(f"Greedy equality with the local target: {sum(len(c['divergences'] or []) for c in greedy)} "
+                   "divergences.")
+    return out
+
+
 def report_md(record: dict, command: str) -> str:
+    """README.md of the finding, written from `record` only (every number below was measured by this run)."""
     from harness.served.cli import probe_table
 
     def fmt(x, spec=".3g"):
         return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
+    load = lambda la: " / ".join(f"{x:.2f}" for x in la)  # noqa: E731
     lines = ["# llama.cpp `llama-server` with a draft model (SmolLM2-135M-Instruct)", "",
-             f"Command: `{command}` ({record['seconds'] / 60:.1f} min on a shared 2-core machine). Binary: "
+             f"Command: `{command}` ({record['seconds'] / 60:.1f} min on a shared 2-core machine; load average "
+             f"{load(record['load_at_start'])} at the start, {load(record['load_at_end'])} at the end). Binary: "
              f"`{record['version']}` built from the llama.cpp vendored in the llama-cpp-python 0.3.36 sdist "
              "(cmake target `llama-server` only).", "",
              "Servers: target = the F32 GGUF written from the embedded Q4_1 GGUF's dequantized tensors (the weights "
-             "transformers serves here); speculation on = `-md SmolLM2-135M-Instruct.Q4_1.gguf --spec-draft-n-max 4 "
-             "--spec-draft-n-min 0`; 1 thread, 2 slots, on 127.0.0.1. Requests go to the native `/completion` "
-             "(`return_tokens`, `n_probs`, `post_sampling_probs`), n = 1 each, seed per request.", "",
+             "transformers serves here); speculation on = `--spec-type draft-simple -md SmolLM2-135M-Instruct.Q4_1.gguf "
+             f"--spec-draft-n-max 4 --spec-draft-n-min 0`; 1 thread, {record['slots']} slots, on 127.0.0.1. Requests go "
+             "to the native `/completion` (`return_tokens`, `n_probs`, `post_sampling_probs`, `cache_prompt` false), "
+             f"{record['chunk']} continuations per request (`n_cmpl`, seeds seed, seed + 1, ...), {record['concurrency']} "
+             f"in flight. Prompt (a chat turn): `{record['prompt']}`; {record['length']} new tokens per continuation in "
+             f"the token-law cells, {record['samples']} continuations per sampling cell. Ground truth: the local float64 "
+             "transformers target.", "",
              f"Logprobs tolerance: {record['tolerance_nats']:g} nats = {SPREAD_FACTOR} × the largest |Δ| "
              f"({record['calibration_spread_nats']:.3g} nats) measured between llama-server with speculation off and "
-             "the float64 transformers target on calibration seeds (raw and processed; llama.cpp's float32 kernels "
-             "and its default F16 KV cache against float64). The checks below run on other seeds.", "",
-             "| check | verdict | samples | detectable TV | rejected tests | notes |", "|---|---|---|---|---|---|"]
+             "the float64 transformers target on calibration seeds (raw and processed). The checks below run on "
+             "other seeds.", "",
+             "## Findings", "", *[f"- {f}" for f in findings(record)], "",
+             "| check | verdict | samples | detectable TV | rejected tests | seconds |", "|---|---|---|---|---|---|"]
     for name, r in record["checks"].items():
-        notes = "; ".join(n for n in r["notes"] if "logprobs honesty" in n or "convention" in n)[:300]
         lines.append(f"| {name} | **{r['verdict'].upper()}** | {r['samples']} | {fmt(r['detectable_tv'])} | "
-                     f"{len(r['rejected'])} of {r['tests']} | {notes} |")
+                     f"{len(r['rejected'])} of {r['tests']} | {r['seconds']:.0f} |")
+    lines += ["", "## Token-law cells", "",
+              "| run | cell | samples | detectable TV (power 0.99) | smallest p | rejected | consistent conventions |",
+              "|---|---|---|---|---|---|---|"]
+    for name, r in record["checks"].items():
+        if not name.startswith("tokens/"):
+            continue
+        for c in r["cells"]:
+            extra = (f"greedy divergences: {len(c['divergences'])}" if c["name"] == "greedy"
+                     else ", ".join(c["consistent_conventions"] or []) or "–")
+            lines.append(f"| {name[7:]} | {c['name']} | {c['samples']} | {fmt(c['detectable_tv'])} | "
+                         f"{fmt(c['min_p'])} | {len(c['rejected'])} | {extra} |")
+    per_sample = [r["seconds"] / r["samples"] for n, r in record["checks"].items() if n.startswith("tokens/") and r["samples"]]
+    tvs = [c["detectable_tv"] for n, r in record["checks"].items() if n.startswith("tokens/") for c in r["cells"]
+           if c["detectable_tv"]]
+    if tvs and per_sample:
+        need = math.ceil(record["samples"] * (max(tvs) / 0.05) ** 2)
+        lines += ["", f"Power: every sampling cell reached a detectable TV of {min(tvs):.3g}–{max(tvs):.3g} (power 0.99) "
+                  f"with {record['samples']} continuations, at {min(per_sample):.2f}–{max(per_sample):.2f} s per "
+                  f"continuation here (requests, local scoring and tests). TV ≤ 0.05 would take about {need} per cell "
+                  f"(detectable TV falls as 1/√n), i.e. about {need * min(per_sample) / 60:.0f}–"
+                  f"{need * max(per_sample) / 60:.0f} min per cell on this machine: not run (a projection, not a "
+                  "measurement)."]
+    lines += ["", "Diagnosis notes (verbatim from the reports):", ""]
+    for name, r in record["checks"].items():
+        for n in r["notes"]:
+            if "convention" in n or "FINDING" in n or "vacuous" in n or "greedy" in n:
+                lines.append(f"- {name}: {n}")
     lines += ["", "## Logprobs honesty: where the values differ", ""]
     for name, r in record["checks"].items():
         if not name.startswith("logprobs/"):
@@ -135,8 +288,28 @@ def report_md(record: dict, command: str) -> str:
                              f"{record['tolerance_nats']:g} nats; largest |Δ| {fmt(c['max_abs_diff'])}, 99th "
                              f"percentile {fmt(c['p99_abs_diff'])}; first mismatch "
                              f"`{json.dumps(c.get('first_mismatch', {}).get('sampled'))[:200]}`")
-    for side in ("on", "off"):
-        lines += ["", f"## `specdec probe`, speculation {side}", "", "```", probe_table(record["probe"][side]), "```"]
+    rep = record.get("reproducer")
+    if rep:
+        lines += ["", "The request that shows it (sent to both servers; `completion_probabilities` as returned, "
+                  "first entries):", "", "```", json.dumps(rep["on"]["request"]), "```", ""]
+        for side in ("off", "on"):
+            probs = rep[side]["completion_probabilities"]
+            lines.append(f"- speculation {side}: tokens {rep[side]['tokens']}; (id, logprob, top-3) " + "; ".join(
+                f"({e['id']}, {fmt(e['logprob'], '.4g')}, {[(i, round(v, 3)) for i, v in e['top_logprobs']]})"
+                for e in probs[:4]))
+    ident = record.get("same_seed_identity")
+    if ident:
+        lines += ["", f"## Speculation on vs off, same seeds: {ident['identical']} of {ident['requests']} continuations "
+                  f"identical", "", f"The same seeded native requests ({ident['setting']}, {ident['tokens']} tokens) to "
+                  "both servers. " + ("Every continuation identical: llama-server's draft speculation draws the "
+                  "target's token with the request's RNG and keeps the draft tokens that match (sample-and-match), "
+                  "lossless by construction; the token-law cells above test its sampler chain and batching more "
+                  "than a verification rule." if ident["identical"] == ident["requests"] else
+                  "Not all identical: the speculative path draws its tokens differently from the plain one, so the "
+                  "token-law cells above are what says whether the law is kept.")]
+    for key, info in record["probe"].items():
+        side, api = key.split("/")
+        lines += ["", f"## `specdec probe --api {api}`, speculation {side}", "", "```", probe_table(info), "```"]
     lines += ["", f"## Bench (speculation on vs off): [bench/report.md](bench/report.md) (exit {record['bench_exit']})",
               ""]
     return "\n".join(lines) + "\n"
@@ -150,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/findings/llama-server")
     parser.add_argument("--build-only", action="store_true", help="build (or find) llama-server and stop")
     parser.add_argument("--quick", action="store_true", help="a few samples only (a smoke run)")
+    parser.add_argument("--samples", type=int, help=f"continuations per sampling cell (default {SAMPLES})")
     args = parser.parse_args(argv)
     try:
         if args.build_only:
@@ -158,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             print(build_llama_server())
             return 0
         out = Path(args.out)
-        record = run(out, quick=args.quick)
+        record = run(out, quick=args.quick, samples=args.samples)
         atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
         command = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
         atomic_write_text(out / "README.md", report_md(record, command.strip()))

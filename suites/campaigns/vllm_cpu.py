@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 SEEDS = (0, 1, 2)
-SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed"}
+SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed", "ragged": "verify_ragged"}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 # One prompt that invites copying (so n-gram drafts are proposed and accepted) and one open one.
 COPY_PROMPT = ("Repeat this list exactly, five times, separated by commas: red apple, green pear, "
@@ -52,8 +52,10 @@ def _run(cli_args: list[str], log: list[dict], out: Path, name: str) -> int:
     return code
 
 
-def sampler_level(out: Path, log: list[dict], seeds) -> None:
+def sampler_level(out: Path, log: list[dict], seeds, variants=()) -> None:
     for tag, fn in SAMPLER_VARIANTS.items():
+        if variants and tag not in variants:
+            continue
         for seed in seeds:
             name = f"sampler_{tag}_seed{seed}"
             _run(["verify", "--impl", f"harness.adapters.vllm:{fn}", "--seed", str(seed), "--threads", "1",
@@ -77,17 +79,19 @@ def one_hot_cases():
     return cases
 
 
-def sampler_no_draft_probs(out: Path, log: list[dict], seeds) -> None:
+def sampler_no_draft_probs(out: Path, log: list[dict], seeds, variants=()) -> None:
     """vLLM's draft_probs=None path (n-gram drafts) on one-hot cases: the Python API (custom cases have no CLI)."""
-    from harness.adapters.vllm import verify_no_draft_probs
+    from harness.adapters import vllm as adapter
     from harness.check.sampler import run_sampler_check
     from harness.records import atomic_write_json, json_safe
 
-    for seed in seeds:
-        name = f"sampler_no_draft_probs_seed{seed}"
+    fns = [fn for tag, fn in (("no_draft_probs", "verify_no_draft_probs"), ("ragged_no_draft_probs", "verify_ragged_no_draft_probs"))
+           if not variants or tag in variants]
+    for fn, seed in ((fn, seed) for fn in fns for seed in seeds):
+        name = f"sampler_{fn.removeprefix('verify_')}_seed{seed}"
         started = time.perf_counter()
-        report = run_sampler_check(verify_no_draft_probs, cases=one_hot_cases(), seed=seed,
-                                   impl_name="harness.adapters.vllm:verify_no_draft_probs")
+        report = run_sampler_check(getattr(adapter, fn), cases=one_hot_cases(), seed=seed,
+                                   impl_name=f"harness.adapters.vllm:{fn}")
         atomic_write_json(out / f"{name}.json", json_safe(report.to_dict()))
         log.append({"name": name, "command": "specdec campaign vllm_cpu --only sampler (one_hot_cases)",
                     "exit": {"pass": 0, "fail": 1}.get(report.verdict, 3),
@@ -141,10 +145,120 @@ def engine_control(out: Path, log: list[dict], *, samples: int, python: str, mod
               "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local")
 
 
+# Isolation of the n-gram FAIL (one speculative server, one cell each; the open prompt at T = 0.7 / top-p 0.9,
+# where a token outside the nucleus is impossible under the target): (name, extra verify flags).
+ISOLATE_SETTING = "T=0.7,top_p=0.9"
+ISOLATE = (
+    ("isolate_seeded_n200_c1", ["--chunk", "200", "--concurrency", "1"]),
+    ("isolate_unseeded_n200_c1", ["--chunk", "200", "--concurrency", "1", "--unseeded"]),
+    ("isolate_seeded_n1_c1", ["--chunk", "1", "--concurrency", "1"]),
+    ("isolate_seeded_n1_c16", ["--chunk", "1", "--concurrency", "16"]),  # many requests per step, no n > 1
+    ("isolate_unseeded_n1_c1", ["--chunk", "1", "--concurrency", "1", "--unseeded"]),
+)
+
+
+def engine_isolate(out: Path, log: list[dict], *, samples: int, python: str, model_dir: str,
+                   runs: tuple[str, ...] = ()) -> None:
+    """What the n-gram FAIL needs: seeded vs unseeded requests, n = 200 per request vs n = 1, one request in
+    flight (so one request's continuations, or one continuation, per engine step). `runs`: a subset by name."""
+    from harness.served.vllm_server import vllm_server
+
+    chosen = [r for r in ISOLATE if not runs or r[0] in runs]
+    with vllm_server(python, model_dir, log=out / "server_ngram_isolate.log", speculative=NGRAM, threads=1) as on:
+        for name, flags in chosen:
+            code = _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
+                  "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH),
+                  "--timeout", "900", "--threads", "1", "--prompt-text", OPEN_PROMPT, "--setting", ISOLATE_SETTING,
+                  *flags, "--out", str(out / "responses"), "--json", str(out / f"{name}.json")], log, out, name)
+            if code == 130 or not on.alive():  # interrupted (e.g. `timeout -s INT`): stop, the server is stopped
+                break
+
+
+def ngram_proposal(context: list[int], longest: int = NGRAM["prompt_lookup_max"],
+                   shortest: int = NGRAM["prompt_lookup_min"]) -> int | None:
+    """The first token prompt lookup would draft: the token after the latest earlier occurrence of the
+    context's longest matching suffix (`longest` .. `shortest` tokens); None without a match."""
+    for k in range(longest, shortest - 1, -1):
+        if len(context) <= k:
+            continue
+        suffix = context[-k:]
+        for i in range(len(context) - k - 1, -1, -1):
+            if context[i : i + k] == suffix:
+                return context[i + k]
+    return None
+
+
+NUCLEUS_LIMIT = 60  # continuations per record whose tokens are scored against the top-p nucleus (seconds each)
+
+
+def outside_nucleus(conts: list, top_p: float, temperature: float) -> tuple[int, int]:
+    """(tokens outside the local float64 target's nucleus, tokens) over the first NUCLEUS_LIMIT continuations."""
+    import torch
+
+    from harness.models.smollm2 import load_smollm2
+    from specdec_ref.processing import SamplingParams, process
+
+    model = load_smollm2()[0].double()
+    bad = total = 0
+    for prompt, ids in conts[:NUCLEUS_LIMIT]:
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(ids)]
+        law = process(logits, SamplingParams(temperature, None, top_p))
+        bad += int((law[torch.arange(len(ids)), torch.tensor(ids)] == 0).sum())
+        total += len(ids)
+    return bad, total
+
+
+def draft_echo(out: Path) -> str:
+    """draft_echo.md: per response record and setting, how often the emitted token at each position is the
+    n-gram draft for its context (prompt + tokens so far). A sampler that rejects most drafts (vLLM's own
+    acceptance metrics) cannot emit them far more often than the speculation-off server does."""
+    rows = ["| record | setting | prompt | continuations | P(emitted token = n-gram draft) at positions 0–15 | "
+            f"tokens outside the target's nucleus (first {NUCLEUS_LIMIT} continuations) |", "|---|---|---|---|---|---|"]
+    for path in sorted((out / "responses").glob("engine-*.jsonl")):
+        groups: dict = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            parts = record["key"].split("/")
+            if parts[0] != "engine" or not record["response"].get("choices"):
+                continue
+            prompt = json.loads(parts[2])
+            groups.setdefault((parts[1], json.dumps(prompt)), []).extend(
+                (prompt, c["token_ids"]) for c in record["response"]["choices"] if c.get("token_ids"))
+        for (setting, prompt_key), conts in sorted(groups.items()):
+            if setting == "T=0" or len(conts) < 20:
+                continue
+            hit, seen = [0] * ENGINE_LENGTH, [0] * ENGINE_LENGTH
+            for prompt, ids in conts:
+                for t in range(min(len(ids), ENGINE_LENGTH)):
+                    draft = ngram_proposal(prompt + ids[:t])
+                    if draft is not None:
+                        seen[t] += 1
+                        hit[t] += ids[t] == draft
+            which = "open" if json.loads(prompt_key)[-8:-5] == [2644, 30, 2] else "copy"
+            nucleus = "–"
+            if setting == ISOLATE_SETTING and which == "open":
+                bad, total = outside_nucleus(conts, 0.9, 0.7)
+                nucleus = f"{bad} of {total}"
+            rows.append(f"| {path.stem} | {setting} | {which} | {len(conts)} | "
+                        + " ".join(f"{h / n:.2f}" if n else "–" for h, n in zip(hit, seen, strict=True))
+                        + f" | {nucleus} |")
+    text = "\n".join(rows) + "\n"
+    (out / "draft_echo.md").write_text(text, encoding="utf-8")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
-    parser.add_argument("--only", choices=["sampler", "engine", "control"], help="run one part only")
+    parser.add_argument("--only", choices=["sampler", "engine", "control", "isolate", "echo"], help="run one part only")
+    parser.add_argument("--sampler-variants", nargs="+", default=[], metavar="TAG",
+                        help=f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)")
+    parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
+                        help=f"--only isolate: these runs only ({', '.join(r[0] for r in ISOLATE)})")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--samples", type=int, default=400, help="engine level: continuations per prompt × setting")
     parser.add_argument("--python", default=sys.executable, help="the Python of the venv that holds vLLM")
@@ -154,11 +268,17 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log: list[dict] = []
     if args.only in (None, "sampler"):
-        sampler_level(out, log, args.seeds)
-        sampler_no_draft_probs(out, log, args.seeds)
+        sampler_level(out, log, args.seeds, args.sampler_variants)
+        sampler_no_draft_probs(out, log, args.seeds, args.sampler_variants)
     model_dir = args.model_dir or (str(materialized_smollm2()) if args.only != "sampler" else "")
     if args.only in (None, "engine"):
         engine_level(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
+    if args.only == "echo":  # reads responses/ only: no server
+        print(draft_echo(out))
+        return 0
+    if args.only == "isolate":  # not part of the default run: it answers one question about the FAIL
+        engine_isolate(out, log, samples=min(args.samples, 200), python=args.python, model_dir=model_dir,
+                       runs=tuple(args.isolate_runs))
     if args.only in (None, "control"):
         engine_control(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
     commands = out / "commands.jsonl"

@@ -29,7 +29,7 @@ def test_without_vllm_the_run_cannot_be_done_exit_2_one_line(capsys):
     assert code == 2 and len(err) == 1 and "needs vLLM" in err[0]
 
 
-@pytest.mark.parametrize("fn", [adapter.verify, adapter.verify_unseeded, adapter.verify_mixed])
+@pytest.mark.parametrize("fn", [adapter.verify, adapter.verify_unseeded, adapter.verify_mixed, adapter.verify_ragged])
 @pytest.mark.vllm
 @vllm_only
 def test_vllm_rejection_sampler_emits_the_contract_layout(fn):
@@ -48,7 +48,7 @@ def test_vllm_rejection_sampler_emits_the_contract_layout(fn):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn", ["verify", "verify_mixed"])
+@pytest.mark.parametrize("fn", ["verify", "verify_mixed", "verify_ragged"])
 @pytest.mark.vllm
 @vllm_only
 def test_vllm_rejection_sampler_passes_and_a_wrong_q_fails(fn):

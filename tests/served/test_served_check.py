@@ -143,3 +143,17 @@ def test_the_time_budget_stops_before_the_next_cell_and_says_which_cells_did_not
                                            settings=(Setting(0.0), Setting(1.0)), time_budget_s=1e-6))
     assert [c["name"] for c in report.cases] == ["greedy"]
     assert any(n.startswith("time budget reached: cells not run: T=1/prompt0") for n in report.notes)
+
+
+def test_unseeded_requests_carry_no_seed_and_the_reference_still_passes(reference_on, monkeypatch):
+    """`seeded=False` (`--unseeded`): no sampling request has a seed field; the draws are the engine's own."""
+    import harness.served.check as check
+    from harness.served.requests import _payload
+
+    assert "seed" not in _payload("m", [1], 2, 3, Setting(1.0), None) and _payload("m", [1], 2, 3, Setting(1.0), 5)["seed"] == 5
+    sent = []
+    monkeypatch.setattr(check, "_payload", lambda *a, **k: sent.append(_payload(*a, **k)) or sent[-1])
+    report = run_engine_check(EngineConfig(endpoint=reference_on, pair="toy-low", ground_truth="local", seeded=False,
+                                           **SMALL))
+    assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
+    assert sent and not any("seed" in body for body in sent)

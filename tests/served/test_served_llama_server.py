@@ -42,9 +42,10 @@ def test_vllm_style_requests_become_native_completions_and_back(processed):
     client = LlamaServerClient("http://fake/v1", processed=processed, transport=httpx.MockTransport(handler))
     reply = client.post("/v1/completions", {"model": "m", "prompt": [1, 2], "n": 3, "max_tokens": 2, "seed": 10,
                                             "temperature": 0.7, "top_p": 0.9, "logprobs": 2})
-    assert len(reply["choices"]) == 3 and [b["seed"] for _, b in sent] == [10, 11, 12]
-    native = sent[0][1]
-    assert sent[0][0] == "/completion" and native["n_predict"] == 2 and native["return_tokens"] is True
+    natives = [b for path, b in sent if path == "/completion"]
+    assert len(reply["choices"]) == 3 and [b["seed"] for b in natives] == [10, 11, 12]  # no total_slots: 1 each
+    native = natives[0]
+    assert "n_cmpl" not in native and native["n_predict"] == 2 and native["return_tokens"] is True
     assert native["n_probs"] == 2 and native["post_sampling_probs"] is processed and native["top_p"] == 0.9
     choice = reply["choices"][0]
     assert choice_token_ids(choice) == [5, 6] and choice["finish_reason"] == "length"
@@ -55,6 +56,37 @@ def test_vllm_style_requests_become_native_completions_and_back(processed):
     assert client.post("/tokenize", {"prompt": "hi"})["tokens"] == [7, 8] and sent[-1][1]["content"] == "hi"
     with pytest.raises(RequestRefused):
         client.post("/v1/completions", {"model": "m", "prompt": [1], "prompt_logprobs": 1})
+
+
+def test_n_continuations_go_out_as_n_cmpl_batches_within_the_slots_with_the_same_seeds():
+    """n = 5 on a 2-slot server: native requests of n_cmpl 2, 2, 1 at seeds 10, 12, 14 (llama-server gives its
+    children seed + 1, ...: the seeds of one request per continuation); replies put back in index order."""
+    import json
+
+    sent = []
+
+    def handler(request):
+        body = json.loads(request.content) if request.content else {}
+        sent.append((request.url.path, body))
+        if request.url.path == "/props":
+            return httpx.Response(200, json={"total_slots": 2})
+        count = body.get("n_cmpl", 1)
+        replies = [{"index": j, "content": "x", "tokens": [body.get("seed", 0) + j], "stop_type": "limit"} for j in range(count)]
+        return httpx.Response(200, json=replies[::-1] if count > 1 else replies[0])
+
+    client = LlamaServerClient("http://fake", transport=httpx.MockTransport(handler))
+    reply = client.post("/v1/completions", {"model": "m", "prompt": [1], "n": 5, "max_tokens": 1, "seed": 10})
+    natives = [b for path, b in sent if path == "/completion"]
+    assert [(b["seed"], b.get("n_cmpl", 1)) for b in natives] == [(10, 2), (12, 2), (14, 1)]
+    assert [c["token_ids"] for c in reply["choices"]] == [[10], [11], [12], [13], [14]]
+    assert [c["index"] for c in reply["choices"]] == [0, 1, 2, 3, 4]
+    sent.clear()  # unseeded: one request per continuation (children's seeds would be the server's choice)
+    client.post("/v1/completions", {"model": "m", "prompt": [1], "n": 2, "max_tokens": 1, "seed": None})
+    assert all("n_cmpl" not in b for path, b in sent if path == "/completion")
+    with pytest.raises(HarnessError, match="n_cmpl"):
+        bad = LlamaServerClient("http://fake", max_cmpl=3, transport=httpx.MockTransport(
+            lambda r: httpx.Response(200, json=[{"index": 0, "tokens": [1]}])))
+        bad.post("/v1/completions", {"model": "m", "prompt": [1], "n": 3, "max_tokens": 1, "seed": 0})
 
 
 def test_unknown_api_and_missing_binary_are_clear_errors(monkeypatch, tmp_path):
@@ -95,3 +127,34 @@ def test_real_server_speaks_token_ids_and_logprobs(draft):
         assert len(choice_token_ids(choice)) == 8 and len(choice["logprobs"]["token_logprobs"]) == 8
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=2)
+
+
+def test_the_finding_readme_states_only_what_the_record_measured():
+    """suites.campaigns.llama_server: the headline lines follow the record (a zero-logprob reproducer is named
+    only when the returned entries carry 0.0 with empty top lists; a convention only when the diagnosis gave it)."""
+    from suites.campaigns.llama_server import findings, report_md
+
+    cell = {"name": "T=1/prompt0", "samples": 10, "detectable_tv": 0.3, "min_p": 1e-9, "rejected": ["x"],
+            "vacuous": False, "consistent_conventions": ["llama_cpp"], "divergences": None}
+    run = {"verdict": "fail", "samples": 10, "detectable_tv": 0.3, "seconds": 1.0, "notes": [], "cases": [],
+           "cells": [cell], "rejected": ["x"], "tests": 3}
+    lp = lambda v: {"verdict": v, "samples": 2, "detectable_tv": None, "seconds": 1.0, "notes": [], "cells": [],  # noqa: E731
+                    "rejected": [], "tests": 2, "cases": [{"name": "c", "compared": 4, "bad_sampled": 3 if v == "fail" else 0,
+                                                          "bad_top": 0, "max_abs_diff": 1.0, "p99_abs_diff": 1.0}]}
+    entry = lambda v, top: {"id": 1, "logprob": v, "top_logprobs": top}  # noqa: E731
+    record = {"checks": {"logprobs/raw/speculation-off": lp("pass"), "logprobs/raw/speculation-on": lp("fail"),
+                         "tokens/speculation-on, defaults, documented order": run},
+              "tolerance_nats": 0.1, "calibration_spread_nats": 0.02, "seconds": 60, "load_at_start": [1, 1, 1],
+              "load_at_end": [1, 1, 1], "version": "v", "slots": 8, "chunk": 4, "concurrency": 2, "prompt": "p",
+              "length": 4, "samples": 10, "probe": {}, "bench_exit": 0,
+              "reproducer": {"on": {"request": {}, "tokens": [1, 2], "completion_probabilities": [entry(-1.0, [(1, -1.0)]), entry(0.0, [])]},
+                             "off": {"request": {}, "tokens": [1, 2], "completion_probabilities": [entry(-1.0, [(1, -1.0)]), entry(-0.5, [(1, -0.5)])]}}}
+    lines = findings(record)
+    assert "speculation on **FAIL** (3 of 4" in lines[0]
+    assert "1 of 2 returned tokens carry logprob 0.0" in lines[1] and "#27972" in lines[1]
+    assert "names `llama_cpp`" in lines[2]
+    cell["consistent_conventions"] = []
+    record["reproducer"]["on"]["completion_probabilities"][1] = entry(-0.5, [(1, -0.5)])
+    lines = findings(record)
+    assert not any("reproducer" in line for line in lines) and "names no convention" in lines[-1]
+    assert "## Findings" in report_md(record, "specdec campaign llama_server")
