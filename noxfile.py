@@ -47,7 +47,10 @@ def invariance(session: nox.Session) -> None:
     install(session)
     session.run("pytest", "tests/check/test_invariance.py", "tests/check/test_verdict_paths.py", "-m", "slow or not slow",
                 *session.posargs)
-    session.run("specdec", "campaign", "invariance", "--rules", "200", "--out", "results/invariance")
+    session.run("specdec", "campaign", "invariance", "--rules", "200", "--out", "results/invariance",
+                "--sources", "sampler,draft_step,tree")
+    session.run("specdec", "campaign", "invariance", "--rules", "200", "--sources", "generation",
+                "--out", "results/invariance/generation")
 
 
 @nox.session(default=False)
