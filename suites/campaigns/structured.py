@@ -257,7 +257,7 @@ def server_metrics(url: str) -> dict[str, float]:
         return {}
     out = {}
     for line in text.splitlines():
-        if line.startswith("vllm:spec_decode_num_") and not line.startswith("#"):
+        if line.startswith("vllm:spec_decode_num_") and "_total" in line.split(" ")[0]:  # (not *_created stamps)
             name, _, value = line.rpartition(" ")
             key = name.split("{")[0].removeprefix("vllm:")
             try:
