@@ -368,6 +368,12 @@ def readme(out: Path) -> str:
         "`structured_outputs.regex` (ground truth: llguidance's compile of the same regex, the local float64 target, "
         f"PIT of the masked law); T = 1; {e['samples_per_prompt']} continuations per prompt, {len(e['prompts'])} "
         f"prompts, {e['length']} new tokens."))
+    if _load(out / "vllm.json"):
+        lines += ["", "The same server and pair without a constraint: [results/findings/vllm-cpu](../findings/vllm-cpu/README.md) "
+                  "(n-gram speculation and speculation off, the local target). The format test says whether the "
+                  "regex was ever broken; the law test whether the constrained law is the target's; with speculation "
+                  "off (side `off`, where it ran) the same check tells the ground truth and vLLM's masks (xgrammar) "
+                  "apart from speculation."]
     return "\n".join(lines) + "\n"
 
 
