@@ -1,4 +1,4 @@
-"""Issue 18 campaign: structured outputs under speculation (toy pairs, SmolLM2, llama-server).
+"""Campaign: structured outputs under speculation (toy pairs, SmolLM2, llama-server, vLLM).
 
     specdec campaign structured --out results/structured [--parts exact,...] \
         [--seeds 20 --control-seeds 200 --samples 1000 --budget-s 2400 --stop-at HH:MM --workers 2]
@@ -122,7 +122,7 @@ def real_pair_runs(samples: int, seed: int = 0) -> dict:
 # llama-server reads it under `grammar`; the ground truth compiles llguidance's Lark translation of the same text.
 # No state forces a single byte: llguidance allows only the canonical tokenization of forced bytes ('{"' but not
 # '{'), llama.cpp's grammar every tokenization, so a forced string would make the two laws differ without any
-# speculation fault (tests/test_structured_engine.py checks that this grammar's masks are the naive ones).
+# speculation fault (tests/served/test_served_structured.py checks that this grammar's masks are the naive ones).
 ENGINE_GBNF = 'root ::= [a-z ]+ [:=] " "? [0-9]+'
 ENGINE_PROMPTS = ("Answer as 'city: population in thousands'. The largest city in France:",
                   "Write a lowercase word, a colon and a number, such as 'apples: 12'. Your answer:")
@@ -293,7 +293,7 @@ def _cell(text: str) -> str:
 
 def readme(out: Path) -> str:
     """OUT/README.md from the records present in OUT (a part that did not run says so)."""
-    lines = ["# Issue 18: structured outputs under speculation", "",
+    lines = ["# Structured outputs under speculation", "",
              "Produced by `specdec campaign structured --out results/structured` (suites/campaigns/structured.py; "
              "the parts and their options are in its docstring). Every number below is read from the records in "
              "this folder; a part that has no record did not run.", ""]

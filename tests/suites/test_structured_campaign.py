@@ -1,4 +1,4 @@
-"""Issue 18's entry points: `specdec verify --setting` with a constraint (PASS for the reference, FAIL for a
+"""The structured-output entry points: `specdec verify --setting` with a constraint (PASS for the reference, FAIL for a
 structured mutant, through the CLI), and `specdec campaign structured` (what `nox -s structured` runs):
 its README is written from the records present only, and a bad --parts is exit 2 with one line."""
 
@@ -55,3 +55,15 @@ def test_campaign_unknown_part_is_exit_2_with_one_line(tmp_path, capsys):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "--parts: unknown bogus" in lines[0] and "Traceback" not in out + err
     assert not (tmp_path / "exact_tv.json").exists()  # refused before any work
+
+
+def test_the_nox_session_runs_the_structured_tests_and_the_campaign():
+    import ast
+    import pathlib
+
+    source = (pathlib.Path(__file__).resolve().parents[2] / "noxfile.py").read_text()
+    (session,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "structured"]
+    calls = [ast.unparse(c) for c in ast.walk(session) if isinstance(c, ast.Call)]
+    assert any("'nox.session'" in ast.unparse(d) or "nox.session" in ast.unparse(d) for d in session.decorator_list)
+    assert any("'pytest'" in c and "test_structured.py" in c for c in calls), calls
+    assert any("'specdec', 'campaign', 'structured'" in c and "'results/structured'" in c for c in calls), calls

@@ -1,4 +1,4 @@
-"""Issue 18 at the engine level, llama-server's way: the constraint sent under llama-server's own `grammar`
+"""Structured outputs at the engine level, llama-server's way: the constraint sent under llama-server's own `grammar`
 field (ConstrainedLlamaServerClient), the engine check run through that client against a local float64
 ground truth with the same grammar, and the format test on every returned continuation (first offending
 position named). A fake llama-server (httpx.MockTransport over the toy pair) stands in for the binary: an
