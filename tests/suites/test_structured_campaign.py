@@ -1,0 +1,69 @@
+"""The structured-output entry points: `specdec verify --setting` with a constraint (PASS for the reference, FAIL for a
+structured mutant, through the CLI), and `specdec campaign structured` (what `nox -s structured` runs):
+its README is written from the records present only, and a bad --parts is exit 2 with one line."""
+
+import json
+
+import pytest
+
+from harness.cli import main
+
+pytest.importorskip("llguidance")
+
+SETTING = "T=1,regex=[a-eg-p]*f[a-c]+"
+
+
+@pytest.mark.parametrize("impl,code", [("specdec_ref.adapters:generate", 0),
+                                       ("harness.mutants.structured:grammar_state_one_behind", 1)])
+def test_specdec_verify_setting_takes_the_constraint(impl, code, capsys, tmp_path):
+    out_json = tmp_path / "report.json"
+    got = main(["verify", "--impl", impl, "--level", "generation", "--pair", "toy", "--setting", SETTING,
+                "--samples", "2000", "--seed", "1", "--threads", "1", "--json", str(out_json)])
+    out, err = capsys.readouterr()
+    assert got == code, out[-2000:] + err[-2000:]
+    report = json.loads(out_json.read_text())
+    fmt = [t for t in report["tests"] if t["name"].endswith("constraint_format")]
+    if code == 0:  # one per prompt: the constraint reached every cell, and every output obeys it
+        assert len(fmt) == 2 and all(t["p_value"] == 1.0 for t in fmt)
+    else:  # the run stops after the first failed cell: its format test names an output the automaton refuses
+        assert report["verdict"] == "fail" and fmt and fmt[0]["p_value"] == 0.0
+    assert "Traceback" not in out + err
+
+
+def test_campaign_readme_is_written_from_the_records_present_only(tmp_path, capsys):
+    assert main(["campaign", "structured", "--out", str(tmp_path), "--parts", "readme"]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert text.count("not run") >= 6  # exact, zoo, step, toy + SmolLM2 findings, llama-server: no records
+    engine = {"version": "version: 1 (abc)", "grammar_gbnf": "root ::= [a-z]+", "prompts": ["p"], "length": 16,
+              "samples_per_prompt": 5,
+              "sides": {"on": {"check": {"verdict": "fail", "samples": 5, "detectable_tv": 0.5, "min_p_value": 0.0},
+                               "format": {"pass": False, "violations": 1, "outputs": 5,
+                                          "message": "1 of 5 outputs break the constraint; first: row 3: token 7"},
+                               "stopped_on_eos": 2, "metrics": {"spec_decode_num_draft_tokens_total": 40,
+                                                                "spec_decode_num_accepted_tokens_total": 30},
+                               "seconds": 12.0, "load_at_start": [1.5, 1.0, 1.0]}}}
+    (tmp_path / "llama_server.json").write_text(json.dumps(engine))
+    assert main(["campaign", "structured", "--out", str(tmp_path), "--parts", "readme"]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert "| on | **fail** | 5 | 0.5 | 0 | FAIL (1 of 5: 1 of 5 outputs break the constraint; first: row 3: token 7)" \
+        in text and "| 40 / 30 |" in text
+
+
+def test_campaign_unknown_part_is_exit_2_with_one_line(tmp_path, capsys):
+    assert main(["campaign", "structured", "--out", str(tmp_path), "--parts", "exact,bogus"]) == 2
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--parts: unknown bogus" in lines[0] and "Traceback" not in out + err
+    assert not (tmp_path / "exact_tv.json").exists()  # refused before any work
+
+
+def test_the_nox_session_runs_the_structured_tests_and_the_campaign():
+    import ast
+    import pathlib
+
+    source = (pathlib.Path(__file__).resolve().parents[2] / "noxfile.py").read_text()
+    (session,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "structured"]
+    calls = [ast.unparse(c) for c in ast.walk(session) if isinstance(c, ast.Call)]
+    assert any("'nox.session'" in ast.unparse(d) or "nox.session" in ast.unparse(d) for d in session.decorator_list)
+    assert any("'pytest'" in c and "test_structured.py" in c for c in calls), calls
+    assert any("'specdec', 'campaign', 'structured'" in c and "'results/structured'" in c for c in calls), calls
