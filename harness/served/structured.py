@@ -18,16 +18,14 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from pathlib import Path
 
 from harness.check.structured import ConstraintSpec
 from harness.errors import HarnessError
-from harness.served.client import EngineClient
+from harness.served.client import CONSTRAINT_FIELDS, EngineClient
 from harness.served.llama_server import LlamaServerClient
 
-NAMES = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_grammar", "guided_choice",
-         "json_schema", "grammar", "regex", "ebnf")
+NAMES = CONSTRAINT_FIELDS
 
 
 def _schema(value) -> str:
@@ -178,6 +176,8 @@ class ConstrainedLlamaServerClient(LlamaServerClient, _NativeFields):
     engine check writes) reaches llama-server's `/completion` with `native` instead (`{"grammar": GBNF}` or
     `{"json_schema": S}`, the names llama-server reads). A request with another constraint is an error."""
 
+    sends_constraints = True
+
     def __init__(self, endpoint: str, *, spec: ConstraintSpec, native: dict, **options):
         super().__init__(endpoint, **options)
         if not native or set(native) - {"grammar", "json_schema"}:
@@ -200,19 +200,6 @@ class ConstrainedLlamaServerClient(LlamaServerClient, _NativeFields):
 def gbnf_spec(gbnf: str) -> ConstraintSpec:
     """A GBNF grammar (llama.cpp's) as the spec the ground truth compiles: llguidance's Lark translation of it."""
     return _grammar(gbnf)
-
-
-def run_engine_check_with(client: EngineClient, config):
-    """`harness.served.check.run_engine_check` with this client (an adapter the engine check's `--api` names do
-    not cover, such as ConstrainedLlamaServerClient); returns (report, the responses recorded under config.out)."""
-    from harness.served.check import _check, _prepare
-
-    config.validate()
-    started = time.perf_counter()
-    model = client.resolve_model(config.model)
-    run = _prepare(config, client, model, None, None, None)
-    report = _check(run, started)
-    return report, run.store.path
 
 
 def stored_rows(path, role: str = "engine") -> list[tuple[list[int], str]]:

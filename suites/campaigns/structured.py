@@ -143,13 +143,12 @@ def llama_server_finding(out: Path, samples: int, sides=("on", "off")) -> dict:
     import os
 
     from harness.check.structured import compile_for_pair
-    from harness.served.check import EngineConfig
+    from harness.served.check import EngineConfig, run_engine_check_with
     from harness.served.llama_server import NO_TRUNCATION, build_llama_server, llama_server, version
     from harness.served.structured import (
         ConstrainedLlamaServerClient,
         engine_format_test,
         gbnf_spec,
-        run_engine_check_with,
         speculation_metrics,
         stored_rows,
     )

@@ -158,3 +158,15 @@ def test_the_finding_readme_states_only_what_the_record_measured():
     lines = findings(record)
     assert not any("reproducer" in line for line in lines) and "names no convention" in lines[-1]
     assert "## Findings" in report_md(record, "specdec campaign llama_server")
+
+
+def test_a_constraint_is_never_dropped_silently():
+    """The plain llama-server client does not translate structured-output fields into llama.cpp's grammar: a
+    constrained request is refused with one line (exit 2), never sent unconstrained."""
+    handler, sent = _fake(False)
+    client = LlamaServerClient("http://fake", max_cmpl=1, transport=httpx.MockTransport(handler))
+    for field, value in (("structured_outputs", {"regex": "[a-z]+"}), ("guided_regex", "[a-z]+"),
+                         ("response_format", {"type": "json_schema", "json_schema": {"schema": {"type": "string"}}})):
+        with pytest.raises(HarnessError, match="does not translate"):
+            client.post("/v1/completions", {"model": "m", "prompt": [1], "n": 1, "max_tokens": 2, "seed": 0, field: value})
+    assert not [path for path, _ in sent if path == "/completion"]
