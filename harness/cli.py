@@ -14,6 +14,7 @@ from harness import preflight
 from harness.adapters.calling import ImplementationError
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.errors import HarnessError
+from harness.policy import results_folder
 from harness.progress import Progress
 from specdec_ref.errors import SpecDecInputError
 
@@ -149,6 +150,7 @@ def _verify_matrix(args, base) -> int:
             preflight.pair(config.pair, config.target, config.draft)
         resolve(config.impl, contract_of(config))
         planned_rows(config)  # sampler level: unknown --cases, impossible plans
+    args.matrix_out = args.matrix_out or results_folder("verify-matrix")
     journal = Journal(Path(args.matrix_out) / "cells.jsonl", fresh=not args.resume)
     with Progress(len(configs), "verify matrix", unit="configs") as bar:
         def progress(done, total):
@@ -243,6 +245,7 @@ def _cmd_numerics(args) -> int:
     from harness.models.hf_pair import resolve_dtype
 
     fn = resolve(args.impl, "generation")
+    args.out = args.out or results_folder("numerics")
     low_dtype = resolve_dtype(args.dtype, device=args.device)
     if low_dtype not in (torch.bfloat16, torch.float16):
         raise HarnessError(f"--dtype must be a low precision (bfloat16 or float16), got {args.dtype!r}")
@@ -364,8 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "--vary impl=a:f,b:g --vary gamma=1,3; one --vary setting=... per sampling setting")
     g.add_argument("--scheduler", metavar="ADDRESS", help="with --vary: run the cells on this dask scheduler's workers")
     g.add_argument("--workers", type=int, metavar="N", help="with --vary: run the cells on a local dask cluster")
-    g.add_argument("--matrix-out", default="results/verify-matrix", metavar="DIR",
-                   help="with --vary: report.md, matrix.json and the cell journal cells.jsonl")
+    g.add_argument("--matrix-out", default=None, metavar="DIR",
+                   help="with --vary: report.md, matrix.json and the cell journal cells.jsonl (default: the "
+                   "policy's, suites/outputs.py)")
     g.add_argument("--resume", action="store_true", help="with --vary: keep the finished cells of --matrix-out's "
                    "journal (the report marks them)")
     p.set_defaults(func=_cmd_verify)
@@ -383,14 +387,14 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.bench.cli import add_arguments as add_bench_arguments
     from harness.bench.cli import run as run_bench
 
-    p = sub.add_parser("bench", help="speedup sweep -> tables, plots, report (results/bench)",
+    p = sub.add_parser("bench", help="speedup sweep -> tables, plots, report (results/)",
                        description="Speedup sweeps over pairs x gamma x temperature next to the Leviathan prediction.")
     add_bench_arguments(p)
     p.set_defaults(func=run_bench)
 
-    p = sub.add_parser("demo", help="the main job end to end on the embedded default pair -> results/demo")
-    p.add_argument("--out", default=None, help="results folder (default results/demo: untracked; the documented example "
-                   "lives in docs/example-demo)")
+    p = sub.add_parser("demo", help="the main job end to end on the embedded default pair -> results/")
+    p.add_argument("--out", default=None, help="results folder (default: suites/campaigns/demo.py's, untracked; the "
+                   "documented example lives in docs/example-demo)")
     p.add_argument("--quick", action="store_true", help="smaller samples (a minute or two)")
     add_threads(p)
     p.set_defaults(func=_cmd_demo)
@@ -409,22 +413,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--out", default="results/numerics")
+    p.add_argument("--out", default=None, help="results folder (default: the policy's, suites/outputs.py)")
     add_threads(p)
     p.set_defaults(func=_cmd_numerics)
 
     p = sub.add_parser("mutants", help="run the mutant zoo and correct controls; detection / false-alarm report",
                        description="Exit 0 if every mutant is caught (>= 95% of seeds) and every control passes.")
-    p.add_argument("--seeds", type=int, help="seeds per mutant (detection rate); default 20 (quick: 8)")
+    p.add_argument("--seeds", type=int, help="seeds per mutant (detection rate); default: the zoo profile's")
     p.add_argument("--control-seeds", type=int,
-                   help="seeds per correct control (false-alarm rate); default 200 (quick: 20)")
+                   help="seeds per correct control (false-alarm rate); default: the zoo profile's")
     p.add_argument("--quick", action="store_true",
                    help="the CI profile of `nox -s lossless`: fewer seeds, no detection-vs-samples curve (minutes)")
     p.add_argument("--false-alarm-rate", type=float, default=DEFAULT_FALSE_ALARM_RATE,
                    help="gate: family-wise false-alarm rate of every run")
     p.add_argument("--alpha", type=float, default=None, help="deprecated alias of --false-alarm-rate")
     p.add_argument("--only", nargs="+", help="run only these implementations")
-    p.add_argument("--out", default=None, help="results folder (default results/lossless)")
+    p.add_argument("--out", default=None, help="results folder (default: suites/campaigns/zoo.py's)")
     add_threads(p)
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on the workers of this dask scheduler")
     p.add_argument("--workers", type=int, metavar="N", help="run on a local dask cluster of N worker processes")

@@ -152,7 +152,7 @@ def _registered_toy(name: str) -> bool:
 
 def coverage(contexts: list[Context], continuation: int = CONTINUATION) -> dict:
     """What the catalogue reaches: per block size, the residues of the generated positions it misses and the
-    fewest boundaries a continuation passes (the issue-19 requirements, checked by tests/test_contexts.py)."""
+    fewest boundaries a continuation passes (the issue-19 requirements, checked by tests/check/test_contexts.py)."""
     out = {}
     for size in BLOCK_SIZES:
         reached = {(len(c.tokens) + j) % size for c in contexts for j in range(continuation)}

@@ -9,6 +9,16 @@ import importlib
 from harness.errors import HarnessError
 
 
+def catalogue(name: str):
+    """suites.catalogues.NAME: the cases, settings or prompts a check runs when the user names none."""
+    return load(f"catalogues.{name}", "catalogue")
+
+
+def results_folder(command: str) -> str:
+    """The results/ folder `specdec COMMAND` writes to without --out (suites/outputs.py)."""
+    return load("outputs", "outputs table").FOLDERS[command]
+
+
 def load(name: str, what: str = "policy module"):
     """`suites.NAME` (e.g. "campaigns.zoo", "http_bench"); a missing one is a HarnessError (exit 2)."""
     try:

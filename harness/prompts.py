@@ -1,4 +1,5 @@
-"""The project's prompt set (`harness/data/prompts.jsonl`, see `harness/data/README.md`).
+"""Prompts of the real-model pairs: the policy's prompt set (suites/prompts/prompts.jsonl, read through
+harness.policy) as `Prompt`s, and their token ids.
 
 Kept free of torch imports: listing prompts must stay cheap.
 """
@@ -7,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from importlib import resources
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.policy import catalogue
 
 PROMPT_KINDS = ("chat", "qa", "code", "summarize", "rewrite")
 
@@ -26,7 +27,7 @@ def load_prompts(kind: str | None = None) -> list[Prompt]:
     """All prompts in file order, or only those of `kind`."""
     if kind is not None and kind not in PROMPT_KINDS:
         raise HarnessError(f"unknown prompt kind {kind!r}; known: {', '.join(PROMPT_KINDS)}")
-    text = resources.files("harness").joinpath("data", "prompts.jsonl").read_text(encoding="utf-8")
+    text = catalogue("prompts").text()
     prompts = [Prompt(**json.loads(line)) for line in text.splitlines() if line.strip()]
     return [p for p in prompts if kind is None or p.kind == kind]
 

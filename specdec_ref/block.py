@@ -14,7 +14,7 @@ with p_i the target law and q_i the draft law at position i (0-based: drafts x_0
 
 P(A ≥ k) equals the joint coupling bound Σ_x min(Π_{i<k} p_i(x_i), Π_{i<k} q_i(x_i)), the most any
 lossless rule can accept, which is above the token-level Π Σ min(p_i, q_i) in general; the emitted token
-at every position is still distributed exactly as p there (tests/test_block.py integrates it exactly).
+at every position is still distributed exactly as p there (tests/specdec_ref/test_block.py integrates it exactly).
 
 As for the chain, the random part is isolated: `block_accept_and_final_law` is a pure function of
 explicit uniforms, `block_verify_from_uniforms` replays given draws.

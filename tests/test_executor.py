@@ -152,13 +152,13 @@ def test_bench_on_a_local_dask_cluster_gives_the_in_process_counts(tmp_path, mon
     """`specdec bench --workers 2`: token-count cells (deterministic) come back identical, each row journaled."""
     import json
 
-    from harness.bench import suites
+    from harness.bench import plan as bench_plan
     from harness.bench.config import BenchConfig
     from harness.bench.runner import run_bench
 
-    sweep = suites.Sweep("tokens", ("const-a0.8",), gammas=(1, 2, 3), temperatures=(1.0,), prompts=64,
+    sweep = bench_plan.Sweep("tokens", ("const-a0.8",), gammas=(1, 2, 3), temperatures=(1.0,), prompts=64,
                          max_new_tokens=0, repeats=1, min_row_steps=150)
-    monkeypatch.setitem(suites._SUITES, "counts", suites.SuiteSpec("counts", lambda quick: [sweep], "test suite"))
+    monkeypatch.setitem(bench_plan._SUITES, "counts", bench_plan.SuiteSpec("counts", lambda quick: [sweep], "test suite"))
 
     def measurements(run) -> dict:
         lines = (run.out_dir / "rows.jsonl").read_text().splitlines()

@@ -14,8 +14,6 @@ import shlex
 from harness.configs import option as _field
 from harness.errors import HarnessError
 
-DEFAULT_OUT = "results/bench"
-
 
 def parse_int_list(text: str) -> tuple[int, ...]:
     """'1..8', '1-8', '1,2,4' or a mix ('1,2,4..6') -> (1, 2, ...)."""
@@ -77,7 +75,8 @@ class BenchConfig:
     device: str | None = _field(None, "--device", "torch device (default cpu; the gpu suite: cuda)", metavar="DEV")
     dtype: str | None = _field(None, "--dtype", "model dtype, e.g. float32, bf16 (default: the pair's)", metavar="DT")
     seed: int = _field(0, "--seed", "base seed (repeat r, prompt i use seed + 1000 r + i)", int, "S")
-    out: str = _field(DEFAULT_OUT, "--out", "results folder; the run writes into OUT/RUN", metavar="DIR")
+    out: str | None = _field(None, "--out", "results folder; the run writes into OUT/RUN (default: the policy's, "
+                             "suites/outputs.py)", metavar="DIR")
     run_name: str | None = _field(None, "--run", "run folder name (default: the suite's name)", metavar="RUN")
     resume: bool = _field(True, "--no-resume", "recompute cells already in OUT/RUN/rows.jsonl",
                           action="store_false")
@@ -97,6 +96,12 @@ class BenchConfig:
                                                 "catalogue (default all)", parse_names, "NAME[,NAME]")
     workers: int | None = _field(None, "--workers", "measure cells on a local dask cluster of N worker processes "
                                  "(they share this machine's cores: for counts and resilience, not timing)", int, "N")
+
+    def __post_init__(self):
+        if self.out is None:
+            from harness.policy import results_folder
+
+            self.out = results_folder("bench")
 
     def validate(self) -> BenchConfig:
         """Raise HarnessError naming the bad field; return self."""

@@ -19,8 +19,8 @@ from pathlib import Path
 from harness.bench import measure
 from harness.bench.cells import Cell
 from harness.bench.config import BenchConfig, command_line
+from harness.bench.plan import Plan, make_plan
 from harness.bench.store import RowStore
-from harness.bench.suites import Plan, make_plan
 from harness.bench.summarize import summarize
 from harness.executor import make_executor
 from harness.pairs import ModelPair

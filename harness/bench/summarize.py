@@ -14,7 +14,7 @@ import statistics
 from harness.bench import theory
 from harness.bench.cells import Cell, sampling_label
 
-TOKEN_TOLERANCE = 0.03  # the token formula must hold within ±3% (issue: ≥ 10k target calls)
+TOKEN_TOLERANCE = 0.03  # the token formula must hold within ±3% (over ≥ 10k target calls)
 SPEEDUP_FLOOR = 0.9  # measured speedup must reach 0.9 × predicted on synthetic-cost pairs
 
 

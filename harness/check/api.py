@@ -67,9 +67,9 @@ def _tree_source(fn, config: CheckConfig, notes: list[str], on_row):
 
 
 def _generation_source(fn, config: CheckConfig, notes: list[str], on_row):
-    from harness.check.generation import DEFAULT_SETTINGS, GenerationSource, parse_setting
+    from harness.check.generation import GenerationSource, parse_setting
 
-    settings = tuple(s for text in config.settings for s in parse_setting(text)) if config.settings else DEFAULT_SETTINGS
+    settings = tuple(s for text in config.settings for s in parse_setting(text)) if config.settings else None
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
     contexts = None
     if config.contexts == "catalogue":

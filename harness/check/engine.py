@@ -227,7 +227,7 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
             if support:
                 report.tests.append(deterministic_result(f"{cell.name}/support", False, n=n, message="; ".join(support)))
             report.tests += [eprocess_result(proc, name) for mon in run.monitors for name, proc in mon.processes.items()]
-        report.cases.append({"name": cell.name, **cell.summary})
+        report.cases.append({"name": cell.name, **{k: v for k, v in cell.summary.items() if not k.startswith("_")}})  # "_x": the source's own
         if stop is not None:
             continue
         if config.stop_on_fail and any(t.p_value <= level for t in report.tests):

@@ -37,9 +37,11 @@ from harness.check.engine import (
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
 from harness.check.scoring import score_continuations
+from harness.check.streams import seed_global
 from harness.check.structured import bind_constraints, checks_for, setting_record
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
+from harness.policy import catalogue
 from harness.stats import (
     TestResult,
     mass_above_descending,
@@ -87,26 +89,14 @@ class Setting(SamplingParams):
         return ",".join(parts)
 
 
-# Order = the order cells run in (a run with stop_on_fail ends at the first decided cell): greedy first
-# (deterministic and cheap), then the setting with the most processing (temperature and top-p, where
-# processing bugs show), then plain sampling.
-DEFAULT_SETTINGS = (Setting(0.0), Setting(0.7, top_p=0.9), Setting(1.0))
+def default_settings() -> tuple[Setting, ...]:
+    """The policy's default sampling settings (suites/catalogues/generation.py), in run order."""
+    return tuple(catalogue("generation").DEFAULT_SETTINGS)
 
-# The parameters engines serve beyond temperature / top-k / top-p: each alone, then a realistic
-# combination. Sized on the toy pairs (V = 16, where short continuations repeat tokens) so that each
-# moves the exact 3-token law of the toy prompts by a clear TV from the same setting without it
-# (tests/test_generation_params.py measures it). Token 5 is the toy target's favourite first token after its first prompt.
-FREQUENT_TOKEN = 5
-PARAMETER_SETTINGS = (
-    Setting(1.0, min_p=0.2),
-    Setting(1.0, logit_bias=((2, 1.5), (FREQUENT_TOKEN, -2.0))),
-    Setting(1.0, repetition_penalty=2.0),
-    Setting(1.0, frequency_penalty=3.0),
-    Setting(1.0, presence_penalty=3.0),
-    Setting(1.0, bad_words_ids=((FREQUENT_TOKEN,), (12, 12))),
-    Setting(1.0, min_new_tokens=2),
-    Setting(0.8, top_p=0.95, min_p=0.05, repetition_penalty=1.2, logit_bias=((FREQUENT_TOKEN, 1.0),)),
-)
+
+def parameter_settings() -> tuple[Setting, ...]:
+    """The policy's `battery`: every sampling parameter alone, then a combination."""
+    return tuple(catalogue("generation").PARAMETER_SETTINGS)
 
 
 def _target64(pair: ModelPair):
@@ -390,18 +380,18 @@ def _check_generation_output(out, B, length, vocab):
         raise BadGenerationOutput(f"returned ids outside [0, {vocab}) or more than max_new_tokens={length} tokens")
 
 
-SETTING_WORDS = ("battery", "default")  # whole batteries: PARAMETER_SETTINGS, DEFAULT_SETTINGS
+SETTING_WORDS = ("battery", "default")  # whole batteries: parameter_settings(), default_settings()
 SETTING_FIELDS = ("T", "temperature", "top_k", "top_p", *PARAM_NAMES)
 
 
 def parse_setting(text: str) -> tuple[Setting, ...]:
-    """`--setting` text -> settings: "battery" (PARAMETER_SETTINGS), "default", or comma-separated
+    """`--setting` text -> settings: "battery" (parameter_settings()), "default", or comma-separated
     name=value pairs, e.g. "T=0.8,top_p=0.95,min_p=0.05,logit_bias=5:+1 2:-1,bad_words_ids=3|4.4".
     An unknown name (e.g. "minp") raises UnknownNameError with the valid ones ("Did you mean ...?", exit 2)."""
     from harness.errors import UnknownNameError
 
     if text in SETTING_WORDS:
-        return PARAMETER_SETTINGS if text == "battery" else DEFAULT_SETTINGS
+        return parameter_settings() if text == "battery" else default_settings()
     fields: dict = {}
     text, constraint = _split_constraint(text)
     if constraint is not None:
@@ -512,7 +502,7 @@ def _order_matters(setting: Setting, order: str) -> bool:
 
 
 def run_generation_check(impl: Callable, pair: ModelPair, config: CheckConfig | None = None, *,
-                         impl_name: str = "impl", prompts: int = 2, settings: tuple[Setting, ...] = DEFAULT_SETTINGS,
+                         impl_name: str = "impl", prompts: int = 2, settings: tuple[Setting, ...] | None = None,
                          chunk: int = 2_000, progress: Callable[[int], None] | None = None,
                          contexts: dict | None = None, **fields) -> CheckReport:
     """Sample continuations per (prompt, sampling setting) and test them; greedy separately.
@@ -791,7 +781,7 @@ class GenerationSource(TrialSource):
     level = "generation"
 
     def __init__(self, impl: Callable, pair: ModelPair, *, length: int | None = None, prompts: int = 2,
-                 settings: tuple[Setting, ...] = DEFAULT_SETTINGS, chunk: int = 2_000,
+                 settings: tuple[Setting, ...] | None = None, chunk: int = 2_000,
                  processing_order: str = "standard", contexts: dict | None = None):
         """`contexts`: {"contexts": [objects with .tokens, .family, .name], "block_sizes": (16, ...), "length":
         new tokens per contexts sample or None (the prompt cells' length)} from a declared catalogue
@@ -801,6 +791,7 @@ class GenerationSource(TrialSource):
         self.vocab = pair.vocab_size
         self.enumerate = self.vocab <= ENUMERATION_MAX_VOCAB
         self.length = length or (3 if self.enumerate else 16)
+        settings = default_settings() if settings is None else settings
         settings = bind_constraints(settings, pair, self.length if self.enumerate else 0)  # structured outputs
         self.settings, self.skipped = supported_settings(impl, settings, self.vocab)
         self.prompts = (pair.prompts or [[0]])[:prompts]
@@ -892,6 +883,11 @@ class GenerationSource(TrialSource):
         return trials
 
     def draw(self, cell: Cell, n: int, progress):
+        # torch's global RNG (what an implementation that ignores its seed draws from) on the run's own
+        # stream, per cell and call: the verdict depends on the seed only, not on what ran before in this process.
+        calls = cell.summary.get("_global_draws", 0)
+        seed_global(self.seed, cell.name, calls)
+        cell.summary["_global_draws"] = calls + 1
         if cell.name.startswith("greedy"):
             return greedy_tests(self.impl, self.pair, cell.data, gamma=self.gamma,
                                 max_new_tokens=cell.summary["max_new_tokens"], seed=self.seed, prefix=cell.name)

@@ -29,6 +29,7 @@ import torch
 from harness.check.engine import Cell, Check, CheckConfig, MalformedTrials, TrialSource, run_battery
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl, padded_rows_problems
+from harness.policy import catalogue
 from harness.stats import mass_above_descending, per_position_uniformity, pit_from_masses, uniformity_test
 
 DEFAULT_ROWS = 20_000
@@ -74,10 +75,9 @@ class ConstrainedCase:
     description: str
 
 
-CASES = (
-    ConstrainedCase("dfa-4", 3, 8, 4, 0.5, "4-state DFA over 8 tokens, half the tokens allowed per state"),
-    ConstrainedCase("dfa-sparse", 4, 12, 6, 0.25, "6-state DFA over 12 tokens, a quarter allowed per state, γ = 4"),
-)
+def default_cases() -> tuple[ConstrainedCase, ...]:
+    """The policy's masked-step catalogue (suites/catalogues/structured_step.py)."""
+    return tuple(catalogue("structured_step").CASES)
 
 
 @dataclasses.dataclass
@@ -167,8 +167,8 @@ class ConstrainedStepSource(TrialSource):
 
     level = "sampler"
 
-    def __init__(self, impl: Callable, cases=CASES):
-        self.impl, self.cases = impl, cases
+    def __init__(self, impl: Callable, cases=None):
+        self.impl, self.cases = impl, default_cases() if cases is None else cases
 
     def cells(self, config: CheckConfig) -> list[Cell]:
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -201,7 +201,7 @@ class ConstrainedStepSource(TrialSource):
 
 
 def run_constrained_step_check(impl: Callable, *, impl_name: str = "impl", false_alarm_rate: float = 1e-3,
-                               power: float = 0.99, seed: int = 0, rows: int = DEFAULT_ROWS, cases=CASES,
+                               power: float = 0.99, seed: int = 0, rows: int = DEFAULT_ROWS, cases=None,
                                stop_on_fail: bool = False) -> CheckReport:
     config = CheckConfig(impl=impl, level="sampler", false_alarm_rate=false_alarm_rate, power=power, seed=seed,
                          samples=rows, stop_on_fail=stop_on_fail, tv=math.nan)

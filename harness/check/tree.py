@@ -53,12 +53,12 @@ from harness.check.sampler import (
     Streams,
     _position_tests,
     _row_independence,
-    _softmax,
     _tests_per_position,
     call_impl,
     padded_rows_problems,
 )
 from harness.errors import HarnessError
+from harness.policy import catalogue
 from harness.stats import TestResult, binomial_event_test, samples_needed
 from specdec_ref.errors import SpecDecInputError
 from specdec_ref.tree import SCHEMES, TreeShape, sibling_laws, tree_shape, validate_tree
@@ -103,46 +103,13 @@ def caterpillar(depth: int, extra: int) -> tuple[int, ...]:
     return tuple(parents)
 
 
-def _depth_laws(V: int, sigma: float, noise: float, anti: bool):
-    """i.i.d. cases: p and q depend on the depth only (equal siblings stay indistinguishable)."""
-    def build(rng: np.random.Generator, shape: TreeShape):
-        z = rng.normal(0, sigma, size=(shape.max_depth + 1, V))
-        p = _softmax(z)
-        q = _softmax(-z if anti else z + rng.normal(0, noise, size=z.shape))
-        idx = list(shape.depth)
-        return p[idx], q[idx]
-    return build
-
-
-def _node_laws(V: int, sigma: float, noise: float, anti: bool):
-    """Distinct siblings: every target index has its own p and q."""
-    def build(rng: np.random.Generator, shape: TreeShape):
-        z = rng.normal(0, sigma, size=(shape.n_nodes + 1, V))
-        q = _softmax(-z if anti else z + rng.normal(0, noise, size=z.shape))
-        return _softmax(z), q
-    return build
-
-
-CASES: list[TreeCase] = [
-    TreeCase("iid-b2-d2-duplicates", full_tree([2, 2]), "iid", _depth_laws(4, 1.0, 0.5, False),
-             "i.i.d. children, V = 4: equal siblings in most rows"),
-    TreeCase("iid-b8-d1-low", full_tree([8]), "iid", _depth_laws(16, 2.0, 0.0, True),
-             "8 i.i.d. children of the root, q = softmax(−logits): low acceptance, 8 residual updates"),
-    TreeCase("iid-caterpillar-d5", caterpillar(5, 1), "iid", _depth_laws(8, 1.5, 0.3, False),
-             "depth 5, two i.i.d. children per level, q ≈ p: deep nodes reached"),
-    TreeCase("wr-b3-d2", full_tree([3, 3]), "without_replacement", _node_laws(8, 1.5, 0.8, False),
-             "3 × 3 children drawn without replacement, own laws per node"),
-    TreeCase("wr-b8-d1-low", full_tree([8]), "without_replacement", _node_laws(16, 2.0, 0.0, True),
-             "8 children without replacement, q = softmax(−logits): low acceptance"),
-    TreeCase("topk-4-2-1", full_tree([4, 2, 1]), "topk", _node_laws(16, 2.5, 0.5, False),
-             "EAGLE-style deterministic top-k tree 4-2-1 (depth 3, 20 nodes), own laws per node"),
-    TreeCase("topk-b2-d4", full_tree([2, 1, 1, 1]), "topk", _node_laws(8, 3.0, 0.3, False),
-             "two top-2 branches of depth 4, peaked laws (high acceptance)"),
-]
+def default_cases() -> list[TreeCase]:
+    """The policy's tree catalogue (suites/catalogues/tree.py), in its run order."""
+    return list(catalogue("tree").CASES)
 
 
 def case_names() -> list[str]:
-    return [c.name for c in CASES]
+    return [c.name for c in default_cases()]
 
 
 def custom_tree_case(name: str, parents, p, q, scheme: str, description: str = "", tv: float | None = None) -> TreeCase:
@@ -516,7 +483,7 @@ class TreeSource(TrialSource):
 
 
 def select_cases(cases: list[str | TreeCase] | None) -> list[TreeCase]:
-    return select(cases, CASES, "tree case")
+    return select(cases, default_cases(), "tree case")
 
 
 def _run_case(impl, plan: TreePlan, streams, dtype):
@@ -562,7 +529,7 @@ def validate_tree_inputs(parents, draft_tokens, draft_probs, target_probs, schem
         raise HarnessError(f"malformed tree step: {exc}") from None
 
 
-__all__ = ["CASES", "TreeCase", "TreePlan", "caterpillar", "chain_as_tree", "count_tests_for_case",
+__all__ = ["TreeCase", "default_cases", "TreePlan", "caterpillar", "chain_as_tree", "count_tests_for_case",
            "count_tests_for_node_laws", "count_tests_for_reach_bounds", "count_tests_for_tree_format",
            "custom_tree_case", "draw_tree", "full_tree", "load_tree_case", "node_marginals",
            "path_bound", "read_paths", "reach_bounds", "run_tree_check", "tests_for_node_laws",

@@ -22,7 +22,7 @@ from specdec_ref import toy
 TOY_VOCAB = 16
 # Positions the toy pairs accept: room for prompts that straddle a 256-token cache block plus a 40-token
 # continuation (harness/contexts.py). Rotary positions have no learned table, so widening the limit leaves
-# every logit at the first 64 positions as it was (tests/test_contexts.py checks it).
+# every logit at the first 64 positions as it was (tests/check/test_contexts.py checks it).
 TOY_CONTEXT = 320
 CONSTANT_ALPHAS = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95)
 

@@ -124,3 +124,35 @@ def as_draft_step(rule: LosslessRule):
 
     draft_and_verify.__name__ = f"draft_step({rule.name})"
     return draft_and_verify
+
+
+def as_generate(rule: LosslessRule):
+    """The whole-generate() form of a rule: the reference's speculative loop with `rule` as its verify step
+    (the greedy rule at temperature 0). The rule's generator is seeded afresh at every step from the loop's
+    own final uniform, so its draws stay independent of everything the harness draws; a row slip now reads
+    another row of the batch (another continuation, or another context)."""
+    from harness.mutants.generation import Hooks, hooked_generate
+    from specdec_ref.verify import VerifyOutput, greedy_verify
+
+    def verify(p, q, x, u_accept, u_final, temperature):
+        if temperature == 0:
+            return greedy_verify(p, x)
+        generator = torch.Generator().manual_seed(int(u_final[0].item() * 2**62))
+        out = rule(p.cpu(), q.cpu(), x.cpu(), generator)
+        return VerifyOutput(out.to(x.device), ((out >= 0).sum(-1) - 1).to(x.device))
+
+    hooks = Hooks(verify=verify)
+
+    def generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed, **extra):
+        return hooked_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, hooks=hooks,
+                               **extra).tokens
+
+    generate.__name__ = f"generate({rule.name})"
+    return generate
+
+
+# Named instances, importable as "module:name" (dask workers, `specdec verify --impl`).
+half_acceptance_generate = as_generate(LosslessRule(scales=(0.5,)))
+global_rng_generate = as_generate(LosslessRule(rng="global_flat", order="residual_first"))
+row_slip_target_generate = as_generate(LosslessRule(slip="target_row"))

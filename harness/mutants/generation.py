@@ -3,7 +3,7 @@
 `hooked_generate` is the reference step loop (`specdec_ref.generate.speculative_generate`) rebuilt
 from the reference's pieces (processing, runners, streams, verify, and its private `Rows` row
 bookkeeping) with its replaceable parts collected in `Hooks`; with the default
-hooks it reproduces `specdec_ref.adapters:generate` token for token (tests/test_mutants_generation.py
+hooks it reproduces `specdec_ref.adapters:generate` token for token (tests/mutants/test_mutants_generation.py
 checks it), so each mutant below differs from a lossless loop by exactly one hook. The loop is
 rebuilt rather than patched because `speculative_generate` has no injection points: a `hooks=`
 argument (or runner / emit factories) there would let this module shrink to the hook definitions.
@@ -299,7 +299,7 @@ def greedy_tie_last_index(target, draft, input_ids, *, max_new_tokens, gamma, te
 
 
 # ---------------------------------------------------------------- the sampling parameters beyond T / top-k / top-p
-# (issue 13). Each mutant drops one parameter from one part of the step; `settings` are the sampling
+# (min_p, logit_bias, penalties, ...). Each mutant drops one parameter from one part of the step; `settings` are the sampling
 # settings (harness.check.generation.Setting) under which it shows, on `pair`.
 
 def _target_dropping(names: tuple[str, ...], where: str) -> Callable:
@@ -509,13 +509,13 @@ def _expand_history(history: History, paths: Tensor) -> History:
 
 
 # A correct control under the new parameters: the reference with every one of them set at once (one
-# cell per prompt keeps 200 calibration seeds affordable); its false-alarm rate is the issue-13 claim.
+# cell per prompt keeps 200 calibration seeds affordable); its false-alarm rate is the claim the parameters campaign measures.
 ALL_PARAMETERS = dict(temperature=0.8, top_p=0.95, min_p=0.05, repetition_penalty=1.2, logit_bias=((5, 1.0),),
                       frequency_penalty=0.5, presence_penalty=0.5, bad_words_ids=((12, 12),))
 
 
 @register(level="generation", kind="control", pair="toy",
-          models="control: the reference with every optional sampling parameter set (issue 13)")
+          models="control: the reference with every optional sampling parameter set")
 def reference_all_parameters(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
                              **extra):
     """specdec_ref.adapters:generate run under the settings in `.settings` (all parameters at once)."""
@@ -526,7 +526,7 @@ def reference_all_parameters(target, draft, input_ids, *, max_new_tokens, gamma,
 reference_all_parameters.settings = (_setting(**ALL_PARAMETERS),)
 
 
-# ---------------------------------------------------------------- position- and context-dependent faults (issue 19)
+# ---------------------------------------------------------------- position- and context-dependent faults
 # Bugs that a 4-token prompt and 3 new tokens never reach: they act at a cache-block boundary, after the
 # first steps, across prompts that share a prefix, or only once a token repeats. The runner mutants
 # recompute every call (RecomputeRunner) and edit what a paged / prefix cache would have served.
@@ -617,7 +617,7 @@ _BOUNDARY_HOOKS = Hooks(target_runner=_boundary_runner)
 
 @register(level="generation", kind="mutant", pair="toy", needs=(_POSITIONS, "temperature > 0"),
           models="failure mode: a stale KV page at a 16-token block boundary on the sampling path only (the "
-                 "greedy path exact): issue 19's generate() that passed the two-prompt battery")
+                 "greedy path exact): a generate() that passed the old two-prompt battery")
 def stale_page_at_block_boundary_sampling(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
                                           top_p, seed, **extra):
     """At temperature > 0 the target logits of a token at absolute index ≡ 0 (mod 16) are the previous

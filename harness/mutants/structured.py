@@ -326,7 +326,7 @@ def grammar_not_rolled_back(target, draft, input_ids, *, max_new_tokens, gamma, 
 
 
 # ---------------------------------------------------------------- the masked step (sampler level, not in the zoo:
-# its contract takes the masks; tests/test_structured.py runs these through harness.check.structured_step)
+# its contract takes the masks; tests/check/test_structured.py runs these through harness.check.structured_step)
 
 def _step(p, q, x, allowed, generator, p_mask, q_mask):
     from specdec_ref.adapters import mask_laws

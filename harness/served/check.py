@@ -25,7 +25,7 @@ import numpy as np
 
 from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
-from harness.check.generation import DEFAULT_SETTINGS, ENUMERATION_MAX_VOCAB, Setting
+from harness.check.generation import ENUMERATION_MAX_VOCAB, Setting, default_settings
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.structured import setting_record
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
@@ -66,7 +66,7 @@ class EngineConfig:
     length: int | None = None  # new tokens per continuation (default: 3 for V <= 64, else 16)
     score_dtype: str = "float64"  # local ground truth: a float64 copy of the target, or "model" (as loaded)
     prompts: int = 2
-    settings: tuple[Setting, ...] = DEFAULT_SETTINGS
+    settings: tuple[Setting, ...] = dataclasses.field(default_factory=default_settings)
     top_logprobs: int = 20  # k asked of the scorer (b)
     chunk: int = 500  # continuations per request (the request's n)
     concurrency: int = 4

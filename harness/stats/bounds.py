@@ -7,7 +7,7 @@ follow ⊗_{i<k} q_i, so accepting all of the first k drafts is a coupling event
 
 The token-by-token rule attains T_k = Π_{i<k} Σ min(p_i, q_i). Block verification (Sun et al. 2024,
 arXiv 2403.10444) attains B_k = E_{x~⊗q}[ρ_k(x)], with its weights ρ_0 = 1, ρ_i = min(1, ρ_{i−1}·p/q)
-(checked by exact enumeration in tests/test_block.py), and T_k ≤ B_k ≤ U_k. B_k = U_k at k = 1 but not
+(checked by exact enumeration in tests/specdec_ref/test_block.py), and T_k ≤ B_k ≤ U_k. B_k = U_k at k = 1 but not
 beyond in general (the per-step cap at 1 loses mass): block verification maximises the expected number
 of accepted drafts, not every P(first k accepted) at once. So U_k gates (a measured acceptance above it
 is a bug in any family) and B_k, T_k are the yardsticks for "block optimal" / "token-level optimal".

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from harness.bench.config import BenchConfig
+from harness.bench.plan import make_plan
 from harness.bench.runner import run_bench
 from harness.bench.store import RowStore
-from harness.bench.suites import make_plan
 from harness.bench.summarize import SPEEDUP_FLOOR, TOKEN_TOLERANCE, summarize
 
 pytestmark = pytest.mark.slow

@@ -116,7 +116,7 @@ def report_md(result: dict, command: str) -> str:
              f"Command: `{command}` ({result['seconds'] / 60:.1f} min on a shared 2-core machine, beside other "
              "jobs).", "",
              *([f"Not run: {', '.join(f'`{n}`' for n in result['skipped'])} — mutants that need the sampling "
-                "parameters of issue 13 (min_p, logit_bias, penalties, ...) in the request, which the engine level "
+                "optional sampling parameters (min_p, logit_bias, penalties, ...) in the request, which the engine level "
                 "does not send yet (at default settings they are blind by construction).", ""]
                if result.get("skipped") else []),
              f"Every implementation is served over HTTP on 127.0.0.1 and checked with `specdec verify --level engine`'s "

@@ -1,4 +1,4 @@
-"""Issue 13 campaign: the parameter mutants (exact TV + detection over seeds) and the reference under
+"""The sampling-parameters campaign: the parameter mutants (exact TV + detection over seeds) and the reference under
 every parameter at once (false alarms over seeds), through suites.campaigns.zoo on the toy pairs.
 
     specdec campaign params --out results/params [--seeds 20 --control-seeds 200]

@@ -25,13 +25,14 @@ import numpy as np
 import torch
 from scipy.stats import binomtest
 
-from harness.check.sampler import CASES, _plan_cases, plan_rows
+from harness.check.sampler import _plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from suites.campaigns.zoo import TARGET_TV, _exact_tvs, below_resolution, clopper_pearson
+from suites.catalogues.sampler import CASES
 
 GATE = DEFAULT_FALSE_ALARM_RATE
-TARGET_FRACTION = 0.10  # issue 12: every mutant above resolution decided with ≤ 10 % of the fixed-n samples
+TARGET_FRACTION = 0.10  # the target: every mutant above resolution decided with ≤ 10 % of the fixed-n samples
 CALIBRATION_TV = 0.1
 CALIBRATION_WIDE_TV = 0.2  # the V = 32,000 case, whose rows cost ~30-300× the others'
 

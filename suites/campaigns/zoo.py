@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from harness.check.config import DEFAULT_FALSE_ALARM_RATE
-from harness.check.generation import DEFAULT_SETTINGS, run_generation_check
+from harness.check.generation import run_generation_check
 from harness.check.sampler import run_sampler_check
 from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.pairs import get_pair
@@ -77,7 +77,7 @@ def _exact_tvs(impl) -> dict:
 
     if impl.exact_law is None:
         return {}
-    from harness.check.sampler import CASES
+    from suites.catalogues.sampler import CASES
 
     out = {}
     for case in CASES:
@@ -141,7 +141,7 @@ def run_task(task: Task, gate: float) -> dict:
         report = run_generation_check(impl.fn, pair, impl_name=impl.name, false_alarm_rate=gate,
                                       seed=task.seed, samples=None if contexts else task.samples, gamma=3,
                                       stop_on_fail=task.purpose != "calibrate", contexts=contexts,
-                                      settings=getattr(impl.fn, "settings", DEFAULT_SETTINGS))
+                                      settings=getattr(impl.fn, "settings", None))
     return {"task": task, "fail": report.verdict == "fail", "family_p": family_p(report),
             "samples": report.samples, "wasteful": bool(report.wasteful) if impl.level != "generation" else None,
             "seconds": time.perf_counter() - started}

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 import harness.check.sampler as sampler_module
 from harness.check.config import CheckConfig
 from harness.check.draft_step import run_draft_step_check
+from harness.check.generation import run_generation_check
 from harness.check.sampler import run_sampler_check
 from harness.check.tree import chain_as_tree, run_tree_check
-from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step
+from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step, as_generate
 from suites.campaigns.invariance import chain_tree_case
 
 # A small plan (TV 0.15 per position on three cheap cases, one of them multi-law) keeps each run well under
@@ -147,3 +148,92 @@ def test_b1_wrapping_keeps_the_verdict():
         return LosslessRule()(law, draft_probs, draft_tokens, generator)
 
     assert run_verify(CheckConfig(impl=stale, **fields)).verdict == "fail"
+
+
+# ---------------------------------------------------------------- the generation source
+
+GENERATION_MODES = {"fixed-n": {"samples": 1_000}, "fixed-n-no-early-stop": {"samples": 1_003, "stop_on_fail": False}}
+
+
+def _generation(rule: LosslessRule, mode: str, seed: int, contexts: bool = False):
+    from harness.contexts import plan
+    from harness.pairs import get_pair
+
+    pair = get_pair("toy")
+    return run_generation_check(as_generate(rule), pair, impl_name=rule.name, seed=seed,
+                                contexts=plan(pair, seed=seed) if contexts else None, **GENERATION_MODES[mode])
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(rule=rules, mode=st.sampled_from(sorted(GENERATION_MODES)), seed=st.integers(0, 10_000))
+def test_generated_lossless_rules_pass_a_whole_generate(rule, mode, seed):
+    """The rule as the verify step of the reference's loop: a whole generate() that is lossless."""
+    report = _generation(rule, mode, seed)
+    assert report.verdict == "pass", (rule.name, mode, [t.name for t in report.tests if t.reject])
+    assert _declared_equals_emitted(report), (len(report.tests), report.declared_tests)
+
+
+@pytest.mark.parametrize("mode", sorted(GENERATION_MODES))
+def test_a_row_slip_inside_generate_fails_in_every_mode(mode):
+    report = _generation(LosslessRule(slip="target_row"), mode, seed=5)
+    assert report.verdict == "fail", mode
+    assert mode != "fixed-n-no-early-stop" or _declared_equals_emitted(report)
+
+
+@pytest.mark.slow
+def test_the_generation_source_with_the_contexts_catalogue():
+    ok = _generation(LosslessRule(scales=(0.7,), rng="global"), "fixed-n", 3, contexts=True)
+    assert ok.verdict == "pass", [t.name for t in ok.tests if t.reject]
+    bad = _generation(LosslessRule(slip="target_row"), "fixed-n", 3, contexts=True)
+    assert bad.verdict == "fail"
+
+
+# ---------------------------------------------------------------- in-process vs executor
+
+
+def test_in_process_and_on_an_executor_the_same_verdicts_and_statistics():
+    """The same configurations run here and on a local dask cluster (harness.executor): the same draws,
+    so the same verdicts and p-values, for a lossless rule and a slip, at the sampler and generation levels."""
+    pytest.importorskip("distributed")
+    from harness.check import matrix
+
+    runs = []
+    for base, impls in (
+        (CheckConfig(level="sampler", cases=["rows-differ", "anti-logits"], tv=0.15, seed=2),
+         "impl=harness.mutants.generated:half_acceptance,harness.mutants.sampler:row_slip_target"),
+        (CheckConfig(level="generation", pair="toy", samples=600, seed=2),
+         "impl=harness.mutants.generated:global_rng_generate,harness.mutants.generated:row_slip_target_generate"),
+    ):
+        vary = matrix.parse_vary([impls])
+        configs = matrix.expand(base, vary)
+        runs.append((matrix.run_matrix(configs, vary, threads=1), matrix.run_matrix(configs, vary, workers=1, threads=1)))
+    for here, there in runs:
+        assert [c["verdict"] for c in here.cells] == [c["verdict"] for c in there.cells]
+        assert sorted(c["verdict"] for c in here.cells) == ["fail", "pass"]
+        for a, b in zip(here.cells, there.cells, strict=True):
+            assert [t["p_value"] for t in a["report"]["tests"]] == [t["p_value"] for t in b["report"]["tests"]]
+
+
+def test_a_generation_verdict_does_not_depend_on_what_ran_before_in_the_process():
+    """An implementation drawing from torch's global RNG gets it seeded from the run seed, per cell and call
+    (before this, its draws continued whatever state earlier work left: in-process and executor disagreed)."""
+    import torch
+
+    def p_values():
+        report = _generation(LosslessRule(rng="global_flat"), "fixed-n", seed=8)
+        return [t.p_value for t in report.tests]
+
+    first = p_values()
+    torch.rand(12_345)
+    assert p_values() == first
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_input_dtypes_keep_the_verdict(dtype):
+    """The laws handed to the implementation in float16 / 32 / 64: a lossless rule passes, a slip fails."""
+    import torch
+
+    kind = getattr(torch, dtype)
+    ok = run_sampler_check(LosslessRule(scales=(0.7,)), dtype=kind, seed=12, **PLAN)
+    assert ok.verdict == "pass", [t.name for t in ok.tests if t.reject]
+    assert run_sampler_check(LosslessRule(slip="draft_row"), dtype=kind, seed=12, **PLAN).verdict == "fail"

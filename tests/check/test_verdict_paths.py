@@ -1,4 +1,4 @@
-"""Regression tests: verdicts must not depend on the path that produced them (issue: one driver).
+"""Regression tests: verdicts must not depend on the path that produced them (one driver).
 
 Each test here was a wrong verdict once: a row-slip bug passed in sequential mode (its multi-law case
 kept one law), a correct wasteful rule failed after a reach top-up (the row -> law cycle restarted in

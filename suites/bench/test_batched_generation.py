@@ -1,7 +1,7 @@
 """pytest-benchmark: the reference's batched speculative sampling vs transformers' batched sampling.
 
-    pytest benchmarks/test_batched_generation.py                      # toy guard only (fast)
-    pytest benchmarks/test_batched_generation.py -m "slow"            # the SmolLM2 comparison (minutes)
+    pytest suites/bench/test_batched_generation.py                      # toy guard only (fast)
+    pytest suites/bench/test_batched_generation.py -m "slow"            # the SmolLM2 comparison (minutes)
 
 The SmolLM2 case measures both paths on the same 64 sequences and lengths in one run and fails when the
 reference is more than 2x slower in tokens/s (the full-size run with the check: specdec campaign bench_batched).

@@ -1,4 +1,4 @@
-"""Issue 13 at the generation level: the reference honours min_p / logit_bias / penalties / bad words /
+"""Sampling parameters at the generation level: the reference honours min_p / logit_bias / penalties / bad words /
 min_new_tokens inside every block (exactly, by enumeration), the battery moves the toy laws, the
 parameter mutants are far from the target law, old adapters run with the settings they support,
 bad settings exit 2, and a top-p-before-temperature loop is reported as a convention."""
@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from harness.check.generation import (
-    PARAMETER_SETTINGS,
     Setting,
     continuation_law,
     parse_setting,
@@ -26,6 +25,7 @@ from harness.pairs import get_pair
 from specdec_ref.adapters import generate as reference_generate
 from specdec_ref.generate import REFERENCE_HOOKS, StepHooks, _target_law, default_eos, eos_set
 from specdec_ref.sampling import sample_from_uniform
+from suites.catalogues.generation import PARAMETER_SETTINGS
 
 PROMPT = _prompts()[0]
 NEW_MUTANTS = ("min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",

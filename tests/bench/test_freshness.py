@@ -9,19 +9,19 @@ from pathlib import Path
 import pytest
 
 from harness import records
-from harness.bench import suites
+from harness.bench import plan as bench_plan
 from harness.bench.config import BenchConfig
 from harness.bench.runner import run_bench
 from harness.bench.store import RowStore
 
-TINY = [suites.Sweep("tokens", ("const-a0.8",), gammas=(1, 2), temperatures=(1.0,), prompts=32, max_new_tokens=6,
+TINY = [bench_plan.Sweep("tokens", ("const-a0.8",), gammas=(1, 2), temperatures=(1.0,), prompts=32, max_new_tokens=6,
                      repeats=1, min_row_steps=40)]
-EXAMPLE_ROWS = Path(__file__).resolve().parent.parent / "docs/example-demo/bench/rows.jsonl"
+EXAMPLE_ROWS = Path(__file__).resolve().parents[2] / "docs/example-demo/bench/rows.jsonl"
 
 
 @pytest.fixture
 def tiny(monkeypatch, tmp_path):
-    monkeypatch.setitem(suites._SUITES, "fresh", suites.SuiteSpec("fresh", lambda quick: list(TINY), "test suite"))
+    monkeypatch.setitem(bench_plan._SUITES, "fresh", bench_plan.SuiteSpec("fresh", lambda quick: list(TINY), "test suite"))
     return BenchConfig(suite="fresh", out=str(tmp_path))
 
 

@@ -103,7 +103,7 @@ def _cli(*args, cwd):
 def test_cli_matrix_exit_codes_and_report(tmp_path):
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "m"
     run = _cli("--impl", "specdec_ref.adapters:verify", "--vary", IMPLS, "--cases", "anti-logits",
                "--threads", "1", "--matrix-out", str(out), cwd=root)

@@ -8,7 +8,7 @@ import torch
 
 from harness.bench import cli
 from harness.bench.config import BenchConfig, command_line, parse_int_list
-from harness.bench.suites import make_plan, suite_specs
+from harness.bench.plan import make_plan, suite_specs
 from harness.errors import HarnessError
 
 

@@ -200,8 +200,9 @@ def test_bind_refuses_a_constraint_object_of_the_wrong_width():
 
 
 def test_masked_step_reference_passes_and_the_automaton_changes_state_inside_blocks():
-    from harness.check.structured_step import CASES, _plan, draw_inputs
+    from harness.check.structured_step import _plan, draw_inputs
     from harness.check.structured_step import run_constrained_step_check as check
+    from suites.catalogues.structured_step import CASES
 
     report = check(verify_masked, seed=2)
     assert report.verdict == "pass" and report.samples == 40_000

@@ -276,7 +276,8 @@ def test_accepting_above_the_universal_bound_is_failed_by_the_gate():
 
 
 def test_acceptance_test_count_matches_what_is_emitted():
-    from harness.check.sampler import CASES, _acceptance_tests, _plan_cases, count_acceptance_tests
+    from harness.check.sampler import _acceptance_tests, _plan_cases, count_acceptance_tests
+    from suites.catalogues.sampler import CASES
 
     rng = np.random.default_rng(0)
     for plan in _plan_cases(CASES, 0):

@@ -4,24 +4,25 @@ import json
 
 import pytest
 
-from harness.bench import measure, suites
+from harness.bench import measure
+from harness.bench import plan as bench_plan
 from harness.bench.cells import Cell
 from harness.bench.config import BenchConfig
 from harness.bench.runner import run_bench
 from harness.bench.summarize import stats_summary
 
 TINY = [
-    suites.Sweep("tokens", ("const-a0.8",), gammas=(1, 2), temperatures=(1.0,), prompts=64, max_new_tokens=0,
+    bench_plan.Sweep("tokens", ("const-a0.8",), gammas=(1, 2), temperatures=(1.0,), prompts=64, max_new_tokens=0,
                  repeats=1, min_row_steps=150),
-    suites.Sweep("timing", ("const-a0.8",), gammas=(1, 2), temperatures=(1.0,), prompts=1, max_new_tokens=8,
+    bench_plan.Sweep("timing", ("const-a0.8",), gammas=(1, 2), temperatures=(1.0,), prompts=1, max_new_tokens=8,
                  repeats=2, synthetic_cost_ms=(1.0, 0.2)),
-    suites.Sweep("compare", ("toy",), gammas=(2,), temperatures=(1.0,), prompts=1, max_new_tokens=6, repeats=1),
+    bench_plan.Sweep("compare", ("toy",), gammas=(2,), temperatures=(1.0,), prompts=1, max_new_tokens=6, repeats=1),
 ]
 
 
 @pytest.fixture
 def tiny_suite(monkeypatch):
-    monkeypatch.setitem(suites._SUITES, "tiny", suites.SuiteSpec("tiny", lambda quick: list(TINY), "test suite"))
+    monkeypatch.setitem(bench_plan._SUITES, "tiny", bench_plan.SuiteSpec("tiny", lambda quick: list(TINY), "test suite"))
     return "tiny"
 
 
@@ -79,7 +80,7 @@ def test_tiny_sweep_writes_rows_report_and_figures(tmp_path, tiny_suite):
 
 def test_rerun_skips_finished_cells_and_resumes_after_interruption(tmp_path, tiny_suite, recorder):
     config = BenchConfig(suite=tiny_suite, out=str(tmp_path))
-    cells = suites.make_plan(config).cells
+    cells = bench_plan.make_plan(config).cells
     recorder.interrupt_at = 3
     with pytest.raises(KeyboardInterrupt):
         run_bench(config)

@@ -1,14 +1,15 @@
 """pytest-benchmark timings of the block family: the sampler check of the (vectorised) block reference on
 every default case (target ≤ 60 s on 2 cores), the draft-step check of it, and the acceptance bounds
-per case (target ≤ 1 s each). Run alone (heavy): `pytest benchmarks/test_family_checks.py` on an otherwise idle machine."""
+per case (target ≤ 1 s each). Run alone (heavy): `pytest suites/bench/test_family_checks.py` on an otherwise idle machine."""
 
 import pytest
 import torch
 
 from harness.check.draft_step import run_draft_step_check
-from harness.check.sampler import CASES, _plan_cases, run_sampler_check
+from harness.check.sampler import _plan_cases, run_sampler_check
 from harness.stats.bounds import acceptance_bound, block_acceptance
 from specdec_ref.adapters import block_draft_and_verify, block_verify
+from suites.catalogues.sampler import CASES
 
 
 @pytest.fixture

@@ -8,11 +8,12 @@ from harness.check.api import run_verify
 from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, TrialSource, run_battery
 from harness.check.generation import GenerationSource
-from harness.check.sampler import CASES, SamplerSource, custom_case, run_sampler_check
+from harness.check.sampler import SamplerSource, custom_case, run_sampler_check
 from harness.cli import main
 from harness.mutants.sampler import always_accept, bonus_wrong_position, row_slip_target, scaled_acceptance
 from harness.pairs import get_pair
 from specdec_ref.adapters import generate, verify
+from suites.catalogues.sampler import CASES
 
 FAST = ["rows-differ", "rows-differ-low-alpha"]
 

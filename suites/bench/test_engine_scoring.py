@@ -1,7 +1,7 @@
 """Scoring side of the engine level (ground truth a): returned continuations teacher-forced through the local
 float64 target and turned into randomized PIT values, batched vs one sequence per pass, in the same run.
 
-    pytest benchmarks/test_engine_scoring.py --benchmark-only            # toy, and SmolLM2 where installed
+    pytest suites/bench/test_engine_scoring.py --benchmark-only            # toy, and SmolLM2 where installed
 
 Each benchmark writes `tokens_per_s` (returned tokens scored per second) to its extra_info.
 """

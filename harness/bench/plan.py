@@ -1,17 +1,9 @@
-"""Registry of benchmark suites and the planner that turns a `BenchConfig` into cells.
+"""The benchmark planner: a registry of suites and the function that turns a `BenchConfig` into cells.
 
-A suite is a list of `Sweep`s (a grid of one kind over pairs × temperatures × γ). Suites register with
-`@register_suite`; unknown names get a "Did you mean" error. Built in:
-
-- `synthetic` — const-α toy pairs (α ∈ {0.2 … 0.95}, exact and context-free) at T = 1, γ = 1..8:
-  the token formula over ≥ 10k full-γ row-steps per cell (counts only, batched rows), and the walltime
-  speedup with every forward padded to 40 ms (target) / 4 ms (draft), so c ≈ 0.1;
-- `default`   — `synthetic`, plus the γ 1..8 × temperature {0, 1} grid on the context-dependent `toy` pair
-  and the reference vs transformers assisted generation on it (same synthetic cost). Real pairs are
-  benchmarked with `--pair smollm2` (minutes per cell on a 2-core CPU) or the `gpu` suite;
-- `quick`     — `default` shrunk to what CI can afford (≤ 2 min);
-- `gpu`       — a quick grid on a real pair on CUDA (≤ 10 min), skipped cleanly where there is no CUDA.
-With `--pair`/`--target` and no `--suite`, the plan is a plain grid on that pair (CONTRACT.md §2).
+A suite is a list of `Sweep`s (a grid of one kind over pairs × temperatures × γ). The suites themselves
+are policy: suites/sweeps.py registers them with `@register_suite` (and the plain `--pair` grid with
+`@register_grid`); this module loads it through harness.policy on first use. Unknown names get a
+"Did you mean" error. With `--pair`/`--target` and no `--suite`, the plan is the grid on that pair.
 """
 
 from __future__ import annotations
@@ -23,11 +15,9 @@ from pathlib import Path
 from harness.bench.cells import Cell
 from harness.bench.config import BenchConfig
 from harness.errors import HarnessError, UnknownNameError
+from harness.policy import load
 
-GAMMAS = tuple(range(1, 9))
-SYNTHETIC_COST_MS = (40.0, 4.0)  # c ≈ 0.1; the pad dwarfs Python's per-step overhead (~3 ms)
-QUICK_COST_MS = (20.0, 2.0)
-GPU_PAIRS = ("smollm2-trunc", "smollm2", "toy")  # first one available is benchmarked
+GAMMAS = tuple(range(1, 9))  # a sweep's γ values unless it names its own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +55,19 @@ class Plan:
 
 
 _SUITES: dict[str, SuiteSpec] = {}
+_GRID: list[Callable[[tuple[str, ...], bool], list[Sweep]]] = []
+
+
+def _registered() -> dict[str, SuiteSpec]:
+    """The registry, after the policy's suites (suites/sweeps.py) registered themselves."""
+    load("sweeps", "benchmark suites")  # imported once; it registers on import
+    return _SUITES
+
+
+def register_grid(build):
+    """The plain grid `--pair NAME` runs: build(pairs, quick) -> sweeps."""
+    _GRID[:] = [build]
+    return build
 
 
 def register_suite(name: str, description: str, time_budget_s: float | None = None):
@@ -78,63 +81,7 @@ def register_suite(name: str, description: str, time_budget_s: float | None = No
 
 
 def suite_specs() -> dict[str, SuiteSpec]:
-    return dict(_SUITES)
-
-
-def _const_pairs(alphas=None) -> tuple[str, ...]:
-    from harness.models.toy_pairs import CONSTANT_ALPHAS
-
-    return tuple(f"const-a{a}" for a in (alphas or CONSTANT_ALPHAS))
-
-
-def _available(name: str) -> bool:
-    from harness.pairs import pair_specs
-
-    spec = pair_specs().get(name)
-    return spec is not None and spec.available()[0]
-
-
-@register_suite("synthetic", "const-alpha toy pairs: token formula (counts) and walltime with synthetic cost")
-def _synthetic(quick: bool) -> list[Sweep]:
-    if quick:
-        return [Sweep("tokens", _const_pairs((0.4, 0.8, 0.95)), gammas=(1, 2, 4), temperatures=(1.0,),
-                      prompts=1024, max_new_tokens=0, repeats=1, min_row_steps=3000),
-                Sweep("timing", _const_pairs((0.6, 0.9)), gammas=(1, 2, 4, 8), temperatures=(1.0,), prompts=1,
-                      max_new_tokens=48, synthetic_cost_ms=QUICK_COST_MS)]
-    return [Sweep("tokens", _const_pairs(), temperatures=(1.0,), prompts=2048, max_new_tokens=0, repeats=1),
-            Sweep("timing", _const_pairs(), temperatures=(1.0,), prompts=1, max_new_tokens=64,
-                  synthetic_cost_ms=SYNTHETIC_COST_MS)]
-
-
-@register_suite("default", "synthetic + gamma x temperature grid and reference vs transformers assisted on toy")
-def _default(quick: bool) -> list[Sweep]:
-    sweeps = _synthetic(quick)
-    if quick:
-        return [*sweeps, Sweep("compare", ("toy",), gammas=(4,), temperatures=(0.0, 1.0), prompts=1,
-                               max_new_tokens=24, synthetic_cost_ms=QUICK_COST_MS)]
-    return [*sweeps,
-            Sweep("timing", ("toy",), prompts=1, max_new_tokens=48, synthetic_cost_ms=SYNTHETIC_COST_MS),
-            Sweep("compare", ("toy",), gammas=(2, 4), prompts=1, max_new_tokens=48, synthetic_cost_ms=SYNTHETIC_COST_MS)]
-
-
-@register_suite("quick", "the default suite shrunk to what CI can afford (<= 2 min)")
-def _quick(quick: bool) -> list[Sweep]:
-    return _default(True)
-
-
-# 9 min: the cell running at the deadline still finishes, and the report must be written within 10 min.
-@register_suite("gpu", "quick grid + transformers comparison on a real pair on CUDA (<= 10 min)", time_budget_s=540)
-def _gpu(quick: bool) -> list[Sweep]:
-    pair = next(name for name in GPU_PAIRS if _available(name))
-    return [Sweep("timing", (pair,), gammas=(1, 2, 3, 4, 6, 8), prompts=4, max_new_tokens=64, device="cuda"),
-            Sweep("compare", (pair,), gammas=(2, 4), prompts=2, max_new_tokens=64, device="cuda")]
-
-
-def grid_sweeps(pairs: tuple[str, ...], quick: bool) -> list[Sweep]:
-    """The plain `--pair NAME` grid: γ 1..8 × temperature {0, 1} × prompts."""
-    if quick:
-        return [Sweep("timing", pairs, gammas=(1, 2, 4, 8), prompts=1, max_new_tokens=32)]
-    return [Sweep("timing", pairs)]
+    return dict(_registered())
 
 
 def _overrides(config: BenchConfig, kind: str) -> dict:
@@ -196,11 +143,12 @@ def make_plan(config: BenchConfig) -> Plan:
                     raise UnknownNameError("pair", name, list(known))
     suite = config.suite or ("grid" if pairs else ("quick" if config.quick else "default"))
     if suite == "grid":
-        sweeps = grid_sweeps(pairs, config.quick)
-    elif suite in _SUITES:
+        _registered()
+        sweeps = _GRID[0](pairs, config.quick)
+    elif suite in _registered():
         sweeps = _SUITES[suite].build(config.quick)
     else:
-        raise UnknownNameError("suite", suite, [*_SUITES, "grid"])
+        raise UnknownNameError("suite", suite, [*_registered(), "grid"])
     if pairs:
         sweeps = [dataclasses.replace(s, pairs=pairs) for s in sweeps]
     if config.compare_hf:

@@ -86,7 +86,7 @@ def test_hooked_loop_reproduces_the_reference_token_for_token(pairs):
         ours = hooked_generate(*pairs["0.7"], ids, **kwargs)
         assert torch.equal(ours.tokens, reference_generate(*pairs["0.7"], ids, **kwargs))
         if temperature == 0:
-            continue  # the KV-cache path at temperature 0 is covered by tests/test_generate.py
+            continue  # the KV-cache path at temperature 0 is covered by tests/specdec_ref/test_generate.py
         cached = speculative_generate(*pairs["0.7"], ids, cache="cache", **kwargs)
         ours_cached = hooked_generate(*pairs["0.7"], ids, cache="cache", **kwargs)
         assert torch.equal(ours_cached.tokens, cached.tokens)
@@ -114,17 +114,17 @@ BLIND = {
     "eos_continues_in_block": dict(pair="0.7", temperature=1.0),  # no EOS id
     "eos_dropped_in_block": dict(pair="0.7", temperature=1.0),
     # issue 13: without the parameter they drop (or T = 1 with no top-p) they are the reference
-    # (caught with it: tests/test_generation_params.py)
+    # (caught with it: tests/check/test_generation_params.py)
     **{name: dict(pair="0.7", temperature=1.0) for name in (
         "min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",
         "penalty_draft_only", "min_new_tokens_bonus_only", "bad_words_bonus_only", "top_p_before_temperature")},
-    # structured outputs: without a constraint they are the reference (caught with one: tests/test_structured.py)
+    # structured outputs: without a constraint they are the reference (caught with one: tests/check/test_structured.py)
     **{name: dict(pair="0.7", temperature=1.0) for name in (
         "mask_first_position_only", "mask_draft_not_target", "grammar_state_one_behind", "mask_from_block_start_state",
         "eos_before_accepting", "grammar_not_rolled_back")},
     # a 4-token prompt with 8 new tokens never reaches index 16 nor a shared 16-token prefix; no
     # penalty / min_new_tokens set: nothing to miscount; draft = target: no rejection to roll back
-    # (caught with contexts: tests/test_contexts.py)
+    # (caught with contexts: tests/check/test_contexts.py)
     **{name: dict(pair="0.7", temperature=1.0) for name in (
         "stale_page_at_block_boundary", "stale_page_at_block_boundary_sampling",
         "penalties_count_rejected_drafts", "penalties_count_rejected_drafts_mild", "min_new_tokens_counted_from_prompt")},

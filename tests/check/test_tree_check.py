@@ -14,7 +14,6 @@ from harness.adapters.calling import ImplementationError
 from harness.adapters.loading import check_signature, load_callable
 from harness.check.sampler import custom_case, run_sampler_check
 from harness.check.tree import (
-    CASES,
     _plan_case,
     chain_as_tree,
     count_tests_for_case,
@@ -36,6 +35,7 @@ from harness.mutants.sampler import always_accept
 from specdec_ref.adapters import tree_verify_specinfer, tree_verify_topk
 from specdec_ref.adapters import verify as chain_reference
 from specdec_ref.tree import SPECINFER, tree_shape, tree_verify
+from suites.catalogues.tree import CASES
 
 FAST = ["iid-b2-d2-duplicates", "wr-b3-d2", "topk-b2-d4"]
 TREE = implementations(level="tree")
