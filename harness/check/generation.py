@@ -528,8 +528,9 @@ def run_generation_check(impl: Callable, pair: ModelPair, config: CheckConfig | 
 
 STEP_BANDS = ((0, 1), (1, 4), (4, 16), (16, None))  # generated-token index j: first step, early, middle, late
 PROMPT_ROWS = {True: 20_000, False: 200}  # default rows of a prompt cell without contexts (V <= 64 or not)
-PROMPT_ROWS_WITH_CONTEXTS = {True: 5_000, False: 200}  # ... when contexts cells carry the pooled headline
-CONTEXT_ROWS = {True: 1_280, False: 200}  # default rows of a contexts cell (spread round-robin over its contexts)
+PROMPT_ROWS_WITH_CONTEXTS = {True: 2_000, False: 200}  # ... when contexts cells carry the pooled headline
+CONTEXT_ROWS = {True: 1_100, False: 200}  # default rows of a contexts cell (spread round-robin over its contexts)
+GREEDY_CONTEXTS = 4  # greedy/contexts: one context per prompt length, the longest lengths first
 
 
 @dataclasses.dataclass
@@ -813,7 +814,7 @@ class GenerationSource(TrialSource):
             if contexts:  # one context per prompt length (the longest first): greedy past the block boundaries
                 seen, picked = set(), []
                 for c in sorted(contexts, key=lambda c: -len(c.tokens)):
-                    if len(c.tokens) not in seen and len(picked) < 8:
+                    if len(c.tokens) not in seen and len(picked) < GREEDY_CONTEXTS:
                         seen.add(len(c.tokens))
                         picked.append(list(c.tokens))
                 cells.append(Cell("greedy/contexts", [GREEDY_EQUALITY, GREEDY_NUMERICS], picked, math.nan,

@@ -1,18 +1,21 @@
 """Issue 19 campaign: the context-diverse default plan on the toy pair, measured.
 
-    specdec campaign contexts --out results/contexts [--seeds 20 --control-seeds 200 --budget-s 2400]
+    specdec campaign contexts --out results/contexts [--parts mutant,timing,control] [--seeds 20]
+        [--control-seeds 200] [--control-samples N] [--stop-at UNIX_TIME] [--held-lock]
 
-1. the sampling-path block-boundary mutant (see 2) first, then one run each of the old plan (the pair's two prompts, 20,000 samples per cell, `--contexts none`) and the
-   new default plan (prompt cells + contexts cells, harness/contexts.py), the reference generate(), timed
-   in one process with the load average beside them;
-2. the sampling-path block-boundary mutant (harness.mutants.generation:stale_page_at_block_boundary_sampling)
-   at the default plan over `--seeds` seeds (detections at the gate);
-3. the reference at the default plan over up to `--control-seeds` seeds (false alarms at the gate), as many as
-   fit in `--budget-s` seconds; the count that ran is what the README states.
-The mutant seeds and the timing pair hold the machine's CPU lock (/tmp/specdec-cpu.lock) as one block
-(their numbers come from one stretch of machine time); each control run takes it for itself, so other
-heavy jobs interleave.
-Writes OUT/campaign.json after every run (an interrupted campaign keeps what it measured).
+Parts (each with its own journal OUT/PART.json, resumed: seeds already there are not run again, so a part can be
+run in chunks and two parts at once; OUT/campaign.json is their merge):
+- `mutant`: the sampling-path block-boundary mutant (harness.mutants.generation:stale_page_at_block_boundary_sampling)
+  at the default plan with the catalogue over `--seeds` seeds (100, 101, …), stopping at the first decided
+  cell: detections at the gate;
+- `timing`: one run each of the old plan (the pair's two prompts, 20,000 samples per cell, `--contexts none`)
+  and the plan with the catalogue (prompt cells + contexts cells, harness/contexts.py), the reference
+  generate(), timed in one process with the load average beside them (run it under `heavy --exclusive`);
+- `control`: the reference over up to `--control-seeds` seeds (1000, 1001, …): false alarms at the gate, at the
+  default plan or at `--control-samples N` per cell (the same battery: the false-alarm rate of exact tests does
+  not depend on n; each row records the n it ran at).
+The mutant and timing parts hold the machine's CPU lock (/tmp/specdec-cpu.lock) as one block; each control run
+takes it for itself. `--held-lock`: the caller holds it.
 """
 
 from __future__ import annotations
@@ -98,12 +101,29 @@ def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
     return out
 
 
+PARTS = ("mutant", "timing", "control")
+
+
+def load_journal(path: str) -> dict | None:
+    """The campaign.json of an earlier chunk (resumed: the seeds it ran are not run again), or None."""
+    import json
+
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/contexts")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--control-seeds", type=int, default=200)
+    ap.add_argument("--control-samples", type=int, default=None,
+                    help="declared samples per cell of the control runs (default: the default plan). The false-alarm "
+                         "rate of exact tests does not depend on n; the JSON records the n used")
     ap.add_argument("--budget-s", type=float, default=2400.0, help="stop starting control runs after this")
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--exact-only", action="store_true", help="only OUT/exact_tv.json (seconds)")
     ap.add_argument("--held-lock", action="store_true", help="the CPU lock is already held by the caller")
@@ -111,6 +131,13 @@ def main(argv=None) -> int:
                     help="start no run after this Unix time (the JSON says how many ran)")
     args = ap.parse_args(argv)
     HELD["lock"] = args.held_lock
+    parts = set(filter(None, args.parts.split(",")))
+    if parts - set(PARTS):
+        print(f"specdec campaign contexts: unknown --parts {sorted(parts - set(PARTS))}; valid: {', '.join(PARTS)}",
+              file=__import__("sys").stderr)
+        return 2
+    if args.skip_timing:
+        parts.discard("timing")
 
     def late() -> bool:
         return args.stop_at is not None and time.time() > args.stop_at
@@ -126,42 +153,65 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
     pair = get_pair("toy")
-    result = {"command": "specdec campaign contexts " + " ".join(argv or []), "gate": GATE,
-              "pair": "toy", "mutant": MUTANT, "coverage": {str(k): v for k, v in coverage(plan(pair)["contexts"]).items()},
-              "provenance": provenance(seed=0, device="cpu", dtype="float64"), "timing": {}, "mutant_runs": [],
-              "control_runs": []}
-    path = f"{args.out}/campaign.json"
+    # One journal per part (OUT/mutant.json, timing.json, control.json), so that chunks of different parts can run
+    # at once (one per CPU slot) and resume; OUT/campaign.json is their merge, rewritten after every run.
+    journals = {part: load_journal(f"{args.out}/{part}.json") or {"runs": [], "chunks": []} for part in PARTS}
+    chunk = {"command": "specdec campaign contexts " + " ".join(argv or []),
+             "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "load_at_start": _load()}
+    for part in parts:
+        journals[part]["chunks"].append(chunk)
 
-    def save():
-        m, c = result["mutant_runs"], result["control_runs"]
-        result["summary"] = {"mutant_detected": sum(r["fail"] for r in m), "mutant_seeds": len(m),
-                             "control_false_alarms": sum(r["fail"] for r in c), "control_seeds": len(c)}
-        atomic_write_json(path, result)
+    def save(part: str):
+        atomic_write_json(f"{args.out}/{part}.json", journals[part])
+        merged = {part: load_journal(f"{args.out}/{part}.json") or {"runs": []} for part in PARTS}
+        m, c = merged["mutant"]["runs"], merged["control"]["runs"]
+        timing = merged["timing"].get("pair", {})
+        atomic_write_json(f"{args.out}/campaign.json", {
+            "gate": GATE, "pair": "toy", "mutant": MUTANT, "provenance": provenance(seed=0, device="cpu", dtype="float64"),
+            "coverage": {str(k): v for k, v in coverage(plan(pair)["contexts"]).items()},
+            "summary": {"mutant_detected": sum(r["fail"] for r in m), "mutant_seeds": len(m),
+                        "control_false_alarms": sum(r["fail"] for r in c), "control_seeds": len(c),
+                        "control_samples_per_cell": sorted({str(r.get("declared_samples")) for r in c}),
+                        "timing_ratio_new_over_old": timing.get("ratio_new_over_old")},
+            "timing": timing, "mutant_runs": m, "control_runs": c,
+            "chunks": {part: merged[part].get("chunks", []) for part in PARTS}})
 
     mutant = get(MUTANT).fn
     with cpu_lock():  # the mutant seeds and the timing pair: one stretch of machine time
-        for s in range(args.seeds):
+        done = {r["seed"] for r in journals["mutant"]["runs"]}
+        for s in range(args.seeds) if "mutant" in parts else ():
             if late():
                 break
-            result["mutant_runs"].append(one_run(mutant, pair, 100 + s, contexts=True, stop_on_fail=True, lock=False))
-            save()
-            print("mutant", s, result["mutant_runs"][-1]["verdict"], result["mutant_runs"][-1]["seconds"], flush=True)
-        if not args.skip_timing and not late():
-            result["timing"]["old_plan"] = one_run(reference_generate, pair, 0, contexts=False, samples=20_000,
-                                                   stop_on_fail=False, lock=False)
-            result["timing"]["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False,
-                                                   lock=False)
-            save()
-            print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in result["timing"].items()},
-                  flush=True)
-    for s in range(args.control_seeds):
+            if 100 + s in done:
+                continue
+            row = one_run(mutant, pair, 100 + s, contexts=True, stop_on_fail=True, lock=False)
+            journals["mutant"]["runs"].append(row)
+            save("mutant")
+            print("mutant", 100 + s, row["verdict"], row["seconds"], flush=True)
+        if "timing" in parts and not late():
+            timing = {"old_plan": one_run(reference_generate, pair, 0, contexts=False, samples=20_000,
+                                          stop_on_fail=False, lock=False)}
+            timing["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False, lock=False)
+            timing["ratio_new_over_old"] = round(timing["new_plan"]["seconds"] / timing["old_plan"]["seconds"], 3)
+            journals["timing"]["pair"] = timing
+            save("timing")
+            print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in timing.items() if isinstance(v, dict)},
+                  timing["ratio_new_over_old"], flush=True)
+    done = {r["seed"] for r in journals["control"]["runs"]}
+    for s in range(args.control_seeds) if "control" in parts else ():
         if time.monotonic() - started > args.budget_s or late():
             break
-        result["control_runs"].append(one_run(reference_generate, pair, 1000 + s, contexts=True, stop_on_fail=False))
-        save()
-        print("control", s, result["control_runs"][-1]["verdict"], result["control_runs"][-1]["seconds"], flush=True)
-    save()
-    print(result["summary"])
+        if 1000 + s in done:
+            continue
+        row = one_run(reference_generate, pair, 1000 + s, contexts=True, samples=args.control_samples,
+                      stop_on_fail=False)
+        row["declared_samples"] = args.control_samples or "default plan"
+        journals["control"]["runs"].append(row)
+        save("control")
+        print("control", 1000 + s, row["verdict"], row["seconds"], flush=True)
+    for part in parts:
+        save(part)
+    print({k: v for k, v in load_journal(f"{args.out}/campaign.json")["summary"].items()})
     return 0
 
 

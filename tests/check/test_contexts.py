@@ -19,6 +19,7 @@ from harness.check.generation import (
 from harness.contexts import (
     BLOCK_SIZES,
     CONTINUATION,
+    LENGTHS,
     SHARED_PREFIX,
     Context,
     catalogue,
@@ -50,7 +51,9 @@ def test_the_catalogue_reaches_every_residue_and_passes_two_boundaries(pair):
     families = {c.family for c in contexts}
     assert families == {"prompts", "random", "resampled"}
     first_block_starts = {len(c.tokens) % 16 for c in contexts}
-    assert first_block_starts == set(range(16))  # the first speculative block starts at every residue
+    assert len(first_block_starts) == len(LENGTHS) == 8  # the first speculative block starts at 8 residues
+    assert {len(c.tokens) for c in contexts} == set(LENGTHS)  # every family shares the lengths: 8 calls a setting
+    assert max(len(c.tokens) for c in contexts) + CONTINUATION > 256  # a 256-boundary is crossed
     assert max(len(c.tokens) for c in contexts) + CONTINUATION <= pair.target.config.max_position_embeddings
 
 
@@ -158,7 +161,56 @@ def test_context_mutants_fail_with_contexts(name):
 def test_contexts_plan_is_the_cli_default_and_none_turns_it_off(pair):
     from harness.check.config import CheckConfig
 
-    assert CheckConfig().contexts == "none"  # opt-in: --contexts catalogue
-    assert CheckConfig(contexts="catalogue").contexts == "catalogue"
+    assert CheckConfig().contexts == "catalogue"
+    assert CheckConfig(contexts="none").contexts == "none"
     assert plan(pair)["contexts"] is catalogue(pair)  # built once per pair object
     assert isinstance(plan(pair)["contexts"][0], Context)
+
+
+def test_target_samples_follow_the_targets_own_law_and_repeat_per_seed(pair):
+    """The resampled family's sampler (one KV-cached forward per token): the first token's frequencies fit the
+    target's T = 1 law (Pearson, exact law known), the second token is in the support of the target's law at the
+    sampled prefix (the cache carries the prefix), and a seed gives the same chains."""
+    from scipy.stats import chisquare
+
+    from harness.contexts import target_samples
+
+    start = torch.tensor([[3, 1, 4, 1]] * 4000)
+    a = target_samples(pair.target, start, 2, 16, seed=5)
+    assert torch.equal(a, target_samples(pair.target, start, 2, 16, seed=5)) and a.shape == (4000, 2)
+    with torch.inference_mode():
+        law = torch.softmax(pair.target(input_ids=start[:1]).logits[0, -1, :16].double(), -1).numpy()
+        second = torch.softmax(pair.target(input_ids=torch.cat([start, a[:, :1]], 1)).logits[:, -1, :16].double(), -1)
+    counts = np.bincount(a[:, 0].numpy(), minlength=16)
+    keep = law * 4000 >= 5
+    assert chisquare(counts[keep], law[keep] / law[keep].sum() * counts[keep].sum()).pvalue > 1e-4
+    assert bool((second[torch.arange(4000), a[:, 1]] > 1e-12).all())
+
+
+def test_contexts_campaign_resumes_per_part_and_merges(tmp_path, monkeypatch, capsys):
+    """The campaign's journals (suites/campaigns/contexts.py): a chunk skips the seeds a part already ran, the
+    merge counts each part's runs, a control row records the n it ran at, and an unknown part exits 2."""
+    import json
+
+    from suites.campaigns import contexts as campaign
+
+    calls = []
+
+    def fake_run(impl, pair, seed, *, contexts, samples=None, stop_on_fail, lock=True):
+        calls.append((seed, samples))
+        return {"seed": seed, "verdict": "fail" if seed < 1000 else "pass", "fail": seed < 1000, "seconds": 0.0}
+
+    monkeypatch.setattr(campaign, "one_run", fake_run)
+    out = str(tmp_path / "c")
+    base = ["--out", out, "--held-lock"]
+    assert campaign.main(base + ["--parts", "control", "--control-seeds", "2", "--control-samples", "50"]) == 0
+    assert campaign.main(base + ["--parts", "control,mutant", "--control-seeds", "3", "--seeds", "2",
+                                 "--control-samples", "50"]) == 0
+    assert [s for s, _ in calls] == [1000, 1001, 100, 101, 1002]  # resumed: 1000 and 1001 not run again
+    merged = json.loads((tmp_path / "c" / "campaign.json").read_text())
+    assert merged["summary"]["control_seeds"] == 3 and merged["summary"]["control_false_alarms"] == 0
+    assert merged["summary"]["mutant_seeds"] == 2 and merged["summary"]["mutant_detected"] == 2
+    assert {r["declared_samples"] for r in merged["control_runs"]} == {50}
+    assert len(merged["chunks"]["control"]) == 2 and len(merged["chunks"]["mutant"]) == 1
+    assert campaign.main(base + ["--parts", "controls"]) == 2
+    assert "valid: mutant, timing, control" in capsys.readouterr().err
