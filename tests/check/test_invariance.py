@@ -201,7 +201,7 @@ def test_in_process_and_on_an_executor_the_same_verdicts_and_statistics():
     for base, impls in (
         (CheckConfig(level="sampler", cases=["rows-differ", "anti-logits"], tv=0.15, seed=2),
          "impl=harness.mutants.generated:half_acceptance,harness.mutants.sampler:row_slip_target"),
-        (CheckConfig(level="generation", pair="toy", samples=600, seed=2),
+        (CheckConfig(level="generation", pair="toy", samples=600, seed=2, contexts="none"),
          "impl=harness.mutants.generated:global_rng_generate,harness.mutants.generated:row_slip_target_generate"),
     ):
         vary = matrix.parse_vary([impls])
