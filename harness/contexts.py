@@ -1,8 +1,6 @@
-"""The declared context catalogue of the generation and engine levels (issue 19).
-
-Declared here (next to the prompt set, harness/data/prompts.jsonl) because the CLI's default plan draws
-from it and the mechanism imports nothing from suites/; the campaign that measures what it buys lives in
-suites/campaigns/contexts.py.
+"""The context catalogue of the generation and engine levels: how its contexts are built. Its sizes (block
+sizes, prompt lengths, contexts per family, continuation length) are policy, in suites/catalogues/contexts.py,
+read through harness.policy; the campaign that measures what it buys is suites/campaigns/contexts.py.
 
 A sampling cell tests the law of a whole generate() at the contexts it is given. Two prompts of four
 tokens (the toy pairs' own) reach absolute positions 4–7 only; bugs that live at a cache-block boundary,
@@ -18,7 +16,7 @@ many contexts with a few samples each:
 - **resampled** (any pair): prefixes of the target's own earlier samples (plain target sampling, T = 1,
   from a short random start), cut at lengths spread the same way: contexts the model itself makes;
 - **prompts**: the pair's own prompts (the toy pairs' eight 4-token prompts), now with long continuations;
-- **chat / code / summarize** (real pairs): the project's prompt set (harness/data/prompts.jsonl)
+- **chat / code / summarize** (real pairs): the project's prompt set (suites/prompts/prompts.jsonl)
   through the tokenizer's chat template.
 
 Contexts of one length share one generate() call (the contract takes [B, T] prompts without padding).
@@ -30,21 +28,21 @@ import dataclasses
 
 import torch
 
-BLOCK_SIZES = (16, 32, 64, 128, 256)  # the common paged-KV block sizes (vLLM, SGLang, TensorRT-LLM)
-CONTINUATION = 40  # new tokens per sample on the toy pairs: ≥ 33 passes two 16-token boundaries
-SHARED_PREFIX = 16  # the random family's prompt pairs share one 16-token cache block
-# Prompt lengths 4, 35, 66, …, 221 (step 31): windows of 40 new positions overlap (positions 4 … 260: every
-# residue mod 16 … 256, a 256-boundary straddled), and the first block starts at 8 residues mod 16 (4, 3, …,
-# 13; later blocks start wherever acceptance puts them). Contexts of one length share one generate() call and
-# every family (the toy pairs' 4-token prompts too) uses these lengths, so a setting's contexts take 8 calls
-# of ~140 rows: on the toy pairs a speculative generate() costs per step, not per row, up to ~150 rows
-# (measured: ~25 % less time per token at 140 rows than at 70), and 16 lengths (all residues mod 16 for the
-# first block) took 16 calls of ~70. Many contexts per length, few samples per context.
-LENGTHS = tuple(range(4, 222, 31))
-PAIRS_PER_LENGTH = 16  # random family: 16 prompt pairs (32 prompts) per length
-RESAMPLED_CHAINS = 32  # target samples the resampled family cuts its prefixes from (one context per length each)
-RESAMPLED_LENGTHS = LENGTHS  # the shortest (4) is a chain's random start itself
-REAL_KINDS = ("chat", "code", "summarize")
+from harness.policy import catalogue as catalogue_module
+
+POLICY_NAMES = ("BLOCK_SIZES", "CONTINUATION", "SHARED_PREFIX", "LENGTHS", "PAIRS_PER_LENGTH", "RESAMPLED_CHAINS",
+                "RESAMPLED_LENGTHS", "REAL_KINDS", "REAL_RESAMPLED")
+
+
+def _policy():
+    """The catalogue's sizes (suites/catalogues/contexts.py)."""
+    return catalogue_module("contexts")
+
+
+def __getattr__(name: str):  # harness.contexts.BLOCK_SIZES etc.: read from the policy, never written here
+    if name in POLICY_NAMES:
+        return getattr(_policy(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,26 +52,29 @@ class Context:
     name: str  # stable id within the catalogue, e.g. "random/len37/b"
 
 
-def random_contexts(vocab: int, *, seed: int = 0, lengths=LENGTHS, pairs: int = PAIRS_PER_LENGTH) -> list[Context]:
+def random_contexts(vocab: int, *, seed: int = 0, lengths=None, pairs: int | None = None) -> list[Context]:
     """`pairs` pairs of random-token prompts per length; a pair shares its first SHARED_PREFIX tokens when longer."""
+    policy = _policy()
+    lengths, pairs, shared = lengths or policy.LENGTHS, pairs or policy.PAIRS_PER_LENGTH, policy.SHARED_PREFIX
     g = torch.Generator().manual_seed(seed)
     out = []
     for length in lengths:
         for i in range(pairs):
             a = torch.randint(0, vocab, (length,), generator=g)
             b = torch.randint(0, vocab, (length,), generator=g)
-            if length > SHARED_PREFIX:
-                b[:SHARED_PREFIX] = a[:SHARED_PREFIX]
+            if length > shared:
+                b[:shared] = a[:shared]
                 while torch.equal(a, b):  # a pair must differ after the shared block
-                    b[SHARED_PREFIX:] = torch.randint(0, vocab, (length - SHARED_PREFIX,), generator=g)
+                    b[shared:] = torch.randint(0, vocab, (length - shared,), generator=g)
             out += [Context(tuple(a.tolist()), "random", f"random/len{length}/{i}a"),
                     Context(tuple(b.tolist()), "random", f"random/len{length}/{i}b")]
     return out
 
 
-def resampled_contexts(target, vocab: int, *, seed: int = 0, chains: int = RESAMPLED_CHAINS,
-                       lengths=RESAMPLED_LENGTHS) -> list[Context]:
+def resampled_contexts(target, vocab: int, *, seed: int = 0, chains: int | None = None,
+                       lengths=None) -> list[Context]:
     """Prefixes of the target's own samples: `chains` plain T = 1 continuations of 4 random tokens, cut at `lengths`."""
+    chains, lengths = chains or _policy().RESAMPLED_CHAINS, lengths or _policy().RESAMPLED_LENGTHS
     g = torch.Generator().manual_seed(seed + 1)
     start = torch.randint(0, vocab, (chains, 4), generator=g)
     sample = target_samples(target, start, max(lengths) - 4, vocab, seed=seed + 2)
@@ -107,10 +108,11 @@ def target_samples(target, start: torch.Tensor, new_tokens: int, vocab: int, *, 
     return torch.cat(out, 1) if out else torch.zeros(len(start), 0, dtype=torch.long)
 
 
-def real_contexts(tokenizer, kinds=REAL_KINDS) -> list[Context]:
+def real_contexts(tokenizer, kinds=None) -> list[Context]:
     """The project's chat / code / summarize prompts, encoded with the tokenizer's chat template."""
     from harness.prompts import encode_prompts, load_prompts
 
+    kinds = kinds or _policy().REAL_KINDS
     out = []
     for kind in kinds:
         prompts = load_prompts(kind)
@@ -124,8 +126,9 @@ def catalogue(pair, *, seed: int = 0) -> list[Context]:
     (toy pairs), the prompt set + resampled on real pairs (those with a tokenizer)."""
     tokenizer = getattr(pair, "tokenizer", None)
     if tokenizer is not None:
-        return real_contexts(tokenizer) + resampled_contexts(pair.target, pair.vocab_size, seed=seed, chains=2,
-                                                             lengths=(32, 64, 128))
+        chains, lengths = _policy().REAL_RESAMPLED
+        return real_contexts(tokenizer) + resampled_contexts(pair.target, pair.vocab_size, seed=seed, chains=chains,
+                                                             lengths=lengths)
     key = ("_contexts", seed)
     if key not in pair.meta:  # built once per pair object (the resampled family samples the target) ...
         shared = (pair.name, pair.vocab_size, seed, str(next(pair.target.parameters()).dtype))
@@ -150,11 +153,12 @@ def _registered_toy(name: str) -> bool:
     return any(spec.name == name for spec in PAIRS)
 
 
-def coverage(contexts: list[Context], continuation: int = CONTINUATION) -> dict:
+def coverage(contexts: list[Context], continuation: int | None = None) -> dict:
     """What the catalogue reaches: per block size, the residues of the generated positions it misses and the
-    fewest boundaries a continuation passes (the issue-19 requirements, checked by tests/check/test_contexts.py)."""
+    fewest boundaries a continuation passes (the catalogue's requirements, checked by tests/check/test_contexts.py)."""
+    continuation = continuation or _policy().CONTINUATION
     out = {}
-    for size in BLOCK_SIZES:
+    for size in _policy().BLOCK_SIZES:
         reached = {(len(c.tokens) + j) % size for c in contexts for j in range(continuation)}
         crossings = [sum((len(c.tokens) + j) % size == 0 for j in range(continuation)) for c in contexts]
         out[size] = {"missing_residues": sorted(set(range(size)) - reached), "min_boundaries_passed": min(crossings),
@@ -164,5 +168,6 @@ def coverage(contexts: list[Context], continuation: int = CONTINUATION) -> dict:
 
 def plan(pair, *, seed: int = 0) -> dict:
     """The `contexts` argument of harness.check.generation.GenerationSource for `pair`."""
-    return {"contexts": catalogue(pair, seed=seed), "block_sizes": BLOCK_SIZES,
-            "length": CONTINUATION if pair.vocab_size <= 64 else None}
+    policy = _policy()
+    return {"contexts": catalogue(pair, seed=seed), "block_sizes": policy.BLOCK_SIZES,
+            "length": policy.CONTINUATION if pair.vocab_size <= 64 else None}

@@ -88,6 +88,10 @@ def test_the_catalogues_load_through_the_policy_layer():
     assert parameter_settings() == tuple(generation.PARAMETER_SETTINGS)
     assert {"default", "quick", "synthetic", "gpu"} <= set(suite_specs())
     assert len(load_prompts()) >= 10
+    from harness import contexts
+    from suites.catalogues import contexts as context_sizes
+
+    assert contexts.BLOCK_SIZES == context_sizes.BLOCK_SIZES and contexts.LENGTHS == context_sizes.LENGTHS
 
 
 def test_tests_mirror_the_packages():

@@ -88,7 +88,7 @@ class CheckConfig:
     # The default: on the toy pair its plan (pooled TV 0.0195) took 0.97x the time of the prompt-only plan
     # (TV 0.037) in one run (results/contexts/README.md).
     contexts: str = option("catalogue", "--contexts", "generation level: 'catalogue' adds cells that pool the PIT "
-                           "over many contexts (harness/contexts.py: spread prompt lengths, long continuations, the "
+                           "over many contexts (suites/catalogues/contexts.py: spread prompt lengths, long continuations, the "
                            "model's own samples); 'none': the pair's prompts only", choices=("catalogue", "none"),
                            group="generation level (--level generation; the engine level's local ground truth too)")
     score_dtype: str = option("float64", "--score-dtype", "generation level: precision of the ground truth the "

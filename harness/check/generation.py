@@ -524,7 +524,7 @@ def run_generation_check(impl: Callable, pair: ModelPair, config: CheckConfig | 
     return run_battery(source, config, impl_name=impl_name, progress=progress)
 
 
-# --- contexts cells: the randomized PIT pooled over many contexts (issue 19) --------------------------------
+# --- contexts cells: the randomized PIT pooled over many contexts ----------------------------------------
 
 STEP_BANDS = ((0, 1), (1, 4), (4, 16), (16, None))  # generated-token index j: first step, early, middle, late
 PROMPT_ROWS = {True: 20_000, False: 200}  # default rows of a prompt cell without contexts (V <= 64 or not)

@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 pytest suites/bench/test_tree_check_bench.py --benchmark-min-rounds=3
 
-Target (issue 10): ≤ 60 s on 2 cores. Each round clears the plan cache, so the time includes planning
+Target: ≤ 60 s on 2 cores. Each round clears the plan cache, so the time includes planning
 (the reference's pilot run that estimates how often each node is reached) as a fresh process pays it.
 The planned rows, the number of gating tests and the verdict go to extra_info.
 """

@@ -1,4 +1,4 @@
-"""Issue 19 campaign: the context-diverse default plan on the toy pair, measured.
+"""The contexts campaign: the context-diverse default plan on the toy pair, measured.
 
     specdec campaign contexts --out results/contexts [--parts mutant,timing,control] [--seeds 20]
         [--control-seeds 200] [--control-samples N] [--stop-at UNIX_TIME] [--held-lock]

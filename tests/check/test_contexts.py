@@ -1,4 +1,4 @@
-"""Issue 19: the context catalogue (coverage of cache-block residues and boundaries), the contexts cells of the
+"""The context catalogue (coverage of cache-block residues and boundaries), the contexts cells of the
 generation level (pooled PIT over contexts, band and family slices, declared = emitted), and the position /
 context mutants (each edits exactly what it claims, and the contexts cells catch what the prompt cells miss)."""
 

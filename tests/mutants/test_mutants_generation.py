@@ -113,7 +113,7 @@ BLIND = {
     "stale_batched_target_cache": dict(pair="1.0", temperature=1.0),
     "eos_continues_in_block": dict(pair="0.7", temperature=1.0),  # no EOS id
     "eos_dropped_in_block": dict(pair="0.7", temperature=1.0),
-    # issue 13: without the parameter they drop (or T = 1 with no top-p) they are the reference
+    # without the parameter they drop (or T = 1 with no top-p) they are the reference
     # (caught with it: tests/check/test_generation_params.py)
     **{name: dict(pair="0.7", temperature=1.0) for name in (
         "min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",

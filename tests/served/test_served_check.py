@@ -83,7 +83,7 @@ def test_two_sample_works_on_text_when_the_server_returns_no_ids():
 
 
 def test_sampling_parameters_reach_the_server_and_a_parameter_bug_is_caught_over_http():
-    """Issue 13 over HTTP: min_p and logit_bias are sent (OpenAI / vLLM request names), the served reference
+    """Sampling parameters over HTTP: min_p and logit_bias are sent (OpenAI / vLLM request names), the served reference
     honours them and passes; a server whose draft alone sees the logit bias fails."""
     setting = Setting(0.8, min_p=0.05, logit_bias=((5, 1.5),))
     kw = dict(pair="toy-low", ground_truth="local", samples=1200, prompts=1, chunk=600, settings=(setting,), seed=4)
