@@ -68,5 +68,5 @@ def test_generation_level_knows_its_total_and_ticks_rows():
     rec = Recorder()
     torch.manual_seed(0)
     run_verify(VerifyConfig(impl=broken.generate_one_row, level="generation", pair="toy", samples=10), progress=rec)
-    assert rec.total == 10 * (2 + 1) * 2  # samples × (prompts + the contexts cell) × sampling settings
+    assert rec.total == 10 * 2 * 2  # samples × prompts × sampling settings (no contexts cell: --contexts none)
     assert sum(rec.updates) == rec.total and rec.rows >= rec.total

@@ -161,8 +161,8 @@ def test_context_mutants_fail_with_contexts(name):
 def test_contexts_plan_is_the_cli_default_and_none_turns_it_off(pair):
     from harness.check.config import CheckConfig
 
-    assert CheckConfig().contexts == "catalogue"
-    assert CheckConfig(contexts="none").contexts == "none"
+    assert CheckConfig().contexts == "none"  # opt-in: --contexts catalogue
+    assert CheckConfig(contexts="catalogue").contexts == "catalogue"
     assert plan(pair)["contexts"] is catalogue(pair)  # built once per pair object
     assert isinstance(plan(pair)["contexts"][0], Context)
 
