@@ -15,11 +15,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 ENTRY_POINTS = {"harness/__main__.py", "harness/cli.py"}
 
 
+def _modules(package: str):
+    """(path relative to the root, parsed module) of every .py file under `package`."""
+    for path in sorted((ROOT / package).rglob("*.py")):
+        yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text())
+
+
 def _main_blocks(package: str) -> list[str]:
     found = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        tree = ast.parse(path.read_text())
+    for rel, tree in _modules(package):
         for node in tree.body:
             if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) and rel not in ENTRY_POINTS:
                 found.append(rel)
@@ -53,9 +57,7 @@ CATALOGUE_TYPES = {"SamplerCase", "TreeCase", "ConstrainedCase", "Setting", "Swe
 def _catalogues_and_folders(package: str) -> list[str]:
     """Module-level collections of cases / settings / sweeps, and string constants naming a results/ folder."""
     found = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        tree = ast.parse(path.read_text())
+    for rel, tree in _modules(package):
         for node in tree.body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, (ast.List, ast.Tuple, ast.Dict)):
                 calls = {n.func.id for n in ast.walk(node.value) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}

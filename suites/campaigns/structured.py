@@ -147,7 +147,6 @@ def llama_server_finding(out: Path, samples: int, sides=("on", "off")) -> dict:
     from harness.served.llama_server import NO_TRUNCATION, build_llama_server, llama_server, version
     from harness.served.structured import (
         ConstrainedLlamaServerClient,
-        engine_format_test,
         gbnf_spec,
         speculation_metrics,
         stored_rows,
@@ -179,17 +178,24 @@ def llama_server_finding(out: Path, samples: int, sides=("on", "off")) -> dict:
                                               timeout_s=600.0) as client:
                 report, path = run_engine_check_with(client, config)
                 counters = speculation_metrics(client)
-        rows = stored_rows(path)
-        fmt = engine_format_test(constraint, rows, ENGINE_LENGTH, eos)
-        record["sides"][side] = {"speculation": side == "on", "check": _engine_summary(report),
-                                 "format": {"pass": fmt.p_value == 1.0, "outputs": len(rows),
-                                            "violations": fmt.details.get("violations", 0),
-                                            "message": fmt.details.get("message", "")},
-                                 "stopped_on_eos": sum(r == "stop" for _, r in rows), "metrics": counters,
-                                 "examples": [pair.tokenizer.decode(ids) for ids, _ in rows[:3]],
-                                 "seconds": time.perf_counter() - started, "load_at_start": load}
+        record["sides"][side] = {"speculation": side == "on",
+                                 **_side_record(report, stored_rows(path), constraint, eos, pair.tokenizer),
+                                 "metrics": counters, "seconds": time.perf_counter() - started, "load_at_start": load}
     return record
 
+
+
+def _side_record(report, rows, constraint, eos, tokenizer) -> dict:
+    """One engine side's record: the law check's summary, the format test over every returned continuation
+    (the first offending position named), how many stopped on EOS, and a few decoded examples."""
+    from harness.served.structured import engine_format_test
+
+    fmt = engine_format_test(constraint, rows, ENGINE_LENGTH, eos)
+    return {"check": _engine_summary(report),
+            "format": {"pass": fmt.p_value == 1.0, "outputs": len(rows), "violations": fmt.details.get("violations", 0),
+                       "message": fmt.details.get("message", "")},
+            "stopped_on_eos": sum(r == "stop" for _, r in rows),
+            "examples": [tokenizer.decode(ids) for ids, _ in rows[:3]]}
 
 # vLLM (CPU build, its own venv) with n-gram speculation under a regex sent as `structured_outputs.regex`: a copy
 # prompt, so n-gram drafts are proposed and accepted across the letters -> separator -> digits state changes.
@@ -208,7 +214,7 @@ def vllm_finding(out: Path, samples: int, python: str, sides=("ngram",)) -> dict
 
     from harness.check.structured import compile_for_pair
     from harness.served.check import EngineConfig, run_engine_check
-    from harness.served.structured import engine_format_test, stored_rows
+    from harness.served.structured import stored_rows
     from harness.served.vllm_server import vllm_server
     from suites.campaigns.vllm_cpu import NGRAM, materialized_smollm2
 
@@ -234,15 +240,10 @@ def vllm_finding(out: Path, samples: int, python: str, sides=("ngram",)) -> dict
             started_s = server.started_s
             metrics = server_metrics(server.url)
         rows = [r for path in sorted(where.glob("engine-*.jsonl")) for r in stored_rows(path)]
-        fmt = engine_format_test(constraint, rows, ENGINE_LENGTH, eos)
-        record["sides"][side] = {"speculation": side == "ngram", "check": _engine_summary(report),
-                                 "format": {"pass": fmt.p_value == 1.0, "outputs": len(rows),
-                                            "violations": fmt.details.get("violations", 0),
-                                            "message": fmt.details.get("message", "")},
-                                 "stopped_on_eos": sum(r == "stop" for _, r in rows), "metrics": metrics,
-                                 "examples": [pair.tokenizer.decode(ids) for ids, _ in rows[:3]],
-                                 "server_start_s": started_s, "seconds": time.perf_counter() - started,
-                                 "load_at_start": load}
+        record["sides"][side] = {"speculation": side == "ngram",
+                                 **_side_record(report, rows, constraint, eos, pair.tokenizer),
+                                 "metrics": metrics, "server_start_s": started_s,
+                                 "seconds": time.perf_counter() - started, "load_at_start": load}
     return record
 
 
