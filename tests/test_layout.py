@@ -112,3 +112,9 @@ def test_every_policy_module_imports():
     for path in sorted((ROOT / "suites").rglob("*.py")):
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         importlib.import_module(name.removesuffix(".__init__"))
+
+
+def test_check_time_with_an_unknown_commit_exits_2_with_one_line(capsys, tmp_path):
+    assert main(["campaign", "check_time", "--old", "no-such-commit", "--rounds", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--old no-such-commit" in err[0]

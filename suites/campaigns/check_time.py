@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.errors import HarnessError
 from harness.records import atomic_write_json, atomic_write_text, provenance
 
 SNIPPET = """
@@ -45,7 +46,7 @@ def one_run(checkout: Path) -> dict:
     done = subprocess.run([sys.executable, "-c", SNIPPET], cwd=checkout, env=env, capture_output=True, text=True,
                           timeout=1800)
     if done.returncode != 0:
-        raise RuntimeError(f"the check failed to run in {checkout}: {done.stderr.strip().splitlines()[-1:]}")
+        raise HarnessError(f"the check failed to run in {checkout}: {done.stderr.strip().splitlines()[-1:]}")
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_before": load}
 
 
@@ -58,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "old"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.old], check=True,
-                       capture_output=True)
+        added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.old],
+                               capture_output=True, text=True)
+        if added.returncode != 0:  # not a git checkout, or no such commit: the run cannot be done (exit 2)
+            raise HarnessError(f"--old {args.old}: cannot check it out ({added.stderr.strip().splitlines()[-1:]})")
         try:
             for r in range(args.rounds):
                 order = [("old", old), ("new", ROOT)] if r % 2 == 0 else [("new", ROOT), ("old", old)]
