@@ -326,23 +326,20 @@ def sglang_relaxed_thresholds(target_probs, draft_probs, draft_tokens, parents, 
 TREE_RULES["tree_single_coin"] = single_coin_rule(1.0, 1.0)
 TREE_RULES["sglang_relaxed_thresholds"] = single_coin_rule(SGLANG_THRESHOLD_SINGLE, SGLANG_THRESHOLD_ACC)
 
-# Trees small enough to enumerate (V = 4), one per scheme: where the exact TVs of the zoo are computed.
-EXACT_CASES = {"iid": ((-1, -1, 0, 0, 1, 1), "iid"), "without_replacement": ((-1, -1, -1, 0, 1, 2), "without_replacement"),
-               "topk": ((-1, -1, 0, 0, 1, 1), "topk")}
-
-
-def exact_tree_tv_table(names: list[str], V: int = 4, seed: int = 0) -> dict[str, dict[str, float]]:
-    """{name: {scheme: worst node TV}} on EXACT_CASES with laws softmax(N(0, 1.5²)) and a noisy draft."""
+def exact_tree_tv_table(names: list[str], cases: dict[str, tuple[tuple[int, ...], str]], V: int = 4,
+                        seed: int = 0) -> dict[str, dict[str, float]]:
+    """{name: {case: worst node TV}} on `cases` ({case: (parents, scheme)}, trees small enough to enumerate)
+    with laws softmax(N(0, 1.5²)) and a noisy draft."""
     from specdec_ref.tree import tree_shape
 
     out: dict[str, dict[str, float]] = {name: {} for name in names}
     g = torch.Generator().manual_seed(seed)
-    for scheme, (parents, _) in EXACT_CASES.items():
+    for case, (parents, scheme) in cases.items():
         shape = tree_shape(parents)
         z = 1.5 * torch.randn(shape.n_nodes + 1, V, generator=g, dtype=torch.float64)
         p, q = torch.softmax(z, -1), torch.softmax(z + torch.randn(z.shape, generator=g, dtype=torch.float64), -1)
         for name in names:
-            out[name][scheme] = max(exact_tree_tvs(TREE_RULES[name], shape, p, q, scheme))
+            out[name][case] = max(exact_tree_tvs(TREE_RULES[name], shape, p, q, scheme))
     return out
 
 
@@ -354,5 +351,5 @@ def tree_case_tensors(name: str) -> tuple[TreeShape, Tensor, Tensor, str]:
     return plan.shape, torch.from_numpy(plan.p), torch.from_numpy(plan.q), plan.case.scheme
 
 
-__all__ = ["EXACT_CASES", "TREE_RULES", "enumerate_drafts", "exact_tree_tv_table", "single_coin_rule", "exact_node_laws", "exact_tree_tvs", "single_coin",
+__all__ = ["TREE_RULES", "enumerate_drafts", "exact_tree_tv_table", "single_coin_rule", "exact_node_laws", "exact_tree_tvs", "single_coin",
            "tree_case_tensors"]

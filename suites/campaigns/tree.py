@@ -10,9 +10,10 @@ from pathlib import Path
 from harness.check.config import DEFAULT_FALSE_ALARM_RATE
 from harness.check.tree import run_tree_check
 from harness.mutants.registry import get, implementations
-from harness.mutants.tree import EXACT_CASES, TREE_RULES, exact_tree_tv_table
+from harness.mutants.tree import TREE_RULES, exact_tree_tv_table
 from harness.records import atomic_write_json, atomic_write_text, provenance
 from harness.stats.rates import clopper_pearson, family_p
+from suites.catalogues.tree import EXACT_CASES
 
 
 def run_tree_campaign(*, mutant_seeds: int = 20, control_seeds: int = 200, control_rows: int = 20_000,
@@ -38,7 +39,7 @@ def run_tree_campaign(*, mutant_seeds: int = 20, control_seeds: int = 200, contr
                                 rows=None if mutant else control_rows, false_alarm_rate=gate, stop_on_fail=mutant)
         runs[impl.name].append(family_p(report))
         seconds[impl.name] += time.perf_counter() - t0
-    exact = exact_tree_tv_table([n for n in names if n in TREE_RULES])
+    exact = exact_tree_tv_table([n for n in names if n in TREE_RULES], EXACT_CASES)
     rows = [{"name": i.name, "kind": i.kind, "models": i.models, "runs": len(runs[i.name]),
              "fails_at_gate": sum(p <= gate for p in runs[i.name]), "family_p": runs[i.name],
              "exact_tv": exact.get(i.name, {}), "seconds": seconds[i.name]} for i in impls]

@@ -46,3 +46,8 @@ CASES: list[TreeCase] = [
     TreeCase("topk-b2-d4", full_tree([2, 1, 1, 1]), "topk", _node_laws(8, 3.0, 0.3, False),
              "two top-2 branches of depth 4, peaked laws (high acceptance)"),
 ]
+
+# Trees small enough to enumerate (V = 4), one per scheme: where the exact TVs of the tree zoo are computed
+# ({case: (parents, scheme)}; harness.mutants.tree.exact_tree_tv_table).
+EXACT_CASES = {"iid": ((-1, -1, 0, 0, 1, 1), "iid"), "without_replacement": ((-1, -1, -1, 0, 1, 2), "without_replacement"),
+               "topk": ((-1, -1, 0, 0, 1, 1), "topk")}

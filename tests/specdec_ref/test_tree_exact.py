@@ -222,8 +222,9 @@ def test_zoo_exact_tvs():
     (equivalent) on i.i.d. siblings, whose laws are all equal; controls are exact everywhere."""
     from harness.mutants.registry import get
     from harness.mutants.tree import TREE_RULES, exact_tree_tv_table
+    from suites.catalogues.tree import EXACT_CASES
 
-    table = exact_tree_tv_table(list(TREE_RULES))
+    table = exact_tree_tv_table(list(TREE_RULES), EXACT_CASES)
     for name, row in table.items():
         if get(name).kind == "control":
             assert max(row.values()) < 1e-12, (name, row)
