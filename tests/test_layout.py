@@ -118,3 +118,15 @@ def test_check_time_with_an_unknown_commit_exits_2_with_one_line(capsys, tmp_pat
     assert main(["campaign", "check_time", "--old", "no-such-commit", "--rounds", "1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--old no-such-commit" in err[0]
+
+
+def test_every_contract_has_a_trial_source_and_every_source_loads():
+    """One table builds every level's trial source (the engine's named by path: harness.served sits above
+    harness.check); each entry resolves to a callable."""
+    from harness.adapters.loading import load_callable
+    from harness.check import api
+
+    assert set(api.SOURCES) == set(api.REPORT_LEVEL) >= {"sampler", "draft_step", "tree", "generation",
+                                                         "masked_step", "engine"}
+    for build in api.SOURCES.values():
+        assert callable(load_callable(build) if isinstance(build, str) else build)

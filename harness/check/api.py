@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable
@@ -26,9 +27,9 @@ def _name(impl) -> str:
     return impl if isinstance(impl, str) else f"{getattr(impl, '__module__', '?')}:{getattr(impl, '__qualname__', impl)}"
 
 
-def contract_of(config: CheckConfig) -> str:
+def contract_of(config) -> str:
     """The signature an implementation must have: a §1a step, a draft-and-verify step, a tree step, or a
-    §1b generate."""
+    §1b generate; "engine" for a served engine (no implementation: its HTTP API)."""
     if config.level == "sampler" and config.family == "tree":
         return "tree"
     if config.level == "sampler" and config.step == "draft_and_verify":
@@ -48,27 +49,40 @@ def resolve(impl, level: str) -> Callable:
     return fn
 
 
-def _sampler_source(fn, config: CheckConfig, notes: list[str], on_row):
+def _implementation(config: CheckConfig, contract: str):
+    """The implementation under test, loaded, its signature checked, wrapped in the call timeout."""
+    return with_timeout(resolve(config.impl, contract), config.timeout_s)
+
+
+def _sampler_source(config: CheckConfig, notes: list[str], progress, stack):
     from harness.check.sampler import SamplerSource
 
-    return SamplerSource(batched_sampler(fn, notes, on_row), device=config.device)
+    fn = batched_sampler(_implementation(config, "sampler"), notes, getattr(progress, "row", None))
+    return SamplerSource(fn, device=config.device), config, _name(config.impl)
 
 
-def _draft_step_source(fn, config: CheckConfig, notes: list[str], on_row):
+def _draft_step_source(config: CheckConfig, notes: list[str], progress, stack):
     from harness.check.draft_step import DraftStepSource
 
-    return DraftStepSource(fn, device=config.device)
+    return DraftStepSource(_implementation(config, "draft_step"), device=config.device), config, _name(config.impl)
 
 
-def _tree_source(fn, config: CheckConfig, notes: list[str], on_row):
+def _tree_source(config: CheckConfig, notes: list[str], progress, stack):
     from harness.check.tree import TreeSource
 
-    return TreeSource(fn)
+    return TreeSource(_implementation(config, "tree")), config, _name(config.impl)
 
 
-def _generation_source(fn, config: CheckConfig, notes: list[str], on_row):
-    from harness.check.generation import GenerationSource, parse_setting
+def _masked_step_source(config: CheckConfig, notes: list[str], progress, stack):
+    from harness.check.structured_step import ConstrainedStepSource
 
+    return ConstrainedStepSource(_implementation(config, "masked_step")), config, _name(config.impl)
+
+
+def _generation_source(config: CheckConfig, notes: list[str], progress, stack):
+    from harness.check.generation import GenerationSource, generation_samples, parse_setting
+
+    fn = _implementation(config, "generation")
     settings = tuple(s for text in config.settings for s in parse_setting(text)) if config.settings else None
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
     contexts = None
@@ -76,43 +90,44 @@ def _generation_source(fn, config: CheckConfig, notes: list[str], on_row):
         from harness.contexts import plan
 
         contexts = plan(pair, seed=config.seed)
-    return GenerationSource(batched_generation(fn, pair, notes, on_row), pair, length=config.length,
-                            settings=settings, processing_order=config.processing_order, contexts=contexts)
+    source = GenerationSource(batched_generation(fn, pair, notes, getattr(progress, "row", None)), pair,
+                              length=config.length, settings=settings, processing_order=config.processing_order,
+                              contexts=contexts)
+    if contexts is None:  # without the catalogue every cell runs one fixed n (the old plan)
+        config = dataclasses.replace(config, samples=generation_samples(config, source.vocab))
+    if hasattr(progress, "set_total"):
+        progress.set_total(source.planned_samples(config))
+    return source, config, _name(config.impl)
 
 
-# The trial source of each contract (contract_of): every verdict comes from run_battery over one of these.
-def _masked_step_source(fn, config: CheckConfig, notes: list[str], on_row):
-    from harness.check.structured_step import ConstrainedStepSource
-
-    return ConstrainedStepSource(fn)
-
-
+# The trial source of each contract (contract_of): every verdict, at every level, comes from run_battery over
+# one of these. A builder takes (config, notes, progress, stack: closes what it opens, **options) and returns
+# (source, the driver's CheckConfig, the implementation's name). The engine level is named by its path: the
+# served-engine package sits above the check package (it is a trial source built on it), so the check package
+# does not import it.
 SOURCES = {"sampler": _sampler_source, "draft_step": _draft_step_source, "tree": _tree_source,
-           "generation": _generation_source, "masked_step": _masked_step_source}
+           "generation": _generation_source, "masked_step": _masked_step_source,
+           "engine": "harness.served.check:engine_source"}
 REPORT_LEVEL = {"sampler": "sampler", "draft_step": "draft_step", "tree": "tree", "generation": "generation",
-                "masked_step": "sampler"}
+                "masked_step": "sampler", "engine": "engine"}
 
 
-def run_verify(config: CheckConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
-    """Validate `config`, load the implementation, build the trial source of its contract from the config
-    and run the one driver on it (every mode — fixed n, early stop, reach top-up, sequential — is the
-    driver's)."""
+def run_verify(config, progress: Callable[[int], None] | None = None, **options) -> CheckReport:
+    """Validate `config` (a CheckConfig, or harness.served.check.EngineConfig for a served engine), build the
+    trial source of its contract from the table and run the one driver on it (every mode — fixed n, early
+    stop, reach top-up, sequential — is the driver's). `options` go to the source's builder (the engine
+    level: `client=`, an adapter replacing the one `--api` names)."""
     from harness.check.engine import run_battery
 
     config.validate()
     contract = contract_of(config)
-    fn = with_timeout(resolve(config.impl, contract), config.timeout_s)
-    on_row = getattr(progress, "row", None)  # harness.progress displays: per-row ticks of wrapped B = 1 impls
+    build = SOURCES[contract]
+    if isinstance(build, str):
+        build = load_callable(build)
     notes: list[str] = []
-    source = SOURCES[contract](fn, config, notes, on_row)
-    if contract == "generation":
-        from harness.check.generation import generation_samples
-
-        if source.contexts is None:  # without the catalogue every cell runs one fixed n (the old plan)
-            config = dataclasses.replace(config, samples=generation_samples(config, source.vocab))
-        if hasattr(progress, "set_total"):
-            progress.set_total(source.planned_samples(config))
-    report = run_battery(source, config, impl_name=_name(config.impl), progress=progress)
+    with contextlib.ExitStack() as stack:
+        source, driver, name = build(config, notes, progress, stack, **options)
+        report = run_battery(source, driver, impl_name=name, progress=progress)
     report.level = REPORT_LEVEL[contract]
     report.notes = notes + report.notes
     return report

@@ -29,6 +29,7 @@ class CheckReport:
     inconclusive_tv: float = 0.25  # an achieved detectable TV above this makes a non-failing run INCONCLUSIVE
     processing_order: str = "standard"  # generation level: the processing convention the ground truth used
     coverage: dict = dataclasses.field(default_factory=dict)  # generation level: parameters that acted / no-ops
+    responses: str | None = None  # engine level: the resumable record of every response (under --out)
 
     def decide(self) -> CheckReport:
         """Holm across the gating tests; sets each test's `reject`."""

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness.check.config import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER, DEFAULT_TV, CheckConfig
+from harness.check.config import CheckConfig
 from harness.check.engine import look_schedule, run_battery
 from harness.check.report import CheckReport
 from harness.check.sampler import SamplerSource, law_processes, mass_above  # noqa: F401 - public names
@@ -33,16 +33,13 @@ from harness.check.sampler import SamplerSource, law_processes, mass_above  # no
 _schedule = look_schedule  # the old private name
 
 
-def run_sampler_check_sequential(impl: Callable, *, impl_name: str = "impl",
-                                 false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE, tv: float = DEFAULT_TV,
-                                 power: float = DEFAULT_POWER, seed: int = 0, cases: list | None = None,
-                                 max_rows: int | None = None, dtype: torch.dtype = torch.float32,
-                                 device: str = "cpu", progress: Callable[[int], None] | None = None) -> CheckReport:
-    """The sampler-level check in sequential mode (a thin wrapper over `run_battery`)."""
-    config = CheckConfig(impl=impl, level="sampler", false_alarm_rate=false_alarm_rate, tv=tv, power=power,
-                         seed=seed, cases=cases, device=device, sequential=True,
-                         **({} if max_rows is None else {"max_rows": max_rows}))
-    return run_battery(SamplerSource(impl, dtype=dtype, device=device), config, impl_name=impl_name,
+def run_sampler_check_sequential(impl: Callable, config: CheckConfig | None = None, *, impl_name: str = "impl",
+                                 dtype: torch.dtype = torch.float32, progress: Callable[[int], None] | None = None,
+                                 **fields) -> CheckReport:
+    """The sampler-level check in sequential mode: `run_sampler_check` with `sequential=True` (`config` or
+    `fields` of CheckConfig say the rest; every default is CheckConfig's)."""
+    config = CheckConfig.build(config, **{"level": "sampler", **fields, "sequential": True})
+    return run_battery(SamplerSource(impl, dtype=dtype, device=config.device), config, impl_name=impl_name,
                        progress=progress)
 
 

@@ -200,9 +200,12 @@ class ConstrainedStepSource(TrialSource):
                             "in the automaton's state after the emitted prefix (random DFAs drawn by the harness)")
 
 
-def run_constrained_step_check(impl: Callable, *, impl_name: str = "impl", false_alarm_rate: float = 1e-3,
-                               power: float = 0.99, seed: int = 0, rows: int = DEFAULT_ROWS, cases=None,
-                               stop_on_fail: bool = False) -> CheckReport:
-    config = CheckConfig(impl=impl, level="sampler", false_alarm_rate=false_alarm_rate, power=power, seed=seed,
-                         samples=rows, stop_on_fail=stop_on_fail, tv=math.nan)
+def run_constrained_step_check(impl: Callable, config: CheckConfig | None = None, *, impl_name: str = "impl",
+                               cases=None, **fields) -> CheckReport:
+    """The masked verify step against the harness's random automata (`cases`: automaton cases, default the
+    catalogue's). `config` (or `fields` of CheckConfig) says how; without a config every default is
+    CheckConfig's except the plan: DEFAULT_ROWS rows per case (no TV is planned: the automata's laws differ
+    case by case)."""
+    base = {"level": "sampler", "step": "masked", "samples": DEFAULT_ROWS, "tv": math.nan}
+    config = CheckConfig.build(config, **fields) if config is not None else CheckConfig(**{**base, **fields})
     return run_battery(ConstrainedStepSource(impl, cases), config, impl_name=impl_name)

@@ -16,19 +16,21 @@ generation level does. Holm over every gating test at `false_alarm_rate`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from harness.check.config import CheckConfig
-from harness.check.engine import Cell, Check, MalformedTrials, TrialSource, run_battery
+from harness.check.engine import Cell, Check, MalformedTrials, TrialSource
 from harness.check.generation import ENUMERATION_MAX_VOCAB, Setting, default_settings
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.structured import setting_record
-from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
 from harness.errors import HarnessError
 from harness.served import battery
 from harness.served.client import EngineClient, EngineError, EngineUnreachable, ResponseStore, config_hash
@@ -52,6 +54,8 @@ GREEDY_TOKENS = 16
 class EngineConfig:
     """Settings of `specdec verify --level engine` (one field per CLI flag)."""
 
+    level: ClassVar[str] = "engine"  # the contract harness.check.api.run_verify picks the trial source by
+
     endpoint: str  # the engine under test, e.g. http://127.0.0.1:8000/v1
     model: str | None = None  # served model name (default: the server's only model)
     reference_endpoint: str | None = None  # the same engine with speculation off: scorer (b) / sample (c) / greedy
@@ -60,7 +64,7 @@ class EngineConfig:
     target: str | None = None  # ground truth (a): the target checkpoint (hub id or local path)
     ground_truth: str = "auto"  # auto: local if a local model is given, else score if possible, else two-sample
     false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # family-wise (Holm over every gating test)
-    power: float = 0.99
+    power: float = DEFAULT_POWER
     seed: int = 0
     samples: int = 2_000  # continuations per prompt × sampling setting
     length: int | None = None  # new tokens per continuation (default: 3 for V <= 64, else 16)
@@ -127,34 +131,44 @@ class _Run:
     logprobs_truth: str | None = None  # the logprobs check's ground truth (local / score)
 
 
-def run_engine_check(config: EngineConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
-    config.validate()
-    started = time.perf_counter()
+def engine_source(config: EngineConfig, notes: list[str], progress: Callable[[int], None] | None,
+                  stack: contextlib.ExitStack, client: EngineClient | None = None):
+    """(the engine as a trial source, the driver's CheckConfig, the implementation's name): what
+    `harness.check.api.run_verify` runs `run_battery` on for the engine level. The clients it opens are
+    closed by `stack`; `client` replaces the one `--api` names (an adapter such as
+    harness.served.structured.ConstrainedLlamaServerClient, which has no reference endpoint)."""
     options = dict(concurrency=config.concurrency, timeout_s=config.timeout_s, retries=config.retries)
     from harness.served.llama_server import client_for
 
-    with client_for(config.api, config.endpoint, **options) as engine:
-        model = engine.resolve_model(config.model)
-        reference = client_for(config.api, config.reference_endpoint, **options) if config.reference_endpoint else None
-        try:
-            reference_model = reference.resolve_model(config.reference_model) if reference else None
-            run = _prepare(config, engine, model, reference, reference_model, progress)
-            report = _check(run, started)
-        finally:
-            if reference:
-                reference.close()
-    return report
+    engine = client if client is not None else stack.enter_context(client_for(config.api, config.endpoint, **options))
+    model = engine.resolve_model(config.model)
+    reference = None
+    if config.reference_endpoint and client is None:
+        reference = client_for(config.api, config.reference_endpoint, **options)
+        stack.callback(reference.close)
+    reference_model = reference.resolve_model(config.reference_model) if reference else None
+    run = _prepare(config, engine, model, reference, reference_model, progress)
+    driver = CheckConfig(level="engine", false_alarm_rate=config.false_alarm_rate, power=config.power,
+                         seed=config.seed, samples=config.samples, stop_on_fail=config.stop_on_fail, tv=math.nan,
+                         time_budget_s=config.time_budget_s)
+    return EngineSource(run), driver, f"{model} @ {engine.base}"
+
+
+def run_engine_check(config: EngineConfig, progress: Callable[[int], None] | None = None) -> CheckReport:
+    """The engine level's verdict: `harness.check.api.run_verify(config)` (one driver for every level)."""
+    from harness.check.api import run_verify
+
+    return run_verify(config, progress)
 
 
 def run_engine_check_with(client: EngineClient, config):
-    """`harness.served.check.run_engine_check` with this client (an adapter the engine check's `--api` names do
-    not cover, such as harness.served.structured.ConstrainedLlamaServerClient); returns (report, the responses recorded under config.out)."""
-    config.validate()
-    started = time.perf_counter()
-    model = client.resolve_model(config.model)
-    run = _prepare(config, client, model, None, None, None)
-    report = _check(run, started)
-    return report, run.store.path
+    """`run_engine_check` with this client (an adapter the engine check's `--api` names do not cover, such as
+    harness.served.structured.ConstrainedLlamaServerClient); returns (report, the responses recorded under
+    config.out)."""
+    from harness.check.api import run_verify
+
+    report = run_verify(config, client=client)
+    return report, report.responses and Path(report.responses)
 
 
 def _prepare(config, engine, model, reference, reference_model, progress) -> _Run:
@@ -320,18 +334,6 @@ def _top_k(entry: dict, k: int) -> dict[int, float]:
 
 
 # ------------------------------------------------------------------------------------------ the check
-
-def _check(run: _Run, started: float) -> CheckReport:
-    """The engine level on the check engine's driver (harness.check.engine.run_battery)."""
-    config = run.config
-    driver = CheckConfig(level="engine", false_alarm_rate=config.false_alarm_rate, power=config.power,
-                         seed=config.seed, samples=config.samples, stop_on_fail=config.stop_on_fail, tv=math.nan,
-                         time_budget_s=config.time_budget_s)
-    report = run_battery(EngineSource(run), driver, impl_name=f"{run.model} @ {run.engine.base}",
-                         progress=run.progress)
-    report.seconds = time.perf_counter() - started
-    return report
-
 
 @dataclasses.dataclass
 class _SamplingCell:
@@ -515,6 +517,7 @@ class EngineSource(TrialSource):
         if self.resumed:
             report.notes.append(f"resumed: {self.resumed} responses reused from {run.store.path}")
         if run.store.path:
+            report.responses = str(run.store.path)
             report.notes.append(f"responses kept in {run.store.path}")
         greedy = next((c for c in report.cases if c["name"] == "greedy"), None)
         if greedy:

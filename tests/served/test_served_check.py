@@ -55,6 +55,22 @@ def test_reference_passes_and_mutant_fails_with_every_ground_truth(reference_on,
     assert 0 < good.detectable_tv < 0.3
 
 
+def test_the_engine_level_is_a_source_of_the_one_driver(reference_on, monkeypatch):
+    """`run_verify` takes an EngineConfig through its source table (as every level): the same verdict and
+    p-values as `run_engine_check`, and the driver is run_battery."""
+    from harness.check import api, engine
+
+    calls = []
+    real = engine.run_battery
+    monkeypatch.setattr(engine, "run_battery", lambda *a, **k: calls.append(type(a[0]).__name__) or real(*a, **k))
+    config = EngineConfig(endpoint=reference_on, pair="toy-low", **SMALL)
+    direct, via_table = run_engine_check(config), api.run_verify(config)
+    assert calls == ["EngineSource", "EngineSource"]
+    assert api.contract_of(config) == "engine" and via_table.level == "engine"
+    assert [t.p_value for t in direct.tests] == [t.p_value for t in via_table.tests]
+    assert direct.verdict == via_table.verdict == "pass"
+
+
 def test_greedy_divergence_is_found_and_classified_with_a_local_model():
     tie = get("greedy_tie_last_index")
     with serving(tie.fn, get_pair(tie.pair)) as s:
