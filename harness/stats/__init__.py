@@ -22,7 +22,6 @@ from harness.stats.bounds import (
 )
 from harness.stats.categorical import (
     binomial_event_test,
-    categorical_battery,
     monte_carlo_pvalue,
     nucleus_mask_top_p,
     pearson_mc,
@@ -72,7 +71,6 @@ from harness.stats.sequential import (
 )
 
 __all__ = [
-    "categorical_battery",
     "AcceptanceBound",
     "acceptance_bound",
     "block_acceptance",

@@ -38,7 +38,6 @@ from harness.stats.result import TestResult
 
 __all__ = [
     "binomial_event_test",
-    "categorical_battery",
     "monte_carlo_pvalue",
     "nucleus_mask_top_p",
     "pearson_mc",
@@ -301,48 +300,3 @@ def nucleus_mask_top_p(p: np.ndarray, mass: float = NUCLEUS_MASS) -> np.ndarray:
     mask = np.zeros(p.shape, dtype=bool)
     mask[order[cumulative_before < mass]] = True
     return mask
-
-
-def categorical_battery(
-    counts: np.ndarray,
-    p: np.ndarray,
-    alpha: float = DEFAULT_ALPHA,
-    power: float = DEFAULT_POWER,
-    *,
-    nucleus_mask: np.ndarray | None = None,
-    prefix: str = "",
-) -> list[TestResult]:
-    """Support, pooled Pearson, pooled G, top-1 and (when there is a tail) outside-nucleus tests.
-
-    alpha is the family-wise level these results will be judged at by `holm`; detectable_tv is planned at
-    alpha/m (the first Holm step), which Holm guarantees. If the battery joins a larger Holm family, pass
-    that family's alpha divided by the number of batteries.
-
-    The outside-nucleus test runs when `nucleus_mask` (k,) is given, else on the 99 % top-p nucleus of p
-    whenever that leaves some positive-probability cells out (the tail pooling hides).
-    """
-    counts, p = _validated(counts, p)
-    n = int(counts.sum())
-    if nucleus_mask is None:
-        nucleus_mask = nucleus_mask_top_p(p)
-        run_nucleus = bool(np.any(p[~nucleus_mask] > 0))
-    else:
-        nucleus_mask = np.asarray(nucleus_mask, dtype=bool)
-        run_nucleus = True
-    n_tests = 5 if run_nucleus else 4
-    plan = {"alpha": alpha / n_tests, "power": power}
-    top = int(np.argmax(p))  # argmax returns the lowest index among ties
-    results = [
-        support_check(counts, p, f"{prefix}support", power=power),
-        pooled_pearson(counts, p, f"{prefix}pooled_pearson", **plan),
-        pooled_gtest(counts, p, f"{prefix}pooled_g", **plan),
-        binomial_event_test(int(counts[top]), n, float(p[top]), f"{prefix}top1", **plan),
-    ]
-    if run_nucleus:
-        outside = ~nucleus_mask
-        results.append(
-            binomial_event_test(
-                int(counts[outside].sum()), n, float(p[outside].sum()), f"{prefix}outside_nucleus", **plan
-            )
-        )
-    return results

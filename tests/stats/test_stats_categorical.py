@@ -12,7 +12,6 @@ from scipy.stats import binomtest, chisquare, power_divergence
 
 from harness.stats.categorical import (
     binomial_event_test,
-    categorical_battery,
     monte_carlo_pvalue,
     nucleus_mask_top_p,
     pearson_mc,
@@ -195,9 +194,20 @@ def test_pearson_mc_false_alarm_rate_is_at_most_nominal():
     assert low <= 0.05
 
 
+def _sampler_battery(counts, p, alpha=1e-3, power=0.95):
+    """The sampler check's per-position tests (harness.check.sampler): support, pooled X² and G, top-1 and
+    the mass outside the 99 % nucleus, each planned at alpha / 5."""
+    n, top, outside = int(counts.sum()), int(np.argmax(p)), ~nucleus_mask_top_p(p)
+    plan = {"alpha": alpha / 5, "power": power}
+    return [support_check(counts, p, "support", power=power), pooled_pearson(counts, p, "pooled_pearson", **plan),
+            pooled_gtest(counts, p, "pooled_g", **plan),
+            binomial_event_test(int(counts[top]), n, float(p[top]), "top1", **plan),
+            binomial_event_test(int(counts[outside].sum()), n, float(p[outside].sum()), "outside_nucleus", **plan)]
+
+
 def test_battery_on_correct_samples_rejects_nothing_after_holm():
     counts = np.random.default_rng(5).multinomial(20_000, ZIPF2000)
-    results = holm(categorical_battery(counts, ZIPF2000, alpha=1e-3, power=0.95), 1e-3)
+    results = holm(_sampler_battery(counts, ZIPF2000), 1e-3)
     assert not any(r.reject for r in results)
 
 
@@ -240,7 +250,7 @@ def test_uniform_mix_in_is_caught_unpooled_long_before_pooled():
 def test_dropped_tail_is_caught_by_the_event_test_and_missed_by_omnibus_tests():
     q = drop_tail(ZIPF2000)  # top-p 0.99 truncation: 1 % of mass over ~240 tail tokens removed
     rng = np.random.default_rng(10)
-    batteries = [categorical_battery(rng.multinomial(5000, q), ZIPF2000, 1e-3, 0.95) for _ in SEEDS]
+    batteries = [_sampler_battery(rng.multinomial(5000, q), ZIPF2000) for _ in SEEDS]
     by_name = {r.name: [] for r in batteries[0]}
     for battery in batteries:
         for r in holm(battery, 1e-3):
@@ -249,27 +259,3 @@ def test_dropped_tail_is_caught_by_the_event_test_and_missed_by_omnibus_tests():
     assert sum(by_name["pooled_pearson"]) <= 2 and sum(by_name["pooled_g"]) <= 2
 
 
-def test_battery_composition_and_planning_level():
-    counts = np.random.default_rng(0).multinomial(5000, ZIPF2000)
-    names = [r.name for r in categorical_battery(counts, ZIPF2000, 1e-3, 0.95, prefix="pos0/")]
-    assert names == [
-        "pos0/support",
-        "pos0/pooled_pearson",
-        "pos0/pooled_g",
-        "pos0/top1",
-        "pos0/outside_nucleus",
-    ]
-    no_tail = categorical_battery(np.array([30, 30, 40]), np.array([0.3, 0.3, 0.4]), 1e-3, 0.95)
-    assert [r.name for r in no_tail] == ["support", "pooled_pearson", "pooled_g", "top1"]
-    # planned at alpha / m, the first Holm step, so the promise survives the correction
-    alone = pooled_pearson(counts, ZIPF2000, alpha=1e-3 / 5, power=0.95)
-    assert categorical_battery(counts, ZIPF2000, 1e-3, 0.95)[1].detectable_tv == alone.detectable_tv
-
-
-def test_battery_uses_a_given_nucleus_mask():
-    p = np.full(10, 0.1)
-    mask = np.arange(10) < 8  # a sampler told to keep only tokens 0..7
-    counts = np.array([125] * 8 + [0, 0])
-    results = {r.name: r for r in categorical_battery(counts, p, 1e-3, 0.95, nucleus_mask=mask)}
-    assert results["outside_nucleus"].p_value < 1e-6
-    assert results["outside_nucleus"].details["p_event"] == pytest.approx(0.2)
