@@ -40,6 +40,20 @@ def test_exit_criterion_flags_escapes_false_alarms_and_silent_wasteful():
     assert below_resolution({"exact_tv_a": 0.001, "exact_tv_b": 0.0004}, 0.02)
     assert campaign_ok([_row("mutant", 0.0, exact_tv_a=0.001)])[0]
     assert not below_resolution({"exact_tv_a": 0.001, "exact_tv_b": 0.3}, 0.02)
+    # generation level: compared with the joint-law TV the runs' prompt cells promised, not the sampler plan's
+    assert below_resolution({"exact_tv_prompt0": 0.031, "exact_tv_prompt1": 0.036, "resolution_tv": 0.09}, 0.02)
+    assert not below_resolution({"exact_tv_prompt0": 0.18, "exact_tv_prompt1": 0.39, "resolution_tv": 0.09}, 0.02)
+    assert not campaign_ok([_row("mutant", 0.0, exact_tv_prompt0=0.18, resolution_tv=0.09)])[0]
+
+
+def test_the_hook_mutants_exact_tvs_reach_the_zoo_rows():
+    """The zoo row of a p/q-hook generation mutant carries its exact TV at both toy prompts."""
+    from harness.mutants.registry import get
+    from suites.campaigns.zoo import _exact_tvs
+
+    strong, mild = _exact_tvs(get("penalties_count_rejected_drafts")), _exact_tvs(get("penalties_count_rejected_drafts_mild"))
+    assert set(strong) == set(mild) == {"exact_tv_prompt0", "exact_tv_prompt1"}
+    assert min(strong.values()) > 0.15 and 0.02 < max(mild.values()) < 0.05
 
 
 def test_small_campaign_catches_the_mutant_and_passes_the_controls(tmp_path):
