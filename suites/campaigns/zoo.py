@@ -274,8 +274,10 @@ def below_resolution(row: dict, tv: float) -> bool:
     The planned TV is `tv` (the sampler plan), or the row's `resolution_tv` where its runs stated one (the
     generation level: the smallest joint-law TV any of its prompt cells promised)."""
     tvs = [v for k, v in row.items() if k.startswith("exact_tv_") and isinstance(v, float)]
-    planned = row.get("resolution_tv") or tv
-    return bool(tvs) and max(tvs) < planned
+    if row.get("level") == "generation" or any(k.startswith("exact_tv_prompt") for k in row):
+        planned = row.get("resolution_tv")  # no promise stated: nothing is below it
+        return bool(tvs) and planned is not None and max(tvs) < planned
+    return bool(tvs) and max(tvs) < tv
 
 
 def campaign_ok(rows: list[dict], tv: float = TARGET_TV) -> tuple[bool, list[str]]:

@@ -44,6 +44,7 @@ def test_exit_criterion_flags_escapes_false_alarms_and_silent_wasteful():
     assert below_resolution({"exact_tv_prompt0": 0.031, "exact_tv_prompt1": 0.036, "resolution_tv": 0.09}, 0.02)
     assert not below_resolution({"exact_tv_prompt0": 0.18, "exact_tv_prompt1": 0.39, "resolution_tv": 0.09}, 0.02)
     assert not campaign_ok([_row("mutant", 0.0, exact_tv_prompt0=0.18, resolution_tv=0.09)])[0]
+    assert not below_resolution({"exact_tv_prompt0": 0.0, "level": "generation"}, 0.02)  # no promise: gated
 
 
 def test_the_hook_mutants_exact_tvs_reach_the_zoo_rows():
