@@ -226,6 +226,7 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
     started = time.perf_counter()
     if executor is None:
         executor = make_executor(config.scheduler, config.dask_workers, local_workers=config.workers)
+    resumed = len(set(journal.load()) & set(cells)) if journal else 0
     with executor:
         done = run_cells(executor, run, cells, journal=journal, encode=_encode, decode=_decode, progress=progress)
     results = [done[task_key(t, config.gate)] for t in tasks]  # task order, whoever ran them
@@ -245,7 +246,7 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
             if pts:
                 curve.append({"name": impl.name, "rows_per_case": n_rows, "detection_rate": float(np.mean(pts))})
     return {"rows": rows, "curve": curve, "config": dataclasses.asdict(config),
-            "seconds": time.perf_counter() - started}
+            "seconds": time.perf_counter() - started, "resumed_runs": resumed, "total_runs": len(cells)}
 
 
 def _summarise(impl, runs: list[dict], *, gate: float, nominal: float) -> dict:
@@ -363,7 +364,10 @@ def _markdown(result, meta, ok, problems) -> str:
         f"Profile: {cfg.get('profile', 'full')}"
         + (" (a smoke run for CI: fewer seeds, no curve; the calibration is the full profile, "
            "`specdec mutants`)" if cfg.get("profile") == "quick" else "")
-        + f". Wall time {result.get('seconds', 0):.0f} s on {_where(cfg)}.", "",
+        + f". Wall time {result.get('seconds', 0):.0f} s on {_where(cfg)}"
+        + (f" for {result['total_runs'] - result['resumed_runs']} runs; {result['resumed_runs']} of "
+           f"{result['total_runs']} were resumed from cells.jsonl (finished by an earlier invocation into this "
+           f"folder: their CPU seconds are in the worker s column)" if result.get("resumed_runs") else "") + ".", "",
         "| implementation | level | kind | models | runs | rate at gate (95% CI) | rate at 0.05 (95% CI) | "
         "median samples | plan | exact TV (high α / low α) | wasteful runs | worker s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
