@@ -169,14 +169,14 @@ def count_gating_tests(plans: list[CasePlan]) -> int:
     return m
 
 
-def plan_rows(plans: list[CasePlan], *, tv: float, alpha: float, power: float, max_rows: int,
+def plan_rows(plans: list[CasePlan], *, tv: float, false_alarm_rate: float, power: float, max_rows: int,
               extra_tests: int = 0) -> int:
     """Set each plan's row count; returns the number of gating tests m used for the plan.
 
     `extra_tests`: gating tests another stage adds to the same Holm family (the sequential mode's
-    e-processes); the plan is then made at the per-test level alpha / (m + extra_tests)."""
+    e-processes); the plan is then made at the per-test level false_alarm_rate / (m + extra_tests)."""
     m = count_gating_tests(plans)
-    level = alpha / (m + extra_tests)
+    level = false_alarm_rate / (m + extra_tests)
     for plan in plans:
         eps = plan.case.tv or tv
         # A one-token law (e.g. top-p 0.5 on V = 2) has df 0: nothing to test but its support; plan it as df 1.

@@ -25,9 +25,10 @@ import numpy as np
 import torch
 from scipy.stats import binomtest
 
+from harness.check.config import DEFAULT_MAX_ROWS
 from harness.check.sampler import _plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
-from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
 from suites.campaigns.zoo import TARGET_TV, _exact_tvs, below_resolution, clopper_pearson
 from suites.catalogues.sampler import CASES
 
@@ -52,10 +53,11 @@ class Task:
     calibration_tv: float | None = CALIBRATION_TV  # None: the default plan (every case at its own TV)
 
 
-def fixed_plan_samples(seed: int, tv: float = TARGET_TV, false_alarm_rate: float = GATE, power: float = 0.99) -> int:
+def fixed_plan_samples(seed: int, tv: float = TARGET_TV, false_alarm_rate: float = GATE,
+                       power: float = DEFAULT_POWER) -> int:
     """Total rows the fixed-n check (`run_sampler_check`, default cases) plans for this seed."""
     plans = _plan_cases(list(CASES), seed)
-    plan_rows(plans, tv=tv, alpha=false_alarm_rate, power=power, max_rows=400_000)
+    plan_rows(plans, tv=tv, false_alarm_rate=false_alarm_rate, power=power, max_rows=DEFAULT_MAX_ROWS)
     return sum(p.rows for p in plans)
 
 
