@@ -91,7 +91,8 @@ class CheckConfig:
     # suite's generation-level runs stalled under it. Default once that cost is measured and bounded.
     contexts: str = option("none", "--contexts", "generation level: 'catalogue' adds cells that pool the PIT "
                            "over many contexts (suites/catalogues/contexts.py: spread prompt lengths, long continuations, the "
-                           "model's own samples); 'none': the pair's prompts only", choices=("catalogue", "none"),
+                           "model's own samples; at the engine level too, with --pair or --target); 'none': the pair's prompts only",
+                           choices=("catalogue", "none"),
                            group="generation level (--level generation; the engine level's local ground truth too)")
     score_dtype: str = option("float64", "--score-dtype", "generation level: precision of the ground truth the "
                               "outputs are scored against: float64 (a float64 copy of the target, exact; twice "

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import torch
 
 from harness.check.config import CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource
@@ -89,6 +90,7 @@ class EngineConfig:
     processing_order: str = "standard"  # the processing convention the engine declares (specdec_ref ORDERS)
     seeded: bool = True  # False: sampling requests carry no seed (the engine's own RNG; responses not reproducible)
     api: str = "openai"  # openai (vLLM-style routes) | llama-server | llama-server-processed (its native /completion)
+    contexts: str = "none"  # "catalogue": contexts cells as at the generation level (harness.contexts), local truth
 
     def validate(self) -> EngineConfig:
         if self.ground_truth not in GROUND_TRUTHS:
@@ -108,6 +110,11 @@ class EngineConfig:
             raise HarnessError(f"--length must be >= 1, got {self.length}")
         if self.ground_truth == "local" and not (self.pair or self.target):
             raise HarnessError("--ground-truth local needs the target here: give --pair NAME or --target PATH")
+        if self.contexts not in ("none", "catalogue"):
+            raise HarnessError(f"--contexts must be none or catalogue, got {self.contexts!r}")
+        if self.contexts == "catalogue" and not (self.pair or self.target):
+            raise HarnessError("--contexts catalogue needs the target here (--pair NAME or --target PATH): the "
+                               "contexts cells are scored by the local target")
         if self.ground_truth in ("score", "two-sample") and not self.reference_endpoint:
             raise HarnessError(f"--ground-truth {self.ground_truth} needs --reference-endpoint URL (speculation off)")
         return self
@@ -468,7 +475,10 @@ class EngineSource(TrialSource):
         if any(s.temperature == 0 for s in run.config.settings):  # first: deterministic and cheap
             cells.append(Cell("greedy", [ENGINE_GREEDY, ENGINE_GREEDY_NUMERICS], prompts, math.nan,
                               {"prompts": len(prompts)}))
+        contexts = _contexts_plan(run) if run.config.contexts == "catalogue" else None
         for setting in sampling:
+            if contexts:  # per setting: the contexts cell (the headline) first, then the prompt cells
+                cells.append(_contexts_cell(run, contexts, setting, len(cells)))
             for i, prompt in enumerate(prompts):
                 cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW, ENGINE_CONVENTIONS],
                                   _SamplingCell(setting, i, prompt),
@@ -494,6 +504,8 @@ class EngineSource(TrialSource):
             from harness.served import logprobs
 
             return logprobs.draw(run, cell, n)
+        if cell.name.endswith("/contexts"):
+            return _draw_contexts(run, cell, n)
         data, config = cell.data, run.config
         seed = config.seed * 1_000_003 + 1000 * data.index + int(data.setting.temperature * 100)
         rows, reasons = sample_rows(run, run.engine, run.model, "engine", data.prompt, data.setting, n, run.length,
@@ -510,7 +522,18 @@ class EngineSource(TrialSource):
         return rows, ref_rows
 
     def count(self, trials) -> int:
-        return len(trials[0])
+        from harness.check.generation import ContextTrials
+
+        return len(trials) if isinstance(trials, ContextTrials) else len(trials[0])
+
+    def extend(self, trials, more):
+        from harness.check.generation import ContextTrials
+
+        if isinstance(trials, ContextTrials):
+            width = max(trials.tokens.shape[1], more.tokens.shape[1])
+            pad = [torch.nn.functional.pad(t.tokens, (0, width - t.tokens.shape[1]), value=-1) for t in (trials, more)]
+            return ContextTrials(torch.cat(pad), np.concatenate([trials.context, more.context]))
+        return super().extend(trials, more)
 
     def finish(self, report: CheckReport, config) -> None:
         run = self.run
@@ -524,6 +547,8 @@ class EngineSource(TrialSource):
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law
         for case in report.cases:
             case.pop("_run", None)
+            case.pop("_source", None)
+            case.pop("_drawn", None)
             for order in case.get("consistent_conventions", []):
                 report.notes.append(f"{case['name']}: outputs consistent with the target under convention {order!r}: "
                                     f"a processing convention, not a verification bug (if intended, declare it: "
@@ -547,6 +572,82 @@ class EngineSource(TrialSource):
         if run.ground_truth == "two-sample":
             report.notes.append("two-sample tests: detectable TV is that of n_eff = n/2 draws (twice the samples "
                                 "per endpoint for the TV a local target would give)")
+
+
+# --- contexts cells: the generation level's pooled PIT over many contexts, drawn over HTTP ------------------
+
+
+class _ContextsScorer:
+    """What the generation level's contexts checks read from a cell (`cell.summary["_source"]`): the local
+    target that scores the continuations, its vocabulary, EOS, the declared convention and the run seed."""
+
+    def __init__(self, run: _Run):
+        from harness.check.generation import _target64
+        from specdec_ref.generate import default_eos, eos_set
+
+        self.scorer = _target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
+        self.vocab, self.seed, self.order = run.pair.vocab_size, run.config.seed, run.config.processing_order
+        self.eos = eos_set(default_eos(run.pair.target))
+
+
+def _contexts_plan(run: _Run) -> dict:
+    from harness.contexts import plan
+
+    return plan(run.pair, seed=run.config.seed)
+
+
+def _contexts_cell(run: _Run, contexts: dict, setting: Setting, index: int) -> Cell:
+    from harness.check.generation import CONTEXT_ROWS, CONTEXTS_CONVENTIONS, CONTEXTS_PIT, ContextsCell
+
+    items = contexts["contexts"]
+    families = tuple(dict.fromkeys(c.family for c in items))
+    data = ContextsCell(items, families, setting, tuple(contexts.get("block_sizes", ())), index)
+    length = contexts.get("length") or run.length
+    return Cell(f"{setting.label}/contexts", [CONTEXTS_PIT, CONTEXTS_CONVENTIONS], data, math.nan,
+                {"_source": _ContextsScorer(run), "length": length, "setting": setting_record(setting),
+                 "processing_order": run.config.processing_order, "contexts": len(items),
+                 "families": {f: sum(c.family == f for c in items) for f in families},
+                 "prompt_lengths": sorted({len(c.tokens) for c in items}), "block_sizes": list(data.block_sizes),
+                 "default_rows": CONTEXT_ROWS[run.pair.vocab_size <= ENUMERATION_MAX_VOCAB]})
+
+
+def _draw_contexts(run: _Run, cell: Cell, n: int):
+    """n continuations spread round-robin over the cell's contexts: one request per context (its share of
+    the n rows), all sent at once; the rows come back as the generation level's ContextTrials."""
+    from harness.check.generation import ContextTrials, context_rows
+
+    data, length = cell.data, cell.summary["length"]
+    start = cell.summary.get("_drawn", 0)
+    assigned = context_rows(n, len(data.contexts), start)
+    needs_names = _needs_names(run.engine, run.model)
+    jobs, members = [], []
+    for c in np.unique(assigned):
+        rows_c = np.nonzero(assigned == c)[0]
+        seed = run.config.seed * 1_000_003 + 7919 * int(c) + 104_729 * (data.index + 1) + start
+        jobs.append((f"engine/{cell.name}/ctx{int(c)}/{start}/{seed}",
+                     _payload(run.model, list(data.contexts[c].tokens), len(rows_c), length, data.setting,
+                              seed if run.config.seeded else None, needs_names, run.config.extra_body)))
+        members.append(rows_c)
+    replies = run.engine.run_all("/v1/completions", jobs, run.store, run.progress)
+    rows: list[list] = [[] for _ in range(n)]
+    reasons = [""] * n
+    for (key, payload), rows_c in zip(jobs, members, strict=True):
+        choices = _choices(replies[key], payload["n"], run.engine.base)
+        for r, choice in zip(rows_c, choices, strict=True):
+            ids = choice_token_ids(choice)
+            if ids is None:
+                raise EngineError(f"{run.engine.base} returned no token ids: the contexts cells need them")
+            rows[r], reasons[r] = ids, str(choice.get("finish_reason"))
+    cell.summary["_drawn"] = start + n
+    fmt = format_result(cell.name, rows, reasons, length, run.pair)
+    clean = [[t if isinstance(t, int) and 0 <= t < run.pair.vocab_size else 0 for t in r[:length]] for r in rows]
+    tokens = torch.tensor([r + [-1] * (length - len(r)) for r in clean], dtype=torch.long).reshape(n, length)
+    trials = ContextTrials(tokens, assigned)
+    if fmt.p_value == 0.0:
+        exc = MalformedTrials(fmt.details.get("message", "malformed continuations"))
+        exc.trials = trials
+        raise exc
+    return trials
 
 
 def _require_processed(run: _Run, sampling: list[Setting], prompts: list) -> None:

@@ -76,7 +76,8 @@ def engine_report(args, progress_bar):
                           logprob_tolerance=args.logprob_tolerance,
                           logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
                           logprobs_mode=args.logprobs_mode, api=args.api, seeded=not args.unseeded,
-                          processing_order=getattr(args, "processing_order", "standard"), **_settings(args)).validate()
+                          processing_order=getattr(args, "processing_order", "standard"),
+                          contexts=getattr(args, "contexts", "none"), **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
     return report

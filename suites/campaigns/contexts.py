@@ -11,6 +11,8 @@ run in chunks and two parts at once; OUT/campaign.json is their merge):
 - `timing`: one run each of the old plan (the pair's two prompts, 20,000 samples per cell, `--contexts none`)
   and the plan with the catalogue (prompt cells + contexts cells, harness/contexts.py), the reference
   generate(), timed in one process with the load average beside them (run it under `heavy --exclusive`);
+- `engine`: the mutant (`--seeds`) and the reference (`--control-seeds`) served by `specdec serve` and checked
+  over HTTP (`specdec verify --level engine --pair toy --contexts catalogue`), `--engine-samples` per cell;
 - `control`: the reference over up to `--control-seeds` seeds (1000, 1001, …): false alarms at the gate, at the
   default plan or at `--control-samples N` per cell (the same battery: the false-alarm rate of exact tests does
   not depend on n; each row records the n it ran at).
@@ -101,7 +103,25 @@ def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
     return out
 
 
-PARTS = ("mutant", "timing", "control")
+PARTS = ("mutant", "timing", "control", "engine")
+
+
+def engine_run(url: str, seed: int, *, samples: int, stop_on_fail: bool) -> dict:
+    """One engine-level run over HTTP against `url` (`specdec serve`), the catalogue's contexts cells on."""
+    from harness.served.check import EngineConfig, run_engine_check
+
+    config = EngineConfig(endpoint=url + "/v1", pair="toy", contexts="catalogue", samples=samples, seed=seed,
+                          false_alarm_rate=GATE, stop_on_fail=stop_on_fail, prompts=2)
+    with cpu_lock():
+        load_before, started = _load(), time.perf_counter()
+        report = run_engine_check(config)
+        seconds = time.perf_counter() - started
+    families = {c["name"]: c["detectable_tv_per_family"] for c in report.cases if "detectable_tv_per_family" in c}
+    return {"seed": seed, "verdict": report.verdict, "fail": report.verdict == "fail", "seconds": round(seconds, 1),
+            "load_before": load_before, "load_after": _load(), "samples": report.samples,
+            "declared_samples": samples, "detectable_tv": report.detectable_tv,
+            "detectable_tv_per_family": families, "rejected": [t.name for t in report.tests if t.reject][:6],
+            "declared_tests": report.declared_tests}
 
 
 def load_journal(path: str) -> dict | None:
@@ -123,6 +143,8 @@ def main(argv=None) -> int:
                     help="declared samples per cell of the control runs (default: the default plan). The false-alarm "
                          "rate of exact tests does not depend on n; the JSON records the n used")
     ap.add_argument("--budget-s", type=float, default=2400.0, help="stop starting control runs after this")
+    ap.add_argument("--engine-samples", type=int, default=1100,
+                    help="engine part: continuations per cell (1,100: the contexts cell's default plan)")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--exact-only", action="store_true", help="only OUT/exact_tv.json (seconds)")
@@ -173,6 +195,10 @@ def main(argv=None) -> int:
                         "control_false_alarms": sum(r["fail"] for r in c), "control_seeds": len(c),
                         "control_samples_per_cell": sorted({str(r.get("declared_samples")) for r in c}),
                         "timing_ratio_new_over_old": timing.get("ratio_new_over_old")},
+            "engine": {"mutant_detected": sum(r["fail"] for r in merged["engine"].get("mutant_runs", [])),
+                       "mutant_seeds": len(merged["engine"].get("mutant_runs", [])),
+                       "control_false_alarms": sum(r["fail"] for r in merged["engine"].get("control_runs", [])),
+                       "control_seeds": len(merged["engine"].get("control_runs", []))},
             "timing": timing, "mutant_runs": m, "control_runs": c,
             "chunks": {part: merged[part].get("chunks", []) for part in PARTS}})
 
@@ -209,6 +235,23 @@ def main(argv=None) -> int:
         journals["control"]["runs"].append(row)
         save("control")
         print("control", 1000 + s, row["verdict"], row["seconds"], flush=True)
+    if "engine" in parts:  # the same mutant and reference, served by `specdec serve`, checked over HTTP
+        from harness.served.serve import serving
+
+        journal = journals["engine"]
+        for kind, fn, first, count, stop in (("mutant", mutant, 100, args.seeds, True),
+                                             ("control", reference_generate, 1000, args.control_seeds, False)):
+            runs = journal.setdefault(f"{kind}_runs", [])
+            done = {r["seed"] for r in runs}
+            with serving(fn, pair) as server:
+                for s in range(count):
+                    if time.monotonic() - started > args.budget_s or late():
+                        break
+                    if first + s in done:
+                        continue
+                    runs.append(engine_run(server.url, first + s, samples=args.engine_samples, stop_on_fail=stop))
+                    save("engine")
+                    print("engine", kind, first + s, runs[-1]["verdict"], runs[-1]["seconds"], flush=True)
     for part in parts:
         save(part)
     print({k: v for k, v in load_journal(f"{args.out}/campaign.json")["summary"].items()})
