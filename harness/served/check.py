@@ -387,6 +387,9 @@ def _law_tests_open(cell: Cell, trials, level: float, power: float) -> list[Test
     results = _law_tests(cell, trials, level, power)
     rows, ref_rows = trials
     if not vacuous(rows, ref_rows):
+        if cell.summary.get("headline") is False:  # contexts cells carry the headline (as at the generation level)
+            for t in results:
+                t.details["headline"] = False
         return results
     message = (f"all {len(rows)} continuations are identical ({rows[0][:8]}): the cell cannot show a "
                "speculative-sampling error; choose a prompt or setting with open continuations")
@@ -483,7 +486,8 @@ class EngineSource(TrialSource):
                 cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW, ENGINE_CONVENTIONS],
                                   _SamplingCell(setting, i, prompt),
                                   math.nan, {"_run": run, "length": run.length, "ground_truth": run.ground_truth,
-                                             "setting": setting_record(setting), "joint_law": enumerate_law}))
+                                             "setting": setting_record(setting), "joint_law": enumerate_law,
+                                             **({"headline": False} if contexts else {})}))
         return cells
 
     def draw(self, cell: Cell, n: int, progress):
