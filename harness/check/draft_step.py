@@ -61,7 +61,7 @@ def draft_law_tests(
         name = f"{prefix}/draft{i}"
         out.append(support_check(counts, q[i], f"{name}/support", power=power))
         coarse_counts, coarse_q = _coarsen(counts, q[i])
-        kw = {"alpha": level, "power": power, "min_expected": GATE_MIN_EXPECTED}
+        kw = {"level": level, "power": power, "min_expected": GATE_MIN_EXPECTED}
         out.append(pooled_pearson(coarse_counts, coarse_q, f"{name}/pooled_pearson", **kw))
         out.append(pooled_gtest(coarse_counts, coarse_q, f"{name}/pooled_g", **kw))
     return out

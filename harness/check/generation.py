@@ -162,7 +162,7 @@ def joint_law_tests(keys: list[tuple[int, ...]], law: dict, level: float, power:
     coarse_p = np.append(p[:head], p[head:].sum())
     if coarse_p[-1] == 0:
         coarse_counts, coarse_p = coarse_counts[:-1], coarse_p[:-1]
-    kw = {"alpha": level, "power": power, "min_expected": GATE_MIN_EXPECTED}
+    kw = {"level": level, "power": power, "min_expected": GATE_MIN_EXPECTED}
     out.append(pooled_pearson(coarse_counts, coarse_p, f"{prefix}/joint_pooled_pearson", **kw))
     out.append(pooled_gtest(coarse_counts, coarse_p, f"{prefix}/joint_pooled_g", **kw))
     return out
@@ -239,14 +239,14 @@ def pit_tests(u, positions, seq_ids, off_support, level, power, prefix) -> list[
     out = [deterministic_result(f"{prefix}/pit_support", off_support == 0, n=len(u),
                                 message=f"{off_support} generated tokens have probability 0 under the target"
                                 if off_support else "")]
-    out.append(uniformity_test(u, f"{prefix}/pit_uniform", alpha=level, power=power, min_expected=GATE_MIN_EXPECTED))
-    per_position = per_position_uniformity(u, positions, prefix=f"{prefix}/pit_uniform", alpha=level, power=power)
+    out.append(uniformity_test(u, f"{prefix}/pit_uniform", level=level, power=power, min_expected=GATE_MIN_EXPECTED))
+    per_position = per_position_uniformity(u, positions, prefix=f"{prefix}/pit_uniform", level=level, power=power)
     for t in per_position:  # each states its own (wider) TV; the headline is the pooled test's
         t.details["headline"] = False
     out += per_position
     consecutive = (seq_ids[1:] == seq_ids[:-1]) & (positions[1:] == positions[:-1] + 1)
     out.append(serial_independence_test(u[:-1][consecutive], u[1:][consecutive], f"{prefix}/pit_serial",
-                                        alpha=level, power=power))
+                                        level=level, power=power))
     return out
 
 
@@ -617,7 +617,7 @@ def contexts_pit_tests(values: dict, families, block_sizes, level, power, prefix
     by the context and the position, never by the token drawn there, so each is exactly U(0, 1) under H0."""
     u, step, pos, seq, fam = (values[k] for k in ("u", "step", "abs", "seq", "family"))
     off = values["off_support"]
-    kw = {"alpha": level, "power": power}
+    kw = {"level": level, "power": power}
     out = [deterministic_result(f"{prefix}/pit_support", off == 0, n=len(u),
                                 message=f"{off} generated tokens have probability 0 under the target" if off else "")]
     out.append(uniformity_test(u, f"{prefix}/pit_uniform", min_expected=GATE_MIN_EXPECTED, **kw))

@@ -315,7 +315,7 @@ def _position_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: flo
         name = f"{prefix}/pos{j}"
         out.append(support_check(counts, pj, f"{name}/support", power=power))
         coarse_counts, coarse_p = _coarsen(counts, pj)
-        plan_kw = {"alpha": level, "power": power}
+        plan_kw = {"level": level, "power": power}
         pooled_kw = {**plan_kw, "min_expected": GATE_MIN_EXPECTED}
         out.append(pooled_pearson(coarse_counts, coarse_p, f"{name}/pooled_pearson", **pooled_kw))
         out.append(pooled_gtest(coarse_counts, coarse_p, f"{name}/pooled_g", **pooled_kw))
@@ -412,7 +412,7 @@ def _one_sided(hits: int, n: int, p0: float, name: str, alternative: str, level:
     p0 = min(1.0, max(0.0, p0))
     if (alternative == "greater" and p0 >= 1.0) or (alternative == "less" and p0 <= 0.0):
         return TestResult(name, float(hits), 1.0, n=n, details={"p_event": p0, "alternative": alternative})
-    return binomial_event_test(hits, n, p0, name, alternative, alpha=level, power=power)
+    return binomial_event_test(hits, n, p0, name, alternative, level=level, power=power)
 
 
 def _row_independence(tokens: np.ndarray, level: float, power: float, prefix: str):
@@ -421,7 +421,7 @@ def _row_independence(tokens: np.ndarray, level: float, power: float, prefix: st
     Lengths are heavily tied (γ + 1 values, often one dominant), where a rank correlation's normal
     approximation is not valid in the far tail; the runs test is exact at any sparsity."""
     lengths = (tokens >= 0).sum(1)
-    return runs_test(lengths, f"{prefix}/rows_independent", alpha=level, power=power)
+    return runs_test(lengths, f"{prefix}/rows_independent", level=level, power=power)
 
 
 def run_sampler_check(impl: Callable, config: CheckConfig | None = None, *, impl_name: str = "impl",

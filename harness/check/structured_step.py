@@ -141,9 +141,9 @@ def _pit_run(cell: Cell, trials, level: float, power: float):
     y = tokens[rows, pos]
     p_y = laws[np.arange(len(y)), y]
     u = pit_from_masses(mass_above_descending(laws, y), p_y, np.random.default_rng(cell.summary["seed"]))
-    out = [uniformity_test(u, f"{cell.name}/masked_pit_uniform", alpha=level, power=power,
+    out = [uniformity_test(u, f"{cell.name}/masked_pit_uniform", level=level, power=power,
                            min_expected=GATE_MIN_EXPECTED)]
-    per = per_position_uniformity(u, pos, prefix=f"{cell.name}/masked_pit_uniform", alpha=level, power=power)
+    per = per_position_uniformity(u, pos, prefix=f"{cell.name}/masked_pit_uniform", level=level, power=power)
     out += per + [deterministic_result(f"{cell.name}/masked_pit_uniform/pos{j}", True, n=0)
                   for j in range(plan.case.gamma + 1) if j not in set(pos.tolist())]
     return out

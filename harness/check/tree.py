@@ -328,7 +328,7 @@ def tests_for_reach_bounds(reached: np.ndarray, plan: TreePlan, level: float, po
     """Gating: P(reach node) above the universal coupling bound of its path is impossible for a lossless rule."""
     rows = reached.shape[0]
     return [binomial_event_test(int(reached[:, t].sum()), rows, float(plan.bounds[t]),
-                                f"{prefix}/node{t - 1}/reach_above_bound", "greater", alpha=level, power=power)
+                                f"{prefix}/node{t - 1}/reach_above_bound", "greater", level=level, power=power)
             for t in _bounded(plan)]
 
 

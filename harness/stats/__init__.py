@@ -46,7 +46,7 @@ from harness.stats.pit import (
     uniformity_test,
 )
 from harness.stats.power import (
-    DEFAULT_ALPHA,
+    DEFAULT_LEVEL,
     DEFAULT_POWER,
     detectable_binomial_shift,
     detectable_kolmogorov,
@@ -78,7 +78,7 @@ __all__ = [
     "universal_acceptance_bound",
     "BernoulliAboveEProcess",
     "CategoricalEProcess",
-    "DEFAULT_ALPHA",
+    "DEFAULT_LEVEL",
     "DEFAULT_POWER",
     "EProcess",
     "SerialEProcess",

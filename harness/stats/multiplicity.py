@@ -38,15 +38,15 @@ def holm_adjusted(pvalues: np.ndarray) -> np.ndarray:
     return adjusted
 
 
-def holm(results: list[TestResult], alpha: float) -> list[TestResult]:
-    """Copies of `results` (same order) with `reject` set by Holm's step-down at family level alpha.
+def holm(results: list[TestResult], false_alarm_rate: float) -> list[TestResult]:
+    """Copies of `results` (same order) with `reject` set by Holm's step-down at family-wise false-alarm rate `false_alarm_rate`.
 
     Each copy also gets ``details["p_holm"]``, the adjusted p-value.
     """
-    _check_level(alpha)
+    _check_level(false_alarm_rate)
     adjusted = holm_adjusted([r.p_value for r in results])
     return [
-        dataclasses.replace(r, reject=bool(a <= alpha), details={**r.details, "p_holm": float(a)})
+        dataclasses.replace(r, reject=bool(a <= false_alarm_rate), details={**r.details, "p_holm": float(a)})
         for r, a in zip(results, adjusted, strict=True)
     ]
 

@@ -31,7 +31,7 @@ from scipy.stats import chi2_contingency, kstest, spearmanr
 
 from harness.stats.pooling import DEFAULT_MIN_EXPECTED
 from harness.stats.power import (
-    DEFAULT_ALPHA,
+    DEFAULT_LEVEL,
     DEFAULT_POWER,
     detectable_kolmogorov,
     detectable_rank_correlation,
@@ -115,7 +115,7 @@ def uniformity_test(
     u: np.ndarray,
     name: str = "pit_uniform",
     *,
-    alpha: float = DEFAULT_ALPHA,
+    level: float = DEFAULT_LEVEL,
     power: float = DEFAULT_POWER,
     min_expected: float = DEFAULT_MIN_EXPECTED,
 ) -> TestResult:
@@ -143,13 +143,13 @@ def uniformity_test(
         float(chdtrc(df, statistic)),
         n=n,
         df=df,
-        detectable_tv=detectable_tv(n, df, alpha, power),
+        detectable_tv=detectable_tv(n, df, level, power),
         details=details,
     )
 
 
 def ks_uniformity_test(
-    u: np.ndarray, name: str = "pit_ks", *, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER
+    u: np.ndarray, name: str = "pit_ks", *, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER
 ) -> TestResult:
     """Kolmogorov–Smirnov test of u against U(0, 1); the randomized PIT is continuous, so it is exact."""
     u = np.asarray(u, dtype=np.float64)
@@ -159,7 +159,7 @@ def ks_uniformity_test(
         float(result.statistic),
         float(result.pvalue),
         n=len(u),
-        details={"detectable_kolmogorov": detectable_kolmogorov(len(u), alpha, power)},
+        details={"detectable_kolmogorov": detectable_kolmogorov(len(u), level, power)},
     )
 
 
@@ -168,7 +168,7 @@ def per_position_uniformity(
     positions: np.ndarray,
     *,
     prefix: str = "pit_uniform",
-    alpha: float = DEFAULT_ALPHA,
+    level: float = DEFAULT_LEVEL,
     power: float = DEFAULT_POWER,
 ) -> list[TestResult]:
     """`uniformity_test` on u restricted to each distinct position; u (N,), positions (N,) ints."""
@@ -176,7 +176,7 @@ def per_position_uniformity(
     if u.shape != positions.shape:
         raise ValueError(f"u {u.shape} and positions {positions.shape} must have the same shape")
     return [
-        uniformity_test(u[positions == j], f"{prefix}/pos{int(j)}", alpha=alpha, power=power)
+        uniformity_test(u[positions == j], f"{prefix}/pos{int(j)}", level=level, power=power)
         for j in np.unique(positions)
     ]
 
@@ -191,7 +191,7 @@ def serial_independence_test(
     u_next: np.ndarray,
     name: str = "pit_serial",
     *,
-    alpha: float = DEFAULT_ALPHA,
+    level: float = DEFAULT_LEVEL,
     power: float = DEFAULT_POWER,
 ) -> TestResult:
     """Spearman rank correlation of consecutive PIT pairs (u_t, u_{t+1}), two-sided; the primary serial test.
@@ -205,7 +205,7 @@ def serial_independence_test(
     """
     u_t, u_next = _paired(u_t, u_next)
     n = len(u_t)
-    details = {"detectable_rank_correlation": detectable_rank_correlation(n, alpha, power)}
+    details = {"detectable_rank_correlation": detectable_rank_correlation(n, level, power)}
     if n < 3:
         return TestResult(name, 0.0, 1.0, n=n, details=details)
     result = spearmanr(u_t, u_next)
@@ -220,7 +220,7 @@ def serial_grid_test(
     name: str = "pit_serial_grid",
     *,
     n_grid: int | None = None,
-    alpha: float = DEFAULT_ALPHA,
+    level: float = DEFAULT_LEVEL,
     power: float = DEFAULT_POWER,
     min_expected: float = DEFAULT_MIN_EXPECTED,
 ) -> TestResult:
@@ -247,7 +247,7 @@ def serial_grid_test(
         float(result.pvalue),
         n=n,
         df=df,
-        detectable_tv=detectable_tv(n, df, alpha, power),
+        detectable_tv=detectable_tv(n, df, level, power),
         details=details,
     )
 
@@ -283,7 +283,7 @@ def runs_pmf(n1: int, n0: int) -> tuple[np.ndarray, np.ndarray]:
     return r[keep], pmf[keep]
 
 
-def runs_test(values: np.ndarray, name: str = "runs", *, alpha: float = DEFAULT_ALPHA,
+def runs_test(values: np.ndarray, name: str = "runs", *, level: float = DEFAULT_LEVEL,
               power: float = DEFAULT_POWER) -> TestResult:
     """Exact two-sided Wald–Wolfowitz runs test of serial independence for a sequence of discrete values.
 
@@ -295,7 +295,7 @@ def runs_test(values: np.ndarray, name: str = "runs", *, alpha: float = DEFAULT_
     runs failed the gate that way)."""
     values = np.asarray(values)
     n = len(values)
-    details: dict = {"detectable_indicator_correlation": detectable_rank_correlation(n, alpha, power)}
+    details: dict = {"detectable_indicator_correlation": detectable_rank_correlation(n, level, power)}
     levels, counts = np.unique(values, return_counts=True)
     if n < 3 or len(levels) < 2:
         return TestResult(name, 0.0, 1.0, n=n, details={**details, "constant": True})
