@@ -552,6 +552,10 @@ class ContextTrials:
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
+    def extend(self, more: ContextTrials) -> ContextTrials:
+        """These rows, then `more`'s (a top-up draw of the same cell)."""
+        return ContextTrials(torch.cat([self.tokens, more.tokens]), np.concatenate([self.context, more.context]))
+
 
 def context_rows(n: int, n_contexts: int, start: int = 0) -> np.ndarray:
     """Round-robin assignment of rows start … start + n − 1 to contexts: every context gets ⌊n/C⌋ or ⌈n/C⌉."""
@@ -854,7 +858,7 @@ class GenerationSource(TrialSource):
 
     def extend(self, trials, more):
         if isinstance(trials, ContextTrials):
-            return ContextTrials(torch.cat([trials.tokens, more.tokens]), np.concatenate([trials.context, more.context]))
+            return trials.extend(more)
         return super().extend(trials, more)
 
     def _draw_contexts(self, cell: Cell, n: int, progress):

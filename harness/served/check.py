@@ -533,10 +533,8 @@ class EngineSource(TrialSource):
     def extend(self, trials, more):
         from harness.check.generation import ContextTrials
 
-        if isinstance(trials, ContextTrials):
-            width = max(trials.tokens.shape[1], more.tokens.shape[1])
-            pad = [torch.nn.functional.pad(t.tokens, (0, width - t.tokens.shape[1]), value=-1) for t in (trials, more)]
-            return ContextTrials(torch.cat(pad), np.concatenate([trials.context, more.context]))
+        if isinstance(trials, ContextTrials):  # every draw of a contexts cell has the cell's length
+            return trials.extend(more)
         return super().extend(trials, more)
 
     def finish(self, report: CheckReport, config) -> None:

@@ -101,3 +101,8 @@ def test_a_lossy_engine_exits_1_with_one_fail_line(capsys):
     assert "verdict: FAIL" in out
     lines = [line for line in err.splitlines() if line.startswith("specdec")]
     assert len(lines) == 1 and lines[0].startswith("specdec: FAIL:") and "Traceback" not in err
+
+
+def test_contexts_without_a_local_target_exit_2_before_any_request(capsys):
+    err = one_line_error(capsys, verify("--endpoint", "http://127.0.0.1:9/v1", "--contexts", "catalogue"))
+    assert "contexts catalogue needs the target" in err
