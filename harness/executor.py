@@ -24,8 +24,11 @@ run again elsewhere. A rerun with the same journal skips every finished cell.
 
 from __future__ import annotations
 
+import argparse
+import calendar
 import json
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -195,6 +198,8 @@ def run_cells(
     todo = [k for k in cells if k not in done]
     if progress:
         progress(len(done), len(cells))
+    if stop and stop():  # out of time before the first cell
+        return done
     for i, result in executor.as_completed(fn, [cells[k] for k in todo]):
         if journal:
             journal.append(todo[i], encode(result))
@@ -204,3 +209,57 @@ def run_cells(
         if stop and stop():
             break
     return done
+
+
+# --- the campaign runner's options, one spelling for every campaign of suites/campaigns -------------------------
+
+def add_runner_arguments(parser: argparse.ArgumentParser, *, local_workers: int = 1, where: bool = True) -> None:
+    """--local-workers / --scheduler / --workers (where the cells run; `where=False` for campaigns whose cells
+    must run in this process, e.g. against a server it holds), --stop-at / --budget-s (when no new cell starts),
+    --fresh (ignore the journal): the same options on every campaign that runs through `run_cells`."""
+    g = parser.add_argument_group("campaign runner (journal, resume, where and how long)")
+    g.add_argument("--stop-at", default=None, metavar="WHEN",
+                   help="start no cell after this time: a Unix time or HH:MM (UTC, today)")
+    g.add_argument("--budget-s", type=float, default=None, metavar="S", help="start no cell after S seconds")
+    g.add_argument("--fresh", action="store_true", help="forget the journal: run every cell again")
+    if not where:
+        return
+    g.add_argument("--local-workers", type=int, default=local_workers, metavar="N",
+                   help=f"processes on this machine (default {local_workers}; 1: in this process)")
+    g.add_argument("--scheduler", metavar="ADDRESS", default=None, help="run the cells on this dask scheduler's workers")
+    g.add_argument("--workers", type=int, metavar="N", default=None, help="run the cells on a local dask cluster of N")
+
+
+def parse_stop_at(value: str | float | None, now: float | None = None) -> float | None:
+    """A Unix time from '1796188984', '1796188984.5' or 'HH:MM' (UTC, today); None stays None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        hours, minutes = (int(x) for x in value.split(":"))
+        if not (0 <= hours < 24 and 0 <= minutes < 60):
+            raise ValueError
+    except ValueError:
+        raise HarnessError(f"--stop-at {value!r}: give a Unix time or HH:MM (UTC)") from None
+    day = time.gmtime(time.time() if now is None else now)
+    return float(calendar.timegm((day.tm_year, day.tm_mon, day.tm_mday, hours, minutes, 0)))
+
+
+def deadline(stop_at: str | float | None = None, budget_s: float | None = None,
+             clock: Callable[[], float] = time.time) -> Callable[[], bool]:
+    """`stop` for `run_cells`: True once the Unix time `stop_at` or `budget_s` seconds from now has passed."""
+    limits = [t for t in (parse_stop_at(stop_at, clock()), None if budget_s is None else clock() + budget_s)
+              if t is not None]
+    end = min(limits, default=None)
+    return lambda: end is not None and clock() > end
+
+
+def runner_from_arguments(args: argparse.Namespace) -> tuple[Executor, Callable[[], bool]]:
+    """(executor, stop) from the options `add_runner_arguments` added."""
+    return (make_executor(args.scheduler, args.workers, local_workers=args.local_workers),
+            deadline(args.stop_at, args.budget_s))

@@ -189,3 +189,46 @@ def test_mutants_cli_resume_skips_finished_runs_and_bad_workers_exit_2(tmp_path,
     assert main([*argv, "--workers", "0"]) == 2
     err = capsys.readouterr().err
     assert "--workers must be >= 1" in err and "Traceback" not in err
+
+
+def test_deadline_and_stop_at_spellings():
+    from harness.executor import deadline, parse_stop_at
+
+    now = [1_000.0]
+    stop = deadline(budget_s=5, clock=lambda: now[0])
+    assert not stop()
+    now[0] = 1_006.0
+    assert stop()
+    assert not deadline(clock=lambda: now[0])()  # no limit: never stops
+    assert deadline(stop_at="1005", clock=lambda: now[0])()  # a Unix time already past
+    assert parse_stop_at("12:30", now=86_400 * 3 + 5) == 86_400 * 3 + 12 * 3600 + 30 * 60  # HH:MM is UTC, today
+    assert parse_stop_at(None) is None
+    for bad in ("25:00", "noon", "1:2:3"):
+        with pytest.raises(HarnessError, match="--stop-at"):
+            parse_stop_at(bad)
+
+
+def test_run_cells_past_its_deadline_runs_nothing_but_returns_the_journal(tmp_path):
+    journal = Journal(tmp_path / "cells.jsonl")
+    journal.append("cell-0", seeded_cell(0))
+    logs = tmp_path / "log"
+    logs.mkdir()
+    with LocalExecutor(1) as ex:
+        done = run_cells(ex, seeded_cell, _cells(3, logs), journal=journal, stop=lambda: True)
+    assert sorted(done) == ["cell-0"] and starts(logs) == {}
+
+
+def test_tree_campaign_runs_on_the_cell_runner_and_resumes(tmp_path):
+    from suites.campaigns.tree import run_tree_campaign, tree_cells
+
+    journal = Journal(tmp_path / "journal.jsonl")
+    kwargs = {"mutant_seeds": 1, "control_seeds": 1, "control_rows": 2_000,
+              "names": ["residual_wrong_sibling", "tree_single_coin"]}
+    first = run_tree_campaign(**kwargs, journal=journal)
+    assert first["cells_run"] == first["cells"] == len(tree_cells(kwargs["names"], mutant_seeds=1, control_seeds=1,
+                                                                  control_rows=2_000, gate=1e-3)) == 2
+    rows = {r["name"]: r for r in first["rows"]}
+    assert rows["residual_wrong_sibling"]["fails_at_gate"] == 1 and rows["tree_single_coin"]["fails_at_gate"] == 0
+    # A rerun past its deadline starts nothing and reports the journaled runs as they were.
+    again = run_tree_campaign(**kwargs, journal=Journal(journal.path), stop=lambda: True)
+    assert [r["family_p"] for r in again["rows"]] == [r["family_p"] for r in first["rows"]]

@@ -22,3 +22,11 @@ def family_p(report) -> float:
         return 1.0
     m = len(report.tests)
     return float(min(1.0, m * min(t.p_value for t in report.tests)))
+
+
+def rate_text(k: int, n: int, confidence: float = 0.95) -> str:
+    """'k/n (lo–hi %)': a count of events with its Clopper–Pearson interval, as every campaign report writes it."""
+    if n == 0:
+        return "0/0 (no runs)"
+    lo, hi = clopper_pearson(k, n, confidence)
+    return f"{k}/{n} ({100 * lo:.1f}%–{100 * hi:.1f}%)"

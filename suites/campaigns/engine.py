@@ -7,7 +7,9 @@ and checked with `run_engine_check` against the local target (ground truth a): t
 `--seeds` seeds (the false-alarm rate at the gate, and at a nominal 0.05 for resolution), each
 generation mutant over `--mutant-seeds` seeds (stopping once a run's verdict is decided), plus the
 reference against a non-speculative scorer (ground truth b) and as a two-sample test (c) over
-`--other-seeds` seeds. Writes report.md, calibration.json and the probe of the served reference.
+`--other-seeds` seeds. Writes report.md, calibration.json and the probe of the served reference. Every run is a cell of
+`harness.executor.run_cells`, journaled in OUT/journal.jsonl: a rerun resumes (`--stop-at` / `--budget-s`: no run
+starts after them).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import torch
 
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.pairs import get_pair
 from harness.records import atomic_write_json, provenance
 from harness.served.check import EngineConfig, run_engine_check
@@ -32,20 +35,36 @@ PAIR = "toy-low"  # α ≈ 0.2: residual and bonus paths run often, as in the ge
 GATE = DEFAULT_FALSE_ALARM_RATE
 
 
-def _runs(url: str, seeds, *, pair: str, samples: int, stop_on_fail: bool, **extra) -> list[dict]:
-    rows = []
-    for seed in seeds:
-        started = time.perf_counter()
-        report = run_engine_check(EngineConfig(endpoint=url, pair=pair, samples=samples, seed=seed,
-                                               false_alarm_rate=GATE, stop_on_fail=stop_on_fail, **extra))
-        rows.append({"seed": seed, "fail": report.verdict == "fail", "family_p": family_p(report),
-                     "samples": report.samples, "detectable_tv": report.detectable_tv,
-                     "first_reject": next((t.name for t in report.tests if t.reject), None),
-                     "seconds": time.perf_counter() - started})
-    return rows
+def engine_run(url: str, seed: int, pair: str, samples: int, stop_on_fail: bool, extra: dict) -> dict:
+    """One cell: `run_engine_check` of the server at `url` for one seed -> the row the report needs."""
+    started = time.perf_counter()
+    report = run_engine_check(EngineConfig(endpoint=url, pair=pair, samples=samples, seed=seed,
+                                           false_alarm_rate=GATE, stop_on_fail=stop_on_fail, **extra))
+    return {"seed": seed, "fail": report.verdict == "fail", "family_p": family_p(report),
+            "samples": report.samples, "detectable_tv": report.detectable_tv,
+            "first_reject": next((t.name for t in report.tests if t.reject), None),
+            "seconds": time.perf_counter() - started}
+
+
+RUNNER: dict = {"journal": None, "stop": None}  # main() sets the journal (OUT/journal.jsonl) and the deadline
+
+
+def _runs(url: str, seeds, *, name: str, pair: str, samples: int, stop_on_fail: bool, **extra) -> list[dict]:
+    """The seeds of one row as cells of `run_cells` (in this process: the server is this process's), journaled
+    under the row's name, ground truth, seed and size (the server's port is not part of the key)."""
+    gt = extra.get("ground_truth", "local")
+    cells = {f"{name}/{gt}/{pair}/{samples}/{seed}": (url, seed, pair, samples, stop_on_fail, extra) for seed in seeds}
+    stop = RUNNER["stop"]
+    with LocalExecutor() as ex:
+        done = run_cells(ex, engine_run, cells, journal=RUNNER["journal"], stop=stop)
+    return [done[k] for k in cells if k in done]
 
 
 def _summary(name: str, kind: str, ground_truth: str, rows: list[dict]) -> dict:
+    if not rows:  # out of time before this row's first run
+        return {"name": name, "kind": kind, "ground_truth": ground_truth, "runs": 0, "rate_at_gate": float("nan"),
+                "ci_gate": (float("nan"), float("nan")), "rate_at_0.05": float("nan"), "ci_nominal": None,
+                "samples_per_run": 0, "detectable_tv": float("nan"), "seconds": 0.0, "first_rejects": []}
     n, k_gate = len(rows), sum(r["fail"] for r in rows)
     k_nominal = sum(r["family_p"] <= 0.05 for r in rows)
     return {"name": name, "kind": kind, "ground_truth": ground_truth, "runs": n, "rate_at_gate": k_gate / n,
@@ -80,7 +99,7 @@ def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, oth
     with serving(generate, get_pair(PAIR)) as ref:
         probe_info.update(probe(ref.url))
         rows.append(_summary("reference_generate", "control", "local",
-                             _runs(ref.url, range(seeds), pair=PAIR, samples=samples, stop_on_fail=False)))
+                             _runs(ref.url, range(seeds), name="reference_generate", pair=PAIR, samples=samples, stop_on_fail=False)))
     for impl in implementations(kind="mutant", level="generation"):
         if hasattr(impl.fn, "settings"):  # needs sampling parameters (min_p, penalties, ...) in the request:
             skipped.append(impl.name)     # the engine level does not send them yet, so it would be blind
@@ -88,13 +107,13 @@ def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, oth
         pair = impl.pair or PAIR
         with serving(impl.fn, get_pair(pair)) as s:
             rows.append(_summary(impl.name, "mutant", "local", _runs(
-                s.url, range(1000, 1000 + mutant_seeds), pair=pair, samples=mutant_samples, stop_on_fail=True)) | {
+                s.url, range(1000, 1000 + mutant_seeds), name=impl.name, pair=pair, samples=mutant_samples, stop_on_fail=True)) | {
                 "pair": pair, "models": impl.models})
     with serving(generate, get_pair(PAIR)) as ref, \
             serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs") as off:
         for gt in ("score", "two-sample"):
             rows.append(_summary("reference_generate", "control", gt, _runs(
-                ref.url, range(other_seeds), pair=PAIR, samples=other_samples, stop_on_fail=False, ground_truth=gt,
+                ref.url, range(other_seeds), name="reference_generate", pair=PAIR, samples=other_samples, stop_on_fail=False, ground_truth=gt,
                 reference_endpoint=off.url)))
     return result()
 
@@ -131,6 +150,9 @@ def report_md(result: dict, command: str) -> str:
              "| detectable TV | first rejecting tests |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         lo, hi = r["ci_gate"]
+        if not r["runs"]:
+            lines.append(f"| `{r['name']}` | {r['kind']} | {r['ground_truth']} | 0 (out of time) | – | – | – | – | – | – |")
+            continue
         lines.append(f"| `{r['name']}` | {r['kind']} | {r['ground_truth']} | {r['runs']} | {100 * r['rate_at_gate']:.1f} % "
                      f"| {100 * lo:.1f}–{100 * hi:.1f} % | {100 * r['rate_at_0.05']:.1f} % | {r['samples_per_run']} | "
                      f"{r['detectable_tv']:.3f} | {', '.join(f'`{t}`' for t in r['first_rejects']) or '-'} |")
@@ -138,7 +160,8 @@ def report_md(result: dict, command: str) -> str:
               "Detectable TV: the largest planned detectable TV among the run's omnibus tests at power 0.99 "
               "(per tested position / per whole continuation; the two-sample tests see n_eff = n/2). "
               "Ground truth b here lists the whole vocabulary (V = 16 ≤ k = 20), so the coarsening hides no mass.",
-              "", "## `specdec probe` of the served reference", "", "```", _probe_text(result["probe"]), "```"]
+              "", "## `specdec probe` of the served reference", "",
+              *(["```", _probe_text(result["probe"]), "```"] if result.get("probe") else ["Not probed in this run."])]
     return "\n".join(lines) + "\n"
 
 
@@ -157,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1000, help="continuations per prompt × setting (reference, a)")
     parser.add_argument("--mutant-samples", type=int, default=2000, help="... for the mutants")
     parser.add_argument("--other-samples", type=int, default=1000, help="... for ground truths b and c")
+    add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    RUNNER["journal"] = Journal(out / "journal.jsonl", fresh=args.fresh)  # every run kept: a rerun resumes
+    RUNNER["stop"] = deadline(args.stop_at, args.budget_s)
     command = "specdec campaign engine " + " ".join(argv if argv is not None else sys.argv[1:])
 
     def write(result: dict, final: bool = False) -> None:

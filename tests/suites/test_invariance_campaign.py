@@ -1,0 +1,28 @@
+"""suites.campaigns.invariance on the cell runner: every run journaled, a rerun resumes without running anything."""
+
+from __future__ import annotations
+
+import json
+
+from suites.campaigns.invariance import invariance_cells, main
+
+
+def test_invariance_campaign_journals_every_run_and_resumes(tmp_path):
+    out = tmp_path / "inv"
+    cells, slips = invariance_cells(["sampler"], 2, 1e-3)
+    assert len(slips) == 8  # two planted slips in each of the four driver modes
+    main(["--rules", "2", "--sources", "sampler", "--out", str(out)])  # 2 rules: the CI is too wide to say "ok"
+    journal = (out / "journal.jsonl").read_text().splitlines()
+    assert len(journal) == len(cells) + len(slips)
+    first = json.loads((out / "runs.json").read_text())
+    assert all(s["verdict"] == "fail" for s in first["slips"]) and len(first["runs"]) == 2
+    main(["--rules", "2", "--sources", "sampler", "--out", str(out), "--budget-s", "0"])  # nothing may start
+    again = json.loads((out / "runs.json").read_text())
+    assert again["runs"] == first["runs"] and again["slips"] == first["slips"]
+    assert (out / "journal.jsonl").read_text().splitlines() == journal
+
+
+def test_a_campaign_cut_short_says_so(tmp_path):
+    out = tmp_path / "inv"
+    assert main(["--rules", "2", "--sources", "sampler", "--out", str(out), "--budget-s", "0"]) == 1
+    assert "planned runs not made" in (out / "report.md").read_text()
