@@ -1,7 +1,8 @@
 """The invariance campaign (full profile of tests/check/test_invariance.py) -> results/invariance.
 
 Per trial source (sampler chain, draft-and-verify, tree as a single chain, a whole generate() on the toy
-pair with the rule as its verify step) it draws N lossless rules
+pair with the rule as its verify step, and that generate() served by `specdec serve` and checked over HTTP)
+it draws N lossless rules
 from harness.mutants.generated (acceptance scales, RNG sources and orders, per-row or vectorized, dtypes),
 runs each through the one driver in a mode chosen in turn (planned with reach top-up, no early stop,
 a fixed n not a multiple of the law count, sequential; the generation source: a fixed n with and without
@@ -35,14 +36,17 @@ CASES = ["rows-differ", "anti-logits", "binary-gamma8"]
 MODES = {"planned": {}, "planned-no-early-stop": {"stop_on_fail": False}, "fixed-n": {"samples": 4_003},
          "sequential": {"sequential": True}}
 TV = 0.15  # the plan: small enough runs for hundreds of rules; the false-alarm rate does not depend on it
-SOURCES = ("sampler", "draft_step", "tree", "generation")
+SOURCES = ("sampler", "draft_step", "tree", "generation", "engine")
 GENERATION_MODES = {"fixed-n": {"samples": 1_000}, "fixed-n-no-early-stop": {"samples": 1_003, "stop_on_fail": False},
                     "contexts": {"samples": 300}}  # contexts: the catalogue's cells keep their own plan
 CONTEXTS_EVERY = 20  # a contexts run costs ~15 fixed-n runs on the toy pair
 
 
+ENGINE_MODES = {"fixed-n": {"samples": 400}, "fixed-n-no-early-stop": {"samples": 401, "stop_on_fail": False}}
+
+
 def modes(source: str) -> list[str]:
-    return sorted(GENERATION_MODES) if source == "generation" else sorted(MODES)
+    return {"generation": sorted(GENERATION_MODES), "engine": sorted(ENGINE_MODES)}.get(source, sorted(MODES))
 
 
 def chain_tree_case():
@@ -55,6 +59,14 @@ def chain_tree_case():
 
 
 def run_one(rule: LosslessRule, source: str, mode: str, seed: int, gate: float):
+    if source == "engine":  # the generate() below, served by `specdec serve`, checked over HTTP
+        from harness.pairs import get_pair
+        from harness.served.check import EngineConfig, run_engine_check
+        from harness.served.serve import serving
+
+        with serving(as_generate(rule), get_pair("toy")) as server:
+            return run_engine_check(EngineConfig(endpoint=server.url, pair="toy", seed=seed, false_alarm_rate=gate,
+                                                 **ENGINE_MODES[mode]))
     if source == "generation":
         from harness.contexts import plan
         from harness.pairs import get_pair
@@ -95,10 +107,12 @@ def invariance_cells(sources: list[str], rules: int, gate: float) -> tuple[dict[
             mode = sorted(MODES)[i % len(MODES)]
             if source == "generation":
                 mode = "contexts" if i % CONTEXTS_EVERY == CONTEXTS_EVERY - 1 else ("fixed-n", "fixed-n-no-early-stop")[i % 2]
+            if source == "engine":
+                mode = sorted(ENGINE_MODES)[i % len(ENGINE_MODES)]
             rule = random_rule(rng, "rows" if i % 25 == 0 and source == "sampler" else "vector")
             cells[f"rule/{source}/{i}/{rule.name}/{mode}/{gate:g}"] = (rule, source, mode, 1000 + i, gate)
     slips = {f"slip/{source}/{slip}/{mode}/{gate:g}": (LosslessRule(slip=slip), source, mode, 7, gate)
-             for source in [s for s in ("sampler", "draft_step", "generation") if s in sources]
+             for source in [s for s in ("sampler", "draft_step", "generation", "engine") if s in sources]
              for slip in ("target_row", "draft_row") for mode in modes(source)}
     return cells, slips
 
@@ -146,9 +160,10 @@ def main(argv: list[str] | None = None) -> int:
              f"Each rule: acceptance scale per position in (0, 1] with the residual corrected (lossless), uniforms "
              f"from the generator or the global RNG ([B, γ], [B·γ]), acceptance or residual first, per-row or "
              f"vectorized, float16/32/64; plan TV {TV} on {', '.join(CASES)} (the tree source: a single-chain "
-             f"tree; the generation source: the rule as the verify step of the reference's loop on the toy pair); modes in "
+             f"tree; the generation source: the rule as the verify step of the reference's loop on the toy pair; the "
+             f"engine source: that loop served by `specdec serve`, checked over HTTP); modes in "
              f"turn: {', '.join(sorted(MODES))} (generation: {', '.join(sorted(GENERATION_MODES))}, contexts every "
-             f"{CONTEXTS_EVERY}th rule). Gate: family-wise {args.gate:g}.", "",
+             f"{CONTEXTS_EVERY}th rule; engine: {', '.join(sorted(ENGINE_MODES))}). Gate: family-wise {args.gate:g}.", "",
              "| source | lossless rules | failed at the gate (95% CI) | inconclusive | declared ≠ emitted |",
              "|---|---|---|---|---|"]
     for source, n, fails, inc, mism in rows:

@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from harness.check.config import DEFAULT_MAX_ROWS
 from harness.check.sampler import _plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
+from harness.executor import Journal, add_runner_arguments, runner_from_arguments
 from suites.campaigns.zoo import TARGET_TV, _exact_tvs, below_resolution, clopper_pearson
 from suites.catalogues.sampler import CASES
 
@@ -98,9 +98,18 @@ def tasks(calibration_seeds: int, variant_seeds: int, power_seeds: int, below_se
     return out
 
 
-def run_study(task_list: list[Task], workers: int) -> list[dict]:
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(run_task, task_list, chunksize=1))
+def task_key(task: Task) -> str:
+    return f"{task.name}/{task.purpose}/{task.seed}/{task.calibration_tv}"
+
+
+def run_study(task_list: list[Task], executor=None, *, journal=None, stop=None) -> list[dict]:
+    """Every task as a cell of `run_cells` (journaled: a rerun resumes); the runs made, in task order."""
+    from harness.executor import LocalExecutor, run_cells
+
+    cells = {task_key(t): (t,) for t in task_list}
+    with executor or LocalExecutor() as ex:
+        done = run_cells(ex, run_task, cells, journal=journal, stop=stop)
+    return [done[k] for k in cells if k in done]
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -173,6 +182,9 @@ def _markdown(result: dict, meta: dict, command: str) -> str:
              f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · torch "
              f"{meta['versions']['torch']} · wall {result['seconds']:.0f} s on {result['workers']} worker processes "
              f"(load average {result.get('load_before', '?')} when it started)", "",
+             *([f"**{result['planned_runs'] - len(result['runs'])} of {result['planned_runs']} planned runs not made "
+                "(out of time): rerun the command to resume from the journal.**", ""]
+               if result.get("planned_runs", 0) > len(result["runs"]) else []),
              f"Command: `{command}`", "",
              "Method: harness.check.sequential. Every case advances in rounds to the same growing fraction of "
              "its plan (1/1000, then ×1.15); after every chunk the e-processes are updated; a run stops at the "
@@ -238,8 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant-seeds", type=int, default=3)
     parser.add_argument("--power-seeds", type=int, default=20)
     parser.add_argument("--below-resolution-seeds", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default="results/sequential")
+    add_runner_arguments(parser, local_workers=2)
     args = parser.parse_args(argv)
     if not (args.calibrate or args.power):
         parser.error("give --calibrate and/or --power")
@@ -252,15 +264,22 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     started, runs = time.perf_counter(), []
+    executor, stop = runner_from_arguments(args)
+    journal = Journal(Path(args.out) / "journal.jsonl", fresh=args.fresh)
+    workers = args.workers or args.local_workers
     for purpose in ("power", "calibrate"):  # power first (short); the report is rewritten after each phase
         phase = [t for t in task_list if t.purpose == purpose]
         if phase:
-            runs += run_study(phase, args.workers)
+            runs += run_study(phase, executor, journal=journal, stop=stop)
             result = {"runs": runs, "summary": summarise(runs), "seconds": time.perf_counter() - started,
-                      "workers": args.workers, "calibration_tv": calibration_tv,
-                      "load_before": load_before}
+                      "workers": workers, "calibration_tv": calibration_tv,
+                      "load_before": load_before, "planned_runs": len(task_list)}
             path = write_report(result, args.out, command)
     print(f"wrote {path}")
+    if len(runs) < len(task_list):
+        print(f"{len(task_list) - len(runs)} of {len(task_list)} planned runs not made (out of time); "
+              "rerun the command to resume", file=sys.stderr)
+        return 1
     summary = result["summary"]
     return 0 if not power_ok(summary["power"]) and not calibration_ok(summary["calibration"]) else 1
 

@@ -237,3 +237,28 @@ def test_input_dtypes_keep_the_verdict(dtype):
     ok = run_sampler_check(LosslessRule(scales=(0.7,)), dtype=kind, seed=12, **PLAN)
     assert ok.verdict == "pass", [t.name for t in ok.tests if t.reject]
     assert run_sampler_check(LosslessRule(slip="draft_row"), dtype=kind, seed=12, **PLAN).verdict == "fail"
+
+
+# ---------------------------------------------------------------- the engine source (over HTTP)
+
+ENGINE_MODES = {"fixed-n": {"samples": 400}, "fixed-n-no-early-stop": {"samples": 401, "stop_on_fail": False}}
+
+
+def _engine(rule: LosslessRule, mode: str, seed: int):
+    """The rule as the verify step of the reference's loop, served by `specdec serve` and checked over HTTP."""
+    from harness.pairs import get_pair
+    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.serve import serving
+
+    with serving(as_generate(rule), get_pair("toy")) as server:
+        return run_engine_check(EngineConfig(endpoint=server.url, pair="toy", seed=seed, **ENGINE_MODES[mode]))
+
+
+@pytest.mark.parametrize("mode", sorted(ENGINE_MODES))
+def test_the_engine_source_passes_a_lossless_rule_and_fails_a_slip_in_every_mode(mode):
+    ok = _engine(LosslessRule(scales=(0.5, 0.9), rng="global", order="residual_first"), mode, seed=4)
+    assert ok.verdict == "pass", (mode, [t.name for t in ok.tests if t.reject])
+    assert _declared_equals_emitted(ok), (len(ok.tests), ok.declared_tests)
+    bad = _engine(LosslessRule(slip="target_row"), mode, seed=4)
+    assert bad.verdict == "fail", mode
+    assert mode != "fixed-n-no-early-stop" or _declared_equals_emitted(bad)
