@@ -148,11 +148,16 @@ class GenerationBackend:
 
     def _call_impl(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling, seed: int) -> list[list[int]]:
         from harness.check.generation import accepted_parameters
+        from harness.check.streams import seed_global
 
         missing = sorted(set(sampling.extras) - accepted_parameters(self.impl))
         if missing:
             raise RequestError(f"the served implementation does not take {', '.join(missing)}")
         with self.lock:
+            # A seeded request is reproducible whatever ran before it: torch's global RNG (what an implementation
+            # that ignores its seed draws from) is seeded per call on its own stream of the request seed, never
+            # with the seed itself (harness.check.streams: the implementation must not get its own draws twice).
+            seed_global(seed, "serve")
             # The hook lives only for the call: targets can be shared between pairs (and deep-copied)
             hook = self.pair.target.register_forward_pre_hook(self._count_call)
             try:

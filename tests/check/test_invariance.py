@@ -262,3 +262,15 @@ def test_the_engine_source_passes_a_lossless_rule_and_fails_a_slip_in_every_mode
     bad = _engine(LosslessRule(slip="target_row"), mode, seed=4)
     assert bad.verdict == "fail", mode
     assert mode != "fixed-n-no-early-stop" or _declared_equals_emitted(bad)
+
+
+def test_a_served_verdict_does_not_depend_on_what_ran_before_in_the_process():
+    """`specdec serve` seeds torch's global RNG per call from the request seed (its own stream): a rule drawing
+    from it gives the same statistics for the same seed whatever ran before (it did not, and a campaign's 194th
+    run could not be reproduced alone)."""
+    import torch
+
+    rule = LosslessRule(scales=(0.7,), rng="global")
+    first = [t.p_value for t in _engine(rule, "fixed-n-no-early-stop", seed=11).tests]
+    torch.rand(12_345)
+    assert [t.p_value for t in _engine(rule, "fixed-n-no-early-stop", seed=11).tests] == first
