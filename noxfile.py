@@ -51,6 +51,8 @@ def invariance(session: nox.Session) -> None:
                 "--sources", "sampler,draft_step,tree")
     session.run("specdec", "campaign", "invariance", "--rules", "200", "--sources", "generation",
                 "--out", "results/invariance/generation")
+    session.run("specdec", "campaign", "invariance", "--rules", "200", "--sources", "engine",
+                "--out", "results/invariance/engine")
 
 
 @nox.session(default=False)
