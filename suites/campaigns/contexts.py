@@ -1,10 +1,11 @@
 """The contexts campaign: the context-diverse default plan on the toy pair, measured.
 
     specdec campaign contexts --out results/contexts [--parts mutant,timing,control] [--seeds 20]
-        [--control-seeds 200] [--control-samples N] [--stop-at UNIX_TIME] [--held-lock]
+        [--control-seeds 200] [--control-samples N] [--stop-at UNIX_TIME|HH:MM] [--budget-s S] [--held-lock]
 
-Parts (each with its own journal OUT/PART.json, resumed: seeds already there are not run again, so a part can be
-run in chunks and two parts at once; OUT/campaign.json is their merge):
+Every run is a cell of `harness.executor.run_cells`, journaled in OUT/journal.jsonl: a rerun skips the seeds a part
+already ran, so a part can be run in chunks (`--stop-at` / `--budget-s`: no run starts after them). Each part's
+record is OUT/PART.json, written from the journal; OUT/campaign.json is their merge. Parts:
 - `mutant`: the sampling-path block-boundary mutant (harness.mutants.generation:stale_page_at_block_boundary_sampling)
   at the default plan with the catalogue over `--seeds` seeds (100, 101, …), stopping at the first decided
   cell: detections at the gate;
@@ -32,6 +33,7 @@ import torch
 
 from harness.check.generation import run_generation_check
 from harness.contexts import coverage, plan
+from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.mutants import get
 from harness.pairs import get_pair
 from harness.records import atomic_write_json, provenance
@@ -134,6 +136,23 @@ def load_journal(path: str) -> dict | None:
         return json.load(f)
 
 
+def _migrate(journal: Journal, journals: dict) -> None:
+    """Runs recorded in the per-part JSON files before this campaign ran on `run_cells` enter the cell journal
+    under their keys (once), so a rerun resumes them as before."""
+    have = journal.load()
+    for part, runs_key, prefix in (("mutant", "runs", "mutant"), ("control", "runs", "control"),
+                                   ("engine", "mutant_runs", "engine-mutant"),
+                                   ("engine", "control_runs", "engine-control")):
+        for row in journals[part].get(runs_key, []):
+            if f"{prefix}/{row['seed']}" not in have:
+                journal.append(f"{prefix}/{row['seed']}", row)
+
+
+def _rows(done: dict, prefix: str) -> list[dict]:
+    """The journaled runs under `prefix`, by seed."""
+    return sorted((r for k, r in done.items() if k.rsplit("/", 1)[0] == prefix), key=lambda r: r["seed"])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/contexts")
@@ -142,15 +161,13 @@ def main(argv=None) -> int:
     ap.add_argument("--control-samples", type=int, default=None,
                     help="declared samples per cell of the control runs (default: the default plan). The false-alarm "
                          "rate of exact tests does not depend on n; the JSON records the n used")
-    ap.add_argument("--budget-s", type=float, default=2400.0, help="stop starting control runs after this")
     ap.add_argument("--engine-samples", type=int, default=1100,
                     help="engine part: continuations per cell (1,100: the contexts cell's default plan)")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--exact-only", action="store_true", help="only OUT/exact_tv.json (seconds)")
     ap.add_argument("--held-lock", action="store_true", help="the CPU lock is already held by the caller")
-    ap.add_argument("--stop-at", type=float, default=None,
-                    help="start no run after this Unix time (the JSON says how many ran)")
+    add_runner_arguments(ap, where=False)  # --stop-at / --budget-s: no run starts after them (the JSON says how many ran)
     args = ap.parse_args(argv)
     HELD["lock"] = args.held_lock
     parts = set(filter(None, args.parts.split(",")))
@@ -160,9 +177,7 @@ def main(argv=None) -> int:
         return 2
     if args.skip_timing:
         parts.discard("timing")
-
-    def late() -> bool:
-        return args.stop_at is not None and time.time() > args.stop_at
+    late = deadline(args.stop_at, args.budget_s)
     if args.exact_only:
         os.makedirs(args.out, exist_ok=True)
         tvs = exact_tvs()
@@ -173,17 +188,26 @@ def main(argv=None) -> int:
         return 0
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
-    started = time.monotonic()
     pair = get_pair("toy")
-    # One journal per part (OUT/mutant.json, timing.json, control.json), so that chunks of different parts can run
-    # at once (one per CPU slot) and resume; OUT/campaign.json is their merge, rewritten after every run.
+    # Every run is a cell of run_cells, journaled in OUT/journal.jsonl (a rerun skips the seeds a part already ran);
+    # OUT/PART.json (mutant, timing, control, engine) are the per-part records written from it, and
+    # OUT/campaign.json their merge, rewritten after every run.
     journals = {part: load_journal(f"{args.out}/{part}.json") or {"runs": [], "chunks": []} for part in PARTS}
+    journal = Journal(f"{args.out}/journal.jsonl", fresh=args.fresh)
+    if not args.fresh:
+        _migrate(journal, journals)
     chunk = {"command": "specdec campaign contexts " + " ".join(argv or []),
              "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "load_at_start": _load()}
     for part in parts:
         journals[part]["chunks"].append(chunk)
 
     def save(part: str):
+        done = journal.load()
+        if part in ("mutant", "control"):
+            journals[part]["runs"] = _rows(done, part)
+        if part == "engine":
+            journals["engine"]["mutant_runs"] = _rows(done, "engine-mutant")
+            journals["engine"]["control_runs"] = _rows(done, "engine-control")
         atomic_write_json(f"{args.out}/{part}.json", journals[part])
         merged = {part: load_journal(f"{args.out}/{part}.json") or {"runs": []} for part in PARTS}
         m, c = merged["mutant"]["runs"], merged["control"]["runs"]
@@ -202,19 +226,24 @@ def main(argv=None) -> int:
             "timing": timing, "mutant_runs": m, "control_runs": c,
             "chunks": {part: merged[part].get("chunks", []) for part in PARTS}})
 
+    def cells(prefix: str, first: int, count: int) -> dict[str, tuple]:
+        return {f"{prefix}/{first + s}": (first + s,) for s in range(count)}
+
+    def report(prefix: str, part: str):
+        def progress(done: int, total: int) -> None:
+            if done:
+                save(part)
+                row = _rows(journal.load(), prefix)
+                print(prefix, f"{done}/{total}", "last:", row[-1]["seed"], row[-1]["verdict"], row[-1]["seconds"],
+                      flush=True)
+        return progress
+
     mutant = get(MUTANT).fn
-    with cpu_lock():  # the mutant seeds and the timing pair: one stretch of machine time
-        done = {r["seed"] for r in journals["mutant"]["runs"]}
-        for s in range(args.seeds) if "mutant" in parts else ():
-            if late():
-                break
-            if 100 + s in done:
-                continue
-            row = one_run(mutant, pair, 100 + s, contexts=True, stop_on_fail=True, lock=False)
-            journals["mutant"]["runs"].append(row)
-            save("mutant")
-            print("mutant", 100 + s, row["verdict"], row["seconds"], flush=True)
-        if "timing" in parts and not late():
+    with cpu_lock(), LocalExecutor() as here:  # the mutant seeds and the timing pair: one stretch of machine time
+        if "mutant" in parts:
+            run_cells(here, lambda seed: one_run(mutant, pair, seed, contexts=True, stop_on_fail=True, lock=False),
+                      cells("mutant", 100, args.seeds), journal=journal, stop=late, progress=report("mutant", "mutant"))
+        if "timing" in parts and not late():  # never resumed: the ratio comes from one process
             timing = {"old_plan": one_run(reference_generate, pair, 0, contexts=False, samples=20_000,
                                           stop_on_fail=False, lock=False)}
             timing["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False, lock=False)
@@ -223,35 +252,26 @@ def main(argv=None) -> int:
             save("timing")
             print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in timing.items() if isinstance(v, dict)},
                   timing["ratio_new_over_old"], flush=True)
-    done = {r["seed"] for r in journals["control"]["runs"]}
-    for s in range(args.control_seeds) if "control" in parts else ():
-        if time.monotonic() - started > args.budget_s or late():
-            break
-        if 1000 + s in done:
-            continue
-        row = one_run(reference_generate, pair, 1000 + s, contexts=True, samples=args.control_samples,
-                      stop_on_fail=False)
-        row["declared_samples"] = args.control_samples or "default plan"
-        journals["control"]["runs"].append(row)
-        save("control")
-        print("control", 1000 + s, row["verdict"], row["seconds"], flush=True)
-    if "engine" in parts:  # the same mutant and reference, served by `specdec serve`, checked over HTTP
-        from harness.served.serve import serving
 
-        journal = journals["engine"]
-        for kind, fn, first, count, stop in (("mutant", mutant, 100, args.seeds, True),
-                                             ("control", reference_generate, 1000, args.control_seeds, False)):
-            runs = journal.setdefault(f"{kind}_runs", [])
-            done = {r["seed"] for r in runs}
-            with serving(fn, pair) as server:
-                for s in range(count):
-                    if time.monotonic() - started > args.budget_s or late():
-                        break
-                    if first + s in done:
-                        continue
-                    runs.append(engine_run(server.url, first + s, samples=args.engine_samples, stop_on_fail=stop))
-                    save("engine")
-                    print("engine", kind, first + s, runs[-1]["verdict"], runs[-1]["seconds"], flush=True)
+    def control(seed: int) -> dict:
+        row = one_run(reference_generate, pair, seed, contexts=True, samples=args.control_samples, stop_on_fail=False)
+        return {**row, "declared_samples": args.control_samples or "default plan"}
+
+    with LocalExecutor() as here:
+        if "control" in parts:
+            run_cells(here, control, cells("control", 1000, args.control_seeds), journal=journal, stop=late,
+                      progress=report("control", "control"))
+        if "engine" in parts:  # the same mutant and reference, served by `specdec serve`, checked over HTTP
+            from harness.served.serve import serving
+
+            for kind, fn, first, count, stop_on_fail in (
+                    ("mutant", mutant, 100, args.seeds, True),
+                    ("control", reference_generate, 1000, args.control_seeds, False)):
+                with serving(fn, pair) as server:
+                    run_cells(here, lambda seed, url=server.url, stop=stop_on_fail: engine_run(
+                        url, seed, samples=args.engine_samples, stop_on_fail=stop),
+                        cells(f"engine-{kind}", first, count), journal=journal, stop=late,
+                        progress=report(f"engine-{kind}", "engine"))
     for part in parts:
         save(part)
     print({k: v for k, v in load_journal(f"{args.out}/campaign.json")["summary"].items()})
