@@ -204,7 +204,8 @@ VLLM_REGEX = "[a-z ]+[:=] ?[0-9]+([,;] ?[a-z ]+[:=] ?[0-9]+)*"
 VLLM_PROMPTS = ("Repeat this list exactly, three times: paris: 2100, lyon: 500, nice: 340, paris: 2100, lyon: 500, "
                 "nice: 340",
                 "Write lowercase city names with a number after each, such as 'paris: 2100, lyon: 500'.")
-VLLM_PYTHON = "/work/venvs/vllm/bin/python"  # `nox -s vllm` builds that venv
+# The Python of a venv holding vLLM: $SPECDEC_VLLM_PYTHON, else the one `nox -s vllm` builds (.nox/vllm).
+VLLM_PYTHON = __import__("os").environ.get("SPECDEC_VLLM_PYTHON", ".nox/vllm/bin/python")
 
 
 def vllm_finding(out: Path, samples: int, python: str, sides=("ngram",)) -> dict:
