@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -205,7 +206,7 @@ VLLM_PROMPTS = ("Repeat this list exactly, three times: paris: 2100, lyon: 500, 
                 "nice: 340",
                 "Write lowercase city names with a number after each, such as 'paris: 2100, lyon: 500'.")
 # The Python of a venv holding vLLM: $SPECDEC_VLLM_PYTHON, else the one `nox -s vllm` builds (.nox/vllm).
-VLLM_PYTHON = __import__("os").environ.get("SPECDEC_VLLM_PYTHON", ".nox/vllm/bin/python")
+VLLM_PYTHON = os.environ.get("SPECDEC_VLLM_PYTHON", ".nox/vllm/bin/python")
 
 
 def vllm_finding(out: Path, samples: int, python: str, sides=("ngram",)) -> dict:
