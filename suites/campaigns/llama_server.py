@@ -50,6 +50,13 @@ TOKEN_RUNS = (
 )
 
 
+# The power part (`--power`): the token-law runs that PASS above, again with long continuations, so that each
+# sampling cell's pooled PIT reaches a detectable TV near 0.05 (0.135 at 200 × 4 tokens; TV falls as
+# 1/sqrt(tokens), so ~6,000 scored tokens per cell; the open prompt's sentence often ends on EOS before 16).
+POWER_SAMPLES, POWER_LENGTH = 480, 16
+POWER_RUNS = tuple(r for r in TOKEN_RUNS if r[3] == "llama_cpp" or r[2] == "no-truncation")
+
+
 def _config(url: str, **kw):
     from harness.served.check import EngineConfig
 
@@ -172,6 +179,39 @@ def run(out: Path, quick: bool = False, samples: int | None = None) -> dict:
         record["bench_exit"] = specdec(command)
     record["seconds"] = time.perf_counter() - started
     record["load_at_end"] = os.getloadavg()
+    return record
+
+
+def power(out: Path, samples: int = POWER_SAMPLES, length: int = POWER_LENGTH, settings=("T=1",)) -> dict:
+    """The passing token-law runs at `samples` continuations of `length` tokens per cell (T = 1 by default):
+    verdict, scored tokens, detectable TV and seconds per cell -> OUT/power.json. Responses are kept under
+    OUT/responses, so a stopped run resumes."""
+    from harness.check.generation import parse_setting
+    from harness.served.check import run_engine_check
+    from harness.served.llama_server import NO_TRUNCATION, build_llama_server, llama_server, version
+
+    binary = build_llama_server()
+    record: dict = {"version": version(binary), "samples": samples, "length": length, "prompt": PROMPT,
+                    "settings": list(settings), "load_at_start": os.getloadavg(), "runs": {}}
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with llama_server(draft=True, slots=SLOTS, log_path=str(logs / "power-on.log")) as on, \
+            llama_server(draft=False, slots=SLOTS, log_path=str(logs / "power-off.log")) as off:
+        servers = {"on": on, "off": off}
+        for name, side, extra, order, _ in POWER_RUNS:
+            chosen = tuple(s for t in settings for s in parse_setting(t))
+            t0, load = time.perf_counter(), os.getloadavg()
+            report = run_engine_check(_config(servers[side], samples=samples, length=length, settings=chosen,
+                                              out=str(out / "responses"), processing_order=order,
+                                              extra_body=NO_TRUNCATION if extra else None))
+            d = report.to_dict()
+            tokens = {c["name"]: c.get("tokens") for c in d["cases"]}
+            record["runs"][name] = {**_summary(report), "tokens_per_cell": tokens,
+                                    "wall_seconds": time.perf_counter() - t0, "load_at_start": load}
+            print(f"[llama_server power] {name}: {report.verdict}, detectable TV {report.detectable_tv:.3g} "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    record["seconds"] = time.perf_counter() - started
     return record
 
 
@@ -323,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/findings/llama-server")
     parser.add_argument("--build-only", action="store_true", help="build (or find) llama-server and stop")
     parser.add_argument("--quick", action="store_true", help="a few samples only (a smoke run)")
-    parser.add_argument("--samples", type=int, help=f"continuations per sampling cell (default {SAMPLES})")
+    parser.add_argument("--samples", type=int, help=f"continuations per sampling cell (default {SAMPLES}; "
+                        f"with --power {POWER_SAMPLES})")
+    parser.add_argument("--power", action="store_true", help=f"only the passing token-law runs again at "
+                        f"{POWER_SAMPLES} continuations of {POWER_LENGTH} tokens per cell -> OUT/power.json")
     args = parser.parse_args(argv)
     try:
         if args.build_only:
@@ -332,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
             print(build_llama_server())
             return 0
         out = Path(args.out)
+        if args.power:
+            record = power(out, samples=args.samples or POWER_SAMPLES)
+            record["command"] = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
+            atomic_write_json(out / "power.json", json.loads(json.dumps(record, default=str)))
+            return 0 if all(r["verdict"] == "pass" for r in record["runs"].values()) else 1
         record = run(out, quick=args.quick, samples=args.samples)
         atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
         command = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
