@@ -170,3 +170,33 @@ def test_a_constraint_is_never_dropped_silently():
         with pytest.raises(HarnessError, match="does not translate"):
             client.post("/v1/completions", {"model": "m", "prompt": [1], "n": 1, "max_tokens": 2, "seed": 0, field: value})
     assert not [path for path, _ in sent if path == "/completion"]
+
+
+def test_the_llama_server_build_is_portable_not_native(tmp_path, monkeypatch):
+    """A GGML_NATIVE build died with SIGILL in its quantized kernels on a VM whose CPU reports AMX: the build
+    asks for ggml's portable x86 set, into a build folder that an older native build does not occupy."""
+    from harness.served import llama_server as ls
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.delenv(ls.BINARY_ENV, raising=False)
+    root = ls.cache_root()
+    (root / "llama.cpp").mkdir(parents=True)
+    (root / "llama.cpp" / "CMakeLists.txt").write_text("")
+    (root / f"llama_cpp_python-{ls.LLAMA_CPP_PYTHON}.tar.gz").write_text("")
+    old = root / "llama.cpp" / "build" / "bin"
+    old.mkdir(parents=True)
+    (old / "llama-server").write_text("")  # a native build from before: not reused
+    assert ls.find_binary() is None
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if "--build" in cmd:
+            binary = root / "llama.cpp" / ls.BUILD_DIR / "bin" / "llama-server"
+            binary.parent.mkdir(parents=True)
+            binary.write_text("")
+
+    monkeypatch.setattr(ls.subprocess, "run", fake_run)
+    assert ls.build_llama_server() == root / "llama.cpp" / ls.BUILD_DIR / "bin" / "llama-server"
+    configure = next(c for c in calls if "-S" in c)
+    assert "-DGGML_NATIVE=OFF" in configure and "-DGGML_NATIVE=ON" not in configure
