@@ -101,3 +101,29 @@ def test_verify_dtype_flag_runs_greedy_in_bf16(capsys):
     code = main(["verify", "--impl", "specdec_ref.adapters:generate", "--level", "generation", "--pair", "toy",
                  "--dtype", "bfloat16", "--samples", "300"])
     assert code == 0, capsys.readouterr().out
+
+
+def test_a_token_just_outside_a_truncation_cut_is_numerics_not_an_impossible_token():
+    """llama-server with speculation off, against the float64 target at 480 × 16 tokens: 2 of ~6,000 tokens lay
+    just outside llama.cpp's top-k / top-p / min-p cut as the float64 logits place it, and pit_support failed a
+    correct engine. A token within the greedy check's numerics margin of the cut is scored under the relaxed
+    law; one farther out stays impossible."""
+    import numpy as np
+    import torch
+
+    from harness.check.generation import NEAR_TIE, SupportCount, _support_message, relax_boundary_tokens
+    from harness.check.generation import Setting as S
+    from specdec_ref.processing import process
+
+    setting = S(1.0, top_k=2)
+    margin = NEAR_TIE * 5.0  # the largest |logit| below is 5
+    logits = torch.tensor([[[5.0, 3.0, 3.0 - margin / 2, 0.0], [5.0, 3.0, 3.0 - margin / 2, 0.0]]], dtype=torch.float64)
+    tokens = torch.tensor([[2, 3]])  # token 2: half a margin below the 2nd best; token 3: far below it
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    probs = process(logits, setting, None)[mask].numpy()
+    y = tokens[mask].numpy()
+    p_y = probs[np.arange(2), y]
+    assert (p_y == 0).all()
+    _, relaxed_p_y, boundary = relax_boundary_tokens(logits, tokens, mask, setting, None, "standard", probs, y, p_y)
+    assert boundary == 1 and relaxed_p_y[0] > 0 and relaxed_p_y[1] == 0
+    assert "1 tokens just outside a truncation cut" in _support_message(SupportCount(1, 1))
