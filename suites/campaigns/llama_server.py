@@ -215,6 +215,29 @@ def power(out: Path, samples: int = POWER_SAMPLES, length: int = POWER_LENGTH, s
     return record
 
 
+POWER_LINK = ("\n## Power: the passing runs at {samples} × {length} tokens per cell\n\n"
+              "[power.md](power.md) (`specdec campaign llama_server --power`).\n")
+
+
+def power_md(record: dict) -> str:
+    """power.md: the passing token-law runs again with long continuations, one row per run."""
+    lines = ["# llama-server: the passing token-law runs with long continuations", "",
+             f"Command: `{record.get('command', 'specdec campaign llama_server --power')}` "
+             f"({record['seconds'] / 60:.1f} min on a shared 2-core machine; load average "
+             f"{' / '.join(f'{x:.2f}' for x in record['load_at_start'])} at the start). Binary: `{record['version']}`.",
+             "", f"Prompt `{record['prompt']}`, {record['samples']} continuations of up to {record['length']} tokens per "
+             f"cell, settings {', '.join(record['settings'])}, ground truth the local float64 target. Detectable TV: "
+             "the pooled PIT's at power 0.99 (the run's headline).", "",
+             "| run | verdict | samples | detectable TV | smallest p | gating tests | seconds (load at start) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in record["runs"].items():
+        min_p = min((c["min_p"] for c in r["cells"] if c.get("min_p") is not None), default=None)
+        lines.append(f"| {name} | **{r['verdict'].upper()}** | {r['samples']} | {r['detectable_tv']:.4f} | "
+                     f"{'-' if min_p is None else f'{min_p:.3g}'} | {r['tests']} | {r['wall_seconds']:.0f} "
+                     f"({r['load_at_start'][0]:.2f}) |")
+    return "\n".join(lines) + "\n"
+
+
 def findings(record: dict) -> list[str]:
     """The headline statements, each computed from the record (none is written unless its numbers say so)."""
     checks, out = record["checks"], []
@@ -379,11 +402,20 @@ def main(argv: list[str] | None = None) -> int:
             record = power(out, samples=args.samples or POWER_SAMPLES)
             record["command"] = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
             atomic_write_json(out / "power.json", json.loads(json.dumps(record, default=str)))
+            atomic_write_text(out / "power.md", power_md(record))
+            readme = out / "README.md"
+            link = POWER_LINK.format(samples=record["samples"], length=record["length"])
+            if readme.exists() and link not in readme.read_text():
+                atomic_write_text(readme, readme.read_text() + link)
             return 0 if all(r["verdict"] == "pass" for r in record["runs"].values()) else 1
         record = run(out, quick=args.quick, samples=args.samples)
         atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
         command = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
-        atomic_write_text(out / "README.md", report_md(record, command.strip()))
+        text = report_md(record, command.strip())
+        if (out / "power.json").exists():  # the --power part's record stays linked
+            kept = json.loads((out / "power.json").read_text())
+            text += POWER_LINK.format(samples=kept["samples"], length=kept["length"])
+        atomic_write_text(out / "README.md", text)
         print(f"wrote {out / 'README.md'}: " + ", ".join(f"{k} {v['verdict']}" for k, v in record["checks"].items()))
         return 0
     except HarnessError as exc:

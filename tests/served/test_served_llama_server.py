@@ -200,3 +200,14 @@ def test_the_llama_server_build_is_portable_not_native(tmp_path, monkeypatch):
     assert ls.build_llama_server() == root / "llama.cpp" / ls.BUILD_DIR / "bin" / "llama-server"
     configure = next(c for c in calls if "-S" in c)
     assert "-DGGML_NATIVE=OFF" in configure and "-DGGML_NATIVE=ON" not in configure
+
+
+def test_power_report_has_one_row_per_run_with_its_verdict_and_tv():
+    from suites.campaigns.llama_server import power_md
+
+    record = {"command": "specdec campaign llama_server --power", "seconds": 60.0, "load_at_start": [1.0, 1.0, 1.0],
+              "version": "v", "prompt": "p", "samples": 480, "length": 16, "settings": ["T=1"],
+              "runs": {"on": {"verdict": "fail", "samples": 480, "detectable_tv": 0.0446, "tests": 20,
+                              "wall_seconds": 5.0, "load_at_start": [1.0], "cells": [{"min_p": 0.0}]}}}
+    text = power_md(record)
+    assert "| on | **FAIL** | 480 | 0.0446 | 0 | 20 | 5 (1.00) |" in text
