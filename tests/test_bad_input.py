@@ -187,6 +187,9 @@ KINDS = [
                                                      "--matrix-out", str(_a_file(t))), 2, "cell journal"),
     ("scheduler-without-vary", lambda t: _verify("specdec_ref.adapters:verify", *FAST, "--workers", "2"), 2,
      "go with --vary"),
+    ("campaign-stop-at-bad", lambda t: ["campaign", "tree", "--stop-at", "noon", "--out", str(t)], 2, "--stop-at"),
+    ("campaign-stop-at-hour-25", lambda t: ["campaign", "invariance", "--stop-at", "25:00", "--out", str(t)], 2,
+     "--stop-at"),
 ]
 
 

@@ -201,8 +201,8 @@ def main(argv=None) -> int:
     for part in parts:
         journals[part]["chunks"].append(chunk)
 
-    def save(part: str):
-        done = journal.load()
+    def save(part: str, done: dict | None = None):
+        done = journal.load() if done is None else done
         if part in ("mutant", "control"):
             journals[part]["runs"] = _rows(done, part)
         if part == "engine":
@@ -232,8 +232,9 @@ def main(argv=None) -> int:
     def report(prefix: str, part: str):
         def progress(done: int, total: int) -> None:
             if done:
-                save(part)
-                row = _rows(journal.load(), prefix)
+                records = journal.load()  # read once per finished run: the record and the printed line
+                save(part, records)
+                row = _rows(records, prefix)
                 print(prefix, f"{done}/{total}", "last:", row[-1]["seed"], row[-1]["verdict"], row[-1]["seconds"],
                       flush=True)
         return progress

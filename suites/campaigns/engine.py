@@ -46,17 +46,14 @@ def engine_run(url: str, seed: int, pair: str, samples: int, stop_on_fail: bool,
             "seconds": time.perf_counter() - started}
 
 
-RUNNER: dict = {"journal": None, "stop": None}  # main() sets the journal (OUT/journal.jsonl) and the deadline
-
-
-def _runs(url: str, seeds, *, name: str, pair: str, samples: int, stop_on_fail: bool, **extra) -> list[dict]:
+def _runs(url: str, seeds, *, name: str, pair: str, samples: int, stop_on_fail: bool, journal=None, stop=None,
+          **extra) -> list[dict]:
     """The seeds of one row as cells of `run_cells` (in this process: the server is this process's), journaled
     under the row's name, ground truth, seed and size (the server's port is not part of the key)."""
     gt = extra.get("ground_truth", "local")
     cells = {f"{name}/{gt}/{pair}/{samples}/{seed}": (url, seed, pair, samples, stop_on_fail, extra) for seed in seeds}
-    stop = RUNNER["stop"]
     with LocalExecutor() as ex:
-        done = run_cells(ex, engine_run, cells, journal=RUNNER["journal"], stop=stop)
+        done = run_cells(ex, engine_run, cells, journal=journal, stop=stop)
     return [done[k] for k in cells if k in done]
 
 
@@ -76,8 +73,9 @@ def _summary(name: str, kind: str, ground_truth: str, rows: list[dict]) -> dict:
 
 
 def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, other_samples: int,
-              mutant_samples: int, on_row=None) -> dict:
-    """All rows; `on_row(partial result)` after each (so an interrupted calibration still leaves its rows)."""
+              mutant_samples: int, on_row=None, journal=None, stop=None) -> dict:
+    """All rows; `on_row(partial result)` after each (so an interrupted calibration still leaves its rows).
+    `journal` / `stop`: the cell runner's journal (a rerun resumes) and deadline, for every row's runs."""
     from harness.mutants.registry import implementations
     from harness.served.probe import probe
     from specdec_ref.adapters import generate
@@ -95,11 +93,13 @@ def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, oth
                 "provenance": provenance(seed=0, device="cpu", dtype="float32")}
 
     rows.on_append = lambda: on_row and on_row(result())
+    runner = {"journal": journal, "stop": stop}
     # Order: what the gate rests on first (an interrupted run keeps every finished row).
     with serving(generate, get_pair(PAIR)) as ref:
         probe_info.update(probe(ref.url))
         rows.append(_summary("reference_generate", "control", "local",
-                             _runs(ref.url, range(seeds), name="reference_generate", pair=PAIR, samples=samples, stop_on_fail=False)))
+                             _runs(ref.url, range(seeds), name="reference_generate", pair=PAIR, samples=samples, stop_on_fail=False,
+                                   **runner)))
     for impl in implementations(kind="mutant", level="generation"):
         if hasattr(impl.fn, "settings"):  # needs sampling parameters (min_p, penalties, ...) in the request:
             skipped.append(impl.name)     # the engine level does not send them yet, so it would be blind
@@ -107,14 +107,15 @@ def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, oth
         pair = impl.pair or PAIR
         with serving(impl.fn, get_pair(pair)) as s:
             rows.append(_summary(impl.name, "mutant", "local", _runs(
-                s.url, range(1000, 1000 + mutant_seeds), name=impl.name, pair=pair, samples=mutant_samples, stop_on_fail=True)) | {
+                s.url, range(1000, 1000 + mutant_seeds), name=impl.name, pair=pair, samples=mutant_samples, stop_on_fail=True,
+                **runner)) | {
                 "pair": pair, "models": impl.models})
     with serving(generate, get_pair(PAIR)) as ref, \
             serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs") as off:
         for gt in ("score", "two-sample"):
             rows.append(_summary("reference_generate", "control", gt, _runs(
                 ref.url, range(other_seeds), name="reference_generate", pair=PAIR, samples=other_samples, stop_on_fail=False, ground_truth=gt,
-                reference_endpoint=off.url)))
+                reference_endpoint=off.url, **runner)))
     return result()
 
 
@@ -184,8 +185,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    RUNNER["journal"] = Journal(out / "journal.jsonl", fresh=args.fresh)  # every run kept: a rerun resumes
-    RUNNER["stop"] = deadline(args.stop_at, args.budget_s)
     command = "specdec campaign engine " + " ".join(argv if argv is not None else sys.argv[1:])
 
     def write(result: dict, final: bool = False) -> None:
@@ -196,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         (out / "report.md").write_text(text, encoding="utf-8")
 
     result = calibrate(args.seeds, args.mutant_seeds, args.other_seeds, args.samples, args.other_samples,
-                       args.mutant_samples, on_row=write)
+                       args.mutant_samples, on_row=write,
+                       journal=Journal(out / "journal.jsonl", fresh=args.fresh),  # every run kept: a rerun resumes
+                       stop=deadline(args.stop_at, args.budget_s))
     write(result, final=True)
     (out / "probe-serve.json").write_text(json.dumps(result["probe"], indent=2) + "\n", encoding="utf-8")
     for r in result["rows"]:

@@ -15,6 +15,7 @@ from harness.executor import (
     Journal,
     LocalExecutor,
     add_runner_arguments,
+    deadline,
     run_cells,
     runner_from_arguments,
 )
@@ -59,8 +60,6 @@ def run_tree_campaign(*, mutant_seeds: int = 20, control_seeds: int = 200, contr
     runs, no early stop). With `time_budget_s` (or `stop`), no run starts once it says so (the runs made are
     what is reported). Returns {"rows": [...], "config": {...}}: per entry the runs, failures at the gate, and
     each run's family p (smallest Holm-adjusted p-value)."""
-    from harness.executor import deadline
-
     names = names or [i.name for i in implementations(level="tree")]
     impls = [get(n) for n in names]
     cells = tree_cells(names, mutant_seeds=mutant_seeds, control_seeds=control_seeds, control_rows=control_rows,
