@@ -572,7 +572,11 @@ def run_generation_check(impl: Callable, pair: ModelPair, config: CheckConfig | 
 STEP_BANDS = ((0, 1), (1, 4), (4, 16), (16, None))  # generated-token index j: first step, early, middle, late
 PROMPT_ROWS = {True: 20_000, False: 200}  # default rows of a prompt cell without contexts (V <= 64 or not)
 PROMPT_ROWS_WITH_CONTEXTS = {True: 2_000, False: 200}  # ... when contexts cells carry the pooled headline
-CONTEXT_ROWS = {True: 1_100, False: 200}  # default rows of a contexts cell (spread round-robin over its contexts)
+# Default rows of a contexts cell (spread round-robin over its contexts). A real pair's 410 rows of 16 new tokens
+# (~6,500 tokens; EOS ends a few rows early) put the pooled PIT's detectable TV just under 0.05 (measured on SmolLM2:
+# 7,022 tokens gave 0.047, 6,362 gave 0.0503; results/contexts/README.md); the toy pairs' 1,100 rows of 40 tokens at
+# about 0.02.
+CONTEXT_ROWS = {True: 1_100, False: 410}
 GREEDY_CONTEXTS = 4  # greedy/contexts: one context per prompt length, the longest lengths first
 
 
@@ -868,6 +872,7 @@ class GenerationSource(TrialSource):
                 cells.append(Cell("greedy/contexts", [GREEDY_EQUALITY, GREEDY_NUMERICS], picked, math.nan,
                                   {"prompts": len(picked), "max_new_tokens": self.context_length}))
         checks = [JOINT_LAW, PIT, CONVENTIONS] if self.enumerate else [PIT, CONVENTIONS]
+        self.prompts_in_contexts = self._prompts_in_contexts(contexts)
         prompt_rows = (PROMPT_ROWS_WITH_CONTEXTS if contexts else PROMPT_ROWS)[self.enumerate]
         for setting in sampling:  # per setting: the contexts cell (the headline) first, then the prompt cells
             if contexts:
@@ -883,6 +888,8 @@ class GenerationSource(TrialSource):
                                    "block_sizes": list(data.block_sizes),
                                    "default_rows": CONTEXT_ROWS[self.enumerate]}))
             for i, prompt in enumerate(self.prompts):
+                if i in self.prompts_in_contexts:
+                    continue
                 cells.append(Cell(f"{setting.label}/prompt{i}", list(checks) + checks_for(setting),
                                   SamplingCell(prompt, i, setting),
                                   math.nan, {"_source": self, "length": self.length, "gamma": config.gamma,
@@ -891,13 +898,24 @@ class GenerationSource(TrialSource):
                                              **({"headline": False} if contexts else {})}))
         return cells
 
+    def _prompts_in_contexts(self, contexts) -> set[int]:
+        """Prompt cells a contexts cell already samples: on a pair without the exact joint law, a prompt that is
+        one of the catalogue's contexts adds only a PIT slice of the contexts cell's own test (its rows are
+        better spent on the pooled headline), so it gets no cell of its own. A toy pair's prompt cells stay:
+        they carry the exact joint law."""
+        if self.enumerate or not contexts:
+            return set()
+        tokens = {tuple(c.tokens) for c in contexts}
+        return {i for i, p in enumerate(self.prompts) if tuple(p) in tokens}
+
     def planned_samples(self, config: CheckConfig) -> int:
         """Sampled rows the plan will draw (the progress bar's total)."""
         sampling = sum(s.temperature > 0 for s in self.settings)
         contexts = bool((self.contexts or {}).get("contexts"))
+        prompts = len(self.prompts) - len(self._prompts_in_contexts((self.contexts or {}).get("contexts")))
         if config.samples:
-            return config.samples * sampling * (len(self.prompts) + contexts)
-        rows = (PROMPT_ROWS_WITH_CONTEXTS if contexts else PROMPT_ROWS)[self.enumerate] * len(self.prompts)
+            return config.samples * sampling * (prompts + contexts)
+        rows = (PROMPT_ROWS_WITH_CONTEXTS if contexts else PROMPT_ROWS)[self.enumerate] * prompts
         return sampling * (rows + contexts * CONTEXT_ROWS[self.enumerate])
 
     def extend(self, trials, more):
@@ -995,6 +1013,10 @@ class GenerationSource(TrialSource):
         if self.order != "standard":
             report.notes.append(f"ground truth: the target processed under the declared convention {self.order!r} "
                                 "(--processing-order), not the documented order")
+        folded = sorted(getattr(self, "prompts_in_contexts", ()))
+        if folded:
+            report.notes.append(f"prompt{'s' if len(folded) > 1 else ''} {', '.join(map(str, folded))}: no prompt cell "
+                                "of its own; each is one of the catalogue's contexts, sampled in the contexts cells")
         if self.skipped:
             report.cases.append({"name": "skipped_settings", "settings": self.skipped})
             report.notes.append("skipped settings (the implementation does not accept these parameters): " + "; ".join(

@@ -14,6 +14,9 @@ record is OUT/PART.json, written from the journal; OUT/campaign.json is their me
   generate(), timed in one process with the load average beside them (run it under `heavy --exclusive`);
 - `engine`: the mutant (`--seeds`) and the reference (`--control-seeds`) served by `specdec serve` and checked
   over HTTP (`specdec verify --level engine --pair toy --contexts catalogue`), `--engine-samples` per cell;
+- `demo` (opt-in: name it in --parts; needs the embedded SmolLM2 pair): the demo's generation level, its old plan
+  (two prompts, default settings, 480 samples of 4 new tokens) and its plan now (the catalogue, one sampling
+  setting, 16 new tokens), timed one after the other in one process -> OUT/demo.json;
 - `control`: the reference over up to `--control-seeds` seeds (1000, 1001, …): false alarms at the gate, at the
   default plan or at `--control-samples N` per cell (the same battery: the false-alarm rate of exact tests does
   not depend on n; each row records the n it ran at).
@@ -106,6 +109,7 @@ def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
 
 
 PARTS = ("mutant", "timing", "control", "engine")
+OPT_IN_PARTS = ("demo",)  # named in --parts only: needs the embedded SmolLM2 pair
 
 
 def engine_run(url: str, seed: int, *, samples: int, stop_on_fail: bool) -> dict:
@@ -124,6 +128,38 @@ def engine_run(url: str, seed: int, *, samples: int, stop_on_fail: bool) -> dict
             "declared_samples": samples, "detectable_tv": report.detectable_tv,
             "detectable_tv_per_family": families, "rejected": [t.name for t in report.tests if t.reject][:6],
             "declared_tests": report.declared_tests}
+
+
+def demo_timing(threads: int = 2) -> dict:
+    """The demo's generation level on the embedded SmolLM2 pair, its old plan and its plan now, one after the other in
+    this process (the pair loaded once, before either clock starts): seconds, the headline detectable TV, the
+    contexts cell's TV per family. Never resumed: the ratio comes from one process."""
+    from harness.check.api import run_verify
+    from harness.models.smollm2 import smollm2_available
+    from suites.campaigns.demo import OLD_DEMO_PLAN, demo_generation_config
+
+    ok, why = smollm2_available()
+    if not ok:
+        raise SystemExit(f"specdec campaign contexts --parts demo: the embedded SmolLM2 pair is not installed ({why})")
+    torch.set_num_threads(threads)
+    get_pair("smollm2")  # load (and cache) the pair outside both clocks
+    record: dict = {"pair": "smollm2", "threads": threads, "provenance": provenance(seed=0, device="cpu")}
+    raw: dict = {}
+    for name, override in (("old_plan", OLD_DEMO_PLAN), ("new_plan", {})):
+        config = demo_generation_config("smollm2", **override)
+        load_before, started = _load(), time.perf_counter()
+        report = run_verify(config)
+        raw[name] = time.perf_counter() - started
+        record[name] = {
+            "plan": {k: getattr(config, k) for k in ("samples", "length", "contexts", "settings", "score_dtype")},
+            "verdict": report.verdict, "seconds": round(raw[name], 1),
+            "load_before": load_before, "load_after": _load(), "samples": report.samples,
+            "detectable_tv": report.detectable_tv, "declared_tests": report.declared_tests,
+            "tokens": {c["name"]: c["tokens"] for c in report.cases if "tokens" in c},
+            "detectable_tv_per_family": {c["name"]: c["detectable_tv_per_family"] for c in report.cases
+                                         if "detectable_tv_per_family" in c}}
+    record["ratio_new_over_old"] = round(raw["new_plan"] / raw["old_plan"], 3)
+    return record
 
 
 def load_journal(path: str) -> dict | None:
@@ -171,8 +207,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     HELD["lock"] = args.held_lock
     parts = set(filter(None, args.parts.split(",")))
-    if parts - set(PARTS):
-        print(f"specdec campaign contexts: unknown --parts {sorted(parts - set(PARTS))}; valid: {', '.join(PARTS)}",
+    if parts - set(PARTS) - set(OPT_IN_PARTS):
+        print(f"specdec campaign contexts: unknown --parts {sorted(parts - set(PARTS) - set(OPT_IN_PARTS))}; valid: "
+              f"{', '.join(PARTS + OPT_IN_PARTS)}",
               file=__import__("sys").stderr)
         return 2
     if args.skip_timing:
@@ -186,8 +223,17 @@ def main(argv=None) -> int:
             print(f"{name:40s} {row['pair']:8s} {row['setting']:28s} exact TV "
                   + ", ".join(f"{t:.4f}" for t in row["tv_per_prompt"]))
         return 0
-    torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
+    if "demo" in parts:
+        with cpu_lock():
+            record = demo_timing()
+        atomic_write_json(f"{args.out}/demo.json", record)
+        print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in record.items() if isinstance(v, dict)
+               and "seconds" in v}, record["ratio_new_over_old"], flush=True)
+        parts.discard("demo")
+        if not parts:
+            return 0 if all(record[k]["verdict"] == "pass" for k in ("old_plan", "new_plan")) else 1
+    torch.set_num_threads(1)
     pair = get_pair("toy")
     # Every run is a cell of run_cells, journaled in OUT/journal.jsonl (a rerun skips the seeds a part already ran);
     # OUT/PART.json (mutant, timing, control, engine) are the per-part records written from it, and

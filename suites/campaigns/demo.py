@@ -23,8 +23,14 @@ from harness.check.api import run_verify
 from harness.check.config import CheckConfig
 from harness.records import atomic_write_json, atomic_write_text, provenance
 
-DEMO_REAL_SAMPLES = 480  # per sampling cell on the real pair (4 cells: 2 settings x 2 prompts)
-DEMO_REAL_LENGTH = 4  # new tokens per sample on the real pair
+# The real pair's generation plan: greedy equality, and one sampling setting (temperature and nucleus truncation,
+# where processing bugs show) over the context catalogue (suites/catalogues/contexts.py: chat, code and summarize
+# prompts and the model's own resampled text, prompt lengths 32-145) at 16 new tokens per sample, the contexts
+# cell's default plan: the pooled PIT detects TV <= 0.05 in the time the old plan (two settings x two prompts x 480
+# samples of 4 new tokens, pooled TV 0.089) took. `specdec campaign contexts --parts demo` times both in one process.
+DEMO_REAL_SETTINGS = ("T=0", "T=0.7,top_p=0.9")
+DEMO_REAL_LENGTH = 16  # new tokens per sample on the real pair
+OLD_DEMO_PLAN = {"samples": 480, "length": 4, "contexts": "none", "settings": None}  # the plan before, default settings (the timing)
 
 
 @dataclasses.dataclass
@@ -62,6 +68,19 @@ def demo_bench_config(pair: str, out: Path, *, quick: bool):
                        resume=False)
 
 
+def demo_generation_config(pair: str, *, quick: bool = False, **override) -> CheckConfig:
+    """The demo's generation level. The real pair (a 135M target with an int8 draft of itself: ~60-120 tokens/s on
+    2 CPU cores, compute-bound) is scored against the target in its own float32 (no float64 copy); the toy pair
+    (no real model installed) runs the exact joint law of its two prompts. `override`: e.g. OLD_DEMO_PLAN."""
+    if pair == "toy":
+        return CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
+                           samples=2000 if quick else 20_000, contexts="none", **override)
+    fields = {"samples": 48 if quick else None, "length": DEMO_REAL_LENGTH, "contexts": "catalogue",
+              "settings": list(DEMO_REAL_SETTINGS), **override}
+    return CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair, score_dtype="model",
+                       **fields)
+
+
 def _phase(progress, total, desc: str, unit: str = "rows"):
     """A progress display per phase (`progress` is a harness.progress.Progress-like factory) or nothing."""
     return progress(total, desc, unit=unit) if progress else contextlib.nullcontext()
@@ -78,19 +97,11 @@ def run_demo(out: str | Path = DEFAULT_OUT, *, quick: bool = False, progress=Non
 
     out = Path(out)
     pair, reason = choose_pair()
-    real = pair != "toy"
     config = CheckConfig(impl="specdec_ref.adapters:verify", level="sampler", samples=3000 if quick else None)
     with _phase(progress, planned_rows(config), "demo 1/3: verify sampler") as bar:
         sampler = run_verify(config, progress=bar)
     atomic_write_json(out / "verify_sampler.json", sampler.to_dict())
-    # The real pair: a 135M target with an int8 draft of itself generates ~65-90 tokens/s on 2 CPU cores even
-    # batched (compute-bound), so the demo buys samples with short continuations: 480 per cell of 4 new
-    # tokens at γ = 3 (most rows take two speculative steps, so the KV caches are cropped and reused),
-    # scored against the target in its own float32 (no float64 copy). Measured: the README's timings.
-    config = CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
-                         samples=(48 if quick else DEMO_REAL_SAMPLES) if real else (2000 if quick else 20_000),
-                         length=DEMO_REAL_LENGTH if real else None, score_dtype="model" if real else "float64",
-                         contexts="none")  # the demo's measured plan; the context catalogue is not yet timed on it
+    config = demo_generation_config(pair, quick=quick)
     with _phase(progress, None, "demo 2/3: verify generation", "samples") as bar:
         generation = run_verify(config, progress=bar)
     atomic_write_json(out / "verify_generation.json", generation.to_dict())

@@ -214,3 +214,30 @@ def test_contexts_campaign_resumes_per_part_and_merges(tmp_path, monkeypatch, ca
     assert len(merged["chunks"]["control"]) == 2 and len(merged["chunks"]["mutant"]) == 1
     assert campaign.main(base + ["--parts", "controls"]) == 2
     assert "valid: mutant, timing, control" in capsys.readouterr().err
+
+
+def test_a_prompt_among_the_contexts_gets_no_prompt_cell_without_the_exact_law(pair):
+    """On a pair without the exact joint law, a prompt that is one of the catalogue's contexts is sampled in the
+    contexts cell only (its own cell would be a PIT slice of the same test); a toy pair keeps its prompt cells, which
+    carry the exact joint law. The planned rows follow the cells."""
+    from harness.check.config import CheckConfig
+    from harness.check.generation import GenerationSource
+    from harness.check.report import CheckReport
+
+    small = _small_plan(pair)
+    contexts = [Context(tuple(pair.prompts[0]), "prompts", "prompts/0"), *small["contexts"]]
+    config = CheckConfig(level="generation", seed=0)
+    names = {}
+    for exact in (True, False):
+        source = GenerationSource(reference_generate, pair, settings=(Setting(0.0), Setting(1.0)),
+                                  contexts={**small, "contexts": contexts})
+        source.enumerate = exact
+        names[exact] = [c.name for c in source.cells(config)]
+        rows = sum(c.summary["default_rows"] for c in source.cells(config) if "default_rows" in c.summary)
+        assert source.planned_samples(config) == rows
+    assert "T=1/prompt0" in names[True] and "T=1/prompt1" in names[True]
+    assert "T=1/prompt0" not in names[False] and "T=1/prompt1" in names[False]  # prompt 1 is not a context
+    assert "T=1/contexts" in names[False] and "greedy" in names[False]  # greedy still runs the prompts
+    report = CheckReport(impl="x", level="generation", false_alarm_rate=1e-3, target_tv=0.05, power=0.99, seed=0)
+    source.finish(report, config)
+    assert any(n.startswith("prompt 0: no prompt cell of its own") for n in report.notes), report.notes

@@ -24,3 +24,33 @@ def test_contexts_campaign_resumes_the_part_journals_and_journals_new_runs(tmp_p
     assert len(json.loads((out / "control.json").read_text())["runs"]) == 2
     summary = json.loads((out / "campaign.json").read_text())["summary"]
     assert summary["control_seeds"] == 2 and summary["control_false_alarms"] == 0
+
+
+def test_demo_part_times_the_old_and_the_new_demo_plan_in_one_process(tmp_path, monkeypatch):
+    """`--parts demo`: the demo's generation level under its old plan, then under its plan now, each through
+    run_verify with the config the demo itself runs (never resumed); the record holds both and their ratio."""
+    import harness.check.api as api
+    import harness.models.smollm2 as smollm2
+    import suites.campaigns.contexts as campaign
+    from harness.check.report import CheckReport
+    from suites.campaigns.demo import OLD_DEMO_PLAN, demo_generation_config
+
+    seen = []
+
+    def fake_verify(config):
+        seen.append(config)
+        return CheckReport(impl="x", level="generation", false_alarm_rate=1e-3, target_tv=0.05, power=0.99, seed=0,
+                           samples=7, cases=[{"name": "c/contexts", "tokens": 70, "detectable_tv_per_family": {"all": 0.04}}])
+
+    monkeypatch.setattr(api, "run_verify", fake_verify)
+    monkeypatch.setattr(smollm2, "smollm2_available", lambda: (True, ""))
+    monkeypatch.setattr(campaign, "get_pair", lambda name: None)
+    assert campaign.main(["--out", str(tmp_path), "--parts", "demo"]) == 0
+    assert seen == [demo_generation_config("smollm2", **OLD_DEMO_PLAN), demo_generation_config("smollm2")]
+    old, new = seen
+    assert (old.contexts, old.length, old.samples, old.settings) == ("none", 4, 480, None)
+    assert new.contexts == "catalogue" and new.length == 16 and new.samples is None
+    assert sum(not s.startswith("T=0,") and s != "T=0" for s in new.settings) == 1  # one sampling setting
+    record = json.loads((tmp_path / "demo.json").read_text())
+    assert record["old_plan"]["plan"]["contexts"] == "none" and record["new_plan"]["tokens"] == {"c/contexts": 70}
+    assert record["ratio_new_over_old"] > 0 and record["old_plan"]["verdict"] == record["new_plan"]["verdict"] == "pass"
