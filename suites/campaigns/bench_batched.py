@@ -8,6 +8,10 @@ cost of a generation-level check of the reference at ≥ 1,000 samples, measured
   makes exactly `length` tokens), and of the one-row-cache path (`cache="cache"`) on a few rows;
 - a generation-level check of the reference adapter (`run_generation_check`, greedy + two sampling
   settings × two prompts) with `--samples` per sampling cell: wall time, verdict, detectable TV.
+
+The two parts are cells of `harness.executor.run_cells`, the one campaign runner, with no journal
+(`journal=None`): a ratio must come from one run, so this campaign never resumes from an earlier one (always
+fresh); each part is written as soon as it is measured.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 
 import torch
 
+from harness.executor import LocalExecutor, run_cells
 from specdec_ref.generate import speculative_generate
 
 
@@ -147,13 +152,20 @@ def main(argv: list[str] | None = None) -> int:
         result = {"pair": args.pair, "threads": args.threads, "command": command,
                   "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
                   "provenance": provenance(seed=0, dtype=str(pair.target.dtype).removeprefix("torch."))}
+        cells = {}
         if args.rows:
-            result["throughput"] = throughput(pair, rows=args.rows, length=args.length, gamma=args.gamma)
-            _write(result, args.out)  # the throughput part survives a check that is cut short
+            cells["throughput"] = (throughput, {"rows": args.rows, "length": args.length, "gamma": args.gamma})
         if args.samples:
-            result["check"] = generation_check(pair, samples=args.samples, gamma=args.gamma, length=args.length,
-                                               score_dtype=args.score_dtype)
-            _write(result, args.out)
+            cells["check"] = (generation_check, {"samples": args.samples, "gamma": args.gamma, "length": args.length,
+                                                 "score_dtype": args.score_dtype})
+
+        def measure(part: str, fn, kwargs: dict) -> dict:
+            result[part] = fn(pair, **kwargs)
+            _write(result, args.out)  # the throughput part survives a check that is cut short
+            return result[part]
+
+        with LocalExecutor() as here:  # in this process, in order; no journal: never resumed
+            run_cells(here, lambda part: measure(part, *cells[part]), {part: (part,) for part in cells}, journal=None)
     except (HarnessError, ValueError) as exc:
         print(f"batched: error: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,9 @@ and tabulates c, r and α* — the number that decides whether training a draft 
 distill`) can pay off on this machine before anyone spends the CPU time.
 
 Run: `specdec campaign bench_costs --pair smollm2 --out results/bench/costs` (writes report.md + costs.json).
+The timings are cells of `harness.executor.run_cells`, the one campaign runner, with no journal
+(`journal=None`): the ratios c and r must come from one run, so this campaign never resumes from an earlier one
+(always fresh).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 import torch
 
 from harness.bench.theory import expected_tokens_per_call
+from harness.executor import LocalExecutor, run_cells
 from specdec_ref.runners import make_runner
 
 
@@ -63,9 +67,12 @@ def cost_model(target, drafts: dict, prompt: list[int], *, vocab: int, gammas=(1
                repeats: int = 7, alphas: dict | None = None) -> dict:
     """Measured T(k) of the target, c of each draft, r(γ+1) and α* per (draft, γ)."""
     ks = sorted({1, *(g + 1 for g in gammas)})
-    with torch.inference_mode():
-        t = {k: pass_seconds(target, prompt, k, repeats=repeats, vocab=vocab) for k in ks}
-        d = {name: pass_seconds(model, prompt, 1, repeats=repeats, vocab=vocab) for name, model in drafts.items()}
+    cells = {**{f"target/k={k}": (target, k) for k in ks}, **{f"draft/{name}": (model, 1) for name, model in drafts.items()}}
+    with torch.inference_mode(), LocalExecutor() as here:  # in this process, in order; no journal: never resumed
+        done = run_cells(here, lambda model, k: pass_seconds(model, prompt, k, repeats=repeats, vocab=vocab), cells,
+                         journal=None)
+    t = {k: done[f"target/k={k}"] for k in ks}
+    d = {name: done[f"draft/{name}"] for name in drafts}
     rows = []
     for name, seconds in d.items():
         c = seconds / t[1]

@@ -8,6 +8,9 @@ drift in the machine's load favours neither), and records the verdict, the rows 
 the load average. The old commit is checked out into a temporary git worktree (removed afterwards).
 Run it alone (`nice`-free, nothing else heavy on the machine): the ratio of neighbouring runs is the
 measurement; the report states the load average beside every line.
+
+The runs are cells of `harness.executor.run_cells`, the one campaign runner, with no journal (`journal=None`):
+a timing ratio must come from one run, so this campaign never resumes from an earlier one (always fresh).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.executor import LocalExecutor, run_cells
 from harness.records import atomic_write_json, atomic_write_text, provenance
 
 SNIPPET = """
@@ -63,13 +67,18 @@ def main(argv: list[str] | None = None) -> int:
                                capture_output=True, text=True)
         if added.returncode != 0:  # not a git checkout, or no such commit: the run cannot be done (exit 2)
             raise HarnessError(f"--old {args.old}: cannot check it out ({added.stderr.strip().splitlines()[-1:]})")
+
+        def measure(r: int, name: str, checkout: Path) -> dict:
+            run = {"round": r + 1, "which": name, **one_run(checkout)}
+            print(json.dumps(run), flush=True)
+            return run
+
+        cells = {f"round{r + 1}/{name}": (r, name, checkout) for r in range(args.rounds)
+                 for name, checkout in ([("old", old), ("new", ROOT)] if r % 2 == 0 else [("new", ROOT), ("old", old)])}
         try:
-            for r in range(args.rounds):
-                order = [("old", old), ("new", ROOT)] if r % 2 == 0 else [("new", ROOT), ("old", old)]
-                for name, checkout in order:
-                    run = {"round": r + 1, "which": name, **one_run(checkout)}
-                    print(json.dumps(run), flush=True)
-                    runs.append(run)
+            with LocalExecutor() as here:  # one process, one run at a time, in this order: no journal, never resumed
+                done = run_cells(here, measure, cells, journal=None)
+            runs += [done[k] for k in cells]
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], capture_output=True)
     med = {w: statistics.median(x["seconds"] for x in runs if x["which"] == w) for w in ("old", "new")}

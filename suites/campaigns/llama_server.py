@@ -17,7 +17,13 @@ with the embedded Q4_1 GGUF as draft (speculation on) and without it (off). Reco
    convention declared (the control); greedy equality with the local target;
 5. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category.
 
-Every response of 4 is kept under OUT/responses: a run stopped by its time limit resumes there.
+Every measurement (each probe, each logprobs calibration and check, each reproducer, the same-seed
+requests, each token-law run, the bench, each `--power` run) is a cell of `harness.executor.run_cells`, run in
+this process against the servers it holds and journaled in OUT/journal.jsonl: a rerun resumes the cells not yet
+finished and starts a server only for a cell that needs it (`--stop-at` / `--budget-s`: no cell starts after
+them, the README names the cells not run; `--fresh`: every cell again). The README and power.md are written
+from the journal's records. Within a token-law run the responses are kept under OUT/responses, so a run cut
+mid-cell resumes its requests there.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
+from suites.campaigns._servers import Servers, not_run, not_run_lines, plain
 
 # The plan (policy): sized for a shared 2-core machine.
 SAMPLES = 200  # continuations per sampling cell (about 0.7 s each here: 6 cells fit one 20-minute CPU slot)
@@ -122,96 +131,194 @@ def same_seed_identity(on: str, off: str, prompt_ids: list[int], seeds: int = 16
     return {"requests": seeds, "identical": same, "tokens": 16, "setting": "T=1, truncation off"}
 
 
-def run(out: Path, quick: bool = False, samples: int | None = None) -> dict:
-    from harness.check.generation import parse_setting
+APIS = (("llama-server", "raw"), ("llama-server-processed", "processed"))  # logprobs: (api, mode)
+
+
+def _server(out: Path, side: str, log: str):
+    """The start of one server (for `Servers`): llama-server found or built, the draft on (`on`) or not (`off`)."""
+    from harness.served.llama_server import build_llama_server, llama_server
+
+    build_llama_server()
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    return llama_server(draft=side == "on", slots=SLOTS, log_path=str(out / "logs" / f"{log}.log"))
+
+
+def _check(config):
+    """`run_engine_check` (one place, so a test can stand in for the engine)."""
     from harness.served.check import run_engine_check
-    from harness.served.llama_server import NO_TRUNCATION, build_llama_server, llama_server, version
+
+    return run_engine_check(config)
+
+
+def _probe(url: str, api: str) -> dict:
     from harness.served.probe import probe
 
-    started = time.perf_counter()
+    return probe(url, api=api)
+
+
+def _binary() -> dict:
+    from harness.served.llama_server import build_llama_server, version
+
     binary = build_llama_server()
-    samples = samples or (60 if quick else SAMPLES)
-    record: dict = {"binary": str(binary), "version": version(binary), "samples": samples, "length": LENGTH,
-                    "prompt": PROMPT, "slots": SLOTS, "chunk": CHUNK, "concurrency": CONCURRENCY,
-                    "load_at_start": os.getloadavg(), "checks": {}}
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    responses = str(out / "responses")  # every response kept: a rerun resumes (chunks under `heavy`)
-    with llama_server(draft=True, slots=SLOTS, log_path=str(logs / "on.log")) as on, \
-            llama_server(draft=False, slots=SLOTS, log_path=str(logs / "off.log")) as off:
-        servers = {"on": on, "off": off}
-        record["probe"] = {f"{side}/{api}": probe(url, api=api) for side, url in servers.items()
-                           for api in ("openai", "llama-server")}
-        plain = tuple(s for t in ("T=1", "T=0.7") for s in parse_setting(t))
+    return {"binary": str(binary), "version": version(binary)}
 
-        def logprobs(url, api, mode, tol, seed):
-            return run_engine_check(_config(url, api=api, checks=("logprobs",), settings=plain, seed=seed,
-                                            logprobs_samples=4 if quick else LOGPROBS_SAMPLES, length=16,
-                                            logprob_tolerance=tol, extra_body=NO_TRUNCATION, logprobs_mode=mode))
 
-        apis = (("llama-server", "raw"), ("llama-server-processed", "processed"))
-        # the numerics tolerance: the spread of speculation off against the float64 target, on other seeds
-        spread = max(c["max_abs_diff"] for api, mode in apis
-                     for c in logprobs(off, api, mode, math.inf, 1).cases if "max_abs_diff" in c)
-        tol = float(f"{SPREAD_FACTOR * spread:.1g}")
-        record.update(calibration_spread_nats=spread, tolerance_nats=tol)
-        for side, url in (("off", off), ("on", on)):
-            for api, mode in apis:
-                record["checks"][f"logprobs/{mode}/speculation-{side}"] = _summary(logprobs(url, api, mode, tol, 0))
-        from harness.models.smollm2 import load_smollm2
-        from harness.prompts import Prompt, encode_prompts
+def _prompt_ids() -> list[int]:
+    from harness.models.smollm2 import load_smollm2
+    from harness.prompts import Prompt, encode_prompts
 
-        prompt_ids = encode_prompts(load_smollm2()[1], [Prompt("p", "custom", PROMPT)])[0]
-        record["reproducer"] = {side: reproducer(url, prompt_ids) for side, url in servers.items()}
-        record["same_seed_identity"] = same_seed_identity(on, off, prompt_ids, 4 if quick else 16)
-        for name, side, extra, order, texts in TOKEN_RUNS:
-            settings = tuple(s for t in texts for s in parse_setting(t))
-            report = run_engine_check(_config(servers[side], samples=samples, settings=settings, out=responses,
-                                              extra_body=NO_TRUNCATION if extra else None, processing_order=order))
-            record["checks"][f"tokens/{name}"] = _summary(report)
+    return encode_prompts(load_smollm2()[1], [Prompt("p", "custom", PROMPT)])[0]
+
+
+def _logprobs(url: str, api: str, mode: str, tol: float, seed: int, samples: int):
+    from harness.check.generation import parse_setting
+    from harness.served.llama_server import NO_TRUNCATION
+
+    plain = tuple(s for t in ("T=1", "T=0.7") for s in parse_setting(t))
+    return _check(_config(url, api=api, checks=("logprobs",), settings=plain, seed=seed, logprobs_samples=samples,
+                          length=16, logprob_tolerance=tol, extra_body=NO_TRUNCATION, logprobs_mode=mode))
+
+
+def _token_law(url: str, *, samples: int, length: int, texts, extra, order: str, responses: str):
+    from harness.check.generation import parse_setting
+    from harness.served.llama_server import NO_TRUNCATION
+
+    settings = tuple(s for t in texts for s in parse_setting(t))
+    return _check(_config(url, samples=samples, length=length, settings=settings, out=responses,
+                          extra_body=NO_TRUNCATION if extra else None, processing_order=order))
+
+
+def _bench(on: str, off: str, out: Path, quick: bool) -> int:
+    from harness.cli import main as specdec
+
+    command = ["bench", "--endpoint", on + "/v1", "--reference-endpoint", off + "/v1", *BENCH,
+               "--out", str(out), "--run", "bench"]
+    return specdec(command + (["--quick"] if quick else []))
+
+
+def _cell(servers, out: Path, kind: str, *args) -> dict:
+    """One measurement -> {"value": its JSON record, "seconds": its wall time} (the servers it asks for start on
+    first use, outside the timing)."""
+    runs = {r[0]: r for r in TOKEN_RUNS}
+    if kind in ("probe", "calibration", "logprobs", "reproducer"):
+        url = servers[{"calibration": "off"}.get(kind, args[0])]
+    elif kind in ("same-seed", "bench"):
+        on, off = servers["on"], servers["off"]
+    elif kind in ("tokens", "power"):
+        url = servers[runs[args[0]][1]]
+    started, load = time.perf_counter(), os.getloadavg()
+    if kind == "binary":
+        value = _binary()
+    elif kind == "probe":
+        value = _probe(url, args[1])
+    elif kind == "calibration":  # the spread of speculation off against the float64 target, on other seeds
+        api, mode, samples = args
+        value = max(c["max_abs_diff"] for c in _logprobs(url, api, mode, math.inf, 1, samples).cases
+                    if "max_abs_diff" in c)
+    elif kind == "logprobs":
+        _, api, mode, tol, samples = args
+        value = _summary(_logprobs(url, api, mode, tol, 0, samples))
+    elif kind == "reproducer":
+        value = reproducer(url, _prompt_ids())
+    elif kind == "same-seed":
+        value = same_seed_identity(on, off, _prompt_ids(), args[0])
+    elif kind == "bench":
+        value = _bench(on, off, out, args[0])
+    else:  # a token-law run ("tokens") or a long one ("power")
+        name, samples, length, texts = args
+        _, _, extra, order, _ = runs[name]
+        report = _token_law(url, samples=samples, length=length, texts=texts, extra=extra, order=order,
+                            responses=str(out / "responses"))
+        value = _summary(report)
+        if kind == "power":
+            value.update(tokens_per_cell={c["name"]: c.get("tokens") for c in report.to_dict()["cases"]},
+                         wall_seconds=time.perf_counter() - started, load_at_start=load)
+            print(f"[llama_server power] {name}: {report.verdict}, detectable TV {report.detectable_tv:.3g} "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+        else:
             print(f"[llama_server] tokens/{name}: {report.verdict} ({report.seconds:.0f} s)", flush=True)
-        from harness.cli import main as specdec
+    return plain({"value": value, "seconds": time.perf_counter() - started})
 
-        command = ["bench", "--endpoint", on + "/v1", "--reference-endpoint", off + "/v1", *BENCH,
-                   "--out", str(out), "--run", "bench"]
-        if quick:
-            command += ["--quick"]
-        record["bench_exit"] = specdec(command)
-    record["seconds"] = time.perf_counter() - started
+
+def _tolerance(spread: float) -> float:
+    return float(f"{SPREAD_FACTOR * spread:.1g}")
+
+
+def run(out: Path, quick: bool = False, samples: int | None = None, *, journal: Journal | None = None,
+        stop=None) -> dict:
+    """Every measurement of the finding as a cell of `run_cells` (journal: a rerun resumes; stop: no cell starts
+    once it says so); the record (finding.json) is built from the cells' records, `not_run` naming the rest.
+    The logprobs checks run at the tolerance the calibration cells give, so they are planned after them."""
+    samples = samples or (60 if quick else SAMPLES)
+    lp, seeds = 4 if quick else LOGPROBS_SAMPLES, 4 if quick else 16
+    load_at_start = os.getloadavg()
+    first: dict[str, tuple] = {"binary": ("binary",)}
+    first.update({f"probe/{side}/{api}": ("probe", side, api) for side in ("on", "off") for api in ("openai", "llama-server")})
+    first.update({f"calibration/{mode}/n={lp}": ("calibration", api, mode, lp) for api, mode in APIS})
+    with Servers(on=lambda: _server(out, "on", "on"), off=lambda: _server(out, "off", "off")) as servers, \
+            LocalExecutor() as here:  # in this process: the servers are its own
+        measure = lambda *a: _cell(servers, out, *a)  # noqa: E731
+        done = run_cells(here, measure, first, journal=journal, stop=stop)
+        spread = [done[f"calibration/{mode}/n={lp}"]["value"] for _, mode in APIS if f"calibration/{mode}/n={lp}" in done]
+        tol = _tolerance(max(spread)) if len(spread) == len(APIS) else None
+        second: dict[str, tuple] = {}
+        unplanned = []  # the logprobs checks, when the calibration they need was cut short
+        for side in ("off", "on"):
+            for api, mode in APIS:
+                if tol is None:
+                    unplanned.append(f"logprobs/{mode}/speculation-{side}/n={lp}")
+                else:
+                    second[f"logprobs/{mode}/speculation-{side}/n={lp}/tol={tol:g}"] = ("logprobs", side, api, mode, tol, lp)
+        second.update({f"reproducer/{side}": ("reproducer", side) for side in ("on", "off")})
+        second[f"same-seed/n={seeds}"] = ("same-seed", seeds)
+        second.update({f"tokens/{name}/n={samples}/length={LENGTH}": ("tokens", name, samples, LENGTH, texts)
+                       for name, _, _, _, texts in TOKEN_RUNS})
+        second["bench/quick" if quick else "bench"] = ("bench", quick)
+        done.update(run_cells(here, measure, second, journal=journal, stop=stop))
+    value = {k: v["value"] for k, v in done.items()}
+    record: dict = {**value.get("binary", {"binary": None, "version": None}), "samples": samples, "length": LENGTH,
+                    "prompt": PROMPT, "slots": SLOTS, "chunk": CHUNK, "concurrency": CONCURRENCY,
+                    "load_at_start": load_at_start, "checks": {},
+                    "probe": {k.removeprefix("probe/"): v for k, v in value.items() if k.startswith("probe/")}}
+    if tol is not None:
+        record.update(calibration_spread_nats=max(spread), tolerance_nats=tol)
+    for key, cell in second.items():
+        if key in value and cell[0] == "logprobs":
+            record["checks"][f"logprobs/{cell[3]}/speculation-{cell[1]}"] = value[key]
+    if all(f"reproducer/{side}" in value for side in ("on", "off")):
+        record["reproducer"] = {side: value[f"reproducer/{side}"] for side in ("on", "off")}
+    if f"same-seed/n={seeds}" in value:
+        record["same_seed_identity"] = value[f"same-seed/n={seeds}"]
+    for key, cell in second.items():
+        if key in value and cell[0] == "tokens":
+            record["checks"][f"tokens/{cell[1]}"] = value[key]
+    bench = "bench/quick" if quick else "bench"
+    if bench in value:
+        record["bench_exit"] = value[bench]
+    record["seconds"] = sum(v["seconds"] for v in done.values())
     record["load_at_end"] = os.getloadavg()
+    record["not_run"] = not_run({**first, **second}, done) + unplanned
     return record
 
 
-def power(out: Path, samples: int = POWER_SAMPLES, length: int = POWER_LENGTH, settings=("T=1",)) -> dict:
+def power(out: Path, samples: int = POWER_SAMPLES, length: int = POWER_LENGTH, settings=("T=1",), *,
+          journal: Journal | None = None, stop=None) -> dict:
     """The passing token-law runs at `samples` continuations of `length` tokens per cell (T = 1 by default):
-    verdict, scored tokens, detectable TV and seconds per cell -> OUT/power.json. Responses are kept under
-    OUT/responses, so a stopped run resumes."""
-    from harness.check.generation import parse_setting
-    from harness.served.check import run_engine_check
-    from harness.served.llama_server import NO_TRUNCATION, build_llama_server, llama_server, version
-
-    binary = build_llama_server()
-    record: dict = {"version": version(binary), "samples": samples, "length": length, "prompt": PROMPT,
-                    "settings": list(settings), "load_at_start": os.getloadavg(), "runs": {}}
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    with llama_server(draft=True, slots=SLOTS, log_path=str(logs / "power-on.log")) as on, \
-            llama_server(draft=False, slots=SLOTS, log_path=str(logs / "power-off.log")) as off:
-        servers = {"on": on, "off": off}
-        for name, side, extra, order, _ in POWER_RUNS:
-            chosen = tuple(s for t in settings for s in parse_setting(t))
-            t0, load = time.perf_counter(), os.getloadavg()
-            report = run_engine_check(_config(servers[side], samples=samples, length=length, settings=chosen,
-                                              out=str(out / "responses"), processing_order=order,
-                                              extra_body=NO_TRUNCATION if extra else None))
-            d = report.to_dict()
-            tokens = {c["name"]: c.get("tokens") for c in d["cases"]}
-            record["runs"][name] = {**_summary(report), "tokens_per_cell": tokens,
-                                    "wall_seconds": time.perf_counter() - t0, "load_at_start": load}
-            print(f"[llama_server power] {name}: {report.verdict}, detectable TV {report.detectable_tv:.3g} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
-    record["seconds"] = time.perf_counter() - started
+    verdict, scored tokens, detectable TV and seconds per cell -> OUT/power.json. Each run is a cell of
+    `run_cells` (journal: a rerun resumes; stop: no run starts once it says so; `not_run` names the rest)."""
+    load_at_start = os.getloadavg()
+    cells: dict[str, tuple] = {"binary": ("binary",)}
+    cells.update({f"power/{name}/n={samples}/length={length}/{'|'.join(settings)}":
+                  ("power", name, samples, length, tuple(settings)) for name, *_ in POWER_RUNS})
+    with Servers(on=lambda: _server(out, "on", "power-on"), off=lambda: _server(out, "off", "power-off")) as servers, \
+            LocalExecutor() as here:
+        done = run_cells(here, lambda *a: _cell(servers, out, *a), cells, journal=journal, stop=stop)
+    binary = done.get("binary", {"value": {"version": None}})["value"]
+    record: dict = {"version": binary["version"], "samples": samples, "length": length, "prompt": PROMPT,
+                    "settings": list(settings), "load_at_start": load_at_start,
+                    "runs": {cell[1]: done[key]["value"] for key, cell in cells.items() if key in done and cell[0] == "power"}}
+    record["seconds"] = sum(v["seconds"] for v in done.values())
+    record["not_run"] = not_run(cells, done)
     return record
 
 
@@ -227,7 +334,7 @@ def power_md(record: dict) -> str:
              f"{' / '.join(f'{x:.2f}' for x in record['load_at_start'])} at the start). Binary: `{record['version']}`.",
              "", f"Prompt `{record['prompt']}`, {record['samples']} continuations of up to {record['length']} tokens per "
              f"cell, settings {', '.join(record['settings'])}, ground truth the local float64 target. Detectable TV: "
-             "the pooled PIT's at power 0.99 (the run's headline).", "",
+             "the pooled PIT's at power 0.99 (the run's headline).", "", *not_run_lines(record.get("not_run", [])),
              "| run | verdict | samples | detectable TV | smallest p | gating tests | seconds (load at start) |",
              "|---|---|---|---|---|---|---|"]
     for name, r in record["runs"].items():
@@ -304,10 +411,11 @@ def report_md(record: dict, command: str) -> str:
              f"in flight. Prompt (a chat turn): `{record['prompt']}`; {record['length']} new tokens per continuation in "
              f"the token-law cells, {record['samples']} continuations per sampling cell. Ground truth: the local float64 "
              "transformers target.", "",
-             f"Logprobs tolerance: {record['tolerance_nats']:g} nats = {SPREAD_FACTOR} × the largest |Δ| "
-             f"({record['calibration_spread_nats']:.3g} nats) measured between llama-server with speculation off and "
-             "the float64 transformers target on calibration seeds (raw and processed). The checks below run on "
-             "other seeds.", "",
+             *([f"Logprobs tolerance: {record['tolerance_nats']:g} nats = {SPREAD_FACTOR} × the largest |Δ| "
+                f"({record['calibration_spread_nats']:.3g} nats) measured between llama-server with speculation off "
+                "and the float64 transformers target on calibration seeds (raw and processed). The checks below run on "
+                "other seeds.", ""] if "tolerance_nats" in record else []),
+             *not_run_lines(record.get("not_run", [])),
              "## Findings", "", *[f"- {f}" for f in findings(record)], "",
              "| check | verdict | samples | detectable TV | rejected tests | seconds |", "|---|---|---|---|---|---|"]
     for name, r in record["checks"].items():
@@ -373,8 +481,9 @@ def report_md(record: dict, command: str) -> str:
     for key, info in record["probe"].items():
         side, api = key.split("/")
         lines += ["", f"## `specdec probe --api {api}`, speculation {side}", "", "```", probe_table(info), "```"]
-    lines += ["", f"## Bench (speculation on vs off): [bench/report.md](bench/report.md) (exit {record['bench_exit']})",
-              ""]
+    if "bench_exit" in record:
+        lines += ["", f"## Bench (speculation on vs off): [bench/report.md](bench/report.md) (exit {record['bench_exit']})"]
+    lines += [""]
     return "\n".join(lines) + "\n"
 
 
@@ -390,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"with --power {POWER_SAMPLES})")
     parser.add_argument("--power", action="store_true", help=f"only the passing token-law runs again at "
                         f"{POWER_SAMPLES} continuations of {POWER_LENGTH} tokens per cell -> OUT/power.json")
+    add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
     try:
         if args.build_only:
@@ -398,8 +508,10 @@ def main(argv: list[str] | None = None) -> int:
             print(build_llama_server())
             return 0
         out = Path(args.out)
+        runner = {"journal": Journal(out / "journal.jsonl", fresh=args.fresh),  # every cell kept: a rerun resumes
+                  "stop": deadline(args.stop_at, args.budget_s)}
         if args.power:
-            record = power(out, samples=args.samples or POWER_SAMPLES)
+            record = power(out, samples=args.samples or POWER_SAMPLES, **runner)
             record["command"] = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
             atomic_write_json(out / "power.json", json.loads(json.dumps(record, default=str)))
             atomic_write_text(out / "power.md", power_md(record))
@@ -408,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
             if readme.exists() and link not in readme.read_text():
                 atomic_write_text(readme, readme.read_text() + link)
             return 0 if all(r["verdict"] == "pass" for r in record["runs"].values()) else 1
-        record = run(out, quick=args.quick, samples=args.samples)
+        record = run(out, quick=args.quick, samples=args.samples, **runner)
         atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
         command = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
         text = report_md(record, command.strip())
@@ -416,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
             kept = json.loads((out / "power.json").read_text())
             text += POWER_LINK.format(samples=kept["samples"], length=kept["length"])
         atomic_write_text(out / "README.md", text)
-        print(f"wrote {out / 'README.md'}: " + ", ".join(f"{k} {v['verdict']}" for k, v in record["checks"].items()))
+        print(f"wrote {out / 'README.md'}: " + ", ".join(f"{k} {v['verdict']}" for k, v in record["checks"].items())
+              + (f"; not run: {', '.join(record['not_run'])}" if record["not_run"] else ""))
         return 0
     except HarnessError as exc:
         print(f"llama_server finding: error: {exc}", file=sys.stderr)

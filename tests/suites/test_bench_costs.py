@@ -40,3 +40,22 @@ def test_costs_cli_writes_report(tmp_path):
     assert "Break-even" in (tmp_path / "report.md").read_text()
     assert json.loads((tmp_path / "costs.json").read_text())["pair"] == "toy"
     assert main(["--pair", "nope", "--out", str(tmp_path)]) == 2
+
+
+def test_cost_model_times_its_passes_as_cells_of_the_one_runner_without_a_journal(monkeypatch):
+    """A ratio comes from one run: the timings go through `run_cells` with no journal (never resumed)."""
+    from harness import executor
+    from suites.campaigns import bench_costs
+
+    seen = []
+
+    def spy(ex, fn, cells, **kw):
+        seen.append((list(cells), kw.get("journal")))
+        return executor.run_cells(ex, fn, cells, **kw)
+
+    monkeypatch.setattr(bench_costs, "run_cells", spy)
+    pair = get_pair("toy")
+    result = cost_model(pair.target, {"toy draft": pair.draft}, pair.prompts[0], vocab=pair.vocab_size,
+                        gammas=(1,), repeats=1)
+    assert seen == [(["target/k=1", "target/k=2", "draft/toy draft"], None)]
+    assert set(result["target_seconds"]) == {"1", "2"} and result["rows"][0]["c"] > 0

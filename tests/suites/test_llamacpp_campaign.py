@@ -1,0 +1,108 @@
+"""suites.campaigns.llamacpp on the cell runner: every measurement is a journaled cell, a rerun runs none and
+starts no server, a run cut by its budget resumes only the rest, --fresh runs all again (fake servers and
+measurements: no llama-cpp-python)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+
+import pytest
+
+from harness import executor
+from suites.campaigns import llamacpp as campaign
+
+KEYS = ["probe/on", "probe/off", "check/T=1/n=20/length=3", "check/T=0.7,top_p=0.9/n=20/length=3",
+        "greedy/tokens=24", "paired/seeds=5/length=3"]
+ARGS = ["--samples", "20", "--length", "3", "--paired-seeds", "5"]
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    """Fake servers and measurements; each measurement advances a fake clock by 10 s (the deadline's clock)."""
+    monkeypatch.chdir(tmp_path)  # the probes also go to results/engine
+    state = {"now": 0.0, "calls": [], "started": []}
+
+    @contextlib.contextmanager
+    def server(*, speculative):
+        side = "on" if speculative else "off"
+        state["started"].append(side)
+        yield f"http://{side}"
+
+    def measured(name):
+        def fn(*args):
+            state["now"] += 10
+            state["calls"].append(name)
+            return {"probe": lambda url: {"endpoint": url, "model": "m", "speculative": url.endswith("on"),
+                                          "rows": [], "ground_truths": {}},
+                    "check": lambda on, off, setting, samples, length: {
+                        "verdict": "pass", "samples": samples, "tests": [{"p_value": 0.5}], "detectable_tv": 0.2},
+                    "greedy": lambda on, off, tokens: [{"prompt": "1, 2", "identical": True, "tokens": tokens,
+                                                        "first_divergence": None}],
+                    "paired": lambda on, off, seeds, tokens: 1.0}[name](*args)
+        return fn
+
+    monkeypatch.setattr(campaign, "llamacpp_server", server)
+    for attr, name in (("_probe", "probe"), ("_two_sample_check", "check"), ("_greedy_pairs", "greedy"),
+                       ("_paired_identity", "paired")):
+        monkeypatch.setattr(campaign, attr, measured(name))
+    monkeypatch.setattr(campaign, "deadline", functools.partial(executor.deadline, clock=lambda: state["now"]))
+    return state
+
+
+def _keys(out) -> list[str]:
+    return [json.loads(line)["key"] for line in (out / "journal.jsonl").read_text().splitlines()]
+
+
+def test_llamacpp_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server(fake, tmp_path):
+    out = tmp_path / "finding"
+    assert campaign.main(["--out", str(out), *ARGS]) == 0
+    assert _keys(out) == KEYS
+    assert fake["calls"] == ["probe", "probe", "check", "check", "greedy", "paired"]
+    assert sorted(fake["started"]) == ["off", "on"]
+    finding = json.loads((out / "finding.json").read_text())
+    assert [c["setting"] for c in finding["checks"]] == ["T=1", "T=0.7,top_p=0.9"] and finding["not_run"] == []
+    assert finding["paired_same_seed_identical"] == 1.0 and set(finding["probe"]) == {"on", "off"}
+    report = (out / "report.md").read_text()
+    assert "| T=1 | **PASS** | 40 |" in report and "Not run" not in report
+    assert (tmp_path / "results/engine/probe-llamacpp-on.json").exists()
+    first = (out / "report.md").read_text()
+    fake["calls"].clear()
+    fake["started"].clear()
+    (out / "report.md").unlink()
+    assert campaign.main(["--out", str(out), *ARGS]) == 0  # complete: the report again, from the journal only
+    assert fake["calls"] == [] and fake["started"] == [] and _keys(out) == KEYS
+    assert (out / "report.md").read_text() == first
+    assert json.loads((out / "finding.json").read_text()) == finding
+
+
+def test_llamacpp_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs_all(fake, tmp_path):
+    out = tmp_path / "finding"
+    assert campaign.main(["--out", str(out), *ARGS, "--budget-s", "25"]) == 0  # cut: exit 0, as engine/contexts
+    assert _keys(out) == KEYS[:3] and fake["calls"] == ["probe", "probe", "check"]
+    finding = json.loads((out / "finding.json").read_text())
+    assert finding["not_run"] == KEYS[3:] and "greedy" not in finding
+    report = (out / "report.md").read_text()
+    assert "**Not run** (3 cells" in report and "`greedy/tokens=24`" in report
+    fake["calls"].clear()
+    fake["started"].clear()
+    assert campaign.main(["--out", str(out), *ARGS]) == 0
+    assert fake["calls"] == ["check", "greedy", "paired"] and _keys(out) == KEYS
+    assert json.loads((out / "finding.json").read_text())["not_run"] == []
+    fake["calls"].clear()
+    fake["started"].clear()
+    assert campaign.main(["--out", str(out), *ARGS, "--budget-s", "0"]) == 0  # nothing left: nothing starts
+    assert fake["calls"] == [] and fake["started"] == []
+    assert campaign.main(["--out", str(out), *ARGS, "--fresh"]) == 0
+    assert fake["calls"] == ["probe", "probe", "check", "check", "greedy", "paired"] and _keys(out) == KEYS
+    assert sorted(fake["started"]) == ["off", "on"]
+
+
+def test_llamacpp_probe_only_runs_the_probe_cells_and_starts_only_the_server_a_cell_needs(fake, tmp_path):
+    out = tmp_path / "finding"
+    assert campaign.main(["--out", str(out), "--probe-only", "--budget-s", "5"]) == 0  # one probe, then out of time
+    assert _keys(out) == ["probe/on"] and fake["started"] == ["on"]
+    assert campaign.main(["--out", str(out), "--probe-only"]) == 0
+    assert _keys(out) == ["probe/on", "probe/off"] and fake["started"] == ["on", "off"]
+    assert not (out / "report.md").exists() and (tmp_path / "results/engine/probe-llamacpp-off.txt").exists()

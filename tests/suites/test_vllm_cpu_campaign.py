@@ -1,0 +1,132 @@
+"""suites.campaigns.vllm_cpu on the cell runner: every check (sampler-level runs, probes, engine-level runs,
+the control, the isolation runs) is a journaled cell; a rerun runs none and starts no server; a run cut by its
+budget resumes only the rest; --fresh runs all again; an interrupted command is not journaled (fake `specdec`
+commands and vLLM servers: no vLLM)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from harness import executor
+from harness.served import vllm_server as served
+from suites.campaigns import vllm_cpu as campaign
+
+SAMPLER = [f"sampler/{tag}/seed=0" for tag in (*campaign.SAMPLER_VARIANTS, "no_draft_probs", "ragged_no_draft_probs")]
+ENGINE = ["engine/probe_ngram", "engine/probe_off", "engine/engine_ngram_local/n=50",
+          "engine/engine_ngram_two_sample/n=50"]
+KEYS = [*SAMPLER, *ENGINE, "control/engine_off_local/n=50"]
+# the commands behind those cells, in order (the local-target run and the probe after it are one cell)
+COMMANDS = ["sampler_seeded_seed0", "sampler_unseeded_seed0", "sampler_mixed_seed0", "sampler_ragged_seed0",
+            "sampler_no_draft_probs_seed0", "sampler_ragged_no_draft_probs_seed0", "probe_ngram", "probe_off",
+            "engine_ngram_local", "probe_ngram_after", "engine_ngram_two_sample", "engine_off_local"]
+ARGS = ["--seeds", "0", "--samples", "50", "--model-dir", "/fake/model"]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """`specdec` commands and the one-hot sampler runs as fakes (each advances the deadline's clock by 10 s and
+    writes its JSON report); fake servers that record their starts. engine_ngram_local fails (exit 1)."""
+    state = {"now": 0.0, "calls": [], "started": [], "exit": {"engine_ngram_local": 1}, "alive": True}
+
+    def report(path, verdict):
+        path.write_text(json.dumps({"verdict": verdict, "samples": 50, "detectable_tv": 0.1, "seconds": 1.0,
+                                    "tests": [{"p_value": 0.5}], "versions": {"vllm": "fake"}}))
+
+    def specdec(args):
+        state["now"] += 10
+        name = args[args.index("--json") + 1].rsplit("/", 1)[-1].removesuffix(".json") if args[0] == "verify" else None
+        state["calls"].append(name or "probe")
+        code = state["exit"].get(name, 0)
+        if name:
+            report(campaign.Path(args[args.index("--json") + 1]), "fail" if code == 1 else "pass")
+        return code
+
+    def one_hot(out, log, fn, seed, name):
+        state["now"] += 10
+        state["calls"].append(name)
+        report(out / f"{name}.json", "pass")
+        log.append({"name": name, "command": "fake", "exit": 0, "seconds": 0.0, "load": [0, 0, 0]})
+        return log[-1]
+
+    def server(url):
+        return SimpleNamespace(url=url, started_s=1.0, alive=lambda: state["alive"])
+
+    @contextlib.contextmanager
+    def servers(python, model_dir, specs):
+        assert model_dir == "/fake/model"
+        state["started"].append(tuple(spec["log"].name for spec in specs))
+        yield [server(f"http://{spec['log'].stem}") for spec in specs]
+
+    @contextlib.contextmanager
+    def one_server(python, model_dir, *, log, **kw):
+        state["started"].append((log.name,))
+        yield server(f"http://{log.stem}")
+
+    monkeypatch.setattr("harness.cli.main", specdec)
+    monkeypatch.setattr(campaign, "sampler_one_hot", one_hot)
+    monkeypatch.setattr(served, "vllm_servers", servers)
+    monkeypatch.setattr(served, "vllm_server", one_server)
+    monkeypatch.setattr(campaign, "deadline", functools.partial(executor.deadline, clock=lambda: state["now"]))
+    return state
+
+
+def _keys(out) -> list[str]:
+    return [json.loads(line)["key"] for line in (out / "journal.jsonl").read_text().splitlines()]
+
+
+def _commands(out) -> list[str]:
+    return [json.loads(line)["name"] for line in (out / "commands.jsonl").read_text().splitlines()]
+
+
+def test_vllm_cpu_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server(fake, tmp_path):
+    out = tmp_path / "vllm"
+    assert campaign.main(["--out", str(out), *ARGS]) == 1  # the largest exit: engine_ngram_local's FAIL
+    assert _keys(out) == KEYS and _commands(out) == COMMANDS
+    assert fake["calls"] == [c if c.startswith(("sampler", "engine")) else "probe" for c in COMMANDS]
+    assert fake["started"] == [("server_ngram.log", "server_off.log"), ("server_off_control.log",)]
+    assert json.loads((out / "servers_alive_at_end.json").read_text()) == {"ngram": True, "off": True}
+    summary = (out / "summary.md").read_text()
+    assert "| engine_ngram_local | FAIL |" in summary and "Not run" not in summary
+    fake["calls"].clear()
+    fake["started"].clear()
+    (out / "summary.md").unlink()
+    assert campaign.main(["--out", str(out), *ARGS]) == 1  # complete: the same exit, from the journal
+    assert fake["calls"] == [] and fake["started"] == [] and _keys(out) == KEYS
+    assert _commands(out) == COMMANDS  # nothing ran, nothing appended
+    assert (out / "summary.md").read_text() == summary
+
+
+def test_vllm_cpu_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs_all(fake, tmp_path):
+    out = tmp_path / "vllm"
+    assert campaign.main(["--out", str(out), *ARGS, "--budget-s", "25"]) == 0  # 3 sampler runs, then out of time
+    assert _keys(out) == KEYS[:3] and fake["started"] == []  # the engine part never started its servers
+    summary = (out / "summary.md").read_text()
+    assert f"**Not run** ({len(KEYS) - 3} cells" in summary and "`control/engine_off_local/n=50`" in summary
+    fake["calls"].clear()
+    assert campaign.main(["--out", str(out), *ARGS]) == 1
+    assert fake["calls"] == [c if c.startswith(("sampler", "engine")) else "probe" for c in COMMANDS[3:]]
+    assert _keys(out) == KEYS and _commands(out) == COMMANDS
+    fake["calls"].clear()
+    fake["started"].clear()
+    assert campaign.main(["--out", str(out), *ARGS, "--fresh"]) == 1
+    assert len(fake["calls"]) == len(COMMANDS) and _keys(out) == KEYS and len(fake["started"]) == 2
+    assert _commands(out) == COMMANDS * 2  # commands.jsonl is the log of every command run
+
+
+def test_vllm_cpu_an_interrupted_command_is_not_journaled_and_a_dead_server_stops_the_isolation(fake, tmp_path):
+    out = tmp_path / "vllm"
+    isolate = ["--only", "isolate", *ARGS]
+    names = [name for name, _ in campaign.ISOLATE]
+    fake["exit"] = {names[1]: 130}
+    assert campaign.main(["--out", str(out), *isolate]) == 130
+    assert _keys(out) == [f"isolate/{names[0]}/n=50"] and fake["calls"] == names[:2]
+    fake["exit"], fake["alive"] = {}, False  # the next run's server dies during its first run
+    fake["calls"].clear()
+    assert campaign.main(["--out", str(out), *isolate]) == 0
+    assert fake["calls"] == [names[1]] and len(_keys(out)) == 2  # the interrupted run again, then no more
+    assert f"**Not run** ({len(names) - 2} cells" in (out / "summary.md").read_text()
