@@ -67,6 +67,6 @@ def test_wrapped_one_row_sampler_ticks_every_row():
 def test_generation_level_knows_its_total_and_ticks_rows():
     rec = Recorder()
     torch.manual_seed(0)
-    run_verify(VerifyConfig(impl=broken.generate_one_row, level="generation", pair="toy", samples=10), progress=rec)
+    run_verify(VerifyConfig(impl=broken.generate_one_row, level="generation", pair="toy", samples=10, contexts="none"), progress=rec)
     assert rec.total == 10 * 2 * 2  # samples × prompts × sampling settings (no contexts cell: --contexts none)
     assert sum(rec.updates) == rec.total and rec.rows >= rec.total

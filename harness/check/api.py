@@ -86,7 +86,7 @@ def _generation_source(config: CheckConfig, notes: list[str], progress, stack):
     settings = tuple(s for text in config.settings for s in parse_setting(text)) if config.settings else None
     pair = load_pair(config.pair, config.target, config.draft, device=config.device, dtype=config.dtype)
     contexts = None
-    if config.contexts == "catalogue":
+    if config.contexts in ("catalogue", "auto"):  # auto: the generation level's default is the catalogue
         from harness.contexts import plan
 
         contexts = plan(pair, seed=config.seed)

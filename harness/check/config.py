@@ -85,14 +85,15 @@ class CheckConfig:
     # The processing conventions of specdec_ref.processing.ORDERS (written out: this module stays torch-free).
     processing_order: str = option("standard", "--processing-order", "generation level: the processing "
                                    "convention the implementation declares", choices=PROCESSING_ORDERS, group="generation level (--level generation; the engine level's local ground truth too)")
-    # Opt-in: with the KV-cached reference its plan (pooled TV 0.0195) took 0.97x the prompt-only plan's time
-    # (TV 0.037) in one run (results/contexts/README.md), but a generate() that recomputes every position (no
-    # cache) pays for 40-token continuations after prompts of up to 221 tokens many times over: the test
-    # suite's generation-level runs stalled under it. Default once that cost is measured and bounded.
-    contexts: str = option("none", "--contexts", "generation level: 'catalogue' adds cells that pool the PIT "
+    # "auto" (the default): the catalogue at the generation level, where its plan (pooled TV 0.0195 on the toy pair)
+    # took 0.97x the prompt-only plan's time (TV 0.037) with the KV-cached reference (results/contexts/README.md) and a
+    # generate() that recomputes every position took 25 s per setting; the pair's prompts only at the engine level,
+    # where every sample is a request to the server (`--contexts catalogue` there with --pair or --target).
+    contexts: str = option("auto", "--contexts", "generation level: 'catalogue' adds cells that pool the PIT "
                            "over many contexts (suites/catalogues/contexts.py: spread prompt lengths, long continuations, the "
-                           "model's own samples; at the engine level too, with --pair or --target); 'none': the pair's prompts only",
-                           choices=("catalogue", "none"),
+                           "model's own samples; at the engine level too, with --pair or --target); 'none': the pair's "
+                           "prompts only; 'auto' (default): the catalogue at the generation level, none at the engine level",
+                           choices=("auto", "catalogue", "none"),
                            group="generation level (--level generation; the engine level's local ground truth too)")
     score_dtype: str = option("float64", "--score-dtype", "generation level: precision of the ground truth the "
                               "outputs are scored against: float64 (a float64 copy of the target, exact; twice "

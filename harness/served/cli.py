@@ -77,10 +77,16 @@ def engine_report(args, progress_bar):
                           logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
                           logprobs_mode=args.logprobs_mode, api=args.api, seeded=not args.unseeded,
                           processing_order=getattr(args, "processing_order", "standard"),
-                          contexts=getattr(args, "contexts", "none"), **_settings(args)).validate()
+                          contexts=engine_contexts(getattr(args, "contexts", "none")), **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
     return report
+
+
+def engine_contexts(value: str) -> str:
+    """`--contexts` at the engine level: `auto` (the default) is the prompts only there, every sample being a request
+    to the server; `catalogue` must be asked for."""
+    return "none" if value == "auto" else value
 
 
 def _settings(args) -> dict:

@@ -22,7 +22,7 @@ def test_sampler_level_default_plan(impl):
 @pytest.mark.parametrize("impl", ["specdec_ref.adapters:generate", "harness.adapters.control:target_only_generate"])
 def test_generation_level_toy_pairs(pair, impl):
     # 8,000 samples per prompt × setting: joint-law TV ≥ ~0.05 per cell at power 0.99 (the report says)
-    report = run_verify(CheckConfig(impl=impl, level="generation", pair=pair, seed=20261130, samples=8_000))
+    report = run_verify(CheckConfig(impl=impl, level="generation", pair=pair, seed=20261130, samples=8_000, contexts="none"))
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
 
 
@@ -38,5 +38,5 @@ def test_generation_level_embedded_real_pair():
     # the reference runs rows one forward each on this path, so samples cost ~70 ms × tokens each.
     with torch_threads(2):  # one large model: intra-op threads help here (the toy runs above use one)
         report = run_verify(CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair="smollm2",
-                                         samples=8, seed=20261130))
+                                         samples=8, seed=20261130, contexts="none"))
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]

@@ -41,7 +41,7 @@ def test_b1_only_implementation_is_wrapped():
 
 @pytest.mark.parametrize("impl", [generate, target_only_generate])
 def test_reference_and_control_pass_generation_level(impl):
-    report = run_verify(CheckConfig(impl=impl, level="generation", pair="toy", samples=4000))
+    report = run_verify(CheckConfig(impl=impl, level="generation", pair="toy", samples=4000, contexts="none"))
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
 
 
@@ -60,7 +60,7 @@ def test_always_accept_fails_generation_level(monkeypatch):
         finally:
             monkeypatch.setattr(verify_module, "_accept_and_unnormalised_law", original)
 
-    report = run_verify(CheckConfig(impl=always_accept_generate, level="generation", pair="toy-low", samples=4000))
+    report = run_verify(CheckConfig(impl=always_accept_generate, level="generation", pair="toy-low", samples=4000, contexts="none"))
     assert report.verdict == "fail"
 
 
@@ -135,7 +135,7 @@ def test_length_and_score_dtype_options_reach_the_generation_check():
 
     def run(impl):
         return run_verify(CheckConfig(impl=impl, level="generation", pair="toy", samples=2000, length=2,
-                                      score_dtype="model"))
+                                      score_dtype="model", contexts="none"))
 
     report = run(generate)
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]

@@ -158,13 +158,37 @@ def test_context_mutants_fail_with_contexts(name):
     assert report.verdict == "fail", report.failure_summary()
 
 
-def test_contexts_plan_is_the_cli_default_and_none_turns_it_off(pair):
+def test_contexts_plan_is_the_generation_default_and_none_turns_it_off(pair):
+    """`auto` (the default): the catalogue at the generation level, the prompts only at the engine level (every
+    sample there is a request); `none` gives back the prompt cells alone."""
+    from harness.check.api import _generation_source
     from harness.check.config import CheckConfig
+    from harness.served.cli import engine_contexts
 
-    assert CheckConfig().contexts == "none"  # opt-in: --contexts catalogue
-    assert CheckConfig(contexts="catalogue").contexts == "catalogue"
+    assert CheckConfig().contexts == "auto"
+    names = {}
+    for contexts in ("auto", "catalogue", "none"):
+        config = CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair="toy", contexts=contexts)
+        source, config, _ = _generation_source(config, [], None, None)
+        names[contexts] = [c.name for c in source.cells(config)]
+    assert names["auto"] == names["catalogue"] and "T=1/contexts" in names["auto"]
+    assert not any(n.endswith("/contexts") for n in names["none"]) and "T=1/prompt0" in names["none"]
+    assert [engine_contexts(c) for c in ("auto", "catalogue", "none")] == ["none", "catalogue", "none"]
     assert plan(pair)["contexts"] is catalogue(pair)  # built once per pair object
     assert isinstance(plan(pair)["contexts"][0], Context)
+
+
+def test_the_default_generation_check_fails_the_block_boundary_sampling_bug(capsys):
+    """The bug that passed `specdec verify --level generation --pair toy` when the plan had the pair's two 4-token
+    prompts only (no sampling cell reached absolute index 16) fails the default plan, with no flag; `--contexts
+    none` (the old plan) still misses it: coverage, not power."""
+    from harness.cli import main
+
+    args = ["verify", "--impl", "harness.mutants.generation:stale_page_at_block_boundary_sampling", "--level",
+            "generation", "--pair", "toy", "--setting", "T=1", "--samples", "300", "--threads", "1"]
+    assert main(args) == 1
+    assert "T=1/contexts/" in capsys.readouterr().err
+    assert main([*args, "--contexts", "none"]) == 0
 
 
 def test_target_samples_follow_the_targets_own_law_and_repeat_per_seed(pair):

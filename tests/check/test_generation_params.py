@@ -141,7 +141,7 @@ def test_top_p_before_temperature_is_reported_as_a_convention_and_passes_when_de
     failure_summary and the notes; exit 0 when declared, and the PASS says under which order."""
     impl = "harness.mutants.generation:top_p_before_temperature"
     args = ["verify", "--level", "generation", "--impl", impl, "--pair", "toy", "--setting", "T=0.7,top_p=0.9",
-            "--samples", "6000", "--seed", "3"]
+            "--samples", "6000", "--seed", "3", "--contexts", "none"]
     assert main(args + ["--json", str(tmp_path / "a.json")]) == 1
     report = json.loads((tmp_path / "a.json").read_text())
     notes = " ".join(report.get("notes", []))

@@ -99,7 +99,7 @@ def test_cli_numerics_and_bad_input(tmp_path, capsys):
 
 def test_verify_dtype_flag_runs_greedy_in_bf16(capsys):
     code = main(["verify", "--impl", "specdec_ref.adapters:generate", "--level", "generation", "--pair", "toy",
-                 "--dtype", "bfloat16", "--samples", "300"])
+                 "--dtype", "bfloat16", "--samples", "300", "--contexts", "none"])
     assert code == 0, capsys.readouterr().out
 
 

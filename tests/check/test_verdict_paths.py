@@ -137,7 +137,7 @@ def test_a_generate_that_stops_early_without_eos_fails_its_format_test():
     def short(target, draft, input_ids, *, max_new_tokens, **kw):
         return generate(target, draft, input_ids, max_new_tokens=max_new_tokens - 1, **kw)
 
-    report = run_verify(CheckConfig(impl=short, level="generation", pair="toy", samples=50, settings=["T=1"]))
+    report = run_verify(CheckConfig(impl=short, level="generation", pair="toy", samples=50, settings=["T=1"], contexts="none"))
     assert report.verdict == "fail"
     assert any(t.name.endswith("/format") and t.reject and "without EOS" in t.details.get("message", "")
                for t in report.tests)

@@ -18,7 +18,7 @@ SETTING = "T=1,regex=[a-eg-p]*f[a-c]+"
 def test_specdec_verify_setting_takes_the_constraint(impl, code, capsys, tmp_path):
     out_json = tmp_path / "report.json"
     got = main(["verify", "--impl", impl, "--level", "generation", "--pair", "toy", "--setting", SETTING,
-                "--samples", "2000", "--seed", "1", "--threads", "1", "--json", str(out_json)])
+                "--samples", "2000", "--seed", "1", "--threads", "1", "--contexts", "none", "--json", str(out_json)])
     out, err = capsys.readouterr()
     assert got == code, out[-2000:] + err[-2000:]
     report = json.loads(out_json.read_text())
