@@ -224,11 +224,19 @@ def explain(info: dict) -> list[dict]:
                                                               info["speculation_metrics"].items()) or "none",
          "cost": "none" if info["speculation_metrics"] else
          "cannot tell from outside whether speculation is on; acceptance is not reported"},
-        {"feature": "structured outputs", "value": ", ".join(f"{n}: {v}" for n, v in
-                                                            info.get("structured_outputs", {}).items()) or "-",
-         "cost": "none" if "honoured" in info.get("structured_outputs", {}).values() else
-         "constrained settings cannot be checked against this server"},
+        _structured_row(info.get("structured_outputs", {})),
     ]
+
+
+def _structured_row(support: dict) -> dict:
+    from harness.served.structured import NOT_SENT
+
+    if support and set(support.values()) == {NOT_SENT}:
+        return {"feature": "structured outputs", "value": "not probed: this client does not send them",
+                "cost": "constrained settings run through their own client (`specdec campaign structured --parts "
+                        "llama-server`)"}
+    return {"feature": "structured outputs", "value": ", ".join(f"{n}: {v}" for n, v in support.items()) or "-",
+            "cost": "none" if "honoured" in support.values() else "constrained settings cannot be checked against this server"}
 
 
 def possible_ground_truths(info: dict) -> dict[str, str]:

@@ -137,11 +137,16 @@ def _obeys(field: str, text: str) -> bool:
     return re.fullmatch(r"[a-c]*", text) is not None and text != ""
 
 
+NOT_SENT = "not sent: this client does not translate it (`specdec campaign structured --parts llama-server` probes the native names)"
+
+
 def structured_support(client, model: str, prompt) -> dict[str, str]:
     """Per request name: "honoured" (8 sampled outputs at T = 1 all obey a constraint to the letters a-c),
     "ignored" (accepted, some output disobeys), or "refused (HTTP status)"."""
     from harness.served.client import RequestRefused
 
+    if getattr(client, "sends_constraints", True) is False:  # it would refuse each request (never sends one unconstrained)
+        return {name: NOT_SENT for name in PROBE_FIELDS}
     out = {}
     for name, fields in PROBE_FIELDS.items():
         try:

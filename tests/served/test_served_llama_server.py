@@ -172,6 +172,17 @@ def test_a_constraint_is_never_dropped_silently():
     assert not [path for path, _ in sent if path == "/completion"]
 
 
+def test_the_probe_names_structured_outputs_this_client_cannot_send_and_sends_none():
+    """The probe through the plain llama-server client (the llama_server campaign's probe cells): each
+    structured-output name is reported as not sent, not refused, and no request carries one."""
+    from harness.served.structured import NOT_SENT, PROBE_FIELDS, structured_support
+
+    handler, sent = _fake(False)
+    client = LlamaServerClient("http://fake", max_cmpl=1, transport=httpx.MockTransport(handler))
+    assert structured_support(client, "m", [1, 2]) == {name: NOT_SENT for name in PROBE_FIELDS}
+    assert sent == []
+
+
 def test_the_llama_server_build_is_portable_not_native(tmp_path, monkeypatch):
     """A GGML_NATIVE build died with SIGILL in its quantized kernels on a VM whose CPU reports AMX: the build
     asks for ggml's portable x86 set, into a build folder that an older native build does not occupy."""
