@@ -237,7 +237,17 @@ def _cell(servers, out: Path, kind: str, *args) -> dict:
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
         else:
             print(f"[llama_server] tokens/{name}: {report.verdict} ({report.seconds:.0f} s)", flush=True)
-    return plain({"value": value, "seconds": time.perf_counter() - started})
+    return plain({"value": value, "seconds": time.perf_counter() - started, "load_at_start": load,
+                  "load_at_end": os.getloadavg(), "utc_end": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+
+def _measured_load(done: dict, fallback) -> tuple:
+    """(load average when the first measured cell started, when the last one ended), from the cells' own records
+    (a resumed run reports the load its measurements ran under, not the load of the run that rewrote the report)."""
+    timed = sorted((v for v in done.values() if "utc_end" in v), key=lambda v: v["utc_end"])
+    if not timed:
+        return fallback, fallback
+    return timed[0]["load_at_start"], timed[-1]["load_at_end"]
 
 
 def _tolerance(spread: float) -> float:
@@ -296,7 +306,7 @@ def run(out: Path, quick: bool = False, samples: int | None = None, *, journal: 
     if bench in value:
         record["bench_exit"] = value[bench]
     record["seconds"] = sum(v["seconds"] for v in done.values())
-    record["load_at_end"] = os.getloadavg()
+    record["load_at_start"], record["load_at_end"] = _measured_load(done, load_at_start)
     record["not_run"] = not_run({**first, **second}, done) + unplanned
     return record
 
@@ -318,6 +328,7 @@ def power(out: Path, samples: int = POWER_SAMPLES, length: int = POWER_LENGTH, s
                     "settings": list(settings), "load_at_start": load_at_start,
                     "runs": {cell[1]: done[key]["value"] for key, cell in cells.items() if key in done and cell[0] == "power"}}
     record["seconds"] = sum(v["seconds"] for v in done.values())
+    record["load_at_start"], record["load_at_end"] = _measured_load(done, load_at_start)
     record["not_run"] = not_run(cells, done)
     return record
 

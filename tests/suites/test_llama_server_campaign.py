@@ -83,7 +83,7 @@ EVERY_CALL = ["version", *["probe"] * 4, *["logprobs@http://off"] * 2, *["logpro
               *["logprobs@http://on"] * 2, "reproducer", "reproducer", "same-seed", *["tokens"] * 4, "bench"]
 
 
-def test_llama_server_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server(fake, tmp_path):
+def test_llama_server_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server(fake, tmp_path, monkeypatch):
     out = tmp_path / "finding"
     assert campaign.main(["--out", str(out), "--samples", "30"]) == 0
     assert _keys(out) == KEYS and fake["calls"] == EVERY_CALL
@@ -97,10 +97,12 @@ def test_llama_server_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_se
     fake["calls"].clear()
     fake["started"].clear()
     (out / "README.md").unlink()
+    monkeypatch.setattr(campaign.os, "getloadavg", lambda: (9.0, 9.0, 9.0))  # the rerun's load is not the measurement's
     assert campaign.main(["--out", str(out), "--samples", "30"]) == 0  # complete: README again, no engine
     assert fake["calls"] == [] and fake["started"] == [] and _keys(out) == KEYS
     assert (out / "README.md").read_text() == readme
     assert json.loads((out / "finding.json").read_text()) == finding
+    assert finding["load_at_start"] == finding["load_at_end"] == [1.0, 1.0, 1.0]
 
 
 def test_llama_server_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs_all(fake, tmp_path):
