@@ -140,7 +140,7 @@ def demo_timing(threads: int = 2) -> dict:
 
     ok, why = smollm2_available()
     if not ok:
-        raise SystemExit(f"specdec campaign contexts --parts demo: the embedded SmolLM2 pair is not installed ({why})")
+        return {"error": f"specdec campaign contexts --parts demo: the embedded SmolLM2 pair is not installed ({why})"}
     torch.set_num_threads(threads)
     get_pair("smollm2")  # load (and cache) the pair outside both clocks
     record: dict = {"pair": "smollm2", "threads": threads, "provenance": provenance(seed=0, device="cpu")}
@@ -227,6 +227,9 @@ def main(argv=None) -> int:
     if "demo" in parts:
         with cpu_lock():
             record = demo_timing()
+        if "error" in record:  # the run could not be done: exit 2, one line, nothing written
+            print(record["error"], file=__import__("sys").stderr)
+            return 2
         atomic_write_json(f"{args.out}/demo.json", record)
         print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in record.items() if isinstance(v, dict)
                and "seconds" in v}, record["ratio_new_over_old"], flush=True)

