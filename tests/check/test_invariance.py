@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import harness.check.sampler as sampler_module
+from harness.check.api import run_verify
 from harness.check.config import CheckConfig
 from harness.check.draft_step import run_draft_step_check
-from harness.check.generation import run_generation_check
 from harness.check.sampler import run_sampler_check
 from harness.check.tree import chain_as_tree, run_tree_check
 from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step, as_generate
-from suites.campaigns.invariance import chain_tree_case
+from suites.campaigns.invariance import chain_tree_case, generation_config
 
 # A small plan (TV 0.15 per position on three cheap cases, one of them multi-law) keeps each run well under
 # a second; the false-alarm rate holds at any plan size, so the property is the one the production plan has.
@@ -152,20 +152,20 @@ def test_b1_wrapping_keeps_the_verdict():
 
 # ---------------------------------------------------------------- the generation source
 
-GENERATION_MODES = {"fixed-n": {"samples": 1_000}, "fixed-n-no-early-stop": {"samples": 1_003, "stop_on_fail": False}}
+GENERATION_MODES = ("fixed-n", "fixed-n-no-early-stop")  # on the pair's own prompts (--contexts none)
 
 
-def _generation(rule: LosslessRule, mode: str, seed: int, contexts: bool = False):
-    from harness.contexts import plan
-    from harness.pairs import get_pair
+def _generation(rule: LosslessRule, mode: str, seed: int, pair: str = "toy", **overrides):
+    """The rule's generate() checked as `specdec verify --level generation` checks it (run_verify on the config the
+    CLI builds); mode "contexts" is the default plan's catalogue (--contexts auto, left at its default)."""
+    return run_verify(generation_config(rule, mode, seed, pair=pair, **overrides))
 
-    pair = get_pair("toy")
-    return run_generation_check(as_generate(rule), pair, impl_name=rule.name, seed=seed,
-                                contexts=plan(pair, seed=seed) if contexts else None, **GENERATION_MODES[mode])
+
+ONE_SETTING = {"settings": ["T=1"]}  # the CI profile: one sampling setting of the battery (the campaign runs them all)
 
 
 @settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(rule=rules, mode=st.sampled_from(sorted(GENERATION_MODES)), seed=st.integers(0, 10_000))
+@given(rule=rules, mode=st.sampled_from(GENERATION_MODES), seed=st.integers(0, 10_000))
 def test_generated_lossless_rules_pass_a_whole_generate(rule, mode, seed):
     """The rule as the verify step of the reference's loop: a whole generate() that is lossless."""
     report = _generation(rule, mode, seed)
@@ -173,19 +173,45 @@ def test_generated_lossless_rules_pass_a_whole_generate(rule, mode, seed):
     assert _declared_equals_emitted(report), (len(report.tests), report.declared_tests)
 
 
-@pytest.mark.parametrize("mode", sorted(GENERATION_MODES))
+@pytest.mark.parametrize("mode", GENERATION_MODES)
 def test_a_row_slip_inside_generate_fails_in_every_mode(mode):
     report = _generation(LosslessRule(slip="target_row"), mode, seed=5)
     assert report.verdict == "fail", mode
     assert mode != "fixed-n-no-early-stop" or _declared_equals_emitted(report)
 
 
+@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(rule=rules, seed=st.integers(0, 10_000))
+def test_generated_lossless_rules_pass_the_default_contexts_plan(rule, seed):
+    """The user's default path: `--contexts auto` (not named), the toy pair's catalogue (random prompts whose
+    continuations cross cache-block boundaries, shared prefixes, resampled prefixes) pooled by the PIT."""
+    report = _generation(rule, "contexts", seed, **ONE_SETTING)
+    assert report.verdict == "pass", (rule.name, [t.name for t in report.tests if t.reject])
+    assert any("/contexts/" in t.name for t in report.tests)
+    assert _declared_equals_emitted(report), (len(report.tests), report.declared_tests)
+
+
+@pytest.mark.parametrize("slip", ["target_row", "draft_row"])
+def test_a_row_slip_fails_the_default_contexts_plan(slip):
+    report = _generation(LosslessRule(slip=slip), "contexts", seed=5, **ONE_SETTING)
+    assert report.verdict == "fail", report.failure_summary()
+    assert any("/contexts/" in t.name for t in report.tests if t.reject)
+
+
 @pytest.mark.slow
-def test_the_generation_source_with_the_contexts_catalogue():
-    ok = _generation(LosslessRule(scales=(0.7,), rng="global"), "fixed-n", 3, contexts=True)
-    assert ok.verdict == "pass", [t.name for t in ok.tests if t.reject]
-    bad = _generation(LosslessRule(slip="target_row"), "fixed-n", 3, contexts=True)
-    assert bad.verdict == "fail"
+@pytest.mark.parametrize("slip", ["", "target_row"])
+def test_the_real_pair_default_contexts_plan_passes_a_lossless_rule_and_fails_a_slip(slip):
+    """The embedded SmolLM2 pair: its chat / code / summarize prompts through the chat template (many prompt
+    lengths, one generate() call per length) and the target's resampled prefixes, at the default --contexts."""
+    from harness.models.smollm2 import smollm2_available
+
+    available, why = smollm2_available()
+    if not available:
+        pytest.skip(f"SmolLM2 not available: {why}")
+    rule = LosslessRule(slip=slip) if slip else LosslessRule(scales=(0.7,), rng="global", order="residual_first")
+    report = _generation(rule, "contexts", seed=3, pair="smollm2")
+    assert report.verdict == ("fail" if slip else "pass"), [t.name for t in report.tests if t.reject]
+    assert any("/contexts/" in t.name for t in report.tests)
 
 
 # ---------------------------------------------------------------- in-process vs executor
