@@ -49,8 +49,8 @@ def invariance(session: nox.Session) -> None:
                 *session.posargs)
     session.run("specdec", "campaign", "invariance", "--rules", "200", "--out", "results/invariance",
                 "--sources", "sampler,draft_step,tree")
-    session.run("specdec", "campaign", "invariance", "--rules", "200", "--sources", "generation",
-                "--out", "results/invariance/generation")
+    session.run("specdec", "campaign", "invariance", "--rules", "200", "--real-rules", "20",
+                "--sources", "generation,generation-real", "--out", "results/invariance/generation")
     session.run("specdec", "campaign", "invariance", "--rules", "200", "--sources", "engine",
                 "--out", "results/invariance/engine")
 
