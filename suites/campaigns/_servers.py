@@ -12,6 +12,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+# The served engines' sampling prompts: one that invites copying (n-gram / prompt-lookup drafters propose
+# and get drafts accepted) while its continuations stay open, and one open prompt.
+COPY_PROMPT = ("Repeat this list exactly, five times, separated by commas: red apple, green pear, "
+               "yellow banana, red apple, green pear, yellow banana")
+OPEN_PROMPT = "Write one sentence about a cat."
+
 
 class Servers:
     """`servers[name]`: what `start[name]()` (a context manager) yields, entered on first use; all stopped at exit."""

@@ -17,9 +17,12 @@ import time
 
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.served.llamacpp import MODEL_ALIAS, PROMPT_LOOKUP_TOKENS, llamacpp_server
-from suites.campaigns._servers import Servers, not_run, not_run_lines, plain
+from suites.campaigns._servers import COPY_PROMPT, Servers, not_run, not_run_lines, plain
 
 FINDING_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5,"
+# The two-sample checks' prompt: it invites copying (prompt lookup drafts from it) and its continuations stay open
+# at both settings (FINDING_PROMPT's are one text at T = 0.7 / top-p 0.9: a vacuous cell, INCONCLUSIVE).
+SAMPLING_PROMPT = COPY_PROMPT
 GREEDY_PROMPTS = (FINDING_PROMPT, "The quick brown fox jumps over the lazy dog. The quick brown fox",
                   "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n")
 NO_TRUNCATION = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
@@ -77,7 +80,7 @@ def _two_sample_check(on: str, off: str, setting: dict, samples: int, length: in
 
     return run_engine_check(EngineConfig(
         endpoint=on, reference_endpoint=off, ground_truth="two-sample", samples=samples, length=length,
-        prompts=1, prompt_texts=(FINDING_PROMPT,), chunk=1, concurrency=2, settings=(Setting(**setting),),
+        prompts=1, prompt_texts=(SAMPLING_PROMPT,), chunk=1, concurrency=2, settings=(Setting(**setting),),
         extra_body=NO_TRUNCATION, seed=0)).to_dict()
 
 
@@ -124,7 +127,7 @@ def run_finding(samples: int, length: int, paired_seeds: int, *, journal: Journa
              for side, speculative in SIDES.items()}
     with Servers(**start) as servers, LocalExecutor() as here:  # in this process: the servers are its own
         done = run_cells(here, lambda *a: finding_cell(servers, *a), cells, journal=journal, stop=stop)
-    record: dict = {"samples_per_endpoint_and_setting": samples, "length": length, "prompt": FINDING_PROMPT,
+    record: dict = {"samples_per_endpoint_and_setting": samples, "length": length, "prompt": SAMPLING_PROMPT,
                     "prompt_lookup_tokens": PROMPT_LOOKUP_TOKENS, "checks": [], "probe": {}}
     for key in cells:
         row = done.get(key)
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="specdec campaign llamacpp", description="llama.cpp finding: prompt-lookup speculation on vs off")
     parser.add_argument("--out", default="results/findings/llamacpp")
-    parser.add_argument("--samples", type=int, default=300, help="continuations per endpoint and setting")
+    parser.add_argument("--samples", type=int, default=600, help="continuations per endpoint and setting (300: detectable TV 0.25, the INCONCLUSIVE bar)")
     parser.add_argument("--length", type=int, default=6)
     parser.add_argument("--paired-seeds", type=int, default=40)
     parser.add_argument("--probe-only", action="store_true", help="only write results/engine/probe-llamacpp-*")

@@ -35,15 +35,11 @@ import time
 from pathlib import Path
 
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
-from suites.campaigns._servers import Servers, not_run, not_run_lines, plain
+from suites.campaigns._servers import COPY_PROMPT, OPEN_PROMPT, Servers, not_run, not_run_lines, plain
 
 SEEDS = (0, 1, 2)
 SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed", "ragged": "verify_ragged"}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-# One prompt that invites copying (so n-gram drafts are proposed and accepted) and one open one.
-COPY_PROMPT = ("Repeat this list exactly, five times, separated by commas: red apple, green pear, "
-               "yellow banana, red apple, green pear, yellow banana")
-OPEN_PROMPT = "Write one sentence about a cat."
 ENGINE_SETTINGS = ("T=0.7,top_p=0.9", "T=1")  # plus the greedy cell (T=0)
 ENGINE_LENGTH = 16
 

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from harness.served.llamacpp import llamacpp_available, llamacpp_server
-from suites.campaigns.llamacpp import FINDING_PROMPT, NO_TRUNCATION
+from suites.campaigns.llamacpp import FINDING_PROMPT, NO_TRUNCATION, SAMPLING_PROMPT
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow,
               pytest.mark.skipif(not llamacpp_available()[0], reason=llamacpp_available()[1])]
@@ -42,11 +42,24 @@ def test_seed_is_honoured_at_temperature_one(off):
     assert texts[0] == texts[1]
 
 
-def test_two_sample_check_runs_end_to_end_against_itself(off):
+def _two_sample_against_itself(off, prompt: str, samples: int = 20, length: int = 4):
     from harness.check.generation import Setting
     from harness.served.check import EngineConfig, run_engine_check
 
-    report = run_engine_check(EngineConfig(endpoint=off, reference_endpoint=off, ground_truth="two-sample",
-                                           samples=20, length=4, prompts=1, prompt_texts=(FINDING_PROMPT,), chunk=1,
-                                           settings=(Setting(1.0),), extra_body=NO_TRUNCATION))
-    assert report.verdict == "pass" and report.samples == 20 and report.detectable_tv < 0.25
+    return run_engine_check(EngineConfig(endpoint=off, reference_endpoint=off, ground_truth="two-sample",
+                                         samples=samples, length=length, prompts=1, prompt_texts=(prompt,), chunk=1,
+                                         settings=(Setting(1.0),), extra_body=NO_TRUNCATION))
+
+
+def test_two_sample_check_runs_end_to_end_against_itself(off):
+    """On the campaign's sampling prompt (continuations open at T = 1): a PASS with a stated detectable TV."""
+    report = _two_sample_against_itself(off, SAMPLING_PROMPT, samples=500, length=1)  # 200: TV 0.32
+    assert report.verdict == "pass" and report.samples == 500, (report.verdict, report.detectable_tv, report.notes)
+    assert report.detectable_tv <= 0.25
+
+
+def test_a_prompt_whose_continuations_are_all_one_text_is_inconclusive_never_pass(off):
+    """The counting prompt's 4-token continuations at T = 1 are all ' 6, 7,': a vacuous cell, no power."""
+    report = _two_sample_against_itself(off, FINDING_PROMPT)
+    assert report.verdict == "inconclusive"
+    assert any("vacuous" in n for n in report.notes)
