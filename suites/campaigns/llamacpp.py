@@ -12,6 +12,7 @@ not run; `--fresh`: every cell again). The report is written from the journal's 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -141,6 +142,7 @@ def run_finding(samples: int, length: int, paired_seeds: int, *, journal: Journa
             record.update({k: v for k, v in row.items() if k != "seconds"})
     record["seconds"] = sum(row["seconds"] for row in done.values())
     record["not_run"] = not_run(cells, done)
+    record["load_at_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     return record
 
 
@@ -148,8 +150,8 @@ def finding_md(record: dict, command: str) -> str:
     from harness.served.cli import probe_table
 
     lines = ["# llama.cpp (llama-cpp-python 0.3.36 server): prompt-lookup speculation on vs off", "",
-             f"Command: `{command}` ({record['seconds'] / 60:.1f} min on a shared 2-core machine, under the heavy-job "
-             "lock). Model: the embedded SmolLM2-135M-Instruct Q4_1 GGUF, one server with "
+             f"Command: `{command}` ({record['seconds'] / 60:.1f} min of measuring on a 2-core machine; load average "
+             f"when the report was written: {record.get('load_at_end', '?')}). Model: the embedded SmolLM2-135M-Instruct Q4_1 GGUF, one server with "
              f"`--draft_model prompt-lookup-decoding` ({record['prompt_lookup_tokens']} drafted tokens), one without; "
              "both `--logits_all True`, 1 thread, on 127.0.0.1, started and stopped by the harness.", "",
              *not_run_lines(record.get("not_run", [])),
