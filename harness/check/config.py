@@ -87,12 +87,13 @@ class CheckConfig:
                                    "convention the implementation declares", choices=PROCESSING_ORDERS, group="generation level (--level generation; the engine level's local ground truth too)")
     # "auto" (the default): the catalogue at the generation level, where its plan (pooled TV 0.0195 on the toy pair)
     # took 0.97x the prompt-only plan's time (TV 0.037) with the KV-cached reference (results/contexts/README.md) and a
-    # generate() that recomputes every position took 25 s per setting; the pair's prompts only at the engine level,
-    # where every sample is a request to the server (`--contexts catalogue` there with --pair or --target).
+    # generate() that recomputes every position took 25 s per setting; the catalogue at the engine level too wherever
+    # a local target scores the outputs (--pair or --target, ground truth local), the prompts only otherwise.
     contexts: str = option("auto", "--contexts", "generation level: 'catalogue' adds cells that pool the PIT "
                            "over many contexts (suites/catalogues/contexts.py: spread prompt lengths, long continuations, the "
                            "model's own samples; at the engine level too, with --pair or --target); 'none': the pair's "
-                           "prompts only; 'auto' (default): the catalogue at the generation level, none at the engine level",
+                           "prompts only; 'auto' (default): the catalogue, except at the engine level against a reference "
+                           "endpoint (no local target: the prompts only)",
                            choices=("auto", "catalogue", "none"),
                            group="generation level (--level generation; the engine level's local ground truth too)")
     score_dtype: str = option("float64", "--score-dtype", "generation level: precision of the ground truth the "

@@ -50,6 +50,7 @@ from harness.stats import (
     pooled_gtest,
     pooled_pearson,
     serial_independence_test,
+    stratified_uniformity_test,
     support_check,
     uniformity_test,
 )
@@ -620,7 +621,7 @@ def contexts_pit_values(model, contexts, trials: ContextTrials, setting: Setting
     length + j), row id and family, and the off-support count. Rows are grouped by prompt length (one
     batched forward per group; a group's rows may continue different prompts)."""
     lengths = np.array([len(contexts[c].tokens) for c in trials.context])
-    parts: dict[str, list] = {k: [] for k in ("u", "step", "abs", "seq", "family")}
+    parts: dict[str, list] = {k: [] for k in ("u", "step", "abs", "seq", "family", "context")}
     off_support = boundary = 0
     for length in np.unique(lengths):
         rows_all = np.nonzero(lengths == length)[0]
@@ -652,6 +653,7 @@ def contexts_pit_values(model, contexts, trials: ContextTrials, setting: Setting
             parts["abs"].append(j + int(length))
             parts["seq"].append(rows[r])
             parts["family"].append(np.array([contexts[c].family for c in ctx[r]], dtype=object))
+            parts["context"].append(ctx[r])
     out = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in parts.items()}
     order_idx = np.lexsort((out["step"], out["seq"]))  # row by row, in step order (the serial test pairs them)
     out = {k: v[order_idx] for k, v in out.items()}
@@ -660,15 +662,18 @@ def contexts_pit_values(model, contexts, trials: ContextTrials, setting: Setting
 
 
 def count_contexts_pit_tests(families, block_sizes) -> int:
-    """support + pooled + one per family + step bands + (boundary, last slot) per block size + serial."""
-    return 2 + len(families) + len(STEP_BANDS) + 2 * len(block_sizes) + 1
+    """support + pooled + one per family + step bands + (boundary, last slot) per block size + per context +
+    serial."""
+    return 2 + len(families) + len(STEP_BANDS) + 2 * len(block_sizes) + 1 + 1
 
 
 def contexts_pit_tests(values: dict, families, block_sizes, level, power, prefix) -> list[TestResult]:
     """The pooled PIT (headline) and its slices: per family, per step band, at the first and last slot of every
-    cache block (absolute position mod B = 0 and B − 1), and the serial test within rows. Every slice is chosen
-    by the context and the position, never by the token drawn there, so each is exactly U(0, 1) under H0."""
-    u, step, pos, seq, fam = (values[k] for k in ("u", "step", "abs", "seq", "family"))
+    cache block (absolute position mod B = 0 and B − 1); uniformity within every context at once (a row that
+    reads another row's law deviates in opposite directions at different contexts, which the pooled test
+    averages away); and the serial test within rows. Every slice is chosen by the context and the position,
+    never by the token drawn there, so each is exactly U(0, 1) under H0."""
+    u, step, pos, seq, fam, ctx = (values[k] for k in ("u", "step", "abs", "seq", "family", "context"))
     off = values["off_support"]
     kw = {"level": level, "power": power}
     out = [deterministic_result(f"{prefix}/pit_support", off == 0, n=len(u), message=_support_message(off))]
@@ -682,6 +687,9 @@ def contexts_pit_tests(values: dict, families, block_sizes, level, power, prefix
         t = uniformity_test(u[keep], f"{prefix}/pit_uniform/{name}", min_expected=GATE_MIN_EXPECTED, **kw)
         t.details["headline"] = False  # each states its own (wider) TV; the headline is the pooled test's
         out.append(t)
+    t = stratified_uniformity_test(u, ctx, f"{prefix}/pit_uniform/per_context", min_expected=GATE_MIN_EXPECTED, **kw)
+    t.details["headline"] = False
+    out.append(t)
     consecutive = (seq[1:] == seq[:-1]) & (step[1:] == step[:-1] + 1)
     out.append(serial_independence_test(u[:-1][consecutive], u[1:][consecutive], f"{prefix}/pit_serial", **kw))
     return out

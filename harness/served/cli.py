@@ -77,16 +77,21 @@ def engine_report(args, progress_bar):
                           logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
                           logprobs_mode=args.logprobs_mode, api=args.api, seeded=not args.unseeded,
                           processing_order=getattr(args, "processing_order", "standard"),
-                          contexts=engine_contexts(getattr(args, "contexts", "none")), **_settings(args)).validate()
+                          contexts=engine_contexts(getattr(args, "contexts", "none"), args), **_settings(args)).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
     return report
 
 
-def engine_contexts(value: str) -> str:
-    """`--contexts` at the engine level: `auto` (the default) is the prompts only there, every sample being a request
-    to the server; `catalogue` must be asked for."""
-    return "none" if value == "auto" else value
+def engine_contexts(value: str, args=None) -> str:
+    """`--contexts` at the engine level: `auto` (the default) is the catalogue wherever a local target scores the
+    outputs (--pair or --target, ground truth auto or local), as at the generation level; the prompts only against a
+    reference endpoint (score / two-sample), where nothing local knows the contexts' law."""
+    if value != "auto":
+        return value
+    local = args is not None and getattr(args, "ground_truth", "auto") in ("auto", "local") and (
+        getattr(args, "pair_given", False) or getattr(args, "target", None))
+    return "catalogue" if local else "none"
 
 
 def _settings(args) -> dict:

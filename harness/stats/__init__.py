@@ -43,6 +43,7 @@ from harness.stats.pit import (
     runs_test,
     serial_grid_test,
     serial_independence_test,
+    stratified_uniformity_test,
     uniformity_test,
 )
 from harness.stats.power import (
@@ -117,6 +118,7 @@ __all__ = [
     "runs_pmf",
     "runs_test",
     "serial_independence_test",
+    "stratified_uniformity_test",
     "support_check",
     "uniformity_test",
 ]

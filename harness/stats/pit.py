@@ -17,8 +17,9 @@ Per context, TV(law of u, U(0,1)) equals TV(sampler, p_t), because u spreads eac
 over its interval; pooled over contexts the discrepancies can partly cancel, never add up.
 
 Tests here: binned chi-square uniformity (primary, with planner), KS uniformity (secondary), uniformity
-per position, and serial independence of consecutive pairs (reused random numbers): Spearman (primary)
-and a contingency grid (omnibus).
+per position, uniformity within every stratum at once (contexts, where pooled deviations cancel), and
+serial independence of consecutive pairs (reused random numbers): Spearman (primary) and a contingency
+grid (omnibus).
 """
 
 from __future__ import annotations
@@ -146,6 +147,50 @@ def uniformity_test(
         detectable_tv=detectable_tv(n, df, level, power),
         details=details,
     )
+
+
+def stratified_uniformity_test(
+    u: np.ndarray,
+    strata: np.ndarray,
+    name: str = "pit_uniform_per_stratum",
+    *,
+    level: float = DEFAULT_LEVEL,
+    power: float = DEFAULT_POWER,
+    min_expected: float = DEFAULT_MIN_EXPECTED,
+    max_bins: int = 10,
+) -> TestResult:
+    """Uniformity of u within every stratum at once: Σ over strata of Pearson X² on equal-width bins.
+
+    The pooled test averages the laws of u over strata, so deviations of opposite sign in different
+    strata (a row reading another row's law, a cache served to the wrong context) partly cancel there.
+    Each stratum here gets K_s = min(max_bins, ⌊n_s / min_expected⌋) equal-width bins (every expected
+    count ≥ min_expected, the regime where X² is close to χ²) and the statistic is Σ_s X²_s with
+    Σ_s (K_s − 1) degrees of freedom; strata too small for two bins are left out and counted.
+    Under H0 the u are iid U(0, 1) given the strata (strata are chosen before the draws), so the test is
+    exact up to the χ² approximation. detectable_tv is the TV of the binned law of u that is caught
+    when *every* stratum deviates by at least that much (noncentrality ≥ 4·TV²·n in each stratum).
+    """
+    u, strata = np.asarray(u, dtype=np.float64), np.asarray(strata)
+    if u.shape != strata.shape:
+        raise ValueError(f"u {u.shape} and strata {strata.shape} must have the same shape")
+    statistic, df, n, dropped = 0.0, 0, 0, 0
+    for s in np.unique(strata):
+        us = u[strata == s]
+        bins = min(max_bins, int(len(us) // min_expected))
+        if bins < 2:
+            dropped += 1
+            continue
+        counts = np.histogram(us, bins=bins, range=(0.0, 1.0))[0]
+        expected = len(us) / bins
+        statistic += float(np.sum((counts - expected) ** 2) / expected)
+        df += bins - 1
+        n += len(us)
+    details = {"strata": int(len(np.unique(strata))), "strata_left_out": dropped,
+               "detectable_metric": "TV between binned PIT laws, in every stratum"}
+    if df < 1:
+        return TestResult(name, 0.0, 1.0, n=n, df=0, detectable_tv=math.inf, details=details)
+    return TestResult(name, statistic, float(chdtrc(df, statistic)), n=n, df=df,
+                      detectable_tv=detectable_tv(n, df, level, power), details=details)
 
 
 def ks_uniformity_test(

@@ -44,7 +44,10 @@ SOURCES = ("sampler", "draft_step", "tree", "generation", "engine", "generation-
 GENERATION_MODES = {"fixed-n": {"samples": 1_000, "contexts": "none"},
                     "fixed-n-no-early-stop": {"samples": 1_003, "stop_on_fail": False, "contexts": "none"},
                     "contexts": {"samples": 300}}  # contexts: the catalogue's cells keep their own plan
-REAL_MODES = {"contexts": {"samples": 160, "settings": ["T=1"]}}  # the real pair: one sampling setting, its default contexts
+# The real pair: one sampling setting on its default contexts plan (410 rows of 16 new tokens, as a user's run gets;
+# at 160 rows the draft-row slip was borderline: missed by one run at seed 7, caught by the pooled PIT in reruns at
+# seeds 7 and 8 on another machine, p 3.7e-5 at seed 8 against a Holm threshold of 4.3e-5).
+REAL_MODES = {"contexts": {"settings": ["T=1"]}}
 GENERATION_PAIRS = {"generation": "toy", "generation-real": "smollm2"}
 CONTEXTS_EVERY = 20  # a contexts run costs ~15 fixed-n runs on the toy pair
 

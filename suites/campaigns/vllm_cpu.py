@@ -152,7 +152,8 @@ def engine_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple
     def common(n: int, prompts: tuple[str, ...]) -> list[str]:
         return ["--pair", "smollm2-ngram", "--samples", str(n), "--length", str(ENGINE_LENGTH), "--chunk",
                 str(min(n, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
-                *(a for p in prompts for a in ("--prompt-text", p)), "--out", str(out / "responses")]
+                *(a for p in prompts for a in ("--prompt-text", p)), "--out", str(out / "responses"),
+                "--contexts", "none"]  # the plan the findings were measured with: the two prompts
 
     def settings(*names: str) -> list[str]:
         return [a for s in names for a in ("--setting", s)]
@@ -190,7 +191,7 @@ def control_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tupl
          "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH), "--chunk",
          str(min(samples, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
          "--prompt-text", COPY_PROMPT, "--prompt-text", OPEN_PROMPT, "--out", str(out / "responses"),
-         "--setting", "T=0", "--setting", ENGINE_SETTINGS[0], "--time-budget", "500",
+         "--contexts", "none", "--setting", "T=0", "--setting", ENGINE_SETTINGS[0], "--time-budget", "500",
          "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local"),))}
 
 
@@ -219,7 +220,8 @@ def isolate_cells(out: Path, log: list[dict], *, samples: int, runs: tuple[str, 
     return {f"isolate/{name}/n={samples}": ("isolate", (lambda on, name=name, flags=flags: _run(
         ["verify", "--level", "engine", "--endpoint", on.url + "/v1", "--ground-truth", "local",
          "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH),
-         "--timeout", "900", "--threads", "1", "--prompt-text", OPEN_PROMPT, "--setting", ISOLATE_SETTING,
+         "--timeout", "900", "--threads", "1", "--prompt-text", OPEN_PROMPT, "--contexts", "none",
+         "--setting", ISOLATE_SETTING,
          *flags, "--out", str(out / "responses"), "--json", str(out / f"{name}.json")], log, out, name),))
         for name, flags in ISOLATE if not runs or name in runs}
 
