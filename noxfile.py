@@ -7,6 +7,7 @@ multi-GB CUDA build); pyproject keeps the range open for users.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import nox
 
@@ -103,6 +104,7 @@ def structured(session: nox.Session) -> None:
 
 
 LLAMA_CPP = "llama-cpp-python[server]==0.3.36"  # an sdist: compiles llama.cpp (~20 min on 2 cores)
+LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
 
 
 @nox.session(default=False)
@@ -115,11 +117,18 @@ def engines(session: nox.Session) -> None:
     install(session, extras="test,gguf,engine")
     # run_install: these probes and repairs also run under --install-only (a plain run would skip them there, and a
     # later run would then find the package and skip the repair)
+    # A portable build, as for llama-server (harness/served/llama_server.py): a native one (pip's default) dies with
+    # SIGSEGV in llama_decode on a virtual machine whose CPU reports instructions the hypervisor does not run (seen
+    # here on the first completion). The marker tells a portable build from an earlier native one in a reused venv.
+    marker = Path(session.virtualenv.location) / "llama-cpp-portable"
     have = session.run_install("python", "-c", "import importlib.util as u; print(u.find_spec('llama_cpp') is not None)",
                                silent=True)
-    if "True" not in str(have):  # build once per venv (reuse_existing_virtualenvs keeps it)
+    if "True" not in str(have) or not marker.exists():  # build once per venv (reuse_existing_virtualenvs keeps it)
         wheels = os.environ.get("SPECDEC_WHEELS")
-        session.install(*(["--find-links", wheels] if wheels else []), LLAMA_CPP)
+        session.install(*(["--find-links", wheels] if wheels else ["--no-cache-dir", "--force-reinstall", "--no-deps"]),
+                        LLAMA_CPP, env={"CMAKE_ARGS": LLAMA_CPP_CMAKE_ARGS})
+        session.install(LLAMA_CPP)  # its Python dependencies (the server extra), without rebuilding
+        marker.write_text(LLAMA_CPP_CMAKE_ARGS + "\n")
     # llama.cpp's own llama-server: built once (cmake target only, nice 19, cached under $SPECDEC_CACHE), or
     # $SPECDEC_LLAMA_SERVER names a prebuilt binary
     session.run("specdec", "campaign", "llama_server", "--build-only")
