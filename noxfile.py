@@ -128,7 +128,7 @@ def engines(session: nox.Session) -> None:
         session.install(*(["--find-links", wheels] if wheels else ["--no-cache-dir", "--force-reinstall", "--no-deps"]),
                         LLAMA_CPP, env={"CMAKE_ARGS": LLAMA_CPP_CMAKE_ARGS})
         session.install(LLAMA_CPP)  # its Python dependencies (the server extra), without rebuilding
-        marker.write_text(LLAMA_CPP_CMAKE_ARGS + "\n")
+        marker.write_text(f"prebuilt wheel from {wheels}\n" if wheels else LLAMA_CPP_CMAKE_ARGS + "\n")
     # llama.cpp's own llama-server: built once (cmake target only, nice 19, cached under $SPECDEC_CACHE), or
     # $SPECDEC_LLAMA_SERVER names a prebuilt binary
     session.run("specdec", "campaign", "llama_server", "--build-only")
