@@ -23,7 +23,7 @@ from harness.check.draft_step import run_draft_step_check
 from harness.check.sampler import run_sampler_check
 from harness.check.tree import chain_as_tree, run_tree_check
 from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step, as_generate
-from suites.campaigns.invariance import chain_tree_case, generation_config
+from suites.campaigns.invariance import ENGINE_MODES, chain_tree_case, generation_config
 
 # A small plan (TV 0.15 per position on three cheap cases, one of them multi-law) keeps each run well under
 # a second; the false-alarm rate holds at any plan size, so the property is the one the production plan has.
@@ -267,9 +267,6 @@ def test_input_dtypes_keep_the_verdict(dtype):
 
 # ---------------------------------------------------------------- the engine source (over HTTP)
 
-ENGINE_MODES = {"fixed-n": {"samples": 400}, "fixed-n-no-early-stop": {"samples": 401, "stop_on_fail": False}}
-
-
 def _engine(rule: LosslessRule, mode: str, seed: int):
     """The rule as the verify step of the reference's loop, served by `specdec serve` and checked over HTTP."""
     from harness.pairs import get_pair
@@ -285,6 +282,8 @@ def test_the_engine_source_passes_a_lossless_rule_and_fails_a_slip_in_every_mode
     ok = _engine(LosslessRule(scales=(0.5, 0.9), rng="global", order="residual_first"), mode, seed=4)
     assert ok.verdict == "pass", (mode, [t.name for t in ok.tests if t.reject])
     assert _declared_equals_emitted(ok), (len(ok.tests), ok.declared_tests)
+    if mode == "contexts":  # the engine level's default with a local target: its contexts cells ran
+        assert any("/contexts/" in t.name for t in ok.tests)
     bad = _engine(LosslessRule(slip="target_row"), mode, seed=4)
     assert bad.verdict == "fail", mode
     assert mode != "fixed-n-no-early-stop" or _declared_equals_emitted(bad)
