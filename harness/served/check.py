@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from harness.check.config import CheckConfig
+from harness.check.config import INCONCLUSIVE_TV, CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource
 from harness.check.generation import ENUMERATION_MAX_VOCAB, Setting, default_settings
 from harness.check.report import CheckReport, deterministic_result
@@ -66,6 +66,7 @@ class EngineConfig:
     ground_truth: str = "auto"  # auto: local if a local model is given, else score if possible, else two-sample
     false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # family-wise (Holm over every gating test)
     power: float = DEFAULT_POWER
+    inconclusive_tv: float = INCONCLUSIVE_TV  # a run that rejects nothing above this detectable TV: INCONCLUSIVE
     seed: int = 0
     samples: int = 2_000  # continuations per prompt × sampling setting
     length: int | None = None  # new tokens per continuation (default: 3 for V <= 64, else 16)
@@ -157,7 +158,7 @@ def engine_source(config: EngineConfig, notes: list[str], progress: Callable[[in
     run = _prepare(config, engine, model, reference, reference_model, progress)
     driver = CheckConfig(level="engine", false_alarm_rate=config.false_alarm_rate, power=config.power,
                          seed=config.seed, samples=config.samples, stop_on_fail=config.stop_on_fail, tv=math.nan,
-                         time_budget_s=config.time_budget_s)
+                         time_budget_s=config.time_budget_s, inconclusive_tv=config.inconclusive_tv)
     return EngineSource(run), driver, f"{model} @ {engine.base}"
 
 
@@ -187,7 +188,8 @@ def _prepare(config, engine, model, reference, reference_model, progress) -> _Ru
     vocab = pair.vocab_size if pair is not None else None
     length = config.length or (3 if vocab is not None and vocab <= ENUMERATION_MAX_VOCAB else 16)
     fields = {k: v for k, v in dataclasses.asdict(config).items()
-              if k not in ("out", "concurrency", "timeout_s", "retries", "stop_on_fail", "time_budget_s")}
+              if k not in ("out", "concurrency", "timeout_s", "retries", "stop_on_fail", "time_budget_s",
+                           "inconclusive_tv")}  # how the run is done or judged, not what it asks
     store = ResponseStore(config.out, config_hash({**fields, "model": model, "reference_model": reference_model,
                                                    "ground_truth": ground_truth, "length": length}))
     return _Run(config, engine, model, reference, reference_model, pair, tokenizer, store, ground_truth, length,

@@ -42,6 +42,9 @@ SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 ENGINE_SETTINGS = ("T=0.7,top_p=0.9", "T=1")  # plus the greedy cell (T=0)
 ENGINE_LENGTH = 16
+# The bar a passing local-target cell must reach: above it the run is INCONCLUSIVE, not PASS (issue #20's
+# goal; 400 continuations per cell gave 0.0501, hence the default of 440 below).
+ENGINE_TV_BAR = 0.05
 
 
 class Interrupted(Exception):
@@ -153,7 +156,7 @@ def engine_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple
         return ["--pair", "smollm2-ngram", "--samples", str(n), "--length", str(ENGINE_LENGTH), "--chunk",
                 str(min(n, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
                 *(a for p in prompts for a in ("--prompt-text", p)), "--out", str(out / "responses"),
-                "--contexts", "none"]  # the plan the findings were measured with: the two prompts
+                "--contexts", "none", "--inconclusive-tv", str(ENGINE_TV_BAR)]  # the plan of the findings: two prompts
 
     def settings(*names: str) -> list[str]:
         return [a for s in names for a in ("--setting", s)]
@@ -191,7 +194,8 @@ def control_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tupl
          "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH), "--chunk",
          str(min(samples, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
          "--prompt-text", COPY_PROMPT, "--prompt-text", OPEN_PROMPT, "--out", str(out / "responses"),
-         "--contexts", "none", "--setting", "T=0", "--setting", ENGINE_SETTINGS[0], "--time-budget", "500",
+         "--contexts", "none", "--inconclusive-tv", str(ENGINE_TV_BAR), "--setting", "T=0", "--setting",
+         ENGINE_SETTINGS[0], "--time-budget", "700",
          "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local"),))}
 
 
@@ -318,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
                         help=f"--only isolate: these runs only ({', '.join(r[0] for r in ISOLATE)})")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    parser.add_argument("--samples", type=int, default=400, help="engine level: continuations per prompt × setting")
+    parser.add_argument("--samples", type=int, default=440,
+                        help=f"engine level: continuations per prompt × setting (440: detectable TV ≤ {ENGINE_TV_BAR})")
     parser.add_argument("--python", default=sys.executable, help="the Python of the venv that holds vLLM")
     parser.add_argument("--model-dir", help="HF safetensors of SmolLM2 (default: the project's materialized cache)")
     add_runner_arguments(parser, where=False)  # the servers live in this process

@@ -173,3 +173,21 @@ def test_unseeded_requests_carry_no_seed_and_the_reference_still_passes(referenc
                                            **SMALL))
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
     assert sent and not any("seed" in body for body in sent)
+
+
+def test_the_engine_level_honours_inconclusive_tv_from_the_command_line(reference_on, tmp_path):
+    """`specdec verify --level engine --inconclusive-tv EPS`: a run that rejects nothing but whose detectable TV is
+    above EPS is INCONCLUSIVE (exit 3), and the report carries EPS; the same run with the default bar passes."""
+    import json
+
+    from harness.cli import main
+
+    common = ["verify", "--level", "engine", "--endpoint", reference_on, "--pair", "toy-low", "--ground-truth",
+              "local", "--samples", "150", "--prompts", "1", "--chunk", "150", "--setting", "T=1", "--seed", "3"]
+    assert main([*common, "--json", str(tmp_path / "a.json")]) == 0
+    first = json.loads((tmp_path / "a.json").read_text())
+    assert first["verdict"] == "pass" and first["inconclusive_tv"] == 0.25 and first["detectable_tv"] > 0.02
+    assert main([*common, "--inconclusive-tv", "0.02", "--json", str(tmp_path / "b.json")]) == 3
+    second = json.loads((tmp_path / "b.json").read_text())
+    assert second["verdict"] == "inconclusive" and second["inconclusive_tv"] == 0.02
+    assert second["detectable_tv"] == first["detectable_tv"]

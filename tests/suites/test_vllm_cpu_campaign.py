@@ -130,3 +130,25 @@ def test_vllm_cpu_an_interrupted_command_is_not_journaled_and_a_dead_server_stop
     assert campaign.main(["--out", str(out), *isolate]) == 0
     assert fake["calls"] == [names[1]] and len(_keys(out)) == 2  # the interrupted run again, then no more
     assert f"**Not run** ({len(names) - 2} cells" in (out / "summary.md").read_text()
+
+
+def test_vllm_cpu_every_engine_level_check_runs_with_the_tv_bar_and_the_default_samples_reach_it(fake, monkeypatch,
+                                                                                                    tmp_path):
+    """A passing engine-level cell above detectable TV 0.05 is INCONCLUSIVE (--inconclusive-tv), and the default
+    sample size is the one that reaches the bar (400 per cell measured 0.0501; the pooled PIT's TV falls as 1/√n)."""
+    seen = []
+    recorded = campaign._run
+
+    def spy(cli_args, log, out, name):
+        seen.append(cli_args)
+        return recorded(cli_args, log, out, name)
+
+    monkeypatch.setattr(campaign, "_run", spy)
+    assert campaign.main(["--out", str(tmp_path / "v"), "--only", "engine", "--model-dir", "/fake/model"]) == 1
+    assert campaign.main(["--out", str(tmp_path / "c"), "--only", "control", "--model-dir", "/fake/model"]) == 0
+    checks = [a for a in seen if a[:3] == ["verify", "--level", "engine"]]
+    assert len(checks) == 3
+    for args in checks:
+        assert args[args.index("--inconclusive-tv") + 1] == str(campaign.ENGINE_TV_BAR) == "0.05"
+        assert int(args[args.index("--samples") + 1]) == 440
+    assert campaign.ENGINE_TV_BAR >= 0.0501 * (400 / 440) ** 0.5
