@@ -96,7 +96,8 @@ class EngineConfig:
     def validate(self) -> EngineConfig:
         if self.ground_truth not in GROUND_TRUTHS:
             raise HarnessError(f"--ground-truth must be one of {', '.join(GROUND_TRUTHS)}, got {self.ground_truth!r}")
-        for name, value in (("--false-alarm-rate", self.false_alarm_rate), ("--power", self.power)):
+        for name, value in (("--false-alarm-rate", self.false_alarm_rate), ("--power", self.power),
+                            ("--inconclusive-tv", self.inconclusive_tv)):
             if not 0 < value < 1:
                 raise HarnessError(f"{name} must be in (0, 1), got {value}")
         for name, value in (("--samples", self.samples), ("--prompts", self.prompts), ("--chunk", self.chunk)):

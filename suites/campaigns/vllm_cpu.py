@@ -146,17 +146,20 @@ def engine_servers(out: Path, python: str, model_dir):
     (out / "servers_alive_at_end.json").write_text(json.dumps(alive))
 
 
+def engine_plan(out: Path, n: int, prompts: tuple[str, ...]) -> list[str]:
+    """The plan every engine-level check of the campaign (speculation on, the control) runs with: the pair, n
+    continuations per prompt × setting, the prompts, the responses record, the TV bar."""
+    return ["--pair", "smollm2-ngram", "--samples", str(n), "--length", str(ENGINE_LENGTH), "--chunk",
+            str(min(n, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
+            *(a for p in prompts for a in ("--prompt-text", p)), "--out", str(out / "responses"),
+            "--contexts", "none", "--inconclusive-tv", str(ENGINE_TV_BAR)]  # the findings' plan: the two prompts
+
+
 def engine_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple]:
     """Both servers up at once; probe both; (a) local target on the speculative server, both prompts and
     settings, then its probe again (the speculation metrics after that run, on the same server: one cell);
     (c) two samples against the speculation-off server on the open prompt at T = 1 (half the effective sample
     size, so one cell); each run's greedy cell compares token for token."""
-
-    def common(n: int, prompts: tuple[str, ...]) -> list[str]:
-        return ["--pair", "smollm2-ngram", "--samples", str(n), "--length", str(ENGINE_LENGTH), "--chunk",
-                str(min(n, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
-                *(a for p in prompts for a in ("--prompt-text", p)), "--out", str(out / "responses"),
-                "--contexts", "none", "--inconclusive-tv", str(ENGINE_TV_BAR)]  # the plan of the findings: two prompts
 
     def settings(*names: str) -> list[str]:
         return [a for s in names for a in ("--setting", s)]
@@ -167,13 +170,13 @@ def engine_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple
     cells = {f"engine/probe_{tag}": ("engine", (probe(tag, which),)) for which, tag in enumerate(("ngram", "off"))}
     cells[f"engine/engine_ngram_local/n={samples}"] = ("engine", (
         lambda s: _run(["verify", "--level", "engine", "--endpoint", s[0].url + "/v1", "--ground-truth", "local",
-                        *common(samples, (COPY_PROMPT, OPEN_PROMPT)), *settings("T=0", *ENGINE_SETTINGS),
+                        *engine_plan(out, samples, (COPY_PROMPT, OPEN_PROMPT)), *settings("T=0", *ENGINE_SETTINGS),
                         "--time-budget", "700", "--json", str(out / "engine_ngram_local.json")], log, out,
                        "engine_ngram_local"),
         probe("ngram_after", 0)))  # spec metrics now
     cells[f"engine/engine_ngram_two_sample/n={samples}"] = ("engine", (
         lambda s: _run(["verify", "--level", "engine", "--endpoint", s[0].url + "/v1", "--reference-endpoint",
-                        s[1].url + "/v1", "--ground-truth", "two-sample", *common(samples, (OPEN_PROMPT,)),
+                        s[1].url + "/v1", "--ground-truth", "two-sample", *engine_plan(out, samples, (OPEN_PROMPT,)),
                         *settings("T=0", "T=1"), "--time-budget", "300",
                         "--json", str(out / "engine_ngram_two_sample.json")], log, out, "engine_ngram_two_sample"),))
     return cells
@@ -191,10 +194,7 @@ def control_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tupl
     speculation, not about the server, its sampler or the ground truth."""
     return {f"control/engine_off_local/n={samples}": ("control", (lambda off: _run(
         ["verify", "--level", "engine", "--endpoint", off.url + "/v1", "--ground-truth", "local",
-         "--pair", "smollm2-ngram", "--samples", str(samples), "--length", str(ENGINE_LENGTH), "--chunk",
-         str(min(samples, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
-         "--prompt-text", COPY_PROMPT, "--prompt-text", OPEN_PROMPT, "--out", str(out / "responses"),
-         "--contexts", "none", "--inconclusive-tv", str(ENGINE_TV_BAR), "--setting", "T=0", "--setting",
+         *engine_plan(out, samples, (COPY_PROMPT, OPEN_PROMPT)), "--setting", "T=0", "--setting",
          ENGINE_SETTINGS[0], "--time-budget", "700",
          "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local"),))}
 

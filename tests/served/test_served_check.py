@@ -191,3 +191,14 @@ def test_the_engine_level_honours_inconclusive_tv_from_the_command_line(referenc
     second = json.loads((tmp_path / "b.json").read_text())
     assert second["verdict"] == "inconclusive" and second["inconclusive_tv"] == 0.02
     assert second["detectable_tv"] == first["detectable_tv"]
+
+
+@pytest.mark.parametrize("bar", ["0", "-1", "1.5"])
+def test_an_inconclusive_tv_outside_0_1_is_a_usage_error_before_any_request(bar, capsys):
+    """Exit 2 with one line naming the flag, before the (here unreachable) endpoint is contacted."""
+    from harness.cli import main
+
+    code = main(["verify", "--level", "engine", "--endpoint", "http://127.0.0.1:9/v1", "--pair", "toy-low",
+                 "--inconclusive-tv", bar])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--inconclusive-tv must be in (0, 1)" in err[0]
