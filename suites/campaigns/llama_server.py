@@ -14,16 +14,18 @@ with the embedded Q4_1 GGUF as draft (speculation on) and without it (off). Reco
 4. the token law (`verify --level engine`, local target) on an open prompt (TOKEN_RUNS): llama-server's
    defaults under the documented order (the diagnosis must name `llama_cpp`) and with `--processing-order
    llama_cpp` declared; truncation off under the documented order; the speculation-off server with the
-   convention declared (the control); greedy equality with the local target;
+   convention declared (the control); greedy equality with the local target. The runs expected to pass are at
+   480 continuations of up to 16 tokens per cell (detectable TV ≤ 0.05), the undeclared diagnosis at 200 × 4;
+   every run judged at `--inconclusive-tv 0.05`;
 5. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category.
 
 Every measurement (each probe, each logprobs calibration and check, each reproducer, the same-seed
-requests, each token-law run, the bench, each `--power` run) is a cell of `harness.executor.run_cells`, run in
+requests, each token-law run, the bench) is a cell of `harness.executor.run_cells`, run in
 this process against the servers it holds and journaled in OUT/journal.jsonl: a rerun resumes the cells not yet
 finished and starts a server only for a cell that needs it (`--stop-at` / `--budget-s`: no cell starts after
-them, the README names the cells not run; `--fresh`: every cell again). The README and power.md are written
-from the journal's records. Within a token-law run the responses are kept under OUT/responses, so a run cut
-mid-cell resumes its requests there.
+them, the README names the cells not run; `--fresh`: every cell again, the kept responses forgotten too). The
+README is written from the journal's records. Within a token-law run the responses are kept under OUT/responses,
+so a run cut mid-cell resumes its requests there.
 """
 
 from __future__ import annotations
@@ -37,11 +39,16 @@ import time
 from pathlib import Path
 
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
-from suites.campaigns._servers import Servers, not_run, not_run_lines, plain
+from suites.campaigns._servers import ENGINE_TV_BAR, Servers, forget_responses, not_run, not_run_lines, plain
 
-# The plan (policy): sized for a shared 2-core machine.
-SAMPLES = 200  # continuations per sampling cell (about 0.7 s each here: 6 cells fit one 20-minute CPU slot)
-LENGTH = 4  # new tokens per continuation
+# The plan (policy): sized for a shared 2-core machine. Two plans for the token-law runs:
+# - the diagnosis (the documented order with llama-server's defaults undeclared): 200 continuations of 4 tokens,
+#   which FAILS it and names the convention (it is judged at the same bar: a pass there would be INCONCLUSIVE);
+# - every run expected to PASS (the convention declared, or truncation off): 480 continuations of up to 16 tokens
+#   per cell, so that each cell's pooled PIT reaches detectable TV ≤ ENGINE_TV_BAR (0.0446 measured at T = 1:
+#   TV falls as 1/sqrt(scored tokens), ~6,000 per cell; the open prompt's sentence often ends on EOS before 16).
+SAMPLES, LENGTH = 200, 4
+POWER_SAMPLES, POWER_LENGTH = 480, 16
 SLOTS = 8  # llama-server slots (-np): continuations of one request decode in one batch (n_cmpl)
 CHUNK, CONCURRENCY = 4, 2  # continuations per request (n_cmpl), requests in flight
 LOGPROBS_SAMPLES = 8
@@ -59,11 +66,12 @@ TOKEN_RUNS = (
 )
 
 
-# The power part (`--power`): the token-law runs that PASS above, again with long continuations, so that each
-# sampling cell's pooled PIT reaches a detectable TV near 0.05 (0.135 at 200 × 4 tokens; TV falls as
-# 1/sqrt(tokens), so ~6,000 scored tokens per cell; the open prompt's sentence often ends on EOS before 16).
-POWER_SAMPLES, POWER_LENGTH = 480, 16
-POWER_RUNS = tuple(r for r in TOKEN_RUNS if r[3] == "llama_cpp" or r[2] == "no-truncation")
+def plan(run: tuple, samples: int | None = None) -> tuple[int, int]:
+    """(continuations per cell, new tokens per continuation) of a token-law run: the power plan for a run expected to
+    pass (its convention declared, or truncation off), the diagnosis plan otherwise; `samples` overrides the count."""
+    powered = run[3] == "llama_cpp" or run[2] == "no-truncation"
+    n, length = (POWER_SAMPLES, POWER_LENGTH) if powered else (SAMPLES, LENGTH)
+    return samples or n, length
 
 
 def _config(url: str, **kw):
@@ -185,7 +193,8 @@ def _token_law(url: str, *, samples: int, length: int, texts, extra, order: str,
 
     settings = tuple(s for t in texts for s in parse_setting(t))
     return _check(_config(url, samples=samples, length=length, settings=settings, out=responses,
-                          extra_body=NO_TRUNCATION if extra else None, processing_order=order))
+                          extra_body=NO_TRUNCATION if extra else None, processing_order=order,
+                          inconclusive_tv=ENGINE_TV_BAR))
 
 
 def _bench(on: str, off: str, out: Path, quick: bool) -> int:
@@ -204,7 +213,7 @@ def _cell(servers, out: Path, kind: str, *args) -> dict:
         url = servers[{"calibration": "off"}.get(kind, args[0])]
     elif kind in ("same-seed", "bench"):
         on, off = servers["on"], servers["off"]
-    elif kind in ("tokens", "power"):
+    elif kind == "tokens":
         url = servers[runs[args[0]][1]]
     started, load = time.perf_counter(), os.getloadavg()
     if kind == "binary":
@@ -224,19 +233,15 @@ def _cell(servers, out: Path, kind: str, *args) -> dict:
         value = same_seed_identity(on, off, _prompt_ids(), args[0])
     elif kind == "bench":
         value = _bench(on, off, out, args[0])
-    else:  # a token-law run ("tokens") or a long one ("power")
+    else:  # a token-law run
         name, samples, length, texts = args
         _, _, extra, order, _ = runs[name]
         report = _token_law(url, samples=samples, length=length, texts=texts, extra=extra, order=order,
                             responses=str(out / "responses"))
         value = _summary(report)
-        if kind == "power":
-            value.update(tokens_per_cell={c["name"]: c.get("tokens") for c in report.to_dict()["cases"]},
-                         wall_seconds=time.perf_counter() - started, load_at_start=load)
-            print(f"[llama_server power] {name}: {report.verdict}, detectable TV {report.detectable_tv:.3g} "
-                  f"({time.perf_counter() - started:.0f} s)", flush=True)
-        else:
-            print(f"[llama_server] tokens/{name}: {report.verdict} ({report.seconds:.0f} s)", flush=True)
+        value.update(length=length, tokens_per_cell={c["name"]: c.get("tokens") for c in report.to_dict()["cases"]})
+        print(f"[llama_server] tokens/{name}: {report.verdict}, detectable TV {report.detectable_tv:.3g} "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
     return plain({"value": value, "seconds": time.perf_counter() - started, "load_at_start": load,
                   "load_at_end": os.getloadavg(), "utc_end": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
@@ -259,7 +264,7 @@ def run(out: Path, quick: bool = False, samples: int | None = None, *, journal: 
     """Every measurement of the finding as a cell of `run_cells` (journal: a rerun resumes; stop: no cell starts
     once it says so); the record (finding.json) is built from the cells' records, `not_run` naming the rest.
     The logprobs checks run at the tolerance the calibration cells give, so they are planned after them."""
-    samples = samples or (60 if quick else SAMPLES)
+    samples = samples or (60 if quick else None)  # None: each run's own plan
     lp, seeds = 4 if quick else LOGPROBS_SAMPLES, 4 if quick else 16
     load_at_start = os.getloadavg()
     first: dict[str, tuple] = {"binary": ("binary",)}
@@ -281,12 +286,14 @@ def run(out: Path, quick: bool = False, samples: int | None = None, *, journal: 
                     second[f"logprobs/{mode}/speculation-{side}/n={lp}/tol={tol:g}"] = ("logprobs", side, api, mode, tol, lp)
         second.update({f"reproducer/{side}": ("reproducer", side) for side in ("on", "off")})
         second[f"same-seed/n={seeds}"] = ("same-seed", seeds)
-        second.update({f"tokens/{name}/n={samples}/length={LENGTH}": ("tokens", name, samples, LENGTH, texts)
-                       for name, _, _, _, texts in TOKEN_RUNS})
+        for run_ in TOKEN_RUNS:
+            n, length = plan(run_, samples)
+            second[f"tokens/{run_[0]}/n={n}/length={length}"] = ("tokens", run_[0], n, length, run_[4])
         second["bench/quick" if quick else "bench"] = ("bench", quick)
         done.update(run_cells(here, measure, second, journal=journal, stop=stop))
     value = {k: v["value"] for k, v in done.items()}
-    record: dict = {**value.get("binary", {"binary": None, "version": None}), "samples": samples, "length": LENGTH,
+    record: dict = {**value.get("binary", {"binary": None, "version": None}), "tv_bar": ENGINE_TV_BAR,
+                    "plans": {r[0]: dict(zip(("samples", "length"), plan(r, samples), strict=True)) for r in TOKEN_RUNS},
                     "prompt": PROMPT, "slots": SLOTS, "chunk": CHUNK, "concurrency": CONCURRENCY,
                     "load_at_start": load_at_start, "checks": {},
                     "probe": {k.removeprefix("probe/"): v for k, v in value.items() if k.startswith("probe/")}}
@@ -309,51 +316,6 @@ def run(out: Path, quick: bool = False, samples: int | None = None, *, journal: 
     record["load_at_start"], record["load_at_end"] = _measured_load(done, load_at_start)
     record["not_run"] = not_run({**first, **second}, done) + unplanned
     return record
-
-
-def power(out: Path, samples: int = POWER_SAMPLES, length: int = POWER_LENGTH, settings=("T=1",), *,
-          journal: Journal | None = None, stop=None) -> dict:
-    """The passing token-law runs at `samples` continuations of `length` tokens per cell (T = 1 by default):
-    verdict, scored tokens, detectable TV and seconds per cell -> OUT/power.json. Each run is a cell of
-    `run_cells` (journal: a rerun resumes; stop: no run starts once it says so; `not_run` names the rest)."""
-    load_at_start = os.getloadavg()
-    cells: dict[str, tuple] = {"binary": ("binary",)}
-    cells.update({f"power/{name}/n={samples}/length={length}/{'|'.join(settings)}":
-                  ("power", name, samples, length, tuple(settings)) for name, *_ in POWER_RUNS})
-    with Servers(on=lambda: _server(out, "on", "power-on"), off=lambda: _server(out, "off", "power-off")) as servers, \
-            LocalExecutor() as here:
-        done = run_cells(here, lambda *a: _cell(servers, out, *a), cells, journal=journal, stop=stop)
-    binary = done.get("binary", {"value": {"version": None}})["value"]
-    record: dict = {"version": binary["version"], "samples": samples, "length": length, "prompt": PROMPT,
-                    "settings": list(settings), "load_at_start": load_at_start,
-                    "runs": {cell[1]: done[key]["value"] for key, cell in cells.items() if key in done and cell[0] == "power"}}
-    record["seconds"] = sum(v["seconds"] for v in done.values())
-    record["load_at_start"], record["load_at_end"] = _measured_load(done, load_at_start)
-    record["not_run"] = not_run(cells, done)
-    return record
-
-
-POWER_LINK = ("\n## Power: the passing runs at {samples} × {length} tokens per cell\n\n"
-              "[power.md](power.md) (`specdec campaign llama_server --power`).\n")
-
-
-def power_md(record: dict) -> str:
-    """power.md: the passing token-law runs again with long continuations, one row per run."""
-    lines = ["# llama-server: the passing token-law runs with long continuations", "",
-             f"Command: `{record.get('command', 'specdec campaign llama_server --power')}` "
-             f"({record['seconds'] / 60:.1f} min on a shared 2-core machine; load average "
-             f"{' / '.join(f'{x:.2f}' for x in record['load_at_start'])} at the start). Binary: `{record['version']}`.",
-             "", f"Prompt `{record['prompt']}`, {record['samples']} continuations of up to {record['length']} tokens per "
-             f"cell, settings {', '.join(record['settings'])}, ground truth the local float64 target. Detectable TV: "
-             "the pooled PIT's at power 0.99 (the run's headline).", "", *not_run_lines(record.get("not_run", [])),
-             "| run | verdict | samples | detectable TV | smallest p | gating tests | seconds (load at start) |",
-             "|---|---|---|---|---|---|---|"]
-    for name, r in record["runs"].items():
-        min_p = min((c["min_p"] for c in r["cells"] if c.get("min_p") is not None), default=None)
-        lines.append(f"| {name} | **{r['verdict'].upper()}** | {r['samples']} | {r['detectable_tv']:.4f} | "
-                     f"{'-' if min_p is None else f'{min_p:.3g}'} | {r['tests']} | {r['wall_seconds']:.0f} "
-                     f"({r['load_at_start'][0]:.2f}) |")
-    return "\n".join(lines) + "\n"
 
 
 def findings(record: dict) -> list[str]:
@@ -401,6 +363,26 @@ def findings(record: dict) -> list[str]:
     return out
 
 
+def power_lines(record: dict) -> list[str]:
+    """The power paragraph: each sampling cell's detectable TV against the bar, as measured (no projection)."""
+    cells = [(name[7:], r["verdict"], c) for name, r in record["checks"].items() if name.startswith("tokens/")
+             for c in r["cells"] if c["detectable_tv"]]
+    if not cells:
+        return []
+    bar = record["tv_bar"]
+    above = [(n, v, c) for n, v, c in cells if c["detectable_tv"] > bar]
+    passing = [c["detectable_tv"] for n, v, c in cells if v == "pass"]
+    text = f"Power: {len(cells) - len(above)} of {len(cells)} sampling cells reached detectable TV ≤ {bar:g} (power 0.99)"
+    if passing:
+        text += f"; the cells of the passing runs {min(passing):.3g}–{max(passing):.3g}"
+    text += "."
+    if above:
+        text += " Above the bar: " + "; ".join(
+            f"{n} {c['name']} ({c['detectable_tv']:.3g}, run verdict {v.upper()}"
+            + (": rejected, so its power does not limit the verdict)" if c["rejected"] else ")") for n, v, c in above) + "."
+    return [text]
+
+
 def report_md(record: dict, command: str) -> str:
     """README.md of the finding, written from `record` only (every number below was measured by this run)."""
     from harness.served.cli import probe_table
@@ -419,9 +401,10 @@ def report_md(record: dict, command: str) -> str:
              f"--spec-draft-n-max 4 --spec-draft-n-min 0`; 1 thread, {record['slots']} slots, on 127.0.0.1. Requests go "
              "to the native `/completion` (`return_tokens`, `n_probs`, `post_sampling_probs`, `cache_prompt` false), "
              f"{record['chunk']} continuations per request (`n_cmpl`, seeds seed, seed + 1, ...), {record['concurrency']} "
-             f"in flight. Prompt (a chat turn): `{record['prompt']}`; {record['length']} new tokens per continuation in "
-             f"the token-law cells, {record['samples']} continuations per sampling cell. Ground truth: the local float64 "
-             "transformers target.", "",
+             f"in flight. Prompt (a chat turn): `{record['prompt']}`. Token-law plans (continuations per sampling cell × "
+             "new tokens each): " + "; ".join(f"{name}: {p['samples']} × {p['length']}" for name, p in record["plans"].items())
+             + f". Every token-law run is judged at the bar `--inconclusive-tv {record['tv_bar']}` (a passing cell above "
+             "it would be INCONCLUSIVE). Ground truth: the local float64 transformers target.", "",
              *([f"Logprobs tolerance: {record['tolerance_nats']:g} nats = {SPREAD_FACTOR} × the largest |Δ| "
                 f"({record['calibration_spread_nats']:.3g} nats) measured between llama-server with speculation off "
                 "and the float64 transformers target on calibration seeds (raw and processed). The checks below run on "
@@ -443,17 +426,7 @@ def report_md(record: dict, command: str) -> str:
                      else ", ".join(c["consistent_conventions"] or []) or "–")
             lines.append(f"| {name[7:]} | {c['name']} | {c['samples']} | {fmt(c['detectable_tv'])} | "
                          f"{fmt(c['min_p'])} | {len(c['rejected'])} | {extra} |")
-    per_sample = [r["seconds"] / r["samples"] for n, r in record["checks"].items() if n.startswith("tokens/") and r["samples"]]
-    tvs = [c["detectable_tv"] for n, r in record["checks"].items() if n.startswith("tokens/") for c in r["cells"]
-           if c["detectable_tv"]]
-    if tvs and per_sample:
-        need = math.ceil(record["samples"] * (max(tvs) / 0.05) ** 2)
-        lines += ["", f"Power: every sampling cell reached a detectable TV of {min(tvs):.3g}–{max(tvs):.3g} (power 0.99) "
-                  f"with {record['samples']} continuations, at {min(per_sample):.2f}–{max(per_sample):.2f} s per "
-                  f"continuation here (requests, local scoring and tests). TV ≤ 0.05 would take about {need} per cell "
-                  f"(detectable TV falls as 1/√n), i.e. about {need * min(per_sample) / 60:.0f}–"
-                  f"{need * max(per_sample) / 60:.0f} min per cell on this machine: not run (a projection, not a "
-                  "measurement)."]
+    lines += ["", *power_lines(record)]
     lines += ["", "Diagnosis notes (verbatim from the reports):", ""]
     for name, r in record["checks"].items():
         for n in r["notes"]:
@@ -506,10 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/findings/llama-server")
     parser.add_argument("--build-only", action="store_true", help="build (or find) llama-server and stop")
     parser.add_argument("--quick", action="store_true", help="a few samples only (a smoke run)")
-    parser.add_argument("--samples", type=int, help=f"continuations per sampling cell (default {SAMPLES}; "
-                        f"with --power {POWER_SAMPLES})")
-    parser.add_argument("--power", action="store_true", help=f"only the passing token-law runs again at "
-                        f"{POWER_SAMPLES} continuations of {POWER_LENGTH} tokens per cell -> OUT/power.json")
+    parser.add_argument("--samples", type=int, help=f"continuations per sampling cell (default: {POWER_SAMPLES} of "
+                        f"{POWER_LENGTH} tokens in the runs expected to pass, {SAMPLES} of {LENGTH} in the diagnosis)")
     add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
     try:
@@ -521,24 +492,11 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         runner = {"journal": Journal(out / "journal.jsonl", fresh=args.fresh),  # every cell kept: a rerun resumes
                   "stop": deadline(args.stop_at, args.budget_s)}
-        if args.power:
-            record = power(out, samples=args.samples or POWER_SAMPLES, **runner)
-            record["command"] = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
-            atomic_write_json(out / "power.json", json.loads(json.dumps(record, default=str)))
-            atomic_write_text(out / "power.md", power_md(record))
-            readme = out / "README.md"
-            link = POWER_LINK.format(samples=record["samples"], length=record["length"])
-            if readme.exists() and link not in readme.read_text():
-                atomic_write_text(readme, readme.read_text() + link)
-            return 0 if all(r["verdict"] == "pass" for r in record["runs"].values()) else 1
+        forget_responses(out, args.fresh)
         record = run(out, quick=args.quick, samples=args.samples, **runner)
         atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
         command = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
-        text = report_md(record, command.strip())
-        if (out / "power.json").exists():  # the --power part's record stays linked
-            kept = json.loads((out / "power.json").read_text())
-            text += POWER_LINK.format(samples=kept["samples"], length=kept["length"])
-        atomic_write_text(out / "README.md", text)
+        atomic_write_text(out / "README.md", report_md(record, command.strip()))
         print(f"wrote {out / 'README.md'}: " + ", ".join(f"{k} {v['verdict']}" for k, v in record["checks"].items())
               + (f"; not run: {', '.join(record['not_run'])}" if record["not_run"] else ""))
         return 0

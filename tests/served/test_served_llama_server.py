@@ -146,7 +146,8 @@ def test_the_finding_readme_states_only_what_the_record_measured():
                          "tokens/speculation-on, defaults, documented order": run},
               "tolerance_nats": 0.1, "calibration_spread_nats": 0.02, "seconds": 60, "load_at_start": [1, 1, 1],
               "load_at_end": [1, 1, 1], "version": "v", "slots": 8, "chunk": 4, "concurrency": 2, "prompt": "p",
-              "length": 4, "samples": 10, "probe": {}, "bench_exit": 0,
+              "plans": {"speculation-on, defaults, documented order": {"samples": 10, "length": 4}}, "tv_bar": 0.05,
+              "probe": {}, "bench_exit": 0,
               "reproducer": {"on": {"request": {}, "tokens": [1, 2], "completion_probabilities": [entry(-1.0, [(1, -1.0)]), entry(0.0, [])]},
                              "off": {"request": {}, "tokens": [1, 2], "completion_probabilities": [entry(-1.0, [(1, -1.0)]), entry(-0.5, [(1, -0.5)])]}}}
     lines = findings(record)
@@ -157,7 +158,8 @@ def test_the_finding_readme_states_only_what_the_record_measured():
     record["reproducer"]["on"]["completion_probabilities"][1] = entry(-0.5, [(1, -0.5)])
     lines = findings(record)
     assert not any("reproducer" in line for line in lines) and "names no convention" in lines[-1]
-    assert "## Findings" in report_md(record, "specdec campaign llama_server")
+    text = report_md(record, "specdec campaign llama_server")
+    assert "## Findings" in text and "speculation-on, defaults, documented order: 10 × 4" in text
 
 
 def test_a_constraint_is_never_dropped_silently():
@@ -213,12 +215,21 @@ def test_the_llama_server_build_is_portable_not_native(tmp_path, monkeypatch):
     assert "-DGGML_NATIVE=OFF" in configure and "-DGGML_NATIVE=ON" not in configure
 
 
-def test_power_report_has_one_row_per_run_with_its_verdict_and_tv():
-    from suites.campaigns.llama_server import power_md
+def test_the_power_paragraph_states_each_cell_against_the_bar_as_measured():
+    """Cells above the bar are named with their run's verdict (a rejected one: its power does not limit the
+    verdict); no projection is printed."""
+    from suites.campaigns.llama_server import power_lines
 
-    record = {"command": "specdec campaign llama_server --power", "seconds": 60.0, "load_at_start": [1.0, 1.0, 1.0],
-              "version": "v", "prompt": "p", "samples": 480, "length": 16, "settings": ["T=1"],
-              "runs": {"on": {"verdict": "fail", "samples": 480, "detectable_tv": 0.0446, "tests": 20,
-                              "wall_seconds": 5.0, "load_at_start": [1.0], "cells": [{"min_p": 0.0}]}}}
-    text = power_md(record)
-    assert "| on | **FAIL** | 480 | 0.0446 | 0 | 20 | 5 (1.00) |" in text
+    def cell(name, tv, rejected=()):
+        return {"name": name, "detectable_tv": tv, "rejected": list(rejected)}
+
+    record = {"tv_bar": 0.05, "checks": {
+        "tokens/diagnosis": {"verdict": "fail", "cells": [cell("greedy", None), cell("T=1/prompt0", 0.135, ["x"])]},
+        "tokens/declared": {"verdict": "pass", "cells": [cell("T=0.7/prompt0", 0.047), cell("T=1/prompt0", 0.0446)]},
+        "logprobs/raw/speculation-on": {"verdict": "fail", "cases": []}}}
+    (text,) = power_lines(record)
+    assert text.startswith("Power: 2 of 3 sampling cells reached detectable TV ≤ 0.05 (power 0.99); the cells of "
+                           "the passing runs 0.0446–0.047.")
+    assert "diagnosis T=1/prompt0 (0.135, run verdict FAIL: rejected, so its power does not limit the verdict)" in text
+    record["checks"]["tokens/declared"]["cells"][0]["detectable_tv"] = 0.06
+    assert "declared T=0.7/prompt0 (0.06, run verdict PASS)" in power_lines(record)[0]

@@ -1,5 +1,5 @@
 """suites.campaigns.llama_server on the cell runner: every measurement (probes, logprobs calibration and checks,
-reproducers, same-seed requests, token-law runs, bench; the --power runs) is a journaled cell; a rerun runs none
+reproducers, same-seed requests, token-law runs, bench) is a journaled cell; a rerun runs none
 and starts no server; a run cut by its budget resumes only the rest; --fresh runs all again (fake servers,
 binary and engine checks: no llama-server)."""
 
@@ -18,7 +18,7 @@ from suites.campaigns import llama_server as campaign
 
 FIRST = ["binary", "probe/on/openai", "probe/on/llama-server", "probe/off/openai", "probe/off/llama-server",
          "calibration/raw/n=8", "calibration/processed/n=8"]
-TOKENS = [f"tokens/{run[0]}/n=30/length=4" for run in campaign.TOKEN_RUNS]
+TOKENS = [f"tokens/{run[0]}/n=30/length={campaign.plan(run)[1]}" for run in campaign.TOKEN_RUNS]
 LOGPROBS = [f"logprobs/{mode}/speculation-{side}/n=8/tol=0.08" for side in ("off", "on") for mode in ("raw", "processed")]
 KEYS = [*FIRST, *LOGPROBS, "reproducer/on", "reproducer/off", "same-seed/n=16", *TOKENS, "bench"]
 
@@ -123,22 +123,38 @@ def test_llama_server_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs
     assert fake["calls"] == EVERY_CALL and _keys(out) == KEYS and sorted(fake["started"]) == ["off", "on"]
 
 
-def test_llama_server_power_runs_are_cells_too(fake, tmp_path):
+def test_llama_server_runs_expected_to_pass_are_at_the_power_plan_and_every_token_run_has_the_bar(fake, tmp_path,
+                                                                                                  monkeypatch):
+    """The declared-convention and truncation-off runs (T = 0.7 and T = 1 cells) run at 480 × 16 tokens, the
+    undeclared diagnosis at 200 × 4; every token-law check is judged at --inconclusive-tv 0.05; the README states
+    each cell's detectable TV against the bar (measured, no projection)."""
+    configs = []
+    checked = campaign._check
+
+    def spy(config):
+        configs.append(config)
+        return checked(config)
+
+    monkeypatch.setattr(campaign, "_check", spy)
     out = tmp_path / "finding"
-    power = [f"power/{run[0]}/n=40/length={campaign.POWER_LENGTH}/T=1" for run in campaign.POWER_RUNS]
-    assert campaign.main(["--out", str(out), "--power", "--samples", "40", "--budget-s", "15"]) == 0
-    assert _keys(out) == ["binary", power[0]] and fake["calls"] == ["version", "tokens"]
-    record = json.loads((out / "power.json").read_text())
-    assert list(record["runs"]) == [campaign.POWER_RUNS[0][0]] and record["not_run"] == power[1:]
-    assert "**Not run** (2 cells" in (out / "power.md").read_text()
-    fake["calls"].clear()
-    fake["started"].clear()
-    assert campaign.main(["--out", str(out), "--power", "--samples", "40"]) == 0
-    assert fake["calls"] == ["tokens"] * (len(power) - 1) and _keys(out) == ["binary", *power]
-    assert [r["verdict"] for r in json.loads((out / "power.json").read_text())["runs"].values()] == ["pass"] * len(power)
-    fake["calls"].clear()
-    fake["started"].clear()
-    assert campaign.main(["--out", str(out), "--power", "--samples", "40"]) == 0
-    assert fake["calls"] == [] and fake["started"] == []
-    assert campaign.main(["--out", str(out), "--power", "--samples", "40", "--fresh"]) == 0
-    assert fake["calls"] == ["version", *["tokens"] * len(power)]
+    assert campaign.main(["--out", str(out)]) == 0
+    tokens = [c for c in configs if c.checks != ("logprobs",)]
+    plans = {(tuple(s.label for s in c.settings), c.samples, c.length, c.processing_order) for c in tokens}
+    assert plans == {(("T=0", "T=0.7", "T=1"), 200, 4, "standard"), (("T=0.7", "T=1"), 480, 16, "llama_cpp"),
+                     (("T=1",), 480, 16, "standard"), (("T=1",), 480, 16, "llama_cpp")}
+    assert {c.inconclusive_tv for c in tokens} == {campaign.ENGINE_TV_BAR} == {0.05}
+    finding = json.loads((out / "finding.json").read_text())
+    assert finding["tv_bar"] == 0.05 and finding["plans"][campaign.TOKEN_RUNS[1][0]] == {"samples": 480, "length": 16}
+    readme = (out / "README.md").read_text()
+    assert "Power: 0 of 4 sampling cells reached detectable TV ≤ 0.05" in readme  # the fake reports 0.1 per cell
+    assert "not run (a projection" not in readme and "480 × 16" in readme
+
+
+def test_llama_server_fresh_forgets_the_kept_responses_too(fake, tmp_path):
+    out = tmp_path / "finding"
+    (out / "responses").mkdir(parents=True)
+    (out / "responses" / "engine-old.jsonl").write_text("{}\n")
+    assert campaign.main(["--out", str(out), "--samples", "30"]) == 0
+    assert (out / "responses" / "engine-old.jsonl").exists()  # a plain rerun resumes them
+    assert campaign.main(["--out", str(out), "--samples", "30", "--fresh"]) == 0
+    assert not (out / "responses" / "engine-old.jsonl").exists()

@@ -152,3 +152,14 @@ def test_vllm_cpu_every_engine_level_check_runs_with_the_tv_bar_and_the_default_
         assert args[args.index("--inconclusive-tv") + 1] == str(campaign.ENGINE_TV_BAR) == "0.05"
         assert int(args[args.index("--samples") + 1]) == 440
     assert campaign.ENGINE_TV_BAR >= 0.0501 * (400 / 440) ** 0.5
+
+
+def test_vllm_cpu_fresh_forgets_the_kept_responses_too(fake, tmp_path):
+    """--fresh measures every response again: the engine checks' kept responses go with the journal."""
+    out = tmp_path / "v"
+    (out / "responses").mkdir(parents=True)
+    (out / "responses" / "engine-old.jsonl").write_text("{}\n")
+    assert campaign.main(["--out", str(out), "--only", "control", "--model-dir", "/fake/model"]) == 0
+    assert (out / "responses" / "engine-old.jsonl").exists()  # a plain rerun resumes them
+    assert campaign.main(["--out", str(out), "--only", "control", "--model-dir", "/fake/model", "--fresh"]) == 0
+    assert not (out / "responses" / "engine-old.jsonl").exists()
