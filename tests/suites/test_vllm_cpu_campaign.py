@@ -163,3 +163,14 @@ def test_vllm_cpu_fresh_forgets_the_kept_responses_too(fake, tmp_path):
     assert (out / "responses" / "engine-old.jsonl").exists()  # a plain rerun resumes them
     assert campaign.main(["--out", str(out), "--only", "control", "--model-dir", "/fake/model", "--fresh"]) == 0
     assert not (out / "responses" / "engine-old.jsonl").exists()
+
+
+def test_vllm_cpu_summary_leaves_out_reports_no_journaled_cell_wrote(fake, tmp_path):
+    """A report an earlier run left (here: before --fresh) is named, never summarized as this run's numbers."""
+    out = tmp_path / "v"
+    out.mkdir()
+    (out / "isolate_old.json").write_text(json.dumps({"verdict": "fail", "samples": 200, "detectable_tv": 0.08,
+                                                      "seconds": 1, "tests": []}))
+    assert campaign.main(["--out", str(out), "--only", "control", "--model-dir", "/fake/model", "--fresh"]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "| isolate_old |" not in summary and "not summarized): `isolate_old`" in summary
