@@ -11,6 +11,7 @@ import contextlib
 import json
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 # The served engines' sampling prompts: one that invites copying (n-gram / prompt-lookup drafters propose
@@ -23,13 +24,15 @@ OPEN_PROMPT = "Write one sentence about a cat."
 ENGINE_TV_BAR = 0.05
 
 
-def forget_responses(out, fresh: bool) -> None:
-    """`--fresh`: the engine checks' kept responses (OUT/responses) go with the journal, so that a fresh run measures
-    every response again instead of resuming the ones an earlier run recorded for the same configuration."""
-    from pathlib import Path
+def campaign_journal(out, fresh: bool):
+    """OUT/journal.jsonl (every cell kept: a rerun resumes). `--fresh`: the engine checks' kept responses
+    (OUT/responses) go with the journal, so that a fresh run measures every response again instead of resuming the
+    ones an earlier run recorded for the same configuration."""
+    from harness.executor import Journal
 
     if fresh:
         shutil.rmtree(Path(out) / "responses", ignore_errors=True)
+    return Journal(Path(out) / "journal.jsonl", fresh=fresh)
 
 
 class Servers:

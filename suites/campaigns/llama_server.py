@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
-from suites.campaigns._servers import ENGINE_TV_BAR, Servers, forget_responses, not_run, not_run_lines, plain
+from suites.campaigns._servers import ENGINE_TV_BAR, Servers, campaign_journal, not_run, not_run_lines, plain
 
 # The plan (policy): sized for a shared 2-core machine. Two plans for the token-law runs:
 # - the diagnosis (the documented order with llama-server's defaults undeclared): 200 continuations of 4 tokens,
@@ -490,9 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             print(build_llama_server())
             return 0
         out = Path(args.out)
-        runner = {"journal": Journal(out / "journal.jsonl", fresh=args.fresh),  # every cell kept: a rerun resumes
-                  "stop": deadline(args.stop_at, args.budget_s)}
-        forget_responses(out, args.fresh)
+        runner = {"journal": campaign_journal(out, args.fresh), "stop": deadline(args.stop_at, args.budget_s)}
         record = run(out, quick=args.quick, samples=args.samples, **runner)
         atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
         command = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])

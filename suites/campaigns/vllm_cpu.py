@@ -34,13 +34,13 @@ import sys
 import time
 from pathlib import Path
 
-from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
+from harness.executor import LocalExecutor, add_runner_arguments, deadline, run_cells
 from suites.campaigns._servers import (
     COPY_PROMPT,
     ENGINE_TV_BAR,
     OPEN_PROMPT,
     Servers,
-    forget_responses,
+    campaign_journal,
     not_run,
     not_run_lines,
     plain,
@@ -341,8 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "echo":  # reads responses/ only: no server, no cell
         print(draft_echo(out))
         return 0
-    journal = Journal(out / "journal.jsonl", fresh=args.fresh)  # every cell kept: a rerun resumes
-    forget_responses(out, args.fresh)
+    journal = campaign_journal(out, args.fresh)
     late = deadline(args.stop_at, args.budget_s)
     log: list[dict] = []  # the commands this invocation runs -> commands.jsonl
     model_dir = lambda: args.model_dir or str(materialized_smollm2())  # noqa: E731  (only when a server starts)
