@@ -18,7 +18,7 @@ import time
 
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.served.llamacpp import MODEL_ALIAS, PROMPT_LOOKUP_TOKENS, llamacpp_server
-from suites.campaigns._servers import COPY_PROMPT, Servers, not_run, not_run_lines, plain
+from suites.campaigns._servers import COPY_PROMPT, ENGINE_TV_BAR, Servers, not_run, not_run_lines, plain
 
 FINDING_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5,"
 # The two-sample checks' prompt: it invites copying (prompt lookup drafts from it) and its continuations stay open
@@ -82,7 +82,7 @@ def _two_sample_check(on: str, off: str, setting: dict, samples: int, length: in
     return run_engine_check(EngineConfig(
         endpoint=on, reference_endpoint=off, ground_truth="two-sample", samples=samples, length=length,
         prompts=1, prompt_texts=(SAMPLING_PROMPT,), chunk=1, concurrency=2, settings=(Setting(**setting),),
-        extra_body=NO_TRUNCATION, seed=0)).to_dict()
+        extra_body=NO_TRUNCATION, seed=0, inconclusive_tv=ENGINE_TV_BAR)).to_dict()  # above the bar: INCONCLUSIVE
 
 
 def finding_cells(samples: int, length: int, paired_seeds: int, *, probe_only: bool = False) -> dict[str, tuple]:

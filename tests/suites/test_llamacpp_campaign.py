@@ -106,3 +106,19 @@ def test_llamacpp_probe_only_runs_the_probe_cells_and_starts_only_the_server_a_c
     assert campaign.main(["--out", str(out), "--probe-only"]) == 0
     assert _keys(out) == ["probe/on", "probe/off"] and fake["started"] == ["on", "off"]
     assert not (out / "report.md").exists() and (tmp_path / "results/engine/probe-llamacpp-off.txt").exists()
+
+
+def test_llamacpp_two_sample_checks_are_judged_at_the_tv_bar(monkeypatch):
+    """A two-sample cell whose detectable TV is above 0.05 is INCONCLUSIVE, never PASS: the bar reaches the check."""
+    from harness.served import check
+
+    seen = []
+
+    class Report:
+        def to_dict(self):
+            return {"verdict": "inconclusive"}
+
+    monkeypatch.setattr(check, "run_engine_check", lambda config: seen.append(config) or Report())
+    assert campaign._two_sample_check("http://on", "http://off", {"temperature": 1.0}, 10, 4) == {"verdict": "inconclusive"}
+    (config,) = seen
+    assert config.inconclusive_tv == campaign.ENGINE_TV_BAR == 0.05 and config.ground_truth == "two-sample"
