@@ -85,14 +85,41 @@ def _two_sample_check(on: str, off: str, setting: dict, samples: int, length: in
         extra_body=NO_TRUNCATION, seed=0, inconclusive_tv=ENGINE_TV_BAR)).to_dict()  # above the bar: INCONCLUSIVE
 
 
-def finding_cells(samples: int, length: int, paired_seeds: int, *, probe_only: bool = False) -> dict[str, tuple]:
-    """key -> (measurement, its arguments), in run order: the probes, the checks, greedy, same-seed identity.
-    The key names what the measurement depends on (not the servers' ports), so a rerun finds it."""
+# The generation level (harness.adapters.llamacpp, no server): llama-cpp-python's own `Llama.generate` with
+# prompt-lookup drafts against the local target's exact law (ground truth a, one-sample: the power the two-sample
+# server checks cannot reach), at the default plan (contexts catalogue: pooled detectable TV under 0.05 on SmolLM2),
+# llama.cpp's sampler order declared; the planted bug (drafts kept unverified) must FAIL on the same plan.
+GENERATION_IMPLS = {"shipped": "harness.adapters.llamacpp:prompt_lookup_generate",
+                    "planted bug: drafts unverified": "harness.adapters.llamacpp:no_verify_generate"}
+
+
+def _generation_check(impl: str, gamma: int) -> dict:
+    """`specdec verify --level generation --impl IMPL --pair smollm2 --gamma G --processing-order llama_cpp
+    --inconclusive-tv 0.05` -> the report as a dict."""
+    from harness.check.api import run_verify
+    from harness.check.config import CheckConfig
+
+    return run_verify(CheckConfig(impl=impl, level="generation", pair="smollm2", gamma=gamma,
+                                  processing_order="llama_cpp", inconclusive_tv=ENGINE_TV_BAR)).to_dict()
+
+
+def generation_command(impl: str, gamma: int) -> str:
+    return (f"specdec verify --level generation --impl {impl} --pair smollm2 --gamma {gamma} "
+            f"--processing-order llama_cpp --inconclusive-tv {ENGINE_TV_BAR:g}")
+
+
+def finding_cells(samples: int, length: int, paired_seeds: int, *, probe_only: bool = False,
+                  gamma: int = PROMPT_LOOKUP_TOKENS) -> dict[str, tuple]:
+    """key -> (measurement, its arguments), in run order: the probes, the generation-level checks (no server),
+    the server checks, greedy, same-seed identity. The key names what the measurement depends on (not the
+    servers' ports), so a rerun finds it."""
     from harness.check.generation import Setting
 
     cells: dict[str, tuple] = {f"probe/{side}": ("probe", side) for side in SIDES}
     if probe_only:
         return cells
+    for name, impl in GENERATION_IMPLS.items():
+        cells[f"generation/{impl}/gamma={gamma}"] = ("generation", name, impl, gamma)
     for setting in SETTINGS:
         cells[f"check/{Setting(**setting).label}/n={samples}/length={length}"] = ("check", setting, samples, length)
     cells[f"greedy/tokens={GREEDY_TOKENS}"] = ("greedy", GREEDY_TOKENS)
@@ -102,8 +129,13 @@ def finding_cells(samples: int, length: int, paired_seeds: int, *, probe_only: b
 
 def finding_cell(servers, kind: str, *args) -> dict:
     """One cell against the servers it names (started on first use) -> a JSON record with its seconds."""
-    urls = [servers[side] for side in ((args[0],) if kind == "probe" else SIDES)]
     started = time.perf_counter()
+    if kind == "generation":  # in this process, no server
+        name, impl, gamma = args
+        return plain({"generation": {"name": name, "impl": impl, "command": generation_command(impl, gamma),
+                                     "report": _generation_check(impl, gamma)},
+                      "seconds": time.perf_counter() - started})
+    urls = [servers[side] for side in ((args[0],) if kind == "probe" else SIDES)]
     if kind == "probe":
         row = {"side": args[0], "probe": _probe(urls[0])}
     elif kind == "check":
@@ -129,12 +161,14 @@ def run_finding(samples: int, length: int, paired_seeds: int, *, journal: Journa
     with Servers(**start) as servers, LocalExecutor() as here:  # in this process: the servers are its own
         done = run_cells(here, lambda *a: finding_cell(servers, *a), cells, journal=journal, stop=stop)
     record: dict = {"samples_per_endpoint_and_setting": samples, "length": length, "prompt": SAMPLING_PROMPT,
-                    "prompt_lookup_tokens": PROMPT_LOOKUP_TOKENS, "checks": [], "probe": {}}
+                    "prompt_lookup_tokens": PROMPT_LOOKUP_TOKENS, "checks": [], "probe": {}, "generation": []}
     for key in cells:
         row = done.get(key)
         if row is None:
             continue
-        if key.startswith("probe/"):
+        if key.startswith("generation/"):
+            record["generation"].append({**row["generation"], "seconds": row["seconds"]})
+        elif key.startswith("probe/"):
             record["probe"][row["side"]] = row["probe"]
         elif key.startswith("check/"):
             record["checks"].append({"setting": row["setting"], "report": row["report"]})
@@ -173,7 +207,9 @@ def finding_md(record: dict, command: str) -> str:
         lines.append(f"| {c['setting']} | **{r['verdict'].upper()}** | {2 * r['samples']} | {len(r['tests'])} | "
                      f"{smallest:.3g} | {r['detectable_tv']:.3f} |")
     lines += ["", "Nothing is promised below the detectable TV: at these sample sizes the check rules out gross "
-              "errors only (two-sample tests need twice the samples per endpoint of a one-sample test)."]
+              "errors only (two-sample tests need twice the samples per endpoint of a one-sample test). The "
+              "generation level below reaches TV 0.05 on the same decoder."]
+    lines += generation_lines(record.get("generation", []))
     if "paired_same_seed_identical" in record:
         lines += ["", f"Same seed, speculation on vs off, T = 1: {100 * record['paired_same_seed_identical']:.0f} % of "
                   "continuations identical (sample-and-match draws the sampler once per position either way; "
@@ -190,6 +226,30 @@ def finding_md(record: dict, command: str) -> str:
             lines += ["", f"## `specdec probe`, speculation {side}", "", "```", probe_table(record["probe"][side]),
                       "```"]
     return "\n".join(lines) + "\n"
+
+
+def generation_lines(rows: list[dict]) -> list[str]:
+    """The generation-level section of report.md: one row per implementation, as measured."""
+    if not rows:
+        return []
+    lines = ["", "## Generation level: llama-cpp-python's `Llama.generate` with prompt lookup, no server", "",
+             "`harness.adapters.llamacpp`: `Llama.generate` with `LlamaPromptLookupDecoding(num_pred_tokens=γ)` on the "
+             "embedded SmolLM2 dequantized to float32 (the weights `--pair smollm2` loads in transformers), 1 thread, "
+             "a seed per row; checked against the local target's exact law (ground truth a: a one-sample test), "
+             "at the default plan (the contexts catalogue), llama.cpp's sampler order declared "
+             f"(`--processing-order llama_cpp`), INCONCLUSIVE above detectable TV {ENGINE_TV_BAR:g}.", "",
+             "| implementation | verdict | samples | tests | smallest p | detectable TV (power 0.99) | minutes |",
+             "|---|---|---|---|---|---|---|"]
+    for g in rows:
+        r = g["report"]
+        smallest = min((t["p_value"] for t in r["tests"] if t.get("p_value") is not None), default=1.0)
+        lines.append(f"| {g['name']} (`{g['impl'].split(':')[-1]}`) | **{r['verdict'].upper()}** | {r['samples']} | "
+                     f"{len(r['tests'])} | {smallest:.3g} | {r['detectable_tv']:.4f} | {g['seconds'] / 60:.1f} |")
+    lines += ["", "Commands:", ""] + [f"- `{g['command']}`" for g in rows]
+    for g in rows:
+        if g["report"]["verdict"] == "fail" and g["report"].get("failure_summary"):
+            lines += ["", f"{g['name']}: " + "; ".join(g["report"]["failure_summary"])]
+    return lines
 
 
 def _write_probe(side: str, info: dict) -> None:
@@ -230,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
     command = "specdec campaign llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
     (out / "report.md").write_text(finding_md(record, command.strip()), encoding="utf-8")
-    print(f"wrote {out / 'report.md'}: " + ", ".join(f"{c['setting']} {c['report']['verdict']}"
-                                                       for c in record["checks"])
+    print(f"wrote {out / 'report.md'}: " + ", ".join([f"{g['name']} {g['report']['verdict']}" for g in record["generation"]]
+                                                       + [f"{c['setting']} {c['report']['verdict']}"
+                                                          for c in record["checks"]])
           + (f"; not run: {', '.join(record['not_run'])}" if record["not_run"] else ""))
     return 0

@@ -13,7 +13,9 @@ import pytest
 from harness import executor
 from suites.campaigns import llamacpp as campaign
 
-KEYS = ["probe/on", "probe/off", "check/T=1/n=20/length=3", "check/T=0.7,top_p=0.9/n=20/length=3",
+GEN = ["generation/harness.adapters.llamacpp:prompt_lookup_generate/gamma=10",
+       "generation/harness.adapters.llamacpp:no_verify_generate/gamma=10"]
+KEYS = ["probe/on", "probe/off", *GEN, "check/T=1/n=20/length=3", "check/T=0.7,top_p=0.9/n=20/length=3",
         "greedy/tokens=24", "paired/seeds=5/length=3"]
 ARGS = ["--samples", "20", "--length", "3", "--paired-seeds", "5"]
 
@@ -36,6 +38,10 @@ def fake(monkeypatch, tmp_path):
             state["calls"].append(name)
             return {"probe": lambda url: {"endpoint": url, "model": "m", "speculative": url.endswith("on"),
                                           "rows": [], "ground_truths": {}},
+                    "generation": lambda impl, gamma: {
+                        "verdict": "fail" if "no_verify" in impl else "pass", "samples": 2000, "detectable_tv": 0.047,
+                        "tests": [{"p_value": 1e-9 if "no_verify" in impl else 0.4}],
+                        "failure_summary": ["prompts/T=1: position 3 rejects"] if "no_verify" in impl else []},
                     "check": lambda on, off, setting, samples, length: {
                         "verdict": "pass", "samples": samples, "tests": [{"p_value": 0.5}], "detectable_tv": 0.2},
                     "greedy": lambda on, off, tokens: [{"prompt": "1, 2", "identical": True, "tokens": tokens,
@@ -44,7 +50,7 @@ def fake(monkeypatch, tmp_path):
         return fn
 
     monkeypatch.setattr(campaign, "llamacpp_server", server)
-    for attr, name in (("_probe", "probe"), ("_two_sample_check", "check"), ("_greedy_pairs", "greedy"),
+    for attr, name in (("_probe", "probe"), ("_generation_check", "generation"), ("_two_sample_check", "check"), ("_greedy_pairs", "greedy"),
                        ("_paired_identity", "paired")):
         monkeypatch.setattr(campaign, attr, measured(name))
     monkeypatch.setattr(campaign, "deadline", functools.partial(executor.deadline, clock=lambda: state["now"]))
@@ -59,13 +65,17 @@ def test_llamacpp_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server
     out = tmp_path / "finding"
     assert campaign.main(["--out", str(out), *ARGS]) == 0
     assert _keys(out) == KEYS
-    assert fake["calls"] == ["probe", "probe", "check", "check", "greedy", "paired"]
+    assert fake["calls"] == ["probe", "probe", "generation", "generation", "check", "check", "greedy", "paired"]
     assert sorted(fake["started"]) == ["off", "on"]
     finding = json.loads((out / "finding.json").read_text())
     assert [c["setting"] for c in finding["checks"]] == ["T=1", "T=0.7,top_p=0.9"] and finding["not_run"] == []
     assert finding["paired_same_seed_identical"] == 1.0 and set(finding["probe"]) == {"on", "off"}
     report = (out / "report.md").read_text()
     assert "| T=1 | **PASS** | 40 |" in report and "Not run" not in report
+    assert "| shipped (`prompt_lookup_generate`) | **PASS** | 2000 | 1 | 0.4 | 0.0470 |" in report
+    assert "| planted bug: drafts unverified (`no_verify_generate`) | **FAIL** |" in report
+    assert "--impl harness.adapters.llamacpp:prompt_lookup_generate --pair smollm2 --gamma 10 " in report
+    assert [g["name"] for g in finding["generation"]] == list(campaign.GENERATION_IMPLS)
     assert (tmp_path / "results/engine/probe-llamacpp-on.json").exists()
     first = (out / "report.md").read_text()
     fake["calls"].clear()
@@ -79,10 +89,10 @@ def test_llamacpp_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server
 
 def test_llamacpp_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs_all(fake, tmp_path):
     out = tmp_path / "finding"
-    assert campaign.main(["--out", str(out), *ARGS, "--budget-s", "25"]) == 0  # cut: exit 0, as engine/contexts
-    assert _keys(out) == KEYS[:3] and fake["calls"] == ["probe", "probe", "check"]
+    assert campaign.main(["--out", str(out), *ARGS, "--budget-s", "45"]) == 0  # cut: exit 0, as engine/contexts
+    assert _keys(out) == KEYS[:5] and fake["calls"] == ["probe", "probe", "generation", "generation", "check"]
     finding = json.loads((out / "finding.json").read_text())
-    assert finding["not_run"] == KEYS[3:] and "greedy" not in finding
+    assert finding["not_run"] == KEYS[5:] and "greedy" not in finding
     report = (out / "report.md").read_text()
     assert "**Not run** (3 cells" in report and "`greedy/tokens=24`" in report
     fake["calls"].clear()
@@ -95,7 +105,8 @@ def test_llamacpp_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs_all
     assert campaign.main(["--out", str(out), *ARGS, "--budget-s", "0"]) == 0  # nothing left: nothing starts
     assert fake["calls"] == [] and fake["started"] == []
     assert campaign.main(["--out", str(out), *ARGS, "--fresh"]) == 0
-    assert fake["calls"] == ["probe", "probe", "check", "check", "greedy", "paired"] and _keys(out) == KEYS
+    assert fake["calls"] == ["probe", "probe", "generation", "generation", "check", "check", "greedy",
+                             "paired"] and _keys(out) == KEYS
     assert sorted(fake["started"]) == ["off", "on"]
 
 
@@ -122,3 +133,28 @@ def test_llamacpp_two_sample_checks_are_judged_at_the_tv_bar(monkeypatch):
     assert campaign._two_sample_check("http://on", "http://off", {"temperature": 1.0}, 10, 4) == {"verdict": "inconclusive"}
     (config,) = seen
     assert config.inconclusive_tv == campaign.ENGINE_TV_BAR == 0.05 and config.ground_truth == "two-sample"
+
+
+def test_llamacpp_generation_cells_start_no_server_and_run_the_one_driver(monkeypatch):
+    """The generation-level cell is `specdec verify --level generation` on the adapter (run_verify), judged at the
+    0.05 bar under llama.cpp's declared order, and touches no server."""
+    from harness.check import api
+
+    seen = []
+
+    class Report:
+        def to_dict(self):
+            return {"verdict": "pass"}
+
+    monkeypatch.setattr(api, "run_verify", lambda config: seen.append(config) or Report())
+
+    class NoServers:
+        def __getitem__(self, side):
+            raise AssertionError(f"a generation cell started the {side} server")
+
+    row = campaign.finding_cell(NoServers(), "generation", "shipped", campaign.GENERATION_IMPLS["shipped"], 10)
+    assert row["generation"]["report"] == {"verdict": "pass"}
+    (config,) = seen
+    assert (config.level, config.pair, config.gamma, config.processing_order, config.inconclusive_tv) == (
+        "generation", "smollm2", 10, "llama_cpp", 0.05)
+    assert config.impl == "harness.adapters.llamacpp:prompt_lookup_generate"
