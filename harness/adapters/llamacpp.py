@@ -14,9 +14,11 @@ vocabulary must be the target's (a usage error otherwise, exit 2). One thread (t
 cores), a context of `N_CTX` tokens, `logits_all` (sampling at drafted positions needs their logits).
 
 Sampling: temperature, top-k, top-p and min-p map onto llama.cpp's chain, which applies temperature *after*
-the truncations (declare `--processing-order llama_cpp` for truncated settings); unset ones are switched
-off explicitly (top-k 0, top-p 1, min-p 0, typical 1, repeat penalty 1), because llama.cpp's own defaults
-truncate (top-k 40, top-p 0.95, min-p 0.05). Each row gets its own seed (`Llama.set_seed`), the stream of
+the truncations; unset ones are switched off explicitly (top-k 0, top-p 1, min-p 0, typical 1, repeat
+penalty 1), because llama.cpp's own defaults truncate (top-k 40, top-p 0.95, min-p 0.05). So the convention
+to declare is `--processing-order top_p_before_temperature` (llama.cpp's order without its default cuts),
+not `llama_cpp` (which also applies those defaults: the check then FAILs on tokens outside top-k 40 / min-p
+0.05, and its diagnosis names `top_p_before_temperature`). Each row gets its own seed (`Llama.set_seed`), the stream of
 llama.cpp's `dist` sampler. Rows stop after an end-of-sequence id of the target (then -1).
 `no_verify_generate` is a planted bug: the same loop with every draft kept unverified.
 """

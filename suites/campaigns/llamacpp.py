@@ -88,24 +88,27 @@ def _two_sample_check(on: str, off: str, setting: dict, samples: int, length: in
 # The generation level (harness.adapters.llamacpp, no server): llama-cpp-python's own `Llama.generate` with
 # prompt-lookup drafts against the local target's exact law (ground truth a, one-sample: the power the two-sample
 # server checks cannot reach), at the default plan (contexts catalogue: pooled detectable TV under 0.05 on SmolLM2),
-# llama.cpp's sampler order declared; the planted bug (drafts kept unverified) must FAIL on the same plan.
+# llama.cpp's sampler order declared without its default cuts (the adapter switches them off:
+# `top_p_before_temperature`; `llama_cpp` would add top-k 40 / min-p 0.05 to the ground truth); the planted
+# bug (drafts kept unverified) must FAIL on the same plan.
+GENERATION_ORDER = "top_p_before_temperature"
 GENERATION_IMPLS = {"shipped": "harness.adapters.llamacpp:prompt_lookup_generate",
                     "planted bug: drafts unverified": "harness.adapters.llamacpp:no_verify_generate"}
 
 
 def _generation_check(impl: str, gamma: int) -> dict:
-    """`specdec verify --level generation --impl IMPL --pair smollm2 --gamma G --processing-order llama_cpp
-    --inconclusive-tv 0.05` -> the report as a dict."""
+    """`specdec verify --level generation --impl IMPL --pair smollm2 --gamma G --processing-order
+    top_p_before_temperature --inconclusive-tv 0.05` -> the report as a dict."""
     from harness.check.api import run_verify
     from harness.check.config import CheckConfig
 
     return run_verify(CheckConfig(impl=impl, level="generation", pair="smollm2", gamma=gamma,
-                                  processing_order="llama_cpp", inconclusive_tv=ENGINE_TV_BAR)).to_dict()
+                                  processing_order=GENERATION_ORDER, inconclusive_tv=ENGINE_TV_BAR)).to_dict()
 
 
 def generation_command(impl: str, gamma: int) -> str:
     return (f"specdec verify --level generation --impl {impl} --pair smollm2 --gamma {gamma} "
-            f"--processing-order llama_cpp --inconclusive-tv {ENGINE_TV_BAR:g}")
+            f"--processing-order {GENERATION_ORDER} --inconclusive-tv {ENGINE_TV_BAR:g}")
 
 
 def finding_cells(samples: int, length: int, paired_seeds: int, *, probe_only: bool = False,
@@ -119,7 +122,7 @@ def finding_cells(samples: int, length: int, paired_seeds: int, *, probe_only: b
     if probe_only:
         return cells
     for name, impl in GENERATION_IMPLS.items():
-        cells[f"generation/{impl}/gamma={gamma}"] = ("generation", name, impl, gamma)
+        cells[f"generation/{impl}/gamma={gamma}/order={GENERATION_ORDER}"] = ("generation", name, impl, gamma)
     for setting in SETTINGS:
         cells[f"check/{Setting(**setting).label}/n={samples}/length={length}"] = ("check", setting, samples, length)
     cells[f"greedy/tokens={GREEDY_TOKENS}"] = ("greedy", GREEDY_TOKENS)
@@ -236,8 +239,9 @@ def generation_lines(rows: list[dict]) -> list[str]:
              "`harness.adapters.llamacpp`: `Llama.generate` with `LlamaPromptLookupDecoding(num_pred_tokens=γ)` on the "
              "embedded SmolLM2 dequantized to float32 (the weights `--pair smollm2` loads in transformers), 1 thread, "
              "a seed per row; checked against the local target's exact law (ground truth a: a one-sample test), "
-             "at the default plan (the contexts catalogue), llama.cpp's sampler order declared "
-             f"(`--processing-order llama_cpp`), INCONCLUSIVE above detectable TV {ENGINE_TV_BAR:g}.", "",
+             "at the default plan (the contexts catalogue), llama.cpp's sampler order declared without its default "
+             f"cuts, which the adapter switches off (`--processing-order {GENERATION_ORDER}`), "
+             f"INCONCLUSIVE above detectable TV {ENGINE_TV_BAR:g}.", "",
              "| implementation | verdict | samples | tests | smallest p | detectable TV (power 0.99) | minutes |",
              "|---|---|---|---|---|---|---|"]
     for g in rows:

@@ -13,8 +13,8 @@ import pytest
 from harness import executor
 from suites.campaigns import llamacpp as campaign
 
-GEN = ["generation/harness.adapters.llamacpp:prompt_lookup_generate/gamma=10",
-       "generation/harness.adapters.llamacpp:no_verify_generate/gamma=10"]
+GEN = ["generation/harness.adapters.llamacpp:prompt_lookup_generate/gamma=10/order=top_p_before_temperature",
+       "generation/harness.adapters.llamacpp:no_verify_generate/gamma=10/order=top_p_before_temperature"]
 KEYS = ["probe/on", "probe/off", *GEN, "check/T=1/n=20/length=3", "check/T=0.7,top_p=0.9/n=20/length=3",
         "greedy/tokens=24", "paired/seeds=5/length=3"]
 ARGS = ["--samples", "20", "--length", "3", "--paired-seeds", "5"]
@@ -156,5 +156,5 @@ def test_llamacpp_generation_cells_start_no_server_and_run_the_one_driver(monkey
     assert row["generation"]["report"] == {"verdict": "pass"}
     (config,) = seen
     assert (config.level, config.pair, config.gamma, config.processing_order, config.inconclusive_tv) == (
-        "generation", "smollm2", 10, "llama_cpp", 0.05)
+        "generation", "smollm2", 10, "top_p_before_temperature", 0.05)
     assert config.impl == "harness.adapters.llamacpp:prompt_lookup_generate"
