@@ -48,7 +48,7 @@ def model_path() -> Path:
         if not path.is_file():
             raise HarnessError(f"${MODEL_ENV} names {path}, which is not a file")
         return path
-    from harness.served.llama_server import smollm2_models
+    from harness.models.gguf_f32 import smollm2_models
 
     return smollm2_models()[0]
 

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.models.gguf_f32 import smollm2_models, write_f32_gguf  # noqa: F401  (the served models)
 from harness.served.client import CONSTRAINT_FIELDS, EngineClient
 from harness.served.process import served
 from harness.served.text import TOKEN_ID_PREFIX
@@ -112,47 +113,6 @@ def version(binary: Path) -> str:
 
 
 # ------------------------------------------------------------------------------------------ models
-
-def write_f32_gguf(source: Path, dest: Path) -> Path:
-    """`source` with every tensor dequantized to float32 (metadata copied; file type ALL_F32). Cached."""
-    import gguf
-    import numpy as np
-
-    if dest.exists() and dest.stat().st_mtime >= source.stat().st_mtime:
-        return dest
-    reader = gguf.GGUFReader(str(source))
-    arch = reader.fields["general.architecture"].contents()
-    tmp = dest.with_suffix(f".tmp-{os.getpid()}")
-    writer = gguf.GGUFWriter(str(tmp), arch)
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    for t in reader.tensors:
-        data = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        writer.add_tensor(t.name, data.reshape(tuple(int(d) for d in reversed(t.shape.tolist()))))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    os.replace(tmp, dest)
-    return dest
-
-
-def smollm2_models() -> tuple[Path, Path]:
-    """(F32 target GGUF, Q4_1 draft GGUF) of the embedded SmolLM2."""
-    from harness.models.smollm2 import _gguf_path, smollm2_available
-
-    ok, why = smollm2_available()
-    if not ok:
-        raise HarnessError(why)
-    draft = _gguf_path()
-    return write_f32_gguf(draft, cache_root() / "models" / "smollm2-135m-instruct-f32.gguf"), draft
-
 
 # ------------------------------------------------------------------------------------------ serving
 
