@@ -34,7 +34,14 @@ from harness.check.structured import setting_record
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
 from harness.errors import HarnessError
 from harness.served import battery
-from harness.served.client import EngineClient, EngineError, EngineUnreachable, ResponseStore, config_hash
+from harness.served.client import (
+    EngineClient,
+    EngineError,
+    EngineUnreachable,
+    ReplyNotWritten,
+    ResponseStore,
+    config_hash,
+)
 from harness.served.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
 from harness.served.requests import (  # noqa: F401 - REQUEST_NAMES, request_parameters: public here too
     REQUEST_NAMES,
@@ -502,6 +509,8 @@ class EngineSource(TrialSource):
         except EngineUnreachable as exc:  # it answered /v1/models at the start: a crash now is the engine's
             self.died = f"the engine stopped answering mid-run (during {cell.name}): {exc}"
             raise MalformedTrials(self.died) from exc
+        except ReplyNotWritten as exc:  # its output held a non-finite value: this cell's contract is broken
+            raise MalformedTrials(f"the engine failed to write its reply for {cell.name}: {exc}") from exc
 
     def _draw(self, cell: Cell, n: int, progress):
         run = self.run

@@ -125,6 +125,9 @@ class EngineClient:
             except self._transient as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
+            if reply.status_code >= 400 and any(m in _error_message(reply) for m in UNWRITABLE_REPLY):
+                raise ReplyNotWritten(f"{self.base}{path} could not write its own reply (HTTP {reply.status_code}: "
+                                      f"{_error_message(reply)}): it holds a value JSON cannot carry (NaN or ±inf)")
             if reply.status_code in RETRYABLE_STATUS:
                 last = f"HTTP {reply.status_code}: {_error_message(reply)}"
                 continue
@@ -197,6 +200,16 @@ class EngineClient:
                     if progress:
                         progress(1)
         return results
+
+
+# What a server says when its *own* reply cannot be written as JSON (Python's json with allow_nan=False, as
+# Starlette's JSONResponse uses; vLLM 0.32 maps that ValueError to HTTP 400). The request was valid JSON, so this
+# is the engine's failure (it produced a non-finite value), not a refused request.
+UNWRITABLE_REPLY = ("Out of range float values are not JSON compliant",)
+
+
+class ReplyNotWritten(EngineError):
+    """The server failed to serialize its reply (a NaN / ±inf inside): the engine broke, whatever status it gave."""
 
 
 class RequestRefused(EngineError):

@@ -20,7 +20,7 @@ tolerance, and no token the truth ranks clearly inside its top k, by more than t
 left out). The mode (raw / processed) is the engine's own, found by asking (`specdec probe`'s
 test: do the listed values move with temperature?). The tolerance is absolute, in nats; the
 largest and the 99th-percentile |Δ| measured are reported next to it so that a user can see how
-much room the numerics took (docs/LOGPROBS.md lists the spreads measured on real engines).
+much room the numerics took (docs/SERVED-CHECKS.md lists the spreads measured on real engines).
 """
 
 from __future__ import annotations

@@ -45,7 +45,9 @@ LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 # tokens stay the served implementation's, only the logprobs reported for them (and their top-k) are wrong.
 LOGPROBS_MUTANTS = {"draft": "the draft model's logprobs instead of the target's",
                     "zeros": "every logprob 0.0 (llama.cpp #27972 under speculation)",
-                    "shifted": "the law of the next position (an off-by-one in the position index)"}
+                    "shifted": "the law of the next position (an off-by-one in the position index)",
+                    "nonfinite": "NaN for every token after the first (the reply cannot be written as JSON: "
+                                 "vLLM 0.32 with n-gram speculation and processed logprobs at n > 1)"}
 MASKED_LOGPROB = -9999.0  # JSON has no -inf; OpenAI uses this value for tokens that cannot be sampled
 SCORE_ROWS = 64  # rows per teacher-forcing pass
 SCORE_FLOATS = 2**24  # ... and at most this many float64 logits per pass (128 MiB: V = 50k stays in memory)
@@ -176,7 +178,7 @@ class GenerationBackend:
     def reported_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling) -> list[np.ndarray]:
         """The log laws reported for generated tokens: the target's (`log_laws`), or a planted bug's."""
         mutant = self.logprobs_mutant
-        if mutant is None:
+        if mutant in (None, "nonfinite"):  # nonfinite: the true laws, written out with NaN (`_entries`)
             return self.log_laws(seqs, starts, sampling)
         if mutant == "zeros":
             return [np.zeros((len(s) - start, self.pair.vocab_size)) for s, start in zip(seqs, starts, strict=True)]
@@ -371,6 +373,9 @@ class GenerationBackend:
             shown = top + ([tok] if tok not in top else [])
             out.append({"token": token_name(self.tokenizer, tok, as_ids), "logprob": _finite(row[tok]),
                         "top": {token_name(self.tokenizer, t, as_ids): _finite(row[t]) for t in shown}})
+        if self.logprobs_mutant == "nonfinite":  # NaN past the first token, unmasked: the reply cannot be JSON
+            for entry in out[1:]:
+                entry["logprob"] = float("nan")
         return out
 
 

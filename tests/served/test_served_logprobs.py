@@ -44,7 +44,7 @@ def test_the_reference_server_passes_in_both_modes_with_the_spread_reported(mode
     assert any("largest |Δ| measured" in n for n in report.notes)
 
 
-@pytest.mark.parametrize("mutant", sorted(LOGPROBS_MUTANTS))
+@pytest.mark.parametrize("mutant", sorted(set(LOGPROBS_MUTANTS) - {"nonfinite"}))
 def test_each_planted_logprob_bug_fails_the_logprobs_check_while_the_token_check_passes(mode, mutant):
     with serving(generate, get_pair(PAIR), logprobs_mode=mode, logprobs_mutant=mutant) as s:
         tokens = run_engine_check(EngineConfig(endpoint=s.url + "/v1", pair=PAIR, samples=1200, prompts=1,
@@ -55,6 +55,24 @@ def test_each_planted_logprob_bug_fails_the_logprobs_check_while_the_token_check
     rejected = {t.name.rsplit("/", 1)[-1] for t in logprobs.tests if t.reject}
     assert "sampled" in rejected
     assert not any(t.reject for t in logprobs.tests if t.name.endswith("/format"))
+
+
+def test_a_server_that_cannot_write_its_reply_fails_the_logprobs_check_exit_1_while_the_token_check_passes(capsys):
+    """A NaN logprob makes the server's own JSON encoder refuse the reply (specdec serve: HTTP 500, vLLM 0.32: HTTP 400,
+    'Out of range float values are not JSON compliant'): the engine broke, so the cell FAILs (exit 1), not retried and
+    never reported as a run that could not be done (exit 2)."""
+    from harness.cli import main
+
+    with serving(generate, get_pair(PAIR), logprobs_mutant="nonfinite") as s:
+        tokens = run_engine_check(EngineConfig(endpoint=s.url + "/v1", pair=PAIR, samples=600, prompts=1,
+                                               chunk=600, settings=(Setting(1.0),), seed=3))
+        logprobs = _check(s.url, settings=(Setting(1.0),), prompts=1)
+        code = main(["verify", "--level", "engine", "--endpoint", s.url + "/v1", "--pair", PAIR, "--engine-checks",
+                     "logprobs", "--setting", "T=1", "--prompts", "1", "--contexts", "none"])
+    assert tokens.verdict == "pass", [t.name for t in tokens.tests if t.reject]
+    assert logprobs.verdict == "fail" and code == 1
+    problems = [t.details.get("message", "") for t in logprobs.tests if t.reject]
+    assert any("failed to write its reply" in m and "not JSON compliant" in m for m in problems), problems
 
 
 def test_the_speculation_off_server_as_ground_truth_scores_and_catches_draft_logprobs():

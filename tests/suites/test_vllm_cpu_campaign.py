@@ -19,11 +19,23 @@ from suites.campaigns import vllm_cpu as campaign
 SAMPLER = [f"sampler/{tag}/seed=0" for tag in (*campaign.SAMPLER_VARIANTS, "no_draft_probs", "ragged_no_draft_probs")]
 ENGINE = ["engine/probe_ngram", "engine/probe_off", "engine/engine_ngram_local/n=50",
           "engine/engine_ngram_two_sample/n=50"]
-KEYS = [*SAMPLER, *ENGINE, "control/engine_off_local/n=50"]
+# the fake calibration reports a spread of 0.02 nats: tolerance 4 × 0.02 = 0.08
+LOGPROBS = ["logprobs/calibration/raw/n=16", "logprobs/calibration/processed/n=16",
+            *(f"logprobs/{mode}/{side}/n=16/tol=0.08{chunk}" for mode in ("raw", "processed")
+              for side, chunk in (("off", ""), ("ngram", ""), ("ngram", "/chunk=1"))),
+            "logprobs/processed/n-sweep",
+            "bench/http"]
+KEYS = [*SAMPLER, *ENGINE, "control/engine_off_local/n=50", *LOGPROBS]
 # the commands behind those cells, in order (the local-target run and the probe after it are one cell)
 COMMANDS = ["sampler_seeded_seed0", "sampler_unseeded_seed0", "sampler_mixed_seed0", "sampler_ragged_seed0",
             "sampler_no_draft_probs_seed0", "sampler_ragged_no_draft_probs_seed0", "probe_ngram", "probe_off",
-            "engine_ngram_local", "probe_ngram_after", "engine_ngram_two_sample", "engine_off_local"]
+            "engine_ngram_local", "probe_ngram_after", "engine_ngram_two_sample", "engine_off_local",
+            "logprobs_calibration_raw", "logprobs_calibration_processed", "logprobs_raw_off", "logprobs_raw_ngram",
+            "logprobs_raw_ngram_n1", "logprobs_processed_off", "logprobs_processed_ngram", "logprobs_processed_ngram_n1",
+            "sweep",
+            "bench"]
+SERVERS = [("server_ngram.log", "server_off.log"), ("server_off_control.log",),
+           ("server_ngram_raw.log", "server_off_raw.log"), ("server_ngram_processed.log", "server_off_processed.log")]
 ARGS = ["--seeds", "0", "--samples", "50", "--model-dir", "/fake/model"]
 
 
@@ -31,16 +43,20 @@ ARGS = ["--seeds", "0", "--samples", "50", "--model-dir", "/fake/model"]
 def fake(monkeypatch):
     """`specdec` commands and the one-hot sampler runs as fakes (each advances the deadline's clock by 10 s and
     writes its JSON report); fake servers that record their starts. engine_ngram_local fails (exit 1)."""
-    state = {"now": 0.0, "calls": [], "started": [], "exit": {"engine_ngram_local": 1}, "alive": True}
+    state = {"now": 0.0, "calls": [], "args": [], "started": [], "exit": {"engine_ngram_local": 1}, "alive": True}
 
     def report(path, verdict):
-        path.write_text(json.dumps({"verdict": verdict, "samples": 50, "detectable_tv": 0.1, "seconds": 1.0,
-                                    "tests": [{"p_value": 0.5}], "versions": {"vllm": "fake"}}))
+        logprobs = path.stem.startswith("logprobs_")
+        path.write_text(json.dumps({"verdict": verdict, "samples": 50, "detectable_tv": None if logprobs else 0.1,
+                                    "seconds": 1.0, "tests": [{"p_value": None if logprobs else 0.5}],
+                                    "cases": [{"max_abs_diff": 0.02}, {"name": "greedy"}] if logprobs else [],
+                                    "versions": {"vllm": "fake"}}))
 
     def specdec(args):
         state["now"] += 10
+        state["args"].append(args)
         name = args[args.index("--json") + 1].rsplit("/", 1)[-1].removesuffix(".json") if args[0] == "verify" else None
-        state["calls"].append(name or "probe")
+        state["calls"].append(name or args[0])
         code = state["exit"].get(name, 0)
         if name:
             report(campaign.Path(args[args.index("--json") + 1]), "fail" if code == 1 else "pass")
@@ -60,6 +76,7 @@ def fake(monkeypatch):
     def servers(python, model_dir, specs):
         assert model_dir == "/fake/model"
         state["started"].append(tuple(spec["log"].name for spec in specs))
+        state.setdefault("extra", []).append([spec.get("extra", ()) for spec in specs])
         yield [server(f"http://{spec['log'].stem}") for spec in specs]
 
     @contextlib.contextmanager
@@ -67,7 +84,14 @@ def fake(monkeypatch):
         state["started"].append((log.name,))
         yield server(f"http://{log.stem}")
 
+    def sweep(servers, out, log):
+        state["now"] += 10
+        state["calls"].append("sweep")
+        log.append({"name": "sweep", "command": "fake", "exit": 0, "seconds": 0.0, "load": [0, 0, 0]})
+        return log[-1]
+
     monkeypatch.setattr("harness.cli.main", specdec)
+    monkeypatch.setattr(campaign, "nonfinite_sweep", sweep)
     monkeypatch.setattr(campaign, "sampler_one_hot", one_hot)
     monkeypatch.setattr(served, "vllm_servers", servers)
     monkeypatch.setattr(served, "vllm_server", one_server)
@@ -87,8 +111,8 @@ def test_vllm_cpu_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server
     out = tmp_path / "vllm"
     assert campaign.main(["--out", str(out), *ARGS]) == 1  # the largest exit: engine_ngram_local's FAIL
     assert _keys(out) == KEYS and _commands(out) == COMMANDS
-    assert fake["calls"] == [c if c.startswith(("sampler", "engine")) else "probe" for c in COMMANDS]
-    assert fake["started"] == [("server_ngram.log", "server_off.log"), ("server_off_control.log",)]
+    assert fake["calls"] == [c if c.startswith(("sampler", "engine", "logprobs", "bench", "sweep")) else "probe" for c in COMMANDS]
+    assert fake["started"] == SERVERS
     assert json.loads((out / "servers_alive_at_end.json").read_text()) == {"ngram": True, "off": True}
     summary = (out / "summary.md").read_text()
     assert "| engine_ngram_local | FAIL |" in summary and "Not run" not in summary
@@ -109,12 +133,12 @@ def test_vllm_cpu_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs_all
     assert f"**Not run** ({len(KEYS) - 3} cells" in summary and "`control/engine_off_local/n=50`" in summary
     fake["calls"].clear()
     assert campaign.main(["--out", str(out), *ARGS]) == 1
-    assert fake["calls"] == [c if c.startswith(("sampler", "engine")) else "probe" for c in COMMANDS[3:]]
+    assert fake["calls"] == [c if c.startswith(("sampler", "engine", "logprobs", "bench", "sweep")) else "probe" for c in COMMANDS[3:]]
     assert _keys(out) == KEYS and _commands(out) == COMMANDS
     fake["calls"].clear()
     fake["started"].clear()
     assert campaign.main(["--out", str(out), *ARGS, "--fresh"]) == 1
-    assert len(fake["calls"]) == len(COMMANDS) and _keys(out) == KEYS and len(fake["started"]) == 2
+    assert len(fake["calls"]) == len(COMMANDS) and _keys(out) == KEYS and len(fake["started"]) == len(SERVERS)
     assert _commands(out) == COMMANDS * 2  # commands.jsonl is the log of every command run
 
 
@@ -174,3 +198,41 @@ def test_vllm_cpu_summary_leaves_out_reports_no_journaled_cell_wrote(fake, tmp_p
     assert campaign.main(["--out", str(out), "--only", "control", "--model-dir", "/fake/model", "--fresh"]) == 0
     summary = (out / "summary.md").read_text()
     assert "| isolate_old |" not in summary and "not summarized): `isolate_old`" in summary
+
+
+def test_vllm_cpu_logprobs_checks_run_at_the_tolerance_the_calibration_measured_in_each_mode(fake, tmp_path):
+    """The calibration (speculation off, seed 1, no tolerance) states the spread; the checks (seed 0) run at
+    4 × it on both servers of each `--logprobs-mode` pair; the summary shows a logprobs report with no TV."""
+    out = tmp_path / "v"
+    assert campaign.main(["--out", str(out), "--only", "logprobs", "--model-dir", "/fake/model"]) == 0
+    assert _keys(out) == LOGPROBS[:-1] and fake["started"] == SERVERS[2:]
+    assert fake["extra"] == [[("--logprobs-mode", "raw_logprobs")] * 2, [("--logprobs-mode", "processed_logprobs")] * 2]
+    checks = {a[a.index("--json") + 1].rsplit("/", 1)[-1].removesuffix(".json"): a for a in fake["args"]}
+    for name, args in checks.items():
+        assert args[args.index("--engine-checks") + 1] == "logprobs"
+        assert args[args.index("--logprobs-mode") + 1] in name
+        calibration = "calibration" in name
+        assert args[args.index("--logprob-tolerance") + 1] == ("inf" if calibration else "0.08")
+        assert args[args.index("--seed") + 1] == ("1" if calibration else "0")
+        assert args[args.index("--chunk") + 1] == ("1" if name.endswith("_n1") else "16")
+    assert "| logprobs_raw_ngram | PASS | 50 | – |" in (out / "summary.md").read_text()
+
+
+def test_vllm_cpu_logprobs_checks_cut_with_their_calibration_are_named_not_run(fake, tmp_path):
+    out = tmp_path / "v"
+    assert campaign.main(["--out", str(out), "--only", "logprobs", "--model-dir", "/fake/model", "--budget-s", "5"]) == 0
+    assert _keys(out) == LOGPROBS[:1]  # the raw calibration, then the budget: no tolerance, so no check planned
+    summary = (out / "summary.md").read_text()
+    assert "`logprobs/calibration/processed/n=16`" in summary and "`logprobs/raw/ngram/n=16/chunk=1`" in summary
+    assert campaign.main(["--out", str(out), "--only", "logprobs", "--model-dir", "/fake/model"]) == 0
+    assert _keys(out) == LOGPROBS[:-1] and "Not run" not in (out / "summary.md").read_text()
+
+
+def test_vllm_cpu_bench_runs_against_the_raw_pair(fake, tmp_path):
+    out = tmp_path / "v"
+    assert campaign.main(["--out", str(out), "--only", "bench", "--model-dir", "/fake/model"]) == 0
+    assert _keys(out) == ["bench/http"] and fake["started"] == SERVERS[2:3]
+    (args,) = fake["args"]
+    assert args[:2] == ["bench", "--endpoint"] and args[2] == "http://server_ngram_raw/v1"
+    assert args[args.index("--reference-endpoint") + 1] == "http://server_off_raw/v1"
+    assert args[args.index("--out") + 1] == str(out) and "--concurrency" in args
