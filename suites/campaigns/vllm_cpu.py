@@ -163,10 +163,10 @@ def engine_servers(out: Path, python: str, model_dir):
     (out / "servers_alive_at_end.json").write_text(json.dumps(alive))
 
 
-def engine_plan(out: Path, n: int, prompts: tuple[str, ...]) -> list[str]:
+def engine_plan(out: Path, n: int, prompts: tuple[str, ...], pair: str = "smollm2-ngram") -> list[str]:
     """The plan every engine-level check of the campaign (speculation on, the control) runs with: the pair, n
     continuations per prompt × setting, the prompts, the responses record, the TV bar."""
-    return ["--pair", "smollm2-ngram", "--samples", str(n), "--length", str(ENGINE_LENGTH), "--chunk",
+    return ["--pair", pair, "--samples", str(n), "--length", str(ENGINE_LENGTH), "--chunk",
             str(min(n, 250)), "--concurrency", "2", "--timeout", "900", "--threads", "1",
             *(a for p in prompts for a in ("--prompt-text", p)), "--out", str(out / "responses"),
             "--contexts", "none", "--inconclusive-tv", str(ENGINE_TV_BAR)]  # the findings' plan: the two prompts
@@ -214,6 +214,44 @@ def control_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tupl
          *engine_plan(out, samples, (COPY_PROMPT, OPEN_PROMPT)), "--setting", "T=0", "--setting",
          ENGINE_SETTINGS[0], "--time-budget", "700",
          "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local"),))}
+
+
+# A draft model (vLLM's "draft_model" method, which its CPU runner loads): the target's first DRAFT_LAYERS layers
+# + final norm + lm_head, as HF safetensors next to the target's (`materialized_truncated_draft`), γ = 3.
+DRAFT_LAYERS = 26
+DRAFT = {"method": "draft_model", "num_speculative_tokens": 3}
+
+
+@contextlib.contextmanager
+def draft_server(out: Path, python: str, model_dir, draft_dir):
+    """One server with the draft model (`draft_dir()`: its folder, made only now); servers_draft.json at the start,
+    servers_draft_alive_at_end.json when it is stopped."""
+    from harness.served.vllm_server import vllm_server
+
+    spec = {**DRAFT, "model": str(draft_dir())}
+    with vllm_server(python, model_dir(), log=out / "server_draft.log", speculative=spec, threads=2) as server:
+        (out / "servers_draft.json").write_text(json.dumps({"draft": {"speculative_config": spec,
+                                                                      "start_s": server.started_s}}, indent=2))
+        yield server
+        alive = {"draft": server.alive()}
+    (out / "servers_draft_alive_at_end.json").write_text(json.dumps(alive))
+
+
+def draft_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple]:
+    """The draft-model server: its probe; (a) local target, both prompts, greedy + both sampling settings (the
+    same plan as the n-gram run, pair smollm2-trunc), then its probe again (acceptance after that run)."""
+    def probe(tag: str):
+        return lambda server: _run(["probe", "--endpoint", server.url + "/v1", "--json"], log, out, f"probe_{tag}")
+
+    return {"draft/probe_draft": ("draft", (probe("draft"),)),
+            f"draft/engine_draft_local/n={samples}": ("draft", (
+                lambda server: _run(["verify", "--level", "engine", "--endpoint", server.url + "/v1",
+                                     "--ground-truth", "local",
+                                     *engine_plan(out, samples, (COPY_PROMPT, OPEN_PROMPT), "smollm2-trunc"),
+                                     *(a for st in ("T=0", *ENGINE_SETTINGS) for a in ("--setting", st)),
+                                     "--time-budget", "2400", "--json", str(out / "engine_draft_local.json")],
+                                    log, out, "engine_draft_local"),
+                probe("draft_after")))}
 
 
 # Isolation of the n-gram FAIL (one speculative server, one cell each; the open prompt at T = 0.7 / top-p 0.9,
@@ -456,8 +494,8 @@ def draft_echo(out: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
-    parser.add_argument("--only", nargs="+", choices=[*PARTS, "isolate", "echo"],
-                        help="run these parts only (default: every part but isolate)")
+    parser.add_argument("--only", nargs="+", choices=[*PARTS, "draft", "isolate", "echo"],
+                        help="run these parts only (default: every part but draft and isolate)")
     parser.add_argument("--sampler-variants", nargs="+", default=[], metavar="TAG",
                         help=f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)")
     parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
@@ -467,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"engine level: continuations per prompt × setting (440: detectable TV ≤ {ENGINE_TV_BAR})")
     parser.add_argument("--python", default=sys.executable, help="the Python of the venv that holds vLLM")
     parser.add_argument("--model-dir", help="HF safetensors of SmolLM2 (default: the project's materialized cache)")
+    parser.add_argument("--draft-dir", help=f"--only draft: HF safetensors of the draft model (default: the target's "
+                                            f"first {DRAFT_LAYERS} layers, materialized next to the target's cache)")
     add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -488,6 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     if "engine" in only:
         parts.append((engine_cells(out, log, samples=args.samples),
                       {"engine": lambda: engine_servers(out, args.python, model_dir)}, None))
+    if "draft" in only:  # not part of the default run yet: a draft model is ~4× slower per step than n-gram here
+        draft_dir = lambda: args.draft_dir or str(materialized_draft())  # noqa: E731
+        parts.append((draft_cells(out, log, samples=args.samples),
+                      {"draft": lambda: draft_server(out, args.python, model_dir, draft_dir)}, None))
     if "isolate" in only:  # not part of the default run: it answers one question about the FAIL
         parts.append((isolate_cells(out, log, samples=min(args.samples, 200), runs=tuple(args.isolate_runs)),
                       {"isolate": lambda: isolate_server(out, args.python, model_dir)}, None))
@@ -570,6 +614,13 @@ def summarize(out: Path, unfinished: list[str] = (), journaled: set[str] | None 
 def _g(x) -> str:
     """A number to 3 significant digits; – where a report has none (a deterministic check, e.g. logprobs)."""
     return "–" if x is None or x != x else f"{x:.3g}"
+
+
+def materialized_draft() -> Path:
+    """The DRAFT_LAYERS-layer early-exit draft of the materialized target (built now if missing)."""
+    from harness.models.smollm2 import materialized_truncated_draft
+
+    return materialized_truncated_draft(DRAFT_LAYERS)
 
 
 def materialized_smollm2() -> Path:

@@ -125,6 +125,25 @@ def test_truncated_draft_kv_cache_matches_full_recompute(target, tok):
 
 
 @real_model
+def test_materialized_truncated_draft_loads_as_the_same_model_and_is_reused(target, tok, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    cache = tmp_path / "smollm2"
+    monkeypatch.setattr(smollm2, "load_smollm2", lambda *a, **k: (target, tok))  # the module's target, no rebuild
+    folder = smollm2.materialized_truncated_draft(TRUNC_LAYERS, cache)
+    assert folder == tmp_path / f"smollm2-trunc{TRUNC_LAYERS}" and (folder / "tokenizer.json").is_file()
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    assert loaded.config.num_hidden_layers == TRUNC_LAYERS
+    ids = encode(tok, "A draft model for a serving engine, written as safetensors.")
+    torch.testing.assert_close(forward_logits(loaded, ids), forward_logits(smollm2.truncated_draft(target, TRUNC_LAYERS), ids),
+                               atol=1e-5, rtol=0)
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    monkeypatch.setattr(smollm2, "load_smollm2", lambda *a, **k: pytest.fail("a valid folder is rebuilt"))
+    assert smollm2.materialized_truncated_draft(TRUNC_LAYERS, cache) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+@real_model
 def test_ngram_draft_proposes_the_continuation_of_a_repeated_phrase(target, tok):
     draft = smollm2.ngram_draft(target)
     assert draft.specdec_needs_full_context

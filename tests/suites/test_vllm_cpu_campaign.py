@@ -82,6 +82,7 @@ def fake(monkeypatch):
     @contextlib.contextmanager
     def one_server(python, model_dir, *, log, **kw):
         state["started"].append((log.name,))
+        state.setdefault("speculative", []).append(kw.get("speculative"))
         yield server(f"http://{log.stem}")
 
     def sweep(servers, out, log):
@@ -236,3 +237,31 @@ def test_vllm_cpu_bench_runs_against_the_raw_pair(fake, tmp_path):
     assert args[:2] == ["bench", "--endpoint"] and args[2] == "http://server_ngram_raw/v1"
     assert args[args.index("--reference-endpoint") + 1] == "http://server_off_raw/v1"
     assert args[args.index("--out") + 1] == str(out) and "--concurrency" in args
+
+
+def test_vllm_cpu_draft_part_serves_the_draft_model_and_checks_it_at_the_default_plan(fake, tmp_path, monkeypatch):
+    """--only draft: one server with vLLM's draft_model method on the materialized early-exit draft (made only when
+    the server starts); its probe, then the local-target check with the smollm2-trunc pair at the TV bar and the
+    probe after it; journaled (a rerun starts nothing); not part of the default run."""
+    made = []
+    monkeypatch.setattr(campaign, "materialized_draft", lambda: made.append(1) or campaign.Path("/fake/draft"))
+    out = tmp_path / "v"
+    assert campaign.main(["--out", str(out), "--only", "draft", "--model-dir", "/fake/model"]) == 0
+    assert _keys(out) == ["draft/probe_draft", "draft/engine_draft_local/n=440"] and made == [1]
+    assert _commands(out) == ["probe_draft", "engine_draft_local", "probe_draft_after"]
+    assert fake["started"] == [("server_draft.log",)]
+    assert fake["speculative"] == [{"method": "draft_model", "num_speculative_tokens": 3, "model": "/fake/draft"}]
+    assert json.loads((out / "servers_draft.json").read_text())["draft"]["speculative_config"]["model"] == "/fake/draft"
+    (check,) = [a for a in fake["args"] if a[0] == "verify"]
+    assert check[check.index("--pair") + 1] == "smollm2-trunc" and check[check.index("--endpoint") + 1] == "http://server_draft/v1"
+    assert check[check.index("--inconclusive-tv") + 1] == str(campaign.ENGINE_TV_BAR)
+    assert [check[i + 1] for i, a in enumerate(check) if a == "--setting"] == ["T=0", *campaign.ENGINE_SETTINGS]
+    assert "| engine_draft_local | PASS |" in (out / "summary.md").read_text()
+    fake["started"].clear()
+    assert campaign.main(["--out", str(out), "--only", "draft", "--model-dir", "/fake/model"]) == 0
+    assert fake["started"] == [] and made == [1]
+    fake["exit"]["engine_draft_local"] = 1  # a FAIL is the campaign's exit
+    assert campaign.main(["--out", str(tmp_path / "w"), "--only", "draft", "--model-dir", "/fake/model",
+                          "--draft-dir", "/given"]) == 1
+    assert fake["speculative"][-1]["model"] == "/given" and made == [1]
+    assert not any(k.startswith("draft/") for k in KEYS)  # the default run (first test) has no draft cell
