@@ -155,6 +155,51 @@ def materialized_truncated_draft(n_layers: int = DEFAULT_TRUNC_LAYERS, cache_dir
     return folder
 
 
+def materialized_eagle_head(cache_dir: str | Path | None = None) -> Path:
+    """An EAGLE-1 head for the target, in the checkpoint layout vLLM's `"method": "eagle"` loads (`fc.weight`,
+    `layers.0.*` without `input_layernorm`; embeddings and lm_head shared with the target), built offline next to
+    the target's cache (`<cache>-eagle-identity`) if missing or stale.
+
+    No trained head exists offline, so this one is made to be exact rather than good: `fc` passes the target's
+    hidden state through (its embedding half is zero) and the one decoder layer has zero output projections
+    (`o_proj`, `down_proj`), so the layer adds nothing and the head's logits are the target's own at the position
+    before: the draft proposes from p(· | x_<t) for x_{t+1}. Any draft leaves a lossless engine's output law
+    unchanged; this one is accepted only as often as consecutive target laws overlap.
+    """
+    from safetensors.torch import save_file
+
+    target_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    folder = target_dir.parent / f"{target_dir.name}-eagle-identity"
+    gguf = _gguf_path()
+    if gguf is None:
+        raise HarnessError(f"the SmolLM2 weights are not installed: {INSTALL_HINT}")
+    record = {**_source_record(gguf), "eagle_head": "identity"}
+    if _cache_is_valid(folder, record):
+        return folder
+    target, tokenizer = load_smollm2("cpu", torch.float32, target_dir)
+    hidden = target.config.hidden_size
+    last = target.model.layers[-1]
+    zero_out = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+    weights = {"fc.weight": torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)}
+    for name, tensor in last.state_dict().items():
+        if name.startswith("input_layernorm"):  # EAGLE's first layer has none
+            continue
+        weights[f"layers.0.{name}"] = torch.zeros_like(tensor) if name in zero_out else tensor.detach().clone()
+    config = target.config.to_dict()
+    config.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"])
+    if config.get("layer_types") is not None:
+        config["layer_types"] = config["layer_types"][:1]
+
+    def save(tmp: Path) -> None:
+        tmp.mkdir(parents=True)
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / "model.safetensors"))
+        (tmp / "config.json").write_text(json.dumps(config, indent=1, default=str))
+        tokenizer.save_pretrained(tmp)
+
+    _write_atomically(folder, record, save)
+    return folder
+
+
 def load_smollm2(device: str = "cpu", dtype: Any = torch.float32, cache_dir: str | Path | None = None):
     """(model, tokenizer) of SmolLM2-135M-Instruct; builds the safetensors cache on first use."""
     model, tokenizer, _ = _load_smollm2_timed(device, dtype, cache_dir)

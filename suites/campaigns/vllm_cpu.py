@@ -216,42 +216,46 @@ def control_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tupl
          "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local"),))}
 
 
-# A draft model (vLLM's "draft_model" method, which its CPU runner loads): the target's first DRAFT_LAYERS layers
-# + final norm + lm_head, as HF safetensors next to the target's (`materialized_truncated_draft`), γ = 3.
+# Model drafts (not part of the default run): vLLM's "draft_model" method, which its CPU runner loads, on the
+# target's first DRAFT_LAYERS layers + final norm + lm_head (`materialized_truncated_draft`); and its "eagle" method
+# on an offline EAGLE-1 head that passes the target's hidden state through (`materialized_eagle_head`: it proposes
+# from the target's law one position back). Both as HF safetensors next to the target's; γ = 3.
+# part -> (the speculative config but its "model", the pair whose target is the ground truth)
 DRAFT_LAYERS = 26
-DRAFT = {"method": "draft_model", "num_speculative_tokens": 3}
+MODEL_DRAFTS = {"draft": ({"method": "draft_model", "num_speculative_tokens": 3}, "smollm2-trunc"),
+                "eagle": ({"method": "eagle", "num_speculative_tokens": 3}, "smollm2")}
 
 
 @contextlib.contextmanager
-def draft_server(out: Path, python: str, model_dir, draft_dir):
-    """One server with the draft model (`draft_dir()`: its folder, made only now); servers_draft.json at the start,
-    servers_draft_alive_at_end.json when it is stopped."""
+def draft_server(out: Path, python: str, model_dir, part: str, draft_dir):
+    """One server speculating with the `part` draft (`draft_dir()`: its folder, made only now); servers_<part>.json at
+    the start, servers_<part>_alive_at_end.json when it is stopped."""
     from harness.served.vllm_server import vllm_server
 
-    spec = {**DRAFT, "model": str(draft_dir())}
-    with vllm_server(python, model_dir(), log=out / "server_draft.log", speculative=spec, threads=2) as server:
-        (out / "servers_draft.json").write_text(json.dumps({"draft": {"speculative_config": spec,
-                                                                      "start_s": server.started_s}}, indent=2))
+    spec = {**MODEL_DRAFTS[part][0], "model": str(draft_dir())}
+    with vllm_server(python, model_dir(), log=out / f"server_{part}.log", speculative=spec, threads=2) as server:
+        (out / f"servers_{part}.json").write_text(json.dumps({part: {"speculative_config": spec,
+                                                                     "start_s": server.started_s}}, indent=2))
         yield server
-        alive = {"draft": server.alive()}
-    (out / "servers_draft_alive_at_end.json").write_text(json.dumps(alive))
+        alive = {part: server.alive()}
+    (out / f"servers_{part}_alive_at_end.json").write_text(json.dumps(alive))
 
 
-def draft_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple]:
-    """The draft-model server: its probe; (a) local target, both prompts, greedy + both sampling settings (the
-    same plan as the n-gram run, pair smollm2-trunc), then its probe again (acceptance after that run)."""
+def draft_cells(out: Path, log: list[dict], part: str, *, samples: int) -> dict[str, tuple]:
+    """A model-draft server: its probe; (a) local target, both prompts, greedy + both sampling settings (the plan
+    of the n-gram run), then its probe again (acceptance after that run)."""
     def probe(tag: str):
         return lambda server: _run(["probe", "--endpoint", server.url + "/v1", "--json"], log, out, f"probe_{tag}")
 
-    return {"draft/probe_draft": ("draft", (probe("draft"),)),
-            f"draft/engine_draft_local/n={samples}": ("draft", (
+    name = f"engine_{part}_local"
+    return {f"{part}/probe_{part}": (part, (probe(part),)),
+            f"{part}/{name}/n={samples}": (part, (
                 lambda server: _run(["verify", "--level", "engine", "--endpoint", server.url + "/v1",
                                      "--ground-truth", "local",
-                                     *engine_plan(out, samples, (COPY_PROMPT, OPEN_PROMPT), "smollm2-trunc"),
+                                     *engine_plan(out, samples, (COPY_PROMPT, OPEN_PROMPT), MODEL_DRAFTS[part][1]),
                                      *(a for st in ("T=0", *ENGINE_SETTINGS) for a in ("--setting", st)),
-                                     "--time-budget", "2400", "--json", str(out / "engine_draft_local.json")],
-                                    log, out, "engine_draft_local"),
-                probe("draft_after")))}
+                                     "--time-budget", "2400", "--json", str(out / f"{name}.json")], log, out, name),
+                probe(f"{part}_after")))}
 
 
 # Isolation of the n-gram FAIL (one speculative server, one cell each; the open prompt at T = 0.7 / top-p 0.9,
@@ -494,8 +498,8 @@ def draft_echo(out: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
-    parser.add_argument("--only", nargs="+", choices=[*PARTS, "draft", "isolate", "echo"],
-                        help="run these parts only (default: every part but draft and isolate)")
+    parser.add_argument("--only", nargs="+", choices=[*PARTS, *MODEL_DRAFTS, "isolate", "echo"],
+                        help="run these parts only (default: every part but draft, eagle and isolate)")
     parser.add_argument("--sampler-variants", nargs="+", default=[], metavar="TAG",
                         help=f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)")
     parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
@@ -507,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", help="HF safetensors of SmolLM2 (default: the project's materialized cache)")
     parser.add_argument("--draft-dir", help=f"--only draft: HF safetensors of the draft model (default: the target's "
                                             f"first {DRAFT_LAYERS} layers, materialized next to the target's cache)")
+    parser.add_argument("--eagle-dir", help="--only eagle: an EAGLE-1 head for the target (default: the offline "
+                                            "identity head, materialized next to the target's cache)")
     add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -528,10 +534,12 @@ def main(argv: list[str] | None = None) -> int:
     if "engine" in only:
         parts.append((engine_cells(out, log, samples=args.samples),
                       {"engine": lambda: engine_servers(out, args.python, model_dir)}, None))
-    if "draft" in only:  # not part of the default run yet: a draft model is ~4× slower per step than n-gram here
-        draft_dir = lambda: args.draft_dir or str(materialized_draft())  # noqa: E731
-        parts.append((draft_cells(out, log, samples=args.samples),
-                      {"draft": lambda: draft_server(out, args.python, model_dir, draft_dir)}, None))
+    for part, given in (("draft", args.draft_dir), ("eagle", args.eagle_dir)):  # not in the default run (yet)
+        if part in only:
+            head = lambda part=part, given=given: given or str(materialized_draft(part))  # noqa: E731
+            parts.append((draft_cells(out, log, part, samples=args.samples),
+                          {part: lambda part=part, head=head: draft_server(out, args.python, model_dir, part, head)},
+                          None))
     if "isolate" in only:  # not part of the default run: it answers one question about the FAIL
         parts.append((isolate_cells(out, log, samples=min(args.samples, 200), runs=tuple(args.isolate_runs)),
                       {"isolate": lambda: isolate_server(out, args.python, model_dir)}, None))
@@ -616,11 +624,11 @@ def _g(x) -> str:
     return "–" if x is None or x != x else f"{x:.3g}"
 
 
-def materialized_draft() -> Path:
-    """The DRAFT_LAYERS-layer early-exit draft of the materialized target (built now if missing)."""
-    from harness.models.smollm2 import materialized_truncated_draft
+def materialized_draft(part: str) -> Path:
+    """The folder of the `part` draft (MODEL_DRAFTS) of the materialized target (built now if missing)."""
+    from harness.models.smollm2 import materialized_eagle_head, materialized_truncated_draft
 
-    return materialized_truncated_draft(DRAFT_LAYERS)
+    return materialized_truncated_draft(DRAFT_LAYERS) if part == "draft" else materialized_eagle_head()
 
 
 def materialized_smollm2() -> Path:

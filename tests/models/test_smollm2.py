@@ -144,6 +144,37 @@ def test_materialized_truncated_draft_loads_as_the_same_model_and_is_reused(targ
 
 
 @real_model
+def test_materialized_eagle_head_passes_the_target_hidden_state_through(target, tok, tmp_path, monkeypatch):
+    """The offline EAGLE head: fc keeps the hidden half of (embedding, hidden), its decoder layer (no input norm, as
+    EAGLE's first layer) adds zero, so its logits through the shared lm_head are the target's own."""
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    monkeypatch.setattr(smollm2, "load_smollm2", lambda *a, **k: (target, tok))
+    folder = smollm2.materialized_eagle_head(tmp_path / "smollm2")
+    weights = load_file(folder / "model.safetensors")
+    assert not any("embed_tokens" in k or "lm_head" in k or "input_layernorm" in k for k in weights)
+    config = LlamaConfig.from_pretrained(folder)
+    assert config.num_hidden_layers == 1 and config.hidden_size == target.config.hidden_size
+    layer = LlamaDecoderLayer(config, 0).eval()
+    layer.input_layernorm = torch.nn.Identity()
+    missing = layer.load_state_dict({k.removeprefix("layers.0."): v for k, v in weights.items()
+                                     if k.startswith("layers.0.")}, strict=False)
+    assert not missing.missing_keys and not missing.unexpected_keys
+    ids = encode(tok, "An EAGLE head reads the target's last hidden state.")
+    with torch.no_grad():
+        hidden = target.model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+        x = torch.cat([target.model.embed_tokens(ids), hidden], -1) @ weights["fc.weight"].T
+        positions = torch.arange(ids.shape[1])[None]
+        out = layer(x, position_embeddings=LlamaRotaryEmbedding(config)(x, positions), attention_mask=None,
+                    position_ids=positions)
+    out = out[0] if isinstance(out, tuple) else out
+    torch.testing.assert_close(out, hidden, atol=0, rtol=0)
+    torch.testing.assert_close(target.lm_head(out), forward_logits(target, ids), atol=1e-4, rtol=0)
+
+
+@real_model
 def test_ngram_draft_proposes_the_continuation_of_a_repeated_phrase(target, tok):
     draft = smollm2.ngram_draft(target)
     assert draft.specdec_needs_full_context

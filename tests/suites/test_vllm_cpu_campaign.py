@@ -239,29 +239,31 @@ def test_vllm_cpu_bench_runs_against_the_raw_pair(fake, tmp_path):
     assert args[args.index("--out") + 1] == str(out) and "--concurrency" in args
 
 
-def test_vllm_cpu_draft_part_serves_the_draft_model_and_checks_it_at_the_default_plan(fake, tmp_path, monkeypatch):
-    """--only draft: one server with vLLM's draft_model method on the materialized early-exit draft (made only when
-    the server starts); its probe, then the local-target check with the smollm2-trunc pair at the TV bar and the
-    probe after it; journaled (a rerun starts nothing); not part of the default run."""
+@pytest.mark.parametrize("part, method, pair", [("draft", "draft_model", "smollm2-trunc"), ("eagle", "eagle", "smollm2")])
+def test_vllm_cpu_model_draft_parts_serve_their_draft_and_check_it_at_the_default_plan(fake, tmp_path, monkeypatch,
+                                                                                      part, method, pair):
+    """--only draft / eagle: one server with vLLM's draft_model / eagle method on the materialized draft (made only
+    when the server starts); its probe, then the local-target check at the TV bar and the probe after it; journaled
+    (a rerun starts nothing); a FAIL is the exit; a given folder replaces the materialized one; not in the default run."""
     made = []
-    monkeypatch.setattr(campaign, "materialized_draft", lambda: made.append(1) or campaign.Path("/fake/draft"))
+    monkeypatch.setattr(campaign, "materialized_draft", lambda p: made.append(p) or campaign.Path(f"/fake/{p}"))
     out = tmp_path / "v"
-    assert campaign.main(["--out", str(out), "--only", "draft", "--model-dir", "/fake/model"]) == 0
-    assert _keys(out) == ["draft/probe_draft", "draft/engine_draft_local/n=440"] and made == [1]
-    assert _commands(out) == ["probe_draft", "engine_draft_local", "probe_draft_after"]
-    assert fake["started"] == [("server_draft.log",)]
-    assert fake["speculative"] == [{"method": "draft_model", "num_speculative_tokens": 3, "model": "/fake/draft"}]
-    assert json.loads((out / "servers_draft.json").read_text())["draft"]["speculative_config"]["model"] == "/fake/draft"
+    run = ["--only", part, "--model-dir", "/fake/model"]
+    assert campaign.main(["--out", str(out), *run]) == 0
+    assert _keys(out) == [f"{part}/probe_{part}", f"{part}/engine_{part}_local/n=440"] and made == [part]
+    assert _commands(out) == [f"probe_{part}", f"engine_{part}_local", f"probe_{part}_after"]
+    assert fake["started"] == [(f"server_{part}.log",)]
+    assert fake["speculative"] == [{"method": method, "num_speculative_tokens": 3, "model": f"/fake/{part}"}]
+    assert json.loads((out / f"servers_{part}.json").read_text())[part]["speculative_config"]["model"] == f"/fake/{part}"
     (check,) = [a for a in fake["args"] if a[0] == "verify"]
-    assert check[check.index("--pair") + 1] == "smollm2-trunc" and check[check.index("--endpoint") + 1] == "http://server_draft/v1"
+    assert check[check.index("--pair") + 1] == pair and check[check.index("--endpoint") + 1] == f"http://server_{part}/v1"
     assert check[check.index("--inconclusive-tv") + 1] == str(campaign.ENGINE_TV_BAR)
     assert [check[i + 1] for i, a in enumerate(check) if a == "--setting"] == ["T=0", *campaign.ENGINE_SETTINGS]
-    assert "| engine_draft_local | PASS |" in (out / "summary.md").read_text()
+    assert f"| engine_{part}_local | PASS |" in (out / "summary.md").read_text()
     fake["started"].clear()
-    assert campaign.main(["--out", str(out), "--only", "draft", "--model-dir", "/fake/model"]) == 0
-    assert fake["started"] == [] and made == [1]
-    fake["exit"]["engine_draft_local"] = 1  # a FAIL is the campaign's exit
-    assert campaign.main(["--out", str(tmp_path / "w"), "--only", "draft", "--model-dir", "/fake/model",
-                          "--draft-dir", "/given"]) == 1
-    assert fake["speculative"][-1]["model"] == "/given" and made == [1]
-    assert not any(k.startswith("draft/") for k in KEYS)  # the default run (first test) has no draft cell
+    assert campaign.main(["--out", str(out), *run]) == 0
+    assert fake["started"] == [] and made == [part]
+    fake["exit"][f"engine_{part}_local"] = 1  # a FAIL is the campaign's exit
+    assert campaign.main(["--out", str(tmp_path / "w"), *run, f"--{part}-dir", "/given"]) == 1
+    assert fake["speculative"][-1]["model"] == "/given" and made == [part]
+    assert not any(k.startswith(f"{part}/") for k in KEYS)  # the default run (first test) has none of its cells
