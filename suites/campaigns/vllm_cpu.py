@@ -61,7 +61,7 @@ ENGINE_LENGTH = 16
 # INCONCLUSIVE, not PASS (400 continuations per cell gave 0.0501, hence the default of 440 below).
 
 
-PARTS = ("sampler", "engine", "control", "logprobs", "bench")  # the default run, in this order
+PARTS = ("sampler", "engine", "draft", "eagle", "control", "logprobs", "bench")  # the default run, in this order
 
 
 class Interrupted(Exception):
@@ -216,7 +216,7 @@ def control_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tupl
          "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local"),))}
 
 
-# Model drafts (not part of the default run): vLLM's "draft_model" method, which its CPU runner loads, on the
+# Model drafts: vLLM's "draft_model" method, which its CPU runner loads, on the
 # target's first DRAFT_LAYERS layers + final norm + lm_head (`materialized_truncated_draft`); and its "eagle" method
 # on an offline EAGLE-1 head that passes the target's hidden state through (`materialized_eagle_head`: it proposes
 # from the target's law one position back). Both as HF safetensors next to the target's; γ = 3.
@@ -498,8 +498,8 @@ def draft_echo(out: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/vllm-cpu")
-    parser.add_argument("--only", nargs="+", choices=[*PARTS, *MODEL_DRAFTS, "isolate", "echo"],
-                        help="run these parts only (default: every part but draft, eagle and isolate)")
+    parser.add_argument("--only", nargs="+", choices=[*PARTS, "isolate", "echo"],
+                        help="run these parts only (default: every part but isolate)")
     parser.add_argument("--sampler-variants", nargs="+", default=[], metavar="TAG",
                         help=f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)")
     parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     if "engine" in only:
         parts.append((engine_cells(out, log, samples=args.samples),
                       {"engine": lambda: engine_servers(out, args.python, model_dir)}, None))
-    for part, given in (("draft", args.draft_dir), ("eagle", args.eagle_dir)):  # not in the default run (yet)
+    for part, given in (("draft", args.draft_dir), ("eagle", args.eagle_dir)):
         if part in only:
             head = lambda part=part, given=given: given or str(materialized_draft(part))  # noqa: E731
             parts.append((draft_cells(out, log, part, samples=args.samples),

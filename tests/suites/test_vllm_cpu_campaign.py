@@ -25,16 +25,19 @@ LOGPROBS = ["logprobs/calibration/raw/n=16", "logprobs/calibration/processed/n=1
               for side, chunk in (("off", ""), ("ngram", ""), ("ngram", "/chunk=1"))),
             "logprobs/processed/n-sweep",
             "bench/http"]
-KEYS = [*SAMPLER, *ENGINE, "control/engine_off_local/n=50", *LOGPROBS]
+DRAFTS = [f"{part}/{cell}" for part in ("draft", "eagle") for cell in (f"probe_{part}", f"engine_{part}_local/n=50")]
+KEYS = [*SAMPLER, *ENGINE, *DRAFTS, "control/engine_off_local/n=50", *LOGPROBS]
 # the commands behind those cells, in order (the local-target run and the probe after it are one cell)
 COMMANDS = ["sampler_seeded_seed0", "sampler_unseeded_seed0", "sampler_mixed_seed0", "sampler_ragged_seed0",
             "sampler_no_draft_probs_seed0", "sampler_ragged_no_draft_probs_seed0", "probe_ngram", "probe_off",
-            "engine_ngram_local", "probe_ngram_after", "engine_ngram_two_sample", "engine_off_local",
+            "engine_ngram_local", "probe_ngram_after", "engine_ngram_two_sample",
+            *(c for part in ("draft", "eagle") for c in (f"probe_{part}", f"engine_{part}_local", f"probe_{part}_after")),
+            "engine_off_local",
             "logprobs_calibration_raw", "logprobs_calibration_processed", "logprobs_raw_off", "logprobs_raw_ngram",
             "logprobs_raw_ngram_n1", "logprobs_processed_off", "logprobs_processed_ngram", "logprobs_processed_ngram_n1",
             "sweep",
             "bench"]
-SERVERS = [("server_ngram.log", "server_off.log"), ("server_off_control.log",),
+SERVERS = [("server_ngram.log", "server_off.log"), ("server_draft.log",), ("server_eagle.log",), ("server_off_control.log",),
            ("server_ngram_raw.log", "server_off_raw.log"), ("server_ngram_processed.log", "server_off_processed.log")]
 ARGS = ["--seeds", "0", "--samples", "50", "--model-dir", "/fake/model"]
 
@@ -93,6 +96,7 @@ def fake(monkeypatch):
 
     monkeypatch.setattr("harness.cli.main", specdec)
     monkeypatch.setattr(campaign, "nonfinite_sweep", sweep)
+    monkeypatch.setattr(campaign, "materialized_draft", lambda part: campaign.Path(f"/fake/{part}"))
     monkeypatch.setattr(campaign, "sampler_one_hot", one_hot)
     monkeypatch.setattr(served, "vllm_servers", servers)
     monkeypatch.setattr(served, "vllm_server", one_server)
@@ -206,7 +210,7 @@ def test_vllm_cpu_logprobs_checks_run_at_the_tolerance_the_calibration_measured_
     4 × it on both servers of each `--logprobs-mode` pair; the summary shows a logprobs report with no TV."""
     out = tmp_path / "v"
     assert campaign.main(["--out", str(out), "--only", "logprobs", "--model-dir", "/fake/model"]) == 0
-    assert _keys(out) == LOGPROBS[:-1] and fake["started"] == SERVERS[2:]
+    assert _keys(out) == LOGPROBS[:-1] and fake["started"] == SERVERS[4:]
     assert fake["extra"] == [[("--logprobs-mode", "raw_logprobs")] * 2, [("--logprobs-mode", "processed_logprobs")] * 2]
     checks = {a[a.index("--json") + 1].rsplit("/", 1)[-1].removesuffix(".json"): a for a in fake["args"]}
     for name, args in checks.items():
@@ -232,7 +236,7 @@ def test_vllm_cpu_logprobs_checks_cut_with_their_calibration_are_named_not_run(f
 def test_vllm_cpu_bench_runs_against_the_raw_pair(fake, tmp_path):
     out = tmp_path / "v"
     assert campaign.main(["--out", str(out), "--only", "bench", "--model-dir", "/fake/model"]) == 0
-    assert _keys(out) == ["bench/http"] and fake["started"] == SERVERS[2:3]
+    assert _keys(out) == ["bench/http"] and fake["started"] == SERVERS[4:5]
     (args,) = fake["args"]
     assert args[:2] == ["bench", "--endpoint"] and args[2] == "http://server_ngram_raw/v1"
     assert args[args.index("--reference-endpoint") + 1] == "http://server_off_raw/v1"
@@ -244,7 +248,7 @@ def test_vllm_cpu_model_draft_parts_serve_their_draft_and_check_it_at_the_defaul
                                                                                       part, method, pair):
     """--only draft / eagle: one server with vLLM's draft_model / eagle method on the materialized draft (made only
     when the server starts); its probe, then the local-target check at the TV bar and the probe after it; journaled
-    (a rerun starts nothing); a FAIL is the exit; a given folder replaces the materialized one; not in the default run."""
+    (a rerun starts nothing); a FAIL is the exit; a given folder replaces the materialized one; in the default run."""
     made = []
     monkeypatch.setattr(campaign, "materialized_draft", lambda p: made.append(p) or campaign.Path(f"/fake/{p}"))
     out = tmp_path / "v"
@@ -266,4 +270,4 @@ def test_vllm_cpu_model_draft_parts_serve_their_draft_and_check_it_at_the_defaul
     fake["exit"][f"engine_{part}_local"] = 1  # a FAIL is the campaign's exit
     assert campaign.main(["--out", str(tmp_path / "w"), *run, f"--{part}-dir", "/given"]) == 1
     assert fake["speculative"][-1]["model"] == "/given" and made == [part]
-    assert not any(k.startswith(f"{part}/") for k in KEYS)  # the default run (first test) has none of its cells
+    assert [k for k in KEYS if k.startswith(f"{part}/")] == [f"{part}/probe_{part}", f"{part}/engine_{part}_local/n=50"]
