@@ -132,27 +132,30 @@ def _write_atomically(cache_dir: Path, record: dict, save) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _materialized_beside_target(cache_dir: str | Path | None, suffix: str, extra: dict, save) -> Path:
+    """The folder `<target cache>-<suffix>` (`extra`: what its marker adds to the source record), built now if missing
+    or stale by `save(target, tokenizer, tmp)` from the target (loaded only then), atomically."""
+    target_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    folder = target_dir.parent / f"{target_dir.name}-{suffix}"
+    gguf = _gguf_path()
+    if gguf is None:
+        raise HarnessError(f"the SmolLM2 weights are not installed: {INSTALL_HINT}")
+    record = {**_source_record(gguf), **extra}
+    if not _cache_is_valid(folder, record):
+        target, tokenizer = load_smollm2("cpu", torch.float32, target_dir)
+        _write_atomically(folder, record, lambda tmp: save(target, tokenizer, tmp))
+    return folder
+
+
 def materialized_truncated_draft(n_layers: int = DEFAULT_TRUNC_LAYERS, cache_dir: str | Path | None = None) -> Path:
     """HF safetensors of the early-exit draft (`truncated_draft` of the target, `n_layers` layers) with the target's
     tokenizer, next to the target's cache (`<cache>-trunc<n>`), built now if missing or stale: what a serving engine
     loads as its draft model (e.g. vLLM's `{"method": "draft_model", "model": <this folder>}`)."""
-    target_dir = Path(cache_dir) if cache_dir else default_cache_dir()
-    folder = target_dir.parent / f"{target_dir.name}-trunc{n_layers}"
-    gguf = _gguf_path()
-    if gguf is None:
-        raise HarnessError(f"the SmolLM2 weights are not installed: {INSTALL_HINT}")
-    record = {**_source_record(gguf), "truncated_layers": n_layers}
-    if _cache_is_valid(folder, record):
-        return folder
-    target, tokenizer = load_smollm2("cpu", torch.float32, target_dir)
-    draft = truncated_draft(target, n_layers)
-
-    def save(tmp: Path) -> None:
-        draft.save_pretrained(tmp)
+    def save(target, tokenizer, tmp: Path) -> None:
+        truncated_draft(target, n_layers).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    _write_atomically(folder, record, save)
-    return folder
+    return _materialized_beside_target(cache_dir, f"trunc{n_layers}", {"truncated_layers": n_layers}, save)
 
 
 def materialized_eagle_head(cache_dir: str | Path | None = None) -> Path:
@@ -168,36 +171,23 @@ def materialized_eagle_head(cache_dir: str | Path | None = None) -> Path:
     """
     from safetensors.torch import save_file
 
-    target_dir = Path(cache_dir) if cache_dir else default_cache_dir()
-    folder = target_dir.parent / f"{target_dir.name}-eagle-identity"
-    gguf = _gguf_path()
-    if gguf is None:
-        raise HarnessError(f"the SmolLM2 weights are not installed: {INSTALL_HINT}")
-    record = {**_source_record(gguf), "eagle_head": "identity"}
-    if _cache_is_valid(folder, record):
-        return folder
-    target, tokenizer = load_smollm2("cpu", torch.float32, target_dir)
-    hidden = target.config.hidden_size
-    last = target.model.layers[-1]
-    zero_out = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
-    weights = {"fc.weight": torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)}
-    for name, tensor in last.state_dict().items():
-        if name.startswith("input_layernorm"):  # EAGLE's first layer has none
-            continue
-        weights[f"layers.0.{name}"] = torch.zeros_like(tensor) if name in zero_out else tensor.detach().clone()
-    config = target.config.to_dict()
-    config.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"])
-    if config.get("layer_types") is not None:
-        config["layer_types"] = config["layer_types"][:1]
-
-    def save(tmp: Path) -> None:
+    def save(target, tokenizer, tmp: Path) -> None:
+        hidden = target.config.hidden_size
+        zero_out = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+        weights = {"fc.weight": torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)}
+        for name, tensor in target.model.layers[-1].state_dict().items():
+            if not name.startswith("input_layernorm"):  # EAGLE's first layer has none
+                weights[f"layers.0.{name}"] = torch.zeros_like(tensor) if name in zero_out else tensor.detach().clone()
+        config = target.config.to_dict()
+        config.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"])
+        if config.get("layer_types") is not None:
+            config["layer_types"] = config["layer_types"][:1]
         tmp.mkdir(parents=True)
         save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / "model.safetensors"))
         (tmp / "config.json").write_text(json.dumps(config, indent=1, default=str))
         tokenizer.save_pretrained(tmp)
 
-    _write_atomically(folder, record, save)
-    return folder
+    return _materialized_beside_target(cache_dir, "eagle-identity", {"eagle_head": "identity"}, save)
 
 
 def load_smollm2(device: str = "cpu", dtype: Any = torch.float32, cache_dir: str | Path | None = None):

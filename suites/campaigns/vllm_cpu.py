@@ -172,17 +172,24 @@ def engine_plan(out: Path, n: int, prompts: tuple[str, ...], pair: str = "smollm
             "--contexts", "none", "--inconclusive-tv", str(ENGINE_TV_BAR)]  # the findings' plan: the two prompts
 
 
+def settings(*names: str) -> list[str]:
+    """`--setting` flags for these sampling settings."""
+    return [a for s in names for a in ("--setting", s)]
+
+
+def probe_step(out: Path, log: list[dict], tag: str, pick=lambda servers: servers):
+    """A cell step: `specdec probe --json` of the server `pick(servers)`, recorded as probe_<tag>."""
+    return lambda servers: _run(["probe", "--endpoint", pick(servers).url + "/v1", "--json"], log, out, f"probe_{tag}")
+
+
 def engine_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple]:
     """Both servers up at once; probe both; (a) local target on the speculative server, both prompts and
     settings, then its probe again (the speculation metrics after that run, on the same server: one cell);
     (c) two samples against the speculation-off server on the open prompt at T = 1 (half the effective sample
     size, so one cell); each run's greedy cell compares token for token."""
 
-    def settings(*names: str) -> list[str]:
-        return [a for s in names for a in ("--setting", s)]
-
     def probe(tag: str, which: int):
-        return lambda servers: _run(["probe", "--endpoint", servers[which].url + "/v1", "--json"], log, out, f"probe_{tag}")
+        return probe_step(out, log, tag, lambda servers: servers[which])
 
     cells = {f"engine/probe_{tag}": ("engine", (probe(tag, which),)) for which, tag in enumerate(("ngram", "off"))}
     cells[f"engine/engine_ngram_local/n={samples}"] = ("engine", (
@@ -244,18 +251,15 @@ def draft_server(out: Path, python: str, model_dir, part: str, draft_dir):
 def draft_cells(out: Path, log: list[dict], part: str, *, samples: int) -> dict[str, tuple]:
     """A model-draft server: its probe; (a) local target, both prompts, greedy + both sampling settings (the plan
     of the n-gram run), then its probe again (acceptance after that run)."""
-    def probe(tag: str):
-        return lambda server: _run(["probe", "--endpoint", server.url + "/v1", "--json"], log, out, f"probe_{tag}")
-
     name = f"engine_{part}_local"
-    return {f"{part}/probe_{part}": (part, (probe(part),)),
+    return {f"{part}/probe_{part}": (part, (probe_step(out, log, part),)),
             f"{part}/{name}/n={samples}": (part, (
                 lambda server: _run(["verify", "--level", "engine", "--endpoint", server.url + "/v1",
                                      "--ground-truth", "local",
                                      *engine_plan(out, samples, (COPY_PROMPT, OPEN_PROMPT), MODEL_DRAFTS[part][1]),
-                                     *(a for st in ("T=0", *ENGINE_SETTINGS) for a in ("--setting", st)),
+                                     *settings("T=0", *ENGINE_SETTINGS),
                                      "--time-budget", "2400", "--json", str(out / f"{name}.json")], log, out, name),
-                probe(f"{part}_after")))}
+                probe_step(out, log, f"{part}_after")))}
 
 
 # Isolation of the n-gram FAIL (one speculative server, one cell each; the open prompt at T = 0.7 / top-p 0.9,
@@ -515,6 +519,11 @@ def main(argv: list[str] | None = None) -> int:
                                             "identity head, materialized next to the target's cache)")
     add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
+    for flag, given in (("--draft-dir", args.draft_dir), ("--eagle-dir", args.eagle_dir)):
+        if given and not (Path(given) / "config.json").is_file():  # before any server: vLLM would fail its start
+            print(f"specdec campaign vllm_cpu: {flag} {given}: no config.json there (not an HF model folder)",
+                  file=sys.stderr)
+            return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     only = set(args.only or PARTS)

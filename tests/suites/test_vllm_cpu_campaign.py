@@ -268,6 +268,18 @@ def test_vllm_cpu_model_draft_parts_serve_their_draft_and_check_it_at_the_defaul
     assert campaign.main(["--out", str(out), *run]) == 0
     assert fake["started"] == [] and made == [part]
     fake["exit"][f"engine_{part}_local"] = 1  # a FAIL is the campaign's exit
-    assert campaign.main(["--out", str(tmp_path / "w"), *run, f"--{part}-dir", "/given"]) == 1
-    assert fake["speculative"][-1]["model"] == "/given" and made == [part]
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "config.json").write_text("{}")
+    assert campaign.main(["--out", str(tmp_path / "w"), *run, f"--{part}-dir", str(given)]) == 1
+    assert fake["speculative"][-1]["model"] == str(given) and made == [part]
     assert [k for k in KEYS if k.startswith(f"{part}/")] == [f"{part}/probe_{part}", f"{part}/engine_{part}_local/n=50"]
+
+
+@pytest.mark.parametrize("flag", ["--draft-dir", "--eagle-dir"])
+def test_vllm_cpu_a_draft_folder_that_is_not_a_model_is_bad_usage_before_any_server(fake, tmp_path, capsys, flag):
+    assert campaign.main(["--out", str(tmp_path / "v"), "--only", "draft", "eagle", "--model-dir", "/fake/model",
+                          flag, str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and flag in err and "config.json" in err
+    assert fake["started"] == [] and fake["calls"] == []
