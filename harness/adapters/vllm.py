@@ -34,6 +34,10 @@ layout. Entry points:
 - `verify_ragged` / `verify_ragged_no_draft_probs`: each harness row shares the batch with a request
   that has fewer drafts (0 .. γ−1), as an engine step's batch does (n-gram drafts nothing for some
   requests): the flattened offsets (`cu_num_draft_tokens`) are then not multiples of γ.
+- `verify_forward` / `verify_forward_fixed`: the engine's entry, `RejectionSampler.forward`, which processes
+  the logits itself (temperature, top-k, top-p spread over the draft positions by the expand kernel) before
+  `rejection_sample`: with the shipped CPU expand kernel, and with the fix of harness.adapters.vllm_fix;
+  `verify_forward_top_k` / `verify_forward_top_k_fixed` the same with a top-k (= V) on every request.
 vLLM's V1 rejection sampler verifies chains only (no block or tree verification in 0.32), so there are
 no block or tree entry points.
 
@@ -88,15 +92,17 @@ def _has(dist: str) -> bool:
         return False
 
 
-def sampling_metadata(temperature: torch.Tensor, generators: dict[int, torch.Generator]):
-    """A SamplingMetadata for plain sampling: no top-k / top-p (the harness's p is already processed),
-    no penalties, no logits processors, no logprobs. temperature [R] float32, 0 = greedy."""
+def sampling_metadata(temperature: torch.Tensor, generators: dict[int, torch.Generator],
+                      top_k: torch.Tensor | None = None, top_p: torch.Tensor | None = None):
+    """A SamplingMetadata for plain sampling: no penalties, no logits processors, no logprobs; temperature [R]
+    float32 (0 = greedy), top_k [R] int32 / top_p [R] float32 or None (the default: the harness's p is already
+    processed)."""
     _, _, metadata_cls, processors_cls = _vllm()
     greedy = temperature == 0
     rows = temperature.shape[0]
     return metadata_cls(
         temperature=temperature, all_greedy=bool(greedy.all()), all_random=bool((~greedy).all()),
-        top_p=None, top_k=None, generators=generators, max_num_logprobs=None, no_penalties=True,
+        top_p=top_p, top_k=top_k, generators=generators, max_num_logprobs=None, no_penalties=True,
         prompt_token_ids=None, frequency_penalties=torch.zeros(rows), presence_penalties=torch.zeros(rows),
         repetition_penalties=torch.ones(rows), output_token_ids=[[] for _ in range(rows)],
         allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=processors_cls(),
@@ -228,6 +234,66 @@ def verify_ragged_no_draft_probs(target_probs, draft_probs, draft_tokens, genera
     if not bool(((draft_probs == 0) | (draft_probs == 1)).all()):
         raise ValueError("verify_ragged_no_draft_probs needs one-hot q (point-mass drafts)")
     return _ragged(target_probs, draft_probs, draft_tokens, generator, False)
+
+
+FORWARD_TEMPERATURES = (0.5, 0.9, 1.3)  # request r runs at FORWARD_TEMPERATURES[r % 3]
+
+
+def vllm_forward_step(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
+                      generators: dict[int, torch.Generator], *, fixed: bool, top_k: bool) -> torch.Tensor:
+    """One step through `RejectionSampler.forward` itself, the engine's entry: its own bonus sampling,
+    `apply_sampling_constraints` (temperature, top-k, top-p spread over the draft positions by the expand
+    kernel) and `rejection_sample`; [R, γ+1] int64, −1 after the emitted tokens.
+
+    Request r runs at temperature T_r (FORWARD_TEMPERATURES, different per request) with top-p = 1 (and top-k = V
+    with `top_k`), and hands over logits T_r · log p: once vLLM divides by T_r and keeps every token, the law it
+    verifies is the harness's p, so a lossless sampler passes. `fixed` selects the expand kernel (harness.adapters.vllm_fix):
+    the shipped CPU override or the fix."""
+    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+
+    from harness.adapters.vllm_fix import use_expand
+
+    rejection_sampler, sampler, _, _ = _vllm()
+    if _expand_state.get("fixed") is not fixed:
+        use_expand(fixed)
+        _expand_state["fixed"] = fixed
+    R, gamma_plus_1, V = target_probs.shape
+    gamma = gamma_plus_1 - 1
+    temperature = torch.tensor([FORWARD_TEMPERATURES[r % len(FORWARD_TEMPERATURES)] for r in range(R)],
+                               dtype=torch.float32)
+    logits = (temperature[:, None, None] * target_probs.to(torch.float32).clamp_min(0).log())  # −inf at p = 0
+    metadata = sampling_metadata(temperature, generators,
+                                 top_k=torch.full((R,), V, dtype=torch.int32) if top_k else None,
+                                 top_p=torch.ones(R, dtype=torch.float32))
+    spec = SpecDecodeMetadata.make_dummy(draft_tokens.to(torch.int32).tolist(), torch.device("cpu"))
+    index = torch.arange(R * gamma_plus_1, dtype=torch.int32).view(R, gamma_plus_1)
+    spec.target_logits_indices = index[:, :gamma].reshape(-1).contiguous()
+    spec.bonus_logits_indices = index[:, gamma].contiguous()
+    spec.logits_indices = index.reshape(-1).contiguous()
+    forward = rejection_sampler.RejectionSampler(sampler)
+    out = forward(spec, None if draft_probs is None else draft_probs.reshape(R * gamma, V).to(torch.float32),
+                  logits.reshape(R * gamma_plus_1, V).contiguous(), metadata).sampled_token_ids
+    return out.to(torch.int64)
+
+
+_expand_state: dict[str, bool] = {}
+
+
+def _forward(fixed: bool, top_k: bool):
+    def entry(target_probs, draft_probs, draft_tokens, generator):
+        B = draft_tokens.shape[0]
+        return vllm_forward_step(target_probs, draft_probs, draft_tokens, _generators(B, [True] * B, generator),
+                                 fixed=fixed, top_k=top_k)
+    kernel = "the expand kernel of harness.adapters.vllm_fix (the control)" if fixed else "vLLM's shipped expand kernel"
+    entry.__doc__ = (f"§1a through `RejectionSampler.forward` with {kernel}: seeded, temperatures 0.5 / 0.9 / 1.3 "
+                     f"per request, top-p = 1{', top-k = V' if top_k else ', no top-k (as when no request sets one)'}.")
+    return entry
+
+
+verify_forward = _forward(fixed=False, top_k=False)
+verify_forward_fixed = _forward(fixed=True, top_k=False)
+verify_forward_top_k = _forward(fixed=False, top_k=True)
+verify_forward_top_k_fixed = _forward(fixed=True, top_k=True)
 
 
 def greedy_rule(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> torch.Tensor:

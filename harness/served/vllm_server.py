@@ -62,10 +62,12 @@ def server_command(python: str, model_dir: str, *, port: int, served_name: str, 
 @contextlib.contextmanager
 def vllm_server(python: str, model_dir: str, *, log: Path, served_name: str = "smollm2",
                 speculative: dict | None = None, seed: int = 0, startup_timeout_s: float = 600.0,
-                kv_cache_gib: int = 2, threads: int | None = None, extra: tuple[str, ...] = ()) -> Iterator[VllmServer]:
-    """A running vLLM server; stopped (SIGTERM, then SIGKILL, whole process group) on exit."""
+                kv_cache_gib: int = 2, threads: int | None = None, extra: tuple[str, ...] = (),
+                expand_fix: bool = False) -> Iterator[VllmServer]:
+    """A running vLLM server; stopped (SIGTERM, then SIGKILL, whole process group) on exit. `expand_fix`: every
+    process of the server loads the fix of harness.adapters.vllm_fix (the CPU build's expand kernel)."""
     spec = dict(log=log, served_name=served_name, speculative=speculative, seed=seed, kv_cache_gib=kv_cache_gib,
-                threads=threads, extra=extra)
+                threads=threads, extra=extra, expand_fix=expand_fix)
     with vllm_servers(python, model_dir, [spec], startup_timeout_s=startup_timeout_s) as (server,):
         yield server
 
@@ -95,12 +97,17 @@ def vllm_servers(python: str, model_dir: str, specs: list[dict], *,
 
 
 def _launch(python: str, model_dir: str, *, log: Path, served_name: str = "smollm2", speculative: dict | None = None,
-            seed: int = 0, kv_cache_gib: int = 2, threads: int | None = None, extra: tuple[str, ...] = ()):
+            seed: int = 0, kv_cache_gib: int = 2, threads: int | None = None, extra: tuple[str, ...] = (),
+            expand_fix: bool = False):
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
+    if expand_fix:
+        from harness.adapters.vllm_fix import server_env
+
+        env = server_env(env)
     log.parent.mkdir(parents=True, exist_ok=True)
     handle = log.open("w", encoding="utf-8")
     process = subprocess.Popen(server_command(python, model_dir, port=port, served_name=served_name,

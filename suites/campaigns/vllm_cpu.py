@@ -4,8 +4,9 @@ Producer of results/findings/vllm-cpu (run by `nox -s vllm`, which builds the ve
 inside that venv: `specdec campaign vllm_cpu --out results/findings/vllm-cpu`). Every check
 is a `specdec` command (printed and recorded in commands.md), run here through `harness.cli.main`:
 
-1. sampler level: `specdec verify --impl harness.adapters.vllm:{verify,verify_unseeded,verify_mixed}`
-   at the default plan, at SEEDS;
+1. sampler level: `specdec verify --impl harness.adapters.vllm:{verify,verify_unseeded,verify_mixed,...}`
+   at the default plan, at SEEDS; the `forward*` variants through `RejectionSampler.forward`, with vLLM's shipped
+   CPU expand kernel and with the fix of harness.adapters.vllm_fix;
 2. engine level: vLLM's OpenAI server on the SmolLM2 weights the project materializes (float32
    safetensors, no hub) with n-gram speculation on, and off; `specdec probe` of both; `specdec verify
    --level engine --pair smollm2` with ground truth (a) the local target and (c) two samples against the
@@ -16,6 +17,9 @@ is a `specdec` command (printed and recorded in commands.md), run here through `
    speculation-off server shows on calibration seeds;
 5. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category, with vLLM's acceptance
    per position from /metrics (OUT/bench).
+
+`--expand-fix` runs the server parts again with that fix loaded in every server process (OUT/expand-fix): the
+control that the FAILs come from the expand kernel alone.
 
 What is policy here (not in harness/): the seeds, the prompts, the sample sizes, the speculative configs.
 
@@ -53,7 +57,10 @@ from suites.campaigns._servers import (
 )
 
 SEEDS = (0, 1, 2)
-SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed", "ragged": "verify_ragged"}
+SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed", "ragged": "verify_ragged",
+                    # RejectionSampler.forward (the engine's entry: it processes the logits), shipped and fixed
+                    "forward": "verify_forward", "forward_fixed": "verify_forward_fixed",
+                    "forward_top_k": "verify_forward_top_k", "forward_top_k_fixed": "verify_forward_top_k_fixed"}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 ENGINE_SETTINGS = ("T=0.7,top_p=0.9", "T=1")  # plus the greedy cell (T=0)
 ENGINE_LENGTH = 16
@@ -62,6 +69,7 @@ ENGINE_LENGTH = 16
 
 
 PARTS = ("sampler", "engine", "draft", "eagle", "control", "logprobs", "bench")  # the default run, in this order
+PARTS_FIXED = PARTS[1:]  # with --expand-fix (the sampler part runs in process: its forward variants hold the fix)
 
 
 class Interrupted(Exception):
@@ -149,12 +157,13 @@ ENGINE_SPECS = ((NGRAM, "server_ngram.log"), (None, "server_off.log"))
 
 
 @contextlib.contextmanager
-def engine_servers(out: Path, python: str, model_dir):
+def engine_servers(out: Path, python: str, model_dir, fix: bool = False):
     """Both servers of the engine part, started at once (`model_dir()`: the weights, made only now);
     servers.json at the start, servers_alive_at_end.json when they are stopped."""
     from harness.served.vllm_server import vllm_servers
 
-    specs = [dict(log=out / log, threads=2, **({"speculative": spec} if spec else {})) for spec, log in ENGINE_SPECS]
+    specs = [dict(log=out / log, threads=2, expand_fix=fix, **({"speculative": spec} if spec else {}))
+             for spec, log in ENGINE_SPECS]
     with vllm_servers(python, model_dir(), specs) as (on, off):
         (out / "servers.json").write_text(json.dumps({"ngram": {"speculative_config": NGRAM, "start_s": on.started_s},
                                                       "off": {"start_s": off.started_s}}, indent=2))
@@ -206,10 +215,10 @@ def engine_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple
     return cells
 
 
-def control_server(out: Path, python: str, model_dir):
+def control_server(out: Path, python: str, model_dir, fix: bool = False):
     from harness.served.vllm_server import vllm_server
 
-    return vllm_server(python, model_dir(), log=out / "server_off_control.log", threads=2)
+    return vllm_server(python, model_dir(), log=out / "server_off_control.log", threads=2, expand_fix=fix)
 
 
 def control_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple]:
@@ -234,14 +243,15 @@ MODEL_DRAFTS = {"draft": ({"method": "draft_model", "num_speculative_tokens": 3}
 
 
 @contextlib.contextmanager
-def draft_server(out: Path, python: str, model_dir, part: str, draft_dir):
+def draft_server(out: Path, python: str, model_dir, part: str, draft_dir, fix: bool = False):
     """One server speculating with the `part` draft (`draft_dir()`: its folder, made only now); servers_<part>.json at
-    the start, servers_<part>_alive_at_end.json when it is stopped."""
+    the start, servers_<part>_alive_at_end.json when it is stopped. `fix`: with the expand fix (--expand-fix)."""
     from harness.served.vllm_server import vllm_server
 
     spec = {**MODEL_DRAFTS[part][0], "model": str(draft_dir())}
-    with vllm_server(python, model_dir(), log=out / f"server_{part}.log", speculative=spec, threads=2) as server:
-        (out / f"servers_{part}.json").write_text(json.dumps({part: {"speculative_config": spec,
+    with vllm_server(python, model_dir(), log=out / f"server_{part}.log", speculative=spec, threads=2,
+                     expand_fix=fix) as server:
+        (out / f"servers_{part}.json").write_text(json.dumps({part: {"speculative_config": spec, "expand_fix": fix,
                                                                      "start_s": server.started_s}}, indent=2))
         yield server
         alive = {part: server.alive()}
@@ -274,10 +284,11 @@ ISOLATE = (
 )
 
 
-def isolate_server(out: Path, python: str, model_dir):
+def isolate_server(out: Path, python: str, model_dir, fix: bool = False):
     from harness.served.vllm_server import vllm_server
 
-    return vllm_server(python, model_dir(), log=out / "server_ngram_isolate.log", speculative=NGRAM, threads=1)
+    return vllm_server(python, model_dir(), log=out / "server_ngram_isolate.log", speculative=NGRAM, threads=1,
+                       expand_fix=fix)
 
 
 def isolate_cells(out: Path, log: list[dict], *, samples: int, runs: tuple[str, ...] = ()) -> dict[str, tuple]:
@@ -307,12 +318,13 @@ BENCH = ["--concurrency", "1,2,4", "--max-new-tokens", "32", "--categories", "co
 
 
 @contextlib.contextmanager
-def logprobs_servers(out: Path, python: str, model_dir, mode: str):
+def logprobs_servers(out: Path, python: str, model_dir, mode: str, fix: bool = False):
     """The n-gram and the speculation-off server in one `--logprobs-mode` (`mode`: raw / processed)."""
     from harness.served.vllm_server import vllm_servers
 
     extra = ("--logprobs-mode", dict(LOGPROBS_MODES)[mode])
-    specs = [dict(log=out / f"server_{tag}_{mode}.log", threads=1, extra=extra, **({"speculative": spec} if spec else {}))
+    specs = [dict(log=out / f"server_{tag}_{mode}.log", threads=1, extra=extra, expand_fix=fix,
+                  **({"speculative": spec} if spec else {}))
              for spec, tag in ((NGRAM, "ngram"), (None, "off"))]
     with vllm_servers(python, model_dir(), specs) as (on, off):
         yield on, off
@@ -517,16 +529,22 @@ def main(argv: list[str] | None = None) -> int:
                                             f"first {DRAFT_LAYERS} layers, materialized next to the target's cache)")
     parser.add_argument("--eagle-dir", help="--only eagle: an EAGLE-1 head for the target (default: the offline "
                                             "identity head, materialized next to the target's cache)")
+    parser.add_argument("--expand-fix", action="store_true",
+                        help="every server loads the expand-kernel fix of harness.adapters.vllm_fix (section 7 of the "
+                             "finding); the reports go to OUT/expand-fix; default parts: all but the sampler part")
     add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
+    fix = args.expand_fix
     for flag, given in (("--draft-dir", args.draft_dir), ("--eagle-dir", args.eagle_dir)):
         if given and not (Path(given) / "config.json").is_file():  # before any server: vLLM would fail its start
             print(f"specdec campaign vllm_cpu: {flag} {given}: no config.json there (not an HF model folder)",
                   file=sys.stderr)
             return 2
     out = Path(args.out)
+    if fix:
+        out = out / "expand-fix"  # the fixed servers' reports, journal and summary never mix with the shipped ones'
     out.mkdir(parents=True, exist_ok=True)
-    only = set(args.only or PARTS)
+    only = set(args.only or (PARTS_FIXED if fix else PARTS))
     if "echo" in only:  # reads responses/ only: no server, no cell
         print(draft_echo(out))
         return 0
@@ -542,19 +560,20 @@ def main(argv: list[str] | None = None) -> int:
                        **sampler_no_draft_probs_cells(out, log, args.seeds, args.sampler_variants)}, {}, None))
     if "engine" in only:
         parts.append((engine_cells(out, log, samples=args.samples),
-                      {"engine": lambda: engine_servers(out, args.python, model_dir)}, None))
+                      {"engine": lambda: engine_servers(out, args.python, model_dir, fix)}, None))
     for part, given in (("draft", args.draft_dir), ("eagle", args.eagle_dir)):
         if part in only:
             head = lambda part=part, given=given: given or str(materialized_draft(part))  # noqa: E731
             parts.append((draft_cells(out, log, part, samples=args.samples),
-                          {part: lambda part=part, head=head: draft_server(out, args.python, model_dir, part, head)},
+                          {part: lambda part=part, head=head: draft_server(out, args.python, model_dir, part, head,
+                                                                           fix)},
                           None))
     if "isolate" in only:  # not part of the default run: it answers one question about the FAIL
         parts.append((isolate_cells(out, log, samples=min(args.samples, 200), runs=tuple(args.isolate_runs)),
-                      {"isolate": lambda: isolate_server(out, args.python, model_dir)}, None))
+                      {"isolate": lambda: isolate_server(out, args.python, model_dir, fix)}, None))
     if "control" in only:
         parts.append((control_cells(out, log, samples=args.samples),
-                      {"control": lambda: control_server(out, args.python, model_dir)}, None))
+                      {"control": lambda: control_server(out, args.python, model_dir, fix)}, None))
     if only & {"logprobs", "bench"}:  # the checks run at the tolerance the calibration cells measured
         first = calibration_cells(out, log) if "logprobs" in only else {}
         bench = bench_cells(out, log) if "bench" in only else {}
@@ -568,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
                 return {}, [k.replace("/tol=nan", "") for k in later] + list(bench)
             return {**logprobs_cells(out, log, tolerance(spreads)), **bench}, []
 
-        parts.append((first, {mode: (lambda mode=mode: logprobs_servers(out, args.python, model_dir, mode))
+        parts.append((first, {mode: (lambda mode=mode: logprobs_servers(out, args.python, model_dir, mode, fix))
                               for mode, _ in LOGPROBS_MODES}, then))
     planned = {k: v for cells, _, _ in parts for k, v in cells.items()}
     unplanned: list[str] = []

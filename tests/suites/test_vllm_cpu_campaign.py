@@ -25,19 +25,21 @@ LOGPROBS = ["logprobs/calibration/raw/n=16", "logprobs/calibration/processed/n=1
               for side, chunk in (("off", ""), ("ngram", ""), ("ngram", "/chunk=1"))),
             "logprobs/processed/n-sweep",
             "bench/http"]
-DRAFTS = [f"{part}/{cell}" for part in ("draft", "eagle") for cell in (f"probe_{part}", f"engine_{part}_local/n=50")]
+DRAFT_PARTS = ("draft", "eagle")
+DRAFTS = [f"{part}/{cell}" for part in DRAFT_PARTS for cell in (f"probe_{part}", f"engine_{part}_local/n=50")]
 KEYS = [*SAMPLER, *ENGINE, *DRAFTS, "control/engine_off_local/n=50", *LOGPROBS]
 # the commands behind those cells, in order (the local-target run and the probe after it are one cell)
 COMMANDS = ["sampler_seeded_seed0", "sampler_unseeded_seed0", "sampler_mixed_seed0", "sampler_ragged_seed0",
-            "sampler_no_draft_probs_seed0", "sampler_ragged_no_draft_probs_seed0", "probe_ngram", "probe_off",
+            "sampler_forward_seed0", "sampler_forward_fixed_seed0", "sampler_forward_top_k_seed0",
+            "sampler_forward_top_k_fixed_seed0", "sampler_no_draft_probs_seed0", "sampler_ragged_no_draft_probs_seed0", "probe_ngram", "probe_off",
             "engine_ngram_local", "probe_ngram_after", "engine_ngram_two_sample",
-            *(c for part in ("draft", "eagle") for c in (f"probe_{part}", f"engine_{part}_local", f"probe_{part}_after")),
+            *(c for part in DRAFT_PARTS for c in (f"probe_{part}", f"engine_{part}_local", f"probe_{part}_after")),
             "engine_off_local",
             "logprobs_calibration_raw", "logprobs_calibration_processed", "logprobs_raw_off", "logprobs_raw_ngram",
             "logprobs_raw_ngram_n1", "logprobs_processed_off", "logprobs_processed_ngram", "logprobs_processed_ngram_n1",
             "sweep",
             "bench"]
-SERVERS = [("server_ngram.log", "server_off.log"), ("server_draft.log",), ("server_eagle.log",), ("server_off_control.log",),
+SERVERS = [("server_ngram.log", "server_off.log"), *((f"server_{part}.log",) for part in DRAFT_PARTS), ("server_off_control.log",),
            ("server_ngram_raw.log", "server_off_raw.log"), ("server_ngram_processed.log", "server_off_processed.log")]
 ARGS = ["--seeds", "0", "--samples", "50", "--model-dir", "/fake/model"]
 
@@ -80,12 +82,14 @@ def fake(monkeypatch):
         assert model_dir == "/fake/model"
         state["started"].append(tuple(spec["log"].name for spec in specs))
         state.setdefault("extra", []).append([spec.get("extra", ()) for spec in specs])
+        state.setdefault("servers_fix", []).append([spec.get("expand_fix") for spec in specs])
         yield [server(f"http://{spec['log'].stem}") for spec in specs]
 
     @contextlib.contextmanager
     def one_server(python, model_dir, *, log, **kw):
         state["started"].append((log.name,))
         state.setdefault("speculative", []).append(kw.get("speculative"))
+        state.setdefault("expand_fix", []).append(kw.get("expand_fix"))
         yield server(f"http://{log.stem}")
 
     def sweep(servers, out, log):
@@ -210,7 +214,7 @@ def test_vllm_cpu_logprobs_checks_run_at_the_tolerance_the_calibration_measured_
     4 × it on both servers of each `--logprobs-mode` pair; the summary shows a logprobs report with no TV."""
     out = tmp_path / "v"
     assert campaign.main(["--out", str(out), "--only", "logprobs", "--model-dir", "/fake/model"]) == 0
-    assert _keys(out) == LOGPROBS[:-1] and fake["started"] == SERVERS[4:]
+    assert _keys(out) == LOGPROBS[:-1] and fake["started"] == SERVERS[-2:]
     assert fake["extra"] == [[("--logprobs-mode", "raw_logprobs")] * 2, [("--logprobs-mode", "processed_logprobs")] * 2]
     checks = {a[a.index("--json") + 1].rsplit("/", 1)[-1].removesuffix(".json"): a for a in fake["args"]}
     for name, args in checks.items():
@@ -236,7 +240,7 @@ def test_vllm_cpu_logprobs_checks_cut_with_their_calibration_are_named_not_run(f
 def test_vllm_cpu_bench_runs_against_the_raw_pair(fake, tmp_path):
     out = tmp_path / "v"
     assert campaign.main(["--out", str(out), "--only", "bench", "--model-dir", "/fake/model"]) == 0
-    assert _keys(out) == ["bench/http"] and fake["started"] == SERVERS[4:5]
+    assert _keys(out) == ["bench/http"] and fake["started"] == SERVERS[-2:-1]
     (args,) = fake["args"]
     assert args[:2] == ["bench", "--endpoint"] and args[2] == "http://server_ngram_raw/v1"
     assert args[args.index("--reference-endpoint") + 1] == "http://server_off_raw/v1"
@@ -283,3 +287,18 @@ def test_vllm_cpu_a_draft_folder_that_is_not_a_model_is_bad_usage_before_any_ser
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and flag in err and "config.json" in err
     assert fake["started"] == [] and fake["calls"] == []
+
+
+
+def test_vllm_cpu_expand_fix_starts_every_server_with_the_fix_and_writes_to_its_own_folder(fake, tmp_path):
+    """--expand-fix: every server of every part but the in-process sampler part loads the expand-kernel fix of
+    harness.adapters.vllm_fix; reports, journal and summary go to OUT/expand-fix; without it no server does."""
+    out = tmp_path / "v"
+    assert campaign.main(["--out", str(out), "--expand-fix", *ARGS]) == 1  # the fake engine_ngram_local FAILs
+    fixed = out / "expand-fix"
+    assert _keys(fixed) == [k for k in KEYS if not k.startswith("sampler/")]
+    assert fake["started"] == SERVERS and not (out / "journal.jsonl").exists()
+    assert fake["expand_fix"] == [True] * 3 and all(f == [True] * len(f) for f in fake["servers_fix"])
+    assert (fixed / "engine_ngram_local.json").exists() and "| engine_ngram_local | FAIL |" in (fixed / "summary.md").read_text()
+    assert campaign.main(["--out", str(tmp_path / "w"), "--only", "engine", "draft", *ARGS]) == 1
+    assert fake["expand_fix"][-1] is False and fake["servers_fix"][-1] == [False, False]
