@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from harness.adapters import vllm as adapter
+from harness.adapters.calling import ImplementationError
 from harness.check.sampler import run_sampler_check
 from harness.cli import main
 
@@ -80,7 +81,10 @@ def test_vllm_forward_passes_with_the_fixed_expand_kernel_and_fails_with_the_shi
     good = run_sampler_check(getattr(adapter, f"verify_forward{suffix}_fixed"), cases=CASES, samples=20_000, seed=1)
     assert good.verdict == "pass", [t.name for t in good.tests if t.reject]
     if adapter.vllm_version() == "0.32.0":
-        bad = run_sampler_check(getattr(adapter, f"verify_forward{suffix}"), cases=CASES, samples=20_000, seed=1)
-        assert bad.verdict == "fail"
+        try:
+            bad = run_sampler_check(getattr(adapter, f"verify_forward{suffix}"), cases=CASES, samples=20_000, seed=1)
+            assert bad.verdict == "fail"
+        except ImplementationError:  # a garbage top-k index makes vLLM raise: `specdec verify` reports a FAIL
+            pass
     again = run_sampler_check(getattr(adapter, f"verify_forward{suffix}_fixed"), cases=CASES[:1], samples=5_000, seed=2)
     assert again.verdict == "pass"  # the fix is registered again after the shipped kernel ran
