@@ -279,21 +279,22 @@ def vllm_forward_step(target_probs: torch.Tensor, draft_probs: torch.Tensor | No
 _expand_state: dict[str, bool] = {}
 
 
-def _forward(fixed: bool, top_k: bool):
+def _forward(name: str, fixed: bool, top_k: bool):
     def entry(target_probs, draft_probs, draft_tokens, generator):
         B = draft_tokens.shape[0]
         return vllm_forward_step(target_probs, draft_probs, draft_tokens, _generators(B, [True] * B, generator),
                                  fixed=fixed, top_k=top_k)
     kernel = "the expand kernel of harness.adapters.vllm_fix (the control)" if fixed else "vLLM's shipped expand kernel"
+    entry.__name__ = entry.__qualname__ = name
     entry.__doc__ = (f"§1a through `RejectionSampler.forward` with {kernel}: seeded, temperatures 0.5 / 0.9 / 1.3 "
                      f"per request, top-p = 1{', top-k = V' if top_k else ', no top-k (as when no request sets one)'}.")
     return entry
 
 
-verify_forward = _forward(fixed=False, top_k=False)
-verify_forward_fixed = _forward(fixed=True, top_k=False)
-verify_forward_top_k = _forward(fixed=False, top_k=True)
-verify_forward_top_k_fixed = _forward(fixed=True, top_k=True)
+verify_forward = _forward("verify_forward", fixed=False, top_k=False)
+verify_forward_fixed = _forward("verify_forward_fixed", fixed=True, top_k=False)
+verify_forward_top_k = _forward("verify_forward_top_k", fixed=False, top_k=True)
+verify_forward_top_k_fixed = _forward("verify_forward_top_k_fixed", fixed=True, top_k=True)
 
 
 def greedy_rule(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> torch.Tensor:
