@@ -249,11 +249,11 @@ def vllm_forward_step(target_probs: torch.Tensor, draft_probs: torch.Tensor | No
     with `top_k`), and hands over logits T_r · log p: once vLLM divides by T_r and keeps every token, the law it
     verifies is the harness's p, so a lossless sampler passes. `fixed` selects the expand kernel (harness.adapters.vllm_fix):
     the shipped CPU override or the fix."""
+    rejection_sampler, sampler, _, _ = _vllm()  # first: without vLLM, HarnessError (exit 2), not an ImportError
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
     from harness.adapters.vllm_fix import use_expand
 
-    rejection_sampler, sampler, _, _ = _vllm()
     if _expand_state.get("fixed") is not fixed:
         use_expand(fixed)
         _expand_state["fixed"] = fixed

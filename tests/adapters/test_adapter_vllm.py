@@ -24,8 +24,9 @@ def test_greedy_rule_accepts_while_the_draft_is_the_argmax():
 
 
 @pytest.mark.skipif(HAVE_VLLM, reason="checks the message when vLLM is absent")
-def test_without_vllm_the_run_cannot_be_done_exit_2_one_line(capsys):
-    code = main(["verify", "--impl", "harness.adapters.vllm:verify", "--cases", "anti-logits", "--samples", "100"])
+@pytest.mark.parametrize("fn", ["verify", "verify_forward", "verify_forward_top_k_fixed"])
+def test_without_vllm_the_run_cannot_be_done_exit_2_one_line(capsys, fn):
+    code = main(["verify", "--impl", f"harness.adapters.vllm:{fn}", "--cases", "anti-logits", "--samples", "100"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "needs vLLM" in err[0]
 
