@@ -135,10 +135,12 @@ def engines(session: nox.Session) -> None:
     session.run("pytest", "tests/served/test_served_serve.py", "tests/served/test_served_client.py", "tests/served/test_served_battery.py",
                 "tests/served/test_served_check.py", "tests/served/test_served_cli.py", "tests/served/test_served_llamacpp.py",
                 "tests/served/test_served_logprobs.py", "tests/served/test_served_conventions.py", "tests/bench/test_bench_http.py",
-                "tests/served/test_served_llama_server.py", "tests/adapters/test_adapter_llamacpp.py", *session.posargs)
+                "tests/served/test_served_llama_server.py", "tests/adapters/test_adapter_llamacpp.py",
+                "tests/served/test_served_pieces.py", *session.posargs)
     # --fresh: one invocation measures everything again (journals and kept responses forgotten); to resume a run
     # that was cut, run the campaign command itself without --fresh
     session.run("specdec", "campaign", "llamacpp", "--out", "results/findings/llamacpp", "--fresh")
+    session.run("specdec", "campaign", "llamacpp", "--ids", "--out", "results/findings/llamacpp", "--fresh")
     session.run("specdec", "campaign", "llama_server", "--out", "results/findings/llama-server", "--fresh")
 
 

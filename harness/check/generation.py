@@ -181,7 +181,20 @@ class SupportCount(int):
         return obj
 
 
-def relax_boundary_tokens(logits, tokens, mask, setting: Setting, history, order: str, flat_p, flat_y, p_y):
+def coarsen(probs: torch.Tensor, classes: torch.Tensor | None) -> torch.Tensor:
+    """probs [..., V] with each class's mass moved onto its representative (classes: [V] representative ids)."""
+    if classes is None:
+        return probs
+    size = probs.shape[-1]
+    index = classes[:size].to(probs.device)
+    if len(index) < size:  # ids beyond the tokenizer's (a padded vocabulary): each its own class
+        index = torch.cat([index, torch.arange(len(index), size, device=probs.device)])
+    index = index.expand(probs.shape)
+    return torch.zeros_like(probs).scatter_add_(-1, index, probs)
+
+
+def relax_boundary_tokens(logits, tokens, mask, setting: Setting, history, order: str, flat_p, flat_y, p_y,
+                          classes: torch.Tensor | None = None):
     """Tokens with probability 0 whose own logit, raised by the numerics margin (NEAR_TIE · the largest |logit|,
     the greedy check's margin), lands inside the support: a top-k / top-p / min-p cut that another runtime's
     arithmetic places on the other side of the token (an engine in float32 against a float64 ground truth).
@@ -194,7 +207,7 @@ def relax_boundary_tokens(logits, tokens, mask, setting: Setting, history, order
     bumped = logits.double().clone()
     y = tokens.clamp_min(0).unsqueeze(-1)
     bumped.scatter_add_(-1, y, torch.full(y.shape, margin, dtype=bumped.dtype))
-    relaxed = process(bumped, setting, history, order=order)[mask].numpy()
+    relaxed = coarsen(process(bumped, setting, history, order=order), classes)[mask].numpy()
     r_y = relaxed[np.arange(len(flat_y)), flat_y]
     boundary = off & (r_y > 0)
     if boundary.any():
@@ -219,10 +232,14 @@ PIT_BATCH_POSITIONS = 1024
 
 def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting, vocab: int, rng,
                batch: int | None = None, eos=(), order: str = "standard",
-               effects: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+               effects: dict | None = None, classes: torch.Tensor | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Teacher-force rows of generated tokens; returns (u, position, sequence id, off-support count).
 
     Position j's law is processed with the prompt and the row's first j tokens as its history.
+    `classes` ([V] ids: each id's class representative): a coarsened law, every class's mass on its
+    representative (an engine that reports only which class a token is in; harness.served.pieces). A row's
+    token must then be a representative where its class has other members, and the row ends there.
     `batch`: rows per forward (default: PIT_BATCH_POSITIONS positions' worth). `effects` (a dict) receives,
     per optional parameter of the setting, the largest TV its removal makes at a scored position
     (`parameter_effects`): 0 means the parameter never acted on these contexts."""
@@ -237,7 +254,7 @@ def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting,
             start_hist = History(torch.tensor(prompt).expand(len(rows), -1), torch.zeros(len(rows), dtype=torch.long),
                                  tuple(sorted(eos)))
             history = extend_history(start_hist, rows.clamp_min(0)[:, :-1])  # [b, L]: position j sees rows[:j]
-        probs = process(logits.double(), setting, history, order=order)  # [b, L, V]
+        probs = coarsen(process(logits.double(), setting, history, order=order), classes)  # [b, L, V]
         mask = torch.arange(rows.shape[1]).unsqueeze(0) < n_valid.unsqueeze(1)
         if effects is not None:
             for name, tv in parameter_effects(logits.double(), probs, setting, history, mask, order).items():
@@ -245,7 +262,8 @@ def pit_values(model, prompt: list[int], tokens: torch.Tensor, setting: Setting,
         flat_p = probs[mask].numpy()
         flat_y = rows[mask].numpy()
         p_y = flat_p[np.arange(len(flat_y)), flat_y]
-        flat_p, p_y, near = relax_boundary_tokens(logits, rows, mask, setting, history, order, flat_p, flat_y, p_y)
+        flat_p, p_y, near = relax_boundary_tokens(logits, rows, mask, setting, history, order, flat_p, flat_y, p_y,
+                                                  classes)
         boundary += near
         off_support += int((p_y <= 0).sum())
         us.append(pit_from_masses(mass_above_descending(flat_p, flat_y), p_y, rng))

@@ -57,20 +57,21 @@ def count_tests_for_local_target(length: int, enumerate_law: bool) -> int:
 
 def tests_for_local_target(rows: list[list[int]], prompt: list[int], *, model, setting, vocab: int, eos: set[int],
                            length: int, enumerate_law: bool, rng, level: float, power: float,
-                           prefix: str, order: str = "standard") -> list[TestResult]:
+                           prefix: str, order: str = "standard", classes=None) -> list[TestResult]:
     """Ground truth (a): the returned continuations against a local float64 copy of the target, processed
-    under the declared convention `order` (specdec_ref.processing.ORDERS)."""
+    under the declared convention `order` (specdec_ref.processing.ORDERS). `classes`: the engine reports
+    tokens only up to these classes (harness.served.pieces); the law is coarsened to them (no joint law)."""
     import torch
 
     from harness.check.generation import continuation_law, joint_law_tests, pit_values
 
     out: list[TestResult] = []
-    if enumerate_law:
+    if enumerate_law and classes is None:
         law = continuation_law(model, prompt, length, setting, vocab, eos, order)
         out += joint_law_tests([tuple(r) for r in rows], law, level, power, prefix)
     width = max(1, max(map(len, rows), default=1))
     tokens = torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.long)
-    u, pos, seq, off = pit_values(model, prompt, tokens, setting, vocab, rng, order=order)
+    u, pos, seq, off = pit_values(model, prompt, tokens, setting, vocab, rng, order=order, classes=classes)
     return out + tests_for_pit(u, pos, seq, off, length=length, level=level, power=power, prefix=prefix)
 
 

@@ -42,6 +42,7 @@ from harness.served.client import (
     ResponseStore,
     config_hash,
 )
+from harness.served.pieces import SHARED_PIECE
 from harness.served.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
 from harness.served.requests import (  # noqa: F401 - REQUEST_NAMES, request_parameters: public here too
     REQUEST_NAMES,
@@ -98,6 +99,7 @@ class EngineConfig:
     processing_order: str = "standard"  # the processing convention the engine declares (specdec_ref ORDERS)
     seeded: bool = True  # False: sampling requests carry no seed (the engine's own RNG; responses not reproducible)
     api: str = "openai"  # openai (vLLM-style routes) | llama-server | llama-server-processed (its native /completion)
+    #   | llama-cpp-python (its OpenAI route; ids recovered from text pieces with the local tokenizer)
     contexts: str = "none"  # "catalogue": contexts cells as at the generation level (harness.contexts), local truth
 
     def validate(self) -> EngineConfig:
@@ -190,6 +192,9 @@ def run_engine_check_with(client: EngineClient, config):
 def _prepare(config, engine, model, reference, reference_model, progress) -> _Run:
     pair = _local_pair(config) if (config.pair or config.target) else None
     tokenizer = tokenizer_for(pair) if pair is not None else None
+    for client in (engine, reference):  # a client that maps text pieces to ids needs the tokenizer first
+        if tokenizer is not None and hasattr(client, "attach"):
+            client.attach(tokenizer)
     if pair is not None:
         check_tokenizer_identity(engine, model, tokenizer)
     ground_truth = choose_ground_truth(config, pair, reference, reference_model)
@@ -373,7 +378,7 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
             rows, list(data.prompt), model=_target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target,
             setting=data.setting, vocab=run.pair.vocab_size,
             eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=cell.summary["joint_law"],
-            rng=rng, order=run.config.processing_order, **kw)
+            rng=rng, order=run.config.processing_order, classes=getattr(run.engine, "classes", None), **kw)
     if run.ground_truth == "score":
         prompt_ids = data.prompt if isinstance(data.prompt, list) else _prompt_ids(run, data.prompt)
         listed = score_rows(run, prompt_ids, rows, data.setting)
@@ -675,6 +680,17 @@ def _require_processed(run: _Run, sampling: list[Setting], prompts: list) -> Non
                            "(vLLM --logprobs-mode processed_logprobs), or use --ground-truth two-sample")
 
 
+def compared_up_to_classes(want: list, got: list, want_why, got_why, classes) -> tuple[list, list]:
+    """Greedy rows as far as both are known: a row cut at a shared piece (harness.served.pieces) ends in its
+    class's representative, so both rows stop there and the other's token there becomes its class's."""
+    cuts = [len(r) for r, why in ((want, want_why), (got, got_why)) if why == SHARED_PIECE]
+    if not cuts or classes is None:
+        return want, got
+    k = min(cuts)
+    want, got = ([int(classes[t]) if j == k - 1 else t for j, t in enumerate(r[:k])] for r in (want, got))
+    return want, got
+
+
 def format_result(prefix: str, rows: list[list[int]], reasons: list[str], length: int, pair):
     """Ids in the vocabulary, at most max_tokens, and a row shorter than max_tokens only if it stopped."""
     vocab = pair.vocab_size if pair is not None else None
@@ -684,7 +700,7 @@ def format_result(prefix: str, rows: list[list[int]], reasons: list[str], length
         problems.append(f"{long} continuations exceed max_tokens={length}")
     if vocab is not None and any(not isinstance(t, int) or not 0 <= t < vocab for r in rows for t in r):
         problems.append(f"token ids outside [0, {vocab})")
-    short = sum(len(r) < length and reason != "stop" and all(isinstance(t, int) for t in r)
+    short = sum(len(r) < length and reason not in ("stop", SHARED_PIECE) and all(isinstance(t, int) for t in r)
                 for r, reason in zip(rows, reasons, strict=True))
     if short:
         problems.append(f"{short} continuations end before max_tokens without a stop")
@@ -698,15 +714,18 @@ def _greedy(run: _Run, cell: Cell) -> tuple[list[TestResult], list[TestResult], 
     greedy, text = Setting(0.0), run.ground_truth == "two-sample"  # text: servers without ids compare texts
     prompts, gating, advisory, found = cell.data, [], [], []
     for i, prompt in enumerate(prompts):
-        got = sample_rows(run, run.engine, run.model, "engine-greedy", prompt, greedy, 1, GREEDY_TOKENS, 0,
-                          allow_text=text)[0][0]
+        got, got_why = sample_rows(run, run.engine, run.model, "engine-greedy", prompt, greedy, 1, GREEDY_TOKENS, 0,
+                                   allow_text=text)
+        got, want_why = got[0], [None]
         if run.reference is not None:
-            want = sample_rows(run, run.reference, run.reference_model, "reference-greedy", prompt, greedy, 1,
-                               GREEDY_TOKENS, 0, allow_text=text)[0][0]
+            want, want_why = sample_rows(run, run.reference, run.reference_model, "reference-greedy", prompt, greedy,
+                                         1, GREEDY_TOKENS, 0, allow_text=text)
+            want = want[0]
         elif run.pair is not None:
             want = greedy_target(run.pair, list(prompt), GREEDY_TOKENS)
         else:
             raise HarnessError("greedy equality needs a reference: give --reference-endpoint or --pair/--target")
+        want, got = compared_up_to_classes(want, got, want_why[0], got_why[0], getattr(run.engine, "classes", None))
         pos = next((j for j, (a, b) in enumerate(zip(want, got, strict=False)) if a != b),
                    None if want == got else min(len(want), len(got)))
         finding = None

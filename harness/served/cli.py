@@ -33,9 +33,11 @@ def add_verify_arguments(parser) -> None:
     g.add_argument("--logprob-tolerance", type=float, default=1e-3, help="logprobs check: nats allowed (numerics)")
     g.add_argument("--logprobs-k", type=int, default=5, help="logprobs check: top-k asked of the engine")
     g.add_argument("--logprobs-samples", type=int, default=16, help="logprobs check: continuations per cell")
-    g.add_argument("--api", default="openai", choices=["openai", "llama-server", "llama-server-processed"],
-                   help="the engine's API: OpenAI/vLLM routes, or llama-server's native /completion (raw or "
-                   "post-sampling probabilities)")
+    g.add_argument("--api", default="openai",
+                   choices=["openai", "llama-server", "llama-server-processed", "llama-cpp-python"],
+                   help="the engine's API: OpenAI/vLLM routes, llama-server's native /completion (raw or "
+                   "post-sampling probabilities), or llama-cpp-python's server (ids recovered from its text pieces "
+                   "with the local tokenizer: needs --pair/--target)")
     g.add_argument("--unseeded", action="store_true",
                    help="send sampling requests without a seed (the engine's own RNG; a rerun does not reproduce them)")
     g.add_argument("--logprobs-mode", default="auto", choices=["auto", "raw", "processed"],

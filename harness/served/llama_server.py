@@ -260,9 +260,14 @@ def _legacy(entries: list[dict], processed: bool) -> dict:
 
 
 def client_for(api: str, endpoint: str, **options) -> EngineClient:
-    """The client of an engine API: "openai" (vLLM, specdec serve, ...) or "llama-server" (native)."""
+    """The client of an engine API: "openai" (vLLM, specdec serve, ...), "llama-server" (native) or
+    "llama-cpp-python" (its OpenAI route, ids from text pieces)."""
     if api == "openai":
         return EngineClient(endpoint, **options)
     if api in ("llama-server", "llama-server-processed"):
         return LlamaServerClient(endpoint, processed=api.endswith("processed"), **options)
-    raise HarnessError(f"--api must be openai, llama-server or llama-server-processed, got {api!r}")
+    if api == "llama-cpp-python":  # its OpenAI route with ids recovered from text pieces (harness.served.pieces)
+        from harness.served.pieces import PiecesClient
+
+        return PiecesClient(endpoint, **options)
+    raise HarnessError(f"--api must be openai, llama-server, llama-server-processed or llama-cpp-python, got {api!r}")

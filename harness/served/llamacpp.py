@@ -46,10 +46,13 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def server_command(port: int, *, speculative: bool, host: str = "127.0.0.1", seed: int = 0) -> list[str]:
+def server_command(port: int, *, speculative: bool, host: str = "127.0.0.1", seed: int = 0,
+                   model: str | None = None) -> list[str]:
+    """`model`: a GGUF path (default: the embedded Q4_1 SmolLM2; the F32 one of harness.models.gguf_f32 has the
+    weights the local target scores with)."""
     from harness.models.smollm2 import _gguf_path
 
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(_gguf_path()), "--model_alias", MODEL_ALIAS,
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model or _gguf_path()), "--model_alias", MODEL_ALIAS,
            "--host", host, "--port", str(port), "--logits_all", "True", "--n_threads", "1", "--n_threads_batch", "1",
            "--n_ctx", "1024", "--seed", str(seed), "--verbose", "False"]
     if speculative:
@@ -59,13 +62,13 @@ def server_command(port: int, *, speculative: bool, host: str = "127.0.0.1", see
 
 @contextlib.contextmanager
 def llamacpp_server(*, speculative: bool, host: str = "127.0.0.1", startup_timeout_s: float = 120.0,
-                    log_path: str | None = None) -> Iterator[str]:
+                    log_path: str | None = None, model: str | None = None) -> Iterator[str]:
     """A llama.cpp server subprocess on a free localhost port; yields its base URL; always stopped."""
     ok, why = llamacpp_available()
     if not ok:
         raise MissingOptionalPackage("llama-cpp-python", "the llama.cpp engine", why)
     port = _free_port(host)
-    with served(server_command(port, speculative=speculative, host=host), f"http://{host}:{port}", "/v1/models",
+    with served(server_command(port, speculative=speculative, host=host, model=model), f"http://{host}:{port}", "/v1/models",
                 "the llama.cpp server", startup_timeout_s=startup_timeout_s, log_path=log_path) as url:
         yield url
 

@@ -111,6 +111,85 @@ def generation_command(impl: str, gamma: int) -> str:
             f"--processing-order {GENERATION_ORDER} --inconclusive-tv {ENGINE_TV_BAR:g}")
 
 
+# Token ids (ground truth a, one-sample) through the server itself: harness.served.pieces recovers the ids from its
+# text pieces (a row ends at its first piece that several ids share, scored under the law coarsened to those
+# classes); the server runs the F32 GGUF (the weights the local target scores with), prompt lookup on; BOS is
+# biased out (the server leaves a generated BOS out of its pieces); llama.cpp's order declared, cuts off.
+IDS_SAMPLES, IDS_LENGTH = 480, 16  # per setting: the llama-server finding's power plan (detectable TV <= 0.05)
+NO_BOS = {1: -100.0}  # SmolLM2's BOS id
+IDS_SETTINGS = ({"temperature": 1.0, "logit_bias": NO_BOS}, {"temperature": 0.7, "top_p": 0.9, "logit_bias": NO_BOS})
+
+
+def ids_check(url: str, setting: dict, samples: int, length: int, responses: str | None) -> dict:
+    """`verify --level engine --api llama-cpp-python --pair smollm2 --ground-truth local` at one setting."""
+    from harness.check.generation import Setting
+    from harness.served.check import EngineConfig, run_engine_check
+
+    return run_engine_check(EngineConfig(
+        endpoint=url, api="llama-cpp-python", pair="smollm2", ground_truth="local", samples=samples, length=length,
+        prompts=1, prompt_texts=(SAMPLING_PROMPT,), chunk=1, concurrency=2, settings=(Setting(**setting),),
+        extra_body=NO_TRUNCATION, seed=0, processing_order=GENERATION_ORDER, inconclusive_tv=ENGINE_TV_BAR,
+        timeout_s=900.0, out=responses, stop_on_fail=False)).to_dict()
+
+
+def run_ids(out, samples: int = IDS_SAMPLES, length: int = IDS_LENGTH, *, journal: Journal | None = None,
+            stop=None) -> dict:
+    """The ids checks (one cell per setting) against one F32 server with prompt lookup -> OUT/ids.json's record."""
+    from harness.check.generation import Setting
+    from harness.models.gguf_f32 import smollm2_models
+
+    cells = {f"ids/{Setting(**s).label}/n={samples}/length={length}": ("ids", s) for s in IDS_SETTINGS}
+    target = str(smollm2_models()[0])
+    responses = str(out / "responses")
+
+    def cell(servers, kind, setting):
+        started = time.perf_counter()
+        report = ids_check(servers["on-f32"], setting, samples, length, responses)
+        return plain({"setting": Setting(**setting).label, "report": report, "seconds": time.perf_counter() - started})
+
+    with Servers(**{"on-f32": lambda: llamacpp_server(speculative=True, model=target)}) as servers, \
+            LocalExecutor() as here:
+        done = run_cells(here, lambda *a: cell(servers, *a), cells, journal=journal, stop=stop)
+    return {"samples": samples, "length": length, "prompt": SAMPLING_PROMPT, "model": "F32 GGUF",
+            "prompt_lookup_tokens": PROMPT_LOOKUP_TOKENS, "checks": [done[k] for k in cells if k in done],
+            "not_run": not_run(cells, done), "load_at_end": " ".join(f"{x:.1f}" for x in os.getloadavg())}
+
+
+def check_row(setting: str, report: dict, samples: int, *cells: str) -> str:
+    """One table row: setting, verdict, samples, tests, smallest p, then `cells` as given."""
+    smallest = min((t["p_value"] for t in report["tests"] if t.get("p_value") is not None), default=1.0)
+    return " | ".join([f"| {setting}", f"**{report['verdict'].upper()}**", str(samples), str(len(report["tests"])),
+                       f"{smallest:.3g}", *cells]) + " |"
+
+
+def ids_md(record: dict, command: str) -> str:
+    lines = ["# llama-cpp-python 0.3.36 server, prompt lookup on: the token law with ids recovered from its pieces", "",
+             f"Command: `{command}`. Server: `python -m llama_cpp.server` on the F32 GGUF written from the embedded "
+             "SmolLM2's dequantized tensors (the weights the local target scores with), `--draft_model "
+             f"prompt-lookup-decoding` ({record['prompt_lookup_tokens']} drafted tokens), `--logits_all True`, 1 "
+             "thread, on 127.0.0.1, started and stopped by the harness. Load average at the end: "
+             f"{record['load_at_end']}.", "", *not_run_lines(record.get("not_run", [])),
+             "Ids: `--api llama-cpp-python` (harness.served.pieces). The server returns each token's text piece; the "
+             "piece names the id unless several ids share it (380 of 49,152 SmolLM2 ids, among them the 47 longer than 32 bytes, which this server renders as nothing). A row ends at its first "
+             "shared piece, and that position is scored under the target's law coarsened to the ids sharing a piece "
+             "(exact: where a row ends depends only on its tokens so far). BOS is biased out (`logit_bias` 1:-100, on "
+             "both sides), because the server leaves a generated BOS out of its pieces.", "",
+             f"Ground truth: (a) the local float64 target, one-sample, `--processing-order {GENERATION_ORDER}` "
+             f"(llama.cpp's order, its default cuts switched off in every request); {record['samples']} continuations "
+             f"of up to {record['length']} tokens per setting, prompt `{record['prompt']}`; judged at "
+             f"`--inconclusive-tv {ENGINE_TV_BAR:g}`.", "",
+             "| setting | verdict | samples | tests | smallest p | detectable TV (power 0.99) | minutes |",
+             "|---|---|---|---|---|---|---|"]
+    for c in record["checks"]:
+        tv = c["report"].get("detectable_tv")
+        lines.append(check_row(c["setting"], c["report"], c["report"]["samples"],
+                               f"{tv:.4f}" if isinstance(tv, float) else "–", f"{c['seconds'] / 60:.1f}"))
+    for c in record["checks"]:
+        for note in c["report"].get("notes", []):
+            lines.append(f"\n{c['setting']}: {note}")
+    return "\n".join(lines) + "\n"
+
+
 def finding_cells(samples: int, length: int, paired_seeds: int, *, probe_only: bool = False,
                   gamma: int = PROMPT_LOOKUP_TOKENS) -> dict[str, tuple]:
     """key -> (measurement, its arguments), in run order: the probes, the generation-level checks (no server),
@@ -205,13 +284,12 @@ def finding_md(record: dict, command: str) -> str:
              "| setting | verdict | samples (both endpoints) | tests | smallest p | detectable TV (power 0.99) |",
              "|---|---|---|---|---|---|"]
     for c in record["checks"]:
-        r = c["report"]
-        smallest = min((t["p_value"] for t in r["tests"] if t["p_value"] is not None), default=1.0)
-        lines.append(f"| {c['setting']} | **{r['verdict'].upper()}** | {2 * r['samples']} | {len(r['tests'])} | "
-                     f"{smallest:.3g} | {r['detectable_tv']:.3f} |")
+        lines.append(check_row(c["setting"], c["report"], 2 * c["report"]["samples"],
+                               f"{c['report']['detectable_tv']:.3f}"))
     lines += ["", "Nothing is promised below the detectable TV: at these sample sizes the check rules out gross "
               "errors only (two-sample tests need twice the samples per endpoint of a one-sample test). The "
-              "generation level below reaches TV 0.05 on the same decoder."]
+              "generation level below reaches TV 0.05 on the same decoder, and so does the server itself with its ids "
+              "recovered from its pieces against the local target: ids.md (`specdec campaign llamacpp --ids`)."]
     lines += generation_lines(record.get("generation", []))
     if "paired_same_seed_identical" in record:
         lines += ["", f"Same seed, speculation on vs off, T = 1: {100 * record['paired_same_seed_identical']:.0f} % of "
@@ -281,9 +359,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=6)
     parser.add_argument("--paired-seeds", type=int, default=40)
     parser.add_argument("--probe-only", action="store_true", help="only write results/engine/probe-llamacpp-*")
+    parser.add_argument("--ids", action="store_true",
+                        help="only the token-law checks with ids recovered from the server's pieces (F32 GGUF, local "
+                        "target) -> OUT/ids.json and OUT/ids.md")
     add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.ids:
+        record = run_ids(out, journal=Journal(out / "ids-journal.jsonl", fresh=args.fresh),
+                         stop=deadline(args.stop_at, args.budget_s))
+        atomic_write_json(out / "ids.json", json.loads(json.dumps(record, default=str)))
+        command = "specdec campaign llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
+        (out / "ids.md").write_text(ids_md(record, command.strip()), encoding="utf-8")
+        print(f"wrote {out / 'ids.md'}: " + ", ".join(f"{c['setting']} {c['report']['verdict']}"
+                                                      for c in record["checks"]))
+        return 0
     record = run_finding(args.samples, args.length, args.paired_seeds, probe_only=args.probe_only,
                          journal=Journal(out / "journal.jsonl", fresh=args.fresh),  # every cell kept: a rerun resumes
                          stop=deadline(args.stop_at, args.budget_s))

@@ -158,3 +158,43 @@ def test_llamacpp_generation_cells_start_no_server_and_run_the_one_driver(monkey
     assert (config.level, config.pair, config.gamma, config.processing_order, config.inconclusive_tv) == (
         "generation", "smollm2", 10, "top_p_before_temperature", 0.05)
     assert config.impl == "harness.adapters.llamacpp:prompt_lookup_generate"
+
+
+def test_llamacpp_ids_cells_run_the_pieces_client_on_the_f32_server_at_the_bar(monkeypatch, tmp_path):
+    """`--ids`: one journaled cell per setting against one prompt-lookup server on the F32 GGUF; each is the
+    engine check with ids from the server's pieces, the local target, llama.cpp's order and BOS biased out; a
+    rerun runs none and starts no server; ids.md states each cell as measured."""
+    from harness.models import gguf_f32
+    from harness.served import check
+
+    started, seen = [], []
+
+    @contextlib.contextmanager
+    def server(*, speculative, model=None):
+        started.append((speculative, model))
+        yield "http://on-f32"
+
+    class Report:
+        def __init__(self, config):
+            self.config = config
+
+        def to_dict(self):
+            return {"verdict": "pass", "samples": self.config.samples, "detectable_tv": 0.0461,
+                    "tests": [{"p_value": 0.3}], "notes": []}
+
+    monkeypatch.setattr(campaign, "llamacpp_server", server)
+    monkeypatch.setattr(gguf_f32, "smollm2_models", lambda: (tmp_path / "f32.gguf", tmp_path / "q4.gguf"))
+    monkeypatch.setattr(check, "run_engine_check", lambda config: seen.append(config) or Report(config))
+    assert campaign.main(["--ids", "--out", str(tmp_path)]) == 0
+    assert started == [(True, str(tmp_path / "f32.gguf"))]
+    assert len(seen) == 2
+    for config in seen:
+        assert (config.api, config.ground_truth, config.pair, config.processing_order, config.inconclusive_tv) == (
+            "llama-cpp-python", "local", "smollm2", "top_p_before_temperature", 0.05)
+        assert config.samples == 480 and config.length == 16 and config.chunk == 1
+        assert config.extra_body["top_k"] == 0 and config.extra_body["min_p"] == 0.0
+        assert all(dict(s.extras()["logit_bias"]) == {1: -100.0} for s in config.settings)
+    md = (tmp_path / "ids.md").read_text()
+    assert md.count("| **PASS** | 480 |") == 2 and "0.0461" in md
+    assert campaign.main(["--ids", "--out", str(tmp_path)]) == 0  # resumed from the journal
+    assert len(seen) == 2 and len(started) == 1
