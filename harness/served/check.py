@@ -123,6 +123,9 @@ class EngineConfig:
             raise HarnessError("--ground-truth local needs the target here: give --pair NAME or --target PATH")
         if self.contexts not in ("none", "catalogue"):
             raise HarnessError(f"--contexts must be none or catalogue, got {self.contexts!r}")
+        if self.api == "llama-cpp-python" and not (self.pair or self.target):
+            raise HarnessError("--api llama-cpp-python recovers token ids from the server's text pieces with the local "
+                               "tokenizer: give --pair NAME or --target PATH")
         if self.contexts == "catalogue" and not (self.pair or self.target):
             raise HarnessError("--contexts catalogue needs the target here (--pair NAME or --target PATH): the "
                                "contexts cells are scored by the local target")
@@ -193,7 +196,7 @@ def _prepare(config, engine, model, reference, reference_model, progress) -> _Ru
     pair = _local_pair(config) if (config.pair or config.target) else None
     tokenizer = tokenizer_for(pair) if pair is not None else None
     for client in (engine, reference):  # a client that maps text pieces to ids needs the tokenizer first
-        if tokenizer is not None and hasattr(client, "attach"):
+        if tokenizer is not None and client is not None:
             client.attach(tokenizer)
     if pair is not None:
         check_tokenizer_identity(engine, model, tokenizer)
@@ -378,7 +381,7 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
             rows, list(data.prompt), model=_target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target,
             setting=data.setting, vocab=run.pair.vocab_size,
             eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=cell.summary["joint_law"],
-            rng=rng, order=run.config.processing_order, classes=getattr(run.engine, "classes", None), **kw)
+            rng=rng, order=run.config.processing_order, classes=run.engine.classes, **kw)
     if run.ground_truth == "score":
         prompt_ids = data.prompt if isinstance(data.prompt, list) else _prompt_ids(run, data.prompt)
         listed = score_rows(run, prompt_ids, rows, data.setting)
@@ -714,18 +717,16 @@ def _greedy(run: _Run, cell: Cell) -> tuple[list[TestResult], list[TestResult], 
     greedy, text = Setting(0.0), run.ground_truth == "two-sample"  # text: servers without ids compare texts
     prompts, gating, advisory, found = cell.data, [], [], []
     for i, prompt in enumerate(prompts):
-        got, got_why = sample_rows(run, run.engine, run.model, "engine-greedy", prompt, greedy, 1, GREEDY_TOKENS, 0,
-                                   allow_text=text)
-        got, want_why = got[0], [None]
+        (got,), (got_why,) = sample_rows(run, run.engine, run.model, "engine-greedy", prompt, greedy, 1,
+                                         GREEDY_TOKENS, 0, allow_text=text)
         if run.reference is not None:
-            want, want_why = sample_rows(run, run.reference, run.reference_model, "reference-greedy", prompt, greedy,
-                                         1, GREEDY_TOKENS, 0, allow_text=text)
-            want = want[0]
+            (want,), (want_why,) = sample_rows(run, run.reference, run.reference_model, "reference-greedy", prompt,
+                                               greedy, 1, GREEDY_TOKENS, 0, allow_text=text)
         elif run.pair is not None:
-            want = greedy_target(run.pair, list(prompt), GREEDY_TOKENS)
+            want, want_why = greedy_target(run.pair, list(prompt), GREEDY_TOKENS), None
         else:
             raise HarnessError("greedy equality needs a reference: give --reference-endpoint or --pair/--target")
-        want, got = compared_up_to_classes(want, got, want_why[0], got_why[0], getattr(run.engine, "classes", None))
+        want, got = compared_up_to_classes(want, got, want_why, got_why, run.engine.classes)
         pos = next((j for j, (a, b) in enumerate(zip(want, got, strict=False)) if a != b),
                    None if want == got else min(len(want), len(got)))
         finding = None

@@ -103,6 +103,13 @@ class EngineClient:
         self._transient = (httpx.TransportError, httpx.TimeoutException)
         self.needs_token_names: bool | None = None  # ids only as "token_id:N" logprob names? (found on first use)
 
+    # The coarsening of token ids this client's rows carry ([V] id -> class representative), None: exact ids.
+    # harness.served.pieces.PiecesClient sets it once given the local tokenizer (`attach`).
+    classes = None
+
+    def attach(self, tokenizer) -> None:
+        """Given the local tokenizer before the first completion (the engine check does); nothing to do here."""
+
     def close(self) -> None:
         self._http.close()
 

@@ -3,10 +3,11 @@
 That server returns no token ids. With `logprobs` it returns, per generated token, the token's own text:
 `logprobs.tokens[i]` is `detokenize([id]).decode("utf-8", errors="ignore")`, special tokens rendered as
 nothing. Most ids have a piece no other id has, so the piece names the id. A few share theirs (SmolLM2:
-380 of 49,152 — byte tokens that are not UTF-8 on their own, special tokens, a space with a stray byte).
-llama-cpp-python also renders a token longer than 32 bytes as
-nothing (its fixed buffer: the 47 longest SmolLM2 tokens vanish from its text too). The full text does not always tell those apart (two byte tokens of one CJK character can split in more
-than one way), and guessing, or dropping the rows that need a guess, would bias the test. So:
+380 of 49,152: byte tokens that are not UTF-8 on their own, special tokens, a space with a stray byte,
+and the 47 tokens longer than 32 bytes, which llama-cpp-python renders as nothing: its fixed buffer,
+abetlen/llama-cpp-python#2362). The full text does not always tell shared pieces apart (two byte tokens
+of one CJK character can split in more than one way), and guessing, or dropping the rows that need a
+guess, would bias the test. So:
 
 - `PieceTable`: every id's bytes as llama.cpp renders them without special tokens (byte-level BPE tokens
   decoded from their byte alphabet; SentencePiece tokens with "▁" as a space and <0xNN> bytes; special
@@ -38,7 +39,8 @@ SHARED_PIECE = "shared-piece"  # the finish reason of a row cut at its first sha
 
 
 class UnresolvedPieces(HarnessError):
-    """The server's pieces and text do not determine one id sequence: the run cannot be done (exit 2)."""
+    """The server's pieces cannot be read as this tokenizer's ids (a dropped BOS, an unknown piece): the run
+    cannot be done (exit 2)."""
 
 
 @functools.cache
@@ -78,6 +80,9 @@ class PieceTable:
     def from_tokenizer(cls, tokenizer, max_piece_bytes: int | None = LLAMA_CPP_PYTHON_PIECE_BYTES) -> PieceTable:
         """From a transformers tokenizer (byte-level BPE or SentencePiece vocabulary). `max_piece_bytes`: a token
         longer than this renders as nothing (llama-cpp-python's fixed buffer; None: no limit)."""
+        if not hasattr(tokenizer, "convert_ids_to_tokens"):
+            raise HarnessError("--api llama-cpp-python needs the model's own tokenizer (a transformers one) to read the "
+                               "server's text pieces; this pair has none")
         size = len(tokenizer)
         tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
         special = set(getattr(tokenizer, "all_special_ids", []) or [])
@@ -137,11 +142,7 @@ class PiecesClient(EngineClient):
 
     def attach(self, tokenizer) -> None:
         self.tokenizer, self.table = tokenizer, PieceTable.from_tokenizer(tokenizer)
-
-    @property
-    def classes(self):
-        """[V] id -> class representative: the coarsening the check scores under (None before attach)."""
-        return None if self.table is None else self.table.classes
+        self.classes = self.table.classes  # the coarsening the check scores this client's rows under
 
     def request(self, method: str, path: str, payload: dict | None = None, *, parse_json: bool = True):
         if method != "POST" or path != "/v1/completions":

@@ -111,3 +111,14 @@ def test_a_lossy_engine_exits_1_with_one_fail_line(capsys):
 def test_contexts_without_a_local_target_exit_2_before_any_request(capsys):
     err = one_line_error(capsys, verify("--endpoint", "http://127.0.0.1:9/v1", "--contexts", "catalogue"))
     assert "contexts catalogue needs the target" in err
+
+
+def test_llama_cpp_python_api_without_a_local_tokenizer_exits_2_before_any_request(capsys):
+    err = one_line_error(capsys, verify("--endpoint", "http://127.0.0.1:9/v1", "--api", "llama-cpp-python"))
+    assert "--api llama-cpp-python recovers token ids" in err and "--pair" in err
+
+
+def test_llama_cpp_python_api_on_a_pair_without_a_text_tokenizer_exits_2_in_one_line(toy_server, capsys):
+    """The toy pairs write ids as numbers: there are no pieces to read, so the run cannot be done (not a FAIL)."""
+    err = one_line_error(capsys, verify("--endpoint", toy_server, "--pair", "toy", "--api", "llama-cpp-python"))
+    assert "needs the model's own tokenizer" in err

@@ -237,3 +237,15 @@ def test_greedy_rows_and_the_format_check_read_a_cut_row_as_far_as_it_is_known()
     ok = format_result("c", [[1, 4], [1, 2, 3]], [SHARED_PIECE, "length"], 3, None)
     bad = format_result("c", [[1, 4], [1, 2, 3]], ["length", "length"], 3, None)
     assert ok.p_value == 1.0 and bad.p_value == 0.0
+
+
+def test_a_dropped_bos_from_a_served_reply_is_a_run_that_cannot_be_done():
+    """The server's usage counts a token its pieces leave out: UnresolvedPieces (a HarnessError: exit 2), never rows."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"text": "red", "finish_reason": "length",
+                                                      "logprobs": {"tokens": ["red"]}}],
+                                         "usage": {"completion_tokens": 2}})
+    client = PiecesClient("http://fake", transport=httpx.MockTransport(handler))
+    client.attach(FakeByteLevelTokenizer())
+    with pytest.raises(UnresolvedPieces, match="BOS"):
+        client.post("/v1/completions", {"prompt": "x", "n": 1, "seed": 0})
