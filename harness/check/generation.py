@@ -193,6 +193,26 @@ def coarsen(probs: torch.Tensor, classes: torch.Tensor | None) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_add_(-1, index, probs)
 
 
+def coarsen_law(law: dict[tuple[int, ...], float], classes: torch.Tensor | None) -> dict[tuple[int, ...], float]:
+    """A continuation law (`continuation_law`) as an engine that reports tokens only up to `classes` gives it:
+    each continuation up to and including its first token of a class with more than one member, that token
+    as its class's representative (the rule of harness.served.pieces.ids_from_pieces)."""
+    if classes is None:
+        return law
+    rep = classes.tolist()
+    counts = np.bincount(np.asarray(rep), minlength=len(rep))
+    shared = {i for i, r in enumerate(rep) if counts[r] > 1}
+    out: dict[tuple[int, ...], float] = {}
+    for key, mass in law.items():
+        cut = []
+        for t in key:
+            cut.append(rep[t] if t < len(rep) else t)
+            if t in shared:
+                break
+        out[tuple(cut)] = out.get(tuple(cut), 0.0) + mass
+    return out
+
+
 def relax_boundary_tokens(logits, tokens, mask, setting: Setting, history, order: str, flat_p, flat_y, p_y,
                           classes: torch.Tensor | None = None):
     """Tokens with probability 0 whose own logit, raised by the numerics margin (NEAR_TIE · the largest |logit|,

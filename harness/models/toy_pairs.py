@@ -4,6 +4,10 @@
   α ≈ 0.06, exercises residual and bonus paths), `toy-same` (draft = target, α = 1);
 - `toy-eos` (an EOS id the draft proposes inside blocks), `toy-tied` (exactly tied logits: greedy
   tie-breaks);
+- `toy-pieces`: `toy` with a byte-level BPE tokenizer whose text pieces are not all distinct (an id
+  sharing its piece with a letter, two lone UTF-8 bytes and a special token all rendering as ""): the pair
+  for checking the token-ids-from-text path (`--api llama-cpp-python`, `specdec serve --dialect
+  llama-cpp-python`) with an exact law;
 - `const-a0.2` … `const-a0.95`: context-free laws with Σ min(p, q) = α exactly (for checking the
   Leviathan token formula); add `synthetic_cost=(target_s, draft_s)` to emulate an accelerator.
 Models are built once per process (float64 for exact checks, float32 by default).
@@ -61,9 +65,33 @@ def _toy_models_64(kind: str, dtype: torch.dtype):
     return toy.toy_pair(float(kind), vocab_size=TOY_VOCAB, dtype=dtype)
 
 
+# toy-pieces: ids 0-9, 14, 15 are letters (one piece each); 10 is "a" + the byte 0xC3 (its piece is "a", like id 0);
+# 11 and 12 are the lone bytes 0xC3 and 0xA9 (pieces "": together "é") and 13 a special token (piece "").
+PIECES_VOCAB = [*"abcdefghij", "aÃ", "Ã", "©", "<|sep|>", "k", "l"]  # byte-level BPE's alphabet: Ã = 0xC3, © = 0xA9
+PIECES_LETTERS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 15]  # ids whose text round-trips alone and in any sequence
+
+
+@functools.cache
+def pieces_tokenizer():
+    """The toy-pieces tokenizer (a transformers fast tokenizer: byte-level BPE, one merge "a" + 0xC3)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(vocab={p: i for i, p in enumerate(PIECES_VOCAB)}, merges=[("a", "Ã")]))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    bpe.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, additional_special_tokens=["<|sep|>"])
+
+
 def _prompts(n: int = 8, length: int = 4, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, TOY_VOCAB, (n, length), generator=g).tolist()
+
+
+def _letter_prompts(n: int = 8, length: int = 4, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [[PIECES_LETTERS[i] for i in row]
+            for row in torch.randint(0, len(PIECES_LETTERS), (n, length), generator=g).tolist()]
 
 
 def _build(name: str, kind: str, description: str, device="cpu", dtype=None, synthetic_cost=None, **options):
@@ -81,8 +109,10 @@ def _build(name: str, kind: str, description: str, device="cpu", dtype=None, syn
         toy.add_synthetic_cost(target, target_s)
         toy.add_synthetic_cost(draft, draft_s)
         meta["synthetic_cost_s"] = {"target": target_s, "draft": draft_s}
+    pieces = name == "toy-pieces"
     return ModelPair(name=name, target=target, draft=draft, vocab_size=TOY_VOCAB, description=description,
-                     prompts=_prompts(), meta=meta)
+                     prompts=_letter_prompts() if pieces else _prompts(), meta=meta,
+                     tokenizer=pieces_tokenizer() if pieces else None)
 
 
 def _spec(name: str, kind: str, description: str) -> PairSpec:
@@ -96,6 +126,7 @@ PAIRS = [
     _spec("toy-anti", "anti", "1-layer Llama, V=16, draft logits = -target logits (alpha ~0.06)"),
     _spec("toy-same", "1.0", "1-layer Llama, V=16, draft identical to target (alpha = 1)"),
     _spec("toy-eos", "eos", "toy with an EOS id = the target's favourite first token (EOS inside draft blocks)"),
+    _spec("toy-pieces", "0.7", "toy with a byte-level tokenizer whose pieces are not all distinct (text-piece ids)"),
     _spec("toy-tied", "tied", "1-layer Llama, V=16, exactly tied logit pairs (greedy tie-breaks)"),
     *(_spec(f"const-a{a}", f"const-a{a}", f"context-free laws with sum min(p,q) = {a} exactly (Llama, V=16)")
       for a in CONSTANT_ALPHAS),

@@ -34,7 +34,9 @@ class LosslessRule:
     order: str = "accept_first"
     loop: str = "vector"
     dtype: str = "float64"
-    slip: str | None = None  # None (lossless), "target_row" (row b reads row b+1's p), "draft_row" (… q)
+    # None (lossless), "target_row" (row b reads row b+1's p), "draft_row" (… q): batch-index slips, invisible
+    # at one row per call; "residual_p": at a rejection, sample from p instead of norm((p − q)₊) (any batch size)
+    slip: str | None = None
 
     @property
     def name(self) -> str:
@@ -88,6 +90,8 @@ class LosslessRule:
         c_n = c[n.clamp(max=gamma - 1)].unsqueeze(-1) * (n < gamma).unsqueeze(-1)
         final = (p_n - c_n * torch.minimum(p_n, q_n)).clamp_min(0)
         final = torch.where(final.sum(-1, keepdim=True) > 0, final, p_n)
+        if self.slip == "residual_p":
+            final = p_n
         cdf = final.cumsum(-1)
         y = (cdf < u_final.unsqueeze(-1) * cdf[:, -1:]).sum(-1).clamp(max=p.shape[-1] - 1)
         out = torch.full((B, gamma + 1), -1, dtype=torch.int64)

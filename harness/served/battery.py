@@ -60,14 +60,15 @@ def tests_for_local_target(rows: list[list[int]], prompt: list[int], *, model, s
                            prefix: str, order: str = "standard", classes=None) -> list[TestResult]:
     """Ground truth (a): the returned continuations against a local float64 copy of the target, processed
     under the declared convention `order` (specdec_ref.processing.ORDERS). `classes`: the engine reports
-    tokens only up to these classes (harness.served.pieces); the law is coarsened to them (no joint law)."""
+    tokens only up to these classes (harness.served.pieces): the laws are coarsened to them, each row cut at its
+    first shared class (`coarsen_law`, `pit_values(classes=)`)."""
     import torch
 
-    from harness.check.generation import continuation_law, joint_law_tests, pit_values
+    from harness.check.generation import coarsen_law, continuation_law, joint_law_tests, pit_values
 
     out: list[TestResult] = []
-    if enumerate_law and classes is None:
-        law = continuation_law(model, prompt, length, setting, vocab, eos, order)
+    if enumerate_law:
+        law = coarsen_law(continuation_law(model, prompt, length, setting, vocab, eos, order), classes)
         out += joint_law_tests([tuple(r) for r in rows], law, level, power, prefix)
     width = max(1, max(map(len, rows), default=1))
     tokens = torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.long)

@@ -294,7 +294,7 @@ def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, 
         b = min(run.config.chunk, n - lo)
         jobs.append((f"{role}/{setting.label}/{prompt!r}/{seed}/{i}",
                      _payload(model, prompt, b, max_tokens, setting, seed + 104_729 * i if run.config.seeded else None,
-                              not allow_text and _needs_names(client, model), run.config.extra_body)))
+                              not allow_text and _needs_names(client, model, prompt), run.config.extra_body)))
     replies = client.run_all("/v1/completions", jobs, run.store, run.progress)
     rows, reasons = [], []
     for key, payload in jobs:
@@ -320,10 +320,11 @@ def _text_tokens(run: _Run, choice: dict) -> list:
     return encode(run.tokenizer, text) if run.tokenizer is not None else text.split(" ")
 
 
-def _needs_names(client: EngineClient, model: str) -> bool:
-    """Whether this server returns ids only as logprob names (asked once per client: logprobs cost it time)."""
+def _needs_names(client: EngineClient, model: str, prompt) -> bool:
+    """Whether this server returns ids only as logprob names (asked once per client, with the run's own prompt:
+    a fixed text such as "1" tokenizes to nothing in some vocabularies; logprobs cost the server time)."""
     if client.needs_token_names is None:
-        reply = client.post("/v1/completions", {"model": model, "prompt": "1", "max_tokens": 1, "seed": 0,
+        reply = client.post("/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 1, "seed": 0,
                                                 "return_token_ids": True})  # a 4xx here is a clear error too
         choice = (reply.get("choices") or [{}])[0] if isinstance(reply, dict) else {}
         client.needs_token_names = not isinstance(choice.get("token_ids"), list)
@@ -641,7 +642,7 @@ def _draw_contexts(run: _Run, cell: Cell, n: int):
     data, length = cell.data, cell.summary["length"]
     start = cell.summary.get("_drawn", 0)
     assigned = context_rows(n, len(data.contexts), start)
-    needs_names = _needs_names(run.engine, run.model)
+    needs_names = _needs_names(run.engine, run.model, list(data.contexts[0].tokens))
     jobs, members = [], []
     for c in np.unique(assigned):
         rows_c = np.nonzero(assigned == c)[0]

@@ -120,7 +120,12 @@ def add_serve_arguments(parser) -> None:
     parser.add_argument("--max-requests", type=int, help="stop after this many requests (default: until Ctrl-C)")
     import argparse
 
-    from harness.served.serve import LOGPROBS_MUTANTS
+    from harness.served.serve import DIALECTS, LOGPROBS_MUTANTS
+
+    parser.add_argument("--dialect", default="openai", choices=DIALECTS,
+                        help="llama-cpp-python: answer as its server does (text pieces, no token ids, n = 1, "
+                             "/extras/tokenize), to test `specdec verify --api llama-cpp-python`; the pair needs a "
+                             "real tokenizer (toy-pieces, smollm2)")
 
     # a planted logprob bug, for testing the logprobs honesty check (not for users: hidden from --help)
     parser.add_argument("--logprobs-mutant", choices=sorted(LOGPROBS_MUTANTS), help=argparse.SUPPRESS)
@@ -140,7 +145,7 @@ def run_serve(args) -> int:
     serve_forever(impl, pair, host=args.host, port=args.port, max_requests=args.max_requests,
                   speculative=not args.no_speculation, gamma=args.gamma, model_name=args.model_name,
                   max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode,
-                  logprobs_mutant=args.logprobs_mutant)
+                  logprobs_mutant=args.logprobs_mutant, dialect=args.dialect)
     return EXIT_OK
 
 

@@ -139,6 +139,7 @@ class PiecesClient(EngineClient):
         self.table: PieceTable | None = None
         self.tokenizer = None
         self._prompt_checked: set[tuple[int, ...]] = set()
+        self.needs_token_names = False  # its replies carry `token_ids` (recovered here): no probe request needed
 
     def attach(self, tokenizer) -> None:
         self.tokenizer, self.table = tokenizer, PieceTable.from_tokenizer(tokenizer)

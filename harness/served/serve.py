@@ -19,6 +19,12 @@ target's law at the emitted token, speculation or not). Speculation off serves t
 (`harness.adapters.control:target_only_generate`). `/metrics` (Prometheus text) counts target forward
 passes per generated token, the speculation metric a black-box client can read.
 
+`dialect="llama-cpp-python"` (`specdec serve --dialect llama-cpp-python`) answers the way llama-cpp-python's
+server does instead, to test the client path that reads it (`specdec verify --api llama-cpp-python`): the
+completion route takes text and serves n = 1, returns no token ids, and names each generated token by its
+piece (its bytes decoded with errors ignored, special tokens and tokens over 32 bytes as ""); `/tokenize`
+is replaced by `/extras/tokenize` ({"input": text} -> {"tokens": ids}).
+
 `serving(...)` runs the server in a thread on a free 127.0.0.1 port and always stops it.
 """
 
@@ -48,6 +54,7 @@ LOGPROBS_MUTANTS = {"draft": "the draft model's logprobs instead of the target's
                     "shifted": "the law of the next position (an off-by-one in the position index)",
                     "nonfinite": "NaN for every token after the first (the reply cannot be written as JSON: "
                                  "vLLM 0.32 with n-gram speculation and processed logprobs at n > 1)"}
+DIALECTS = ("openai", "llama-cpp-python")
 MASKED_LOGPROB = -9999.0  # JSON has no -inf; OpenAI uses this value for tokens that cannot be sampled
 SCORE_ROWS = 64  # rows per teacher-forcing pass
 SCORE_FLOATS = 2**24  # ... and at most this many float64 logits per pass (128 MiB: V = 50k stays in memory)
@@ -107,7 +114,10 @@ class GenerationBackend:
 
     def __init__(self, impl: Callable, pair, *, speculative: bool = True, gamma: int = 3, model_name: str | None = None,
                  max_logprobs: int = 20, logprobs_mode: str = "raw_logprobs", tokenizer=None, max_n: int = 10_000,
-                 token_ids: bool = True, logprobs: bool = True, logprobs_mutant: str | None = None):
+                 token_ids: bool = True, logprobs: bool = True, logprobs_mutant: str | None = None,
+                 dialect: str = "openai"):
+        if dialect not in DIALECTS:
+            raise HarnessError(f"--dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
         if logprobs_mode not in LOGPROBS_MODES:
             raise HarnessError(f"--logprobs-mode must be one of {', '.join(LOGPROBS_MODES)}, got {logprobs_mode!r}")
         from harness.adapters.control import target_only_generate
@@ -122,6 +132,11 @@ class GenerationBackend:
         if logprobs_mutant is not None and logprobs_mutant not in LOGPROBS_MUTANTS:
             raise HarnessError(f"--logprobs-mutant must be one of {', '.join(LOGPROBS_MUTANTS)}, got {logprobs_mutant!r}")
         self.logprobs_mutant = logprobs_mutant
+        self.dialect, self.pieces = dialect, None
+        if dialect == "llama-cpp-python":
+            from harness.served.pieces import PieceTable
+
+            self.pieces = PieceTable.from_tokenizer(self.tokenizer)  # HarnessError for a pair without a real tokenizer
         self.eos = eos_set(default_eos(pair.target))
         self.lock = threading.Lock()
         self.counters = Counters()
@@ -237,6 +252,8 @@ class GenerationBackend:
             raise RequestError(f"prompt token ids {bad[:5]} are outside [0, {self.pair.vocab_size})")
 
     def completion(self, body: dict) -> dict:
+        if self.pieces is not None:
+            return self.pieces_completion(body)
         self._check_model(body)
         if body.get("stream"):
             raise RequestError("stream=true is not supported by specdec serve")
@@ -278,6 +295,34 @@ class GenerationBackend:
                 "model": self.model_name, "choices": choices,
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                           "total_tokens": prompt_tokens + completion_tokens}}
+
+    def pieces_completion(self, body: dict) -> dict:
+        """The llama-cpp-python dialect's completion (see the module docstring)."""
+        if not isinstance(body.get("prompt"), str):
+            raise RequestError("prompt must be a string (this server's completion route takes text)")
+        sampling = _sampling(body)
+        _int(body, "n", 1, 1, 1)
+        max_tokens, k = _int(body, "max_tokens", 16, 1, 4096), self._k(body.get("logprobs"), "logprobs")
+        prompt = encode(self.tokenizer, body["prompt"])
+        self.check_ids(prompt)
+        (row,), = self.generate([prompt], 1, max_tokens, sampling, _seed(body))
+        pieces = [self.pieces.token_bytes[t].decode("utf-8", errors="ignore") for t in row]
+        choice = {"index": 0, "text": b"".join(self.pieces.token_bytes[t] for t in row).decode("utf-8", errors="ignore"),
+                  "finish_reason": self._finish(row), "logprobs": None}
+        if k is not None:
+            (law,) = self.reported_laws([prompt + row], [len(prompt)], sampling)
+            entries = self._entries(row, law, k, as_ids=False)
+            for entry, piece in zip(entries, pieces, strict=True):
+                entry["top"] = {piece: entry["logprob"]}
+                entry["token"] = piece
+            choice["logprobs"] = _legacy_logprobs(entries)
+        return {"id": f"cmpl-{os.urandom(8).hex()}", "object": "text_completion", "created": int(time.time()),
+                "model": body.get("model"), "choices": [choice],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(row),
+                          "total_tokens": len(prompt) + len(row)}}
+
+    def extras_tokenize(self, body: dict) -> dict:
+        return {"tokens": encode(self.tokenizer, str(body.get("input", "")))}
 
     def chat(self, body: dict) -> dict:
         self._check_model(body)
@@ -473,7 +518,10 @@ def build_app(backend: GenerationBackend):
 
     app.post("/v1/completions")(route(backend.completion))
     app.post("/v1/chat/completions")(route(backend.chat))
-    app.post("/tokenize")(route(backend.tokenize))
+    if backend.dialect == "llama-cpp-python":
+        app.post("/extras/tokenize")(route(backend.extras_tokenize))
+    else:
+        app.post("/tokenize")(route(backend.tokenize))
     app.get("/v1/models")(backend.models)
     app.get("/health")(lambda: {"status": "ok"})
     app.get("/metrics")(lambda: PlainTextResponse(backend.metrics()))

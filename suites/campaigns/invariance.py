@@ -35,7 +35,7 @@ CASES = ["rows-differ", "anti-logits", "binary-gamma8"]
 MODES = {"planned": {}, "planned-no-early-stop": {"stop_on_fail": False}, "fixed-n": {"samples": 4_003},
          "sequential": {"sequential": True}}
 TV = 0.15  # the plan: small enough runs for hundreds of rules; the false-alarm rate does not depend on it
-SOURCES = ("sampler", "draft_step", "tree", "generation", "engine", "generation-real")
+SOURCES = ("sampler", "draft_step", "tree", "generation", "engine", "generation-real", "engine-pieces")
 # The generation source runs as `specdec verify --level generation` does (run_verify on a CheckConfig): the
 # fixed-n modes on the pair's own prompts (--contexts none), "contexts" on the default plan's catalogue (--contexts
 # auto, not named: the default a user gets), on the toy pair and on the embedded real pair (its chat / code /
@@ -57,10 +57,19 @@ CONTEXTS_EVERY = 20  # a contexts run costs ~15 fixed-n runs on the toy pair
 ENGINE_MODES = {"fixed-n": {"samples": 400}, "fixed-n-no-early-stop": {"samples": 401, "stop_on_fail": False},
                 "contexts": {"samples": 300, "contexts": "catalogue"}}
 
+# engine-pieces: that loop on toy-pieces served in llama-cpp-python's dialect (`specdec serve --dialect
+# llama-cpp-python`: text pieces, no ids, n = 1) and read back with `--api llama-cpp-python` (ids from pieces, rows
+# cut at their first shared piece, scored under the coarsened law): one request per continuation, so T=1 only; 400
+# rows (the cut rows carry less than whole ones: the slip below failed at 400, not at 200, at seed 4). Its slip
+# is "residual_p" (at a rejection, p instead of the residual): the row slips cannot show at one row per call,
+# where the rule they plant is lossless.
+PIECES_MODES = {"fixed-n": {"samples": 400}, "fixed-n-no-early-stop": {"samples": 401, "stop_on_fail": False}}
+PIECES_SLIPS = ("residual_p",)
+
 
 def modes(source: str) -> list[str]:
     return {"generation": sorted(GENERATION_MODES), "generation-real": sorted(REAL_MODES),
-            "engine": sorted(ENGINE_MODES)}.get(source, sorted(MODES))
+            "engine": sorted(ENGINE_MODES), "engine-pieces": sorted(PIECES_MODES)}.get(source, sorted(MODES))
 
 
 def generation_config(rule: LosslessRule, mode: str, seed: int, gate: float = DEFAULT_FALSE_ALARM_RATE, *,
@@ -90,6 +99,8 @@ def run_one(rule: LosslessRule, source: str, mode: str, seed: int, gate: float):
         with serving(as_generate(rule), get_pair("toy")) as server:
             return run_engine_check(EngineConfig(endpoint=server.url, pair="toy", seed=seed, false_alarm_rate=gate,
                                                  **ENGINE_MODES[mode]))
+    if source == "engine-pieces":
+        return pieces_engine_check(rule, seed, gate, **PIECES_MODES[mode])
     if source in ("generation", "generation-real"):
         from harness.check.api import run_verify
 
@@ -100,6 +111,20 @@ def run_one(rule: LosslessRule, source: str, mode: str, seed: int, gate: float):
     if source == "tree":
         return run_tree_check(chain_as_tree(rule), impl_name=rule.name, **{**fields, "cases": [chain_tree_case()]})
     return run_sampler_check(rule, impl_name=rule.name, **fields)
+
+
+def pieces_engine_check(rule: LosslessRule, seed: int, gate: float = DEFAULT_FALSE_ALARM_RATE, **fields):
+    """The rule's generate() on toy-pieces behind `specdec serve --dialect llama-cpp-python`, checked as
+    `specdec verify --level engine --api llama-cpp-python --pair toy-pieces --contexts none --setting T=1` checks it."""
+    from harness.check.generation import parse_setting
+    from harness.pairs import get_pair
+    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.serve import serving
+
+    with serving(as_generate(rule), get_pair("toy-pieces"), dialect="llama-cpp-python") as server:
+        return run_engine_check(EngineConfig(endpoint=server.url, pair="toy-pieces", api="llama-cpp-python", seed=seed,
+                                             false_alarm_rate=gate, contexts="none",
+                                             settings=tuple(parse_setting("T=1")), **fields))
 
 
 def random_rule(rng: random.Random, loop: str) -> LosslessRule:
@@ -136,11 +161,15 @@ def invariance_cells(sources: list[str], rules: int, gate: float,
                 mode = "contexts" if i % CONTEXTS_EVERY == CONTEXTS_EVERY - 1 else ("fixed-n", "fixed-n-no-early-stop")[i % 2]
             if source == "engine":
                 mode = "contexts" if i % CONTEXTS_EVERY == CONTEXTS_EVERY - 1 else ("fixed-n", "fixed-n-no-early-stop")[i % 2]
+            if source == "engine-pieces":
+                mode = ("fixed-n", "fixed-n-no-early-stop")[i % 2]
             rule = random_rule(rng, "rows" if i % 25 == 0 and source == "sampler" else "vector")
             cells[f"rule/{source}/{i}/{rule.name}/{mode}/{gate:g}"] = (rule, source, mode, 1000 + i, gate)
     slips = {f"slip/{source}/{slip}/{mode}/{gate:g}": (LosslessRule(slip=slip), source, mode, 7, gate)
-             for source in [s for s in ("sampler", "draft_step", "generation", "engine", "generation-real") if s in sources]
-             for slip in ("target_row", "draft_row") for mode in modes(source)}
+             for source in [s for s in ("sampler", "draft_step", "generation", "engine", "generation-real",
+                                         "engine-pieces") if s in sources]
+             for slip in (PIECES_SLIPS if source == "engine-pieces" else ("target_row", "draft_row"))
+             for mode in modes(source)}
     return cells, slips
 
 
@@ -194,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
              f"`specdec verify --level generation` runs it, its contexts mode on the default catalogue; generation-real: "
              f"the same on the embedded SmolLM2 pair, its default catalogue (chat / code / summarize prompts through the "
              f"chat template, the target's resampled prefixes), {REAL_MODES['contexts']}; the "
-             f"engine source: that loop served by `specdec serve`, checked over HTTP); modes in "
+             f"engine source: that loop served by `specdec serve`, checked over HTTP; engine-pieces: that loop on "
+             f"toy-pieces served in llama-cpp-python's dialect and read with `--api llama-cpp-python`, T=1, "
+             f"{PIECES_MODES['fixed-n']['samples']} rows, slip {', '.join(PIECES_SLIPS)}); modes in "
              f"turn: {', '.join(sorted(MODES))} (generation: {', '.join(sorted(GENERATION_MODES))}, contexts every "
              f"{CONTEXTS_EVERY}th rule; engine: {', '.join(sorted(ENGINE_MODES))}, contexts every {CONTEXTS_EVERY}th rule). Gate: family-wise {args.gate:g}.", "",
              "| source | lossless rules | failed at the gate (95% CI) | inconclusive | declared ≠ emitted |",

@@ -299,3 +299,20 @@ def test_a_served_verdict_does_not_depend_on_what_ran_before_in_the_process():
     first = [t.p_value for t in _engine(rule, "fixed-n-no-early-stop", seed=11).tests]
     torch.rand(12_345)
     assert [t.p_value for t in _engine(rule, "fixed-n-no-early-stop", seed=11).tests] == first
+
+
+# ---------------------------------------------------------------- the pieces path (--api llama-cpp-python)
+
+def test_the_pieces_path_passes_a_lossless_rule_and_fails_a_rejection_slip():
+    """The rule's generate() on toy-pieces served in llama-cpp-python's dialect (text pieces, no ids, n = 1) and
+    read back with --api llama-cpp-python: a lossless rule passes; sampling p instead of the residual at a
+    rejection fails (as it does through the token-ids path). The row slips need two rows per call: at one row per
+    request the rule they plant is lossless, so this path has no batch to slip in."""
+    from suites.campaigns.invariance import PIECES_MODES, pieces_engine_check
+
+    ok = pieces_engine_check(LosslessRule(scales=(0.7,), rng="global", order="residual_first"), seed=4,
+                             **PIECES_MODES["fixed-n"])
+    assert ok.verdict == "pass", [t.name for t in ok.tests if t.reject]
+    assert _declared_equals_emitted(ok)
+    bad = pieces_engine_check(LosslessRule(slip="residual_p"), seed=4, **PIECES_MODES["fixed-n"])
+    assert bad.verdict == "fail"

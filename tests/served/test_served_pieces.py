@@ -249,3 +249,58 @@ def test_a_dropped_bos_from_a_served_reply_is_a_run_that_cannot_be_done():
     client.attach(FakeByteLevelTokenizer())
     with pytest.raises(UnresolvedPieces, match="BOS"):
         client.post("/v1/completions", {"prompt": "x", "n": 1, "seed": 0})
+
+
+# ------------------------------------------------------------- specdec serve --dialect llama-cpp-python
+
+def _openai_row(url: str, prompt: list[int], seed: int) -> list[int]:
+    reply = httpx.post(f"{url}/v1/completions", json={"model": "toy-pieces", "prompt": prompt, "max_tokens": 12,
+                                                      "seed": seed, "temperature": 1.0, "return_token_ids": True})
+    return reply.json()["choices"][0]["token_ids"]
+
+
+def test_the_dialect_read_back_gives_the_served_ids_cut_at_their_first_shared_piece():
+    """The same generate() and seed behind both dialects: the ids PiecesClient recovers from the text pieces are
+    the ids the openai dialect returns, cut at their first shared piece, which holds its class's representative."""
+    from harness.models.toy_pairs import pieces_tokenizer
+    from harness.pairs import get_pair
+    from harness.served.serve import serving
+    from specdec_ref.adapters import generate
+
+    pair, tokenizer = get_pair("toy-pieces"), pieces_tokenizer()
+    table = PieceTable.from_tokenizer(tokenizer)
+    assert table.ambiguous() == 5 and table.classes.tolist()[10:14] == [0, 11, 11, 11]
+    prompt = pair.prompts[0]
+    with serving(generate, pair) as plain, serving(generate, pair, dialect="llama-cpp-python") as pieces:
+        client = PiecesClient(f"{pieces.url}/v1")
+        client.attach(tokenizer)
+        cuts = 0
+        for seed in range(24):
+            full = _openai_row(plain.url, prompt, seed)
+            reply = client.post("/v1/completions", {"model": "toy-pieces", "prompt": prompt, "max_tokens": 12,
+                                                    "seed": seed, "temperature": 1.0, "n": 1})
+            (choice,) = reply["choices"]
+            want, cut = [], False
+            for t in full:
+                want.append(int(table.classes[t]))
+                if len(table.by_piece[table.token_bytes[t].decode("utf-8", "ignore")]) > 1:
+                    cut = True
+                    break
+            assert choice["token_ids"] == want, seed
+            assert (choice["finish_reason"] == SHARED_PIECE) == cut
+            cuts += cut
+        assert 0 < cuts < 24  # both kinds of row were read
+        for body, why in (({"prompt": prompt}, "string"), ({"prompt": "abc", "n": 2}, "n must be")):
+            refused = httpx.post(f"{pieces.url}/v1/completions", json={"model": "toy-pieces", "max_tokens": 2, **body})
+            assert refused.status_code == 400 and why in refused.json()["error"]["message"]
+        assert httpx.post(f"{pieces.url}/tokenize", json={"prompt": "abc"}).status_code == 404
+        assert httpx.post(f"{pieces.url}/extras/tokenize", json={"input": "abc"}).json() == {"tokens": [0, 1, 2]}
+
+
+def test_the_dialect_needs_a_pair_with_a_real_tokenizer():
+    from harness.pairs import get_pair
+    from harness.served.serve import GenerationBackend
+    from specdec_ref.adapters import generate
+
+    with pytest.raises(HarnessError, match="own tokenizer"):
+        GenerationBackend(generate, get_pair("toy"), dialect="llama-cpp-python")
