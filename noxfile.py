@@ -54,6 +54,8 @@ def invariance(session: nox.Session) -> None:
                 "--sources", "generation,generation-real", "--out", "results/invariance/generation")
     session.run("specdec", "campaign", "invariance", "--rules", "200", "--sources", "engine",
                 "--out", "results/invariance/engine")
+    session.run("specdec", "campaign", "invariance", "--rules", "20", "--sources", "engine-pieces",
+                "--out", "results/invariance/engine-pieces")
 
 
 @nox.session(default=False)

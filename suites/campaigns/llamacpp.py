@@ -133,25 +133,27 @@ def ids_check(url: str, setting: dict, samples: int, length: int, responses: str
 
 
 def run_ids(out, samples: int = IDS_SAMPLES, length: int = IDS_LENGTH, *, journal: Journal | None = None,
-            stop=None) -> dict:
-    """The ids checks (one cell per setting) against one F32 server with prompt lookup -> OUT/ids.json's record."""
+            stop=None, speculative: bool = True) -> dict:
+    """The ids checks (one cell per setting) against one F32 server with prompt lookup -> OUT/ids.json's record;
+    `speculative=False`: the control, the same server and checks without speculation (OUT/ids-control.json)."""
     from harness.check.generation import Setting
     from harness.models.gguf_f32 import smollm2_models
 
-    cells = {f"ids/{Setting(**s).label}/n={samples}/length={length}": ("ids", s) for s in IDS_SETTINGS}
+    kind = "ids" if speculative else "ids-off"
+    cells = {f"{kind}/{Setting(**s).label}/n={samples}/length={length}": ("ids", s) for s in IDS_SETTINGS}
     target = str(smollm2_models()[0])
     responses = str(out / "responses")
 
     def cell(servers, kind, setting):
         started = time.perf_counter()
-        report = ids_check(servers["on-f32"], setting, samples, length, responses)
+        report = ids_check(servers["f32"], setting, samples, length, responses)
         return plain({"setting": Setting(**setting).label, "report": report, "seconds": time.perf_counter() - started})
 
-    with Servers(**{"on-f32": lambda: llamacpp_server(speculative=True, model=target)}) as servers, \
+    with Servers(f32=lambda: llamacpp_server(speculative=speculative, model=target)) as servers, \
             LocalExecutor() as here:
         done = run_cells(here, lambda *a: cell(servers, *a), cells, journal=journal, stop=stop)
     return {"samples": samples, "length": length, "prompt": SAMPLING_PROMPT, "model": "F32 GGUF",
-            "prompt_lookup_tokens": PROMPT_LOOKUP_TOKENS, "checks": [done[k] for k in cells if k in done],
+            "speculative": speculative, "prompt_lookup_tokens": PROMPT_LOOKUP_TOKENS if speculative else 0, "checks": [done[k] for k in cells if k in done],
             "not_run": not_run(cells, done), "load_at_end": " ".join(f"{x:.1f}" for x in os.getloadavg())}
 
 
@@ -163,10 +165,13 @@ def check_row(setting: str, report: dict, samples: int, *cells: str) -> str:
 
 
 def ids_md(record: dict, command: str) -> str:
-    lines = ["# llama-cpp-python 0.3.36 server, prompt lookup on: the token law with ids recovered from its pieces", "",
+    on = record.get("speculative", True)
+    drafts = (f"`--draft_model prompt-lookup-decoding` ({record['prompt_lookup_tokens']} drafted tokens)" if on else
+              "no draft model (the control: speculation off, everything else as in ids.md)")
+    lines = [f"# llama-cpp-python 0.3.36 server, {'prompt lookup on' if on else 'speculation off (control)'}: the token "
+             "law with ids recovered from its pieces", "",
              f"Command: `{command}`. Server: `python -m llama_cpp.server` on the F32 GGUF written from the embedded "
-             "SmolLM2's dequantized tensors (the weights the local target scores with), `--draft_model "
-             f"prompt-lookup-decoding` ({record['prompt_lookup_tokens']} drafted tokens), `--logits_all True`, 1 "
+             f"SmolLM2's dequantized tensors (the weights the local target scores with), {drafts}, `--logits_all True`, 1 "
              "thread, on 127.0.0.1, started and stopped by the harness. Load average at the end: "
              f"{record['load_at_end']}.", "", *not_run_lines(record.get("not_run", [])),
              "Ids: `--api llama-cpp-python` (harness.served.pieces). The server returns each token's text piece; the "
@@ -362,16 +367,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ids", action="store_true",
                         help="only the token-law checks with ids recovered from the server's pieces (F32 GGUF, local "
                         "target) -> OUT/ids.json and OUT/ids.md")
+    parser.add_argument("--control", action="store_true",
+                        help="with --ids: the same checks against the server without speculation -> OUT/ids-control.*")
     add_runner_arguments(parser, where=False)  # the servers live in this process
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.control and not args.ids:
+        parser.error("--control goes with --ids")
     if args.ids:
-        record = run_ids(out, journal=Journal(out / "ids-journal.jsonl", fresh=args.fresh),
-                         stop=deadline(args.stop_at, args.budget_s))
-        atomic_write_json(out / "ids.json", json.loads(json.dumps(record, default=str)))
+        name = "ids-control" if args.control else "ids"
+        record = run_ids(out, journal=Journal(out / f"{name}-journal.jsonl", fresh=args.fresh),
+                         stop=deadline(args.stop_at, args.budget_s), speculative=not args.control)
+        atomic_write_json(out / f"{name}.json", json.loads(json.dumps(record, default=str)))
         command = "specdec campaign llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
-        (out / "ids.md").write_text(ids_md(record, command.strip()), encoding="utf-8")
-        print(f"wrote {out / 'ids.md'}: " + ", ".join(f"{c['setting']} {c['report']['verdict']}"
+        (out / f"{name}.md").write_text(ids_md(record, command.strip()), encoding="utf-8")
+        print(f"wrote {out / f'{name}.md'}: " + ", ".join(f"{c['setting']} {c['report']['verdict']}"
                                                       for c in record["checks"]))
         return 0
     record = run_finding(args.samples, args.length, args.paired_seeds, probe_only=args.probe_only,

@@ -198,3 +198,12 @@ def test_llamacpp_ids_cells_run_the_pieces_client_on_the_f32_server_at_the_bar(m
     assert md.count("| **PASS** | 480 |") == 2 and "0.0461" in md
     assert campaign.main(["--ids", "--out", str(tmp_path)]) == 0  # resumed from the journal
     assert len(seen) == 2 and len(started) == 1
+    # --control: the same two cells against the server without speculation, in a journal and report of their own
+    assert campaign.main(["--ids", "--control", "--out", str(tmp_path)]) == 0
+    assert started[1:] == [(False, str(tmp_path / "f32.gguf"))] and len(seen) == 4
+    control = (tmp_path / "ids-control.md").read_text()
+    assert "speculation off (control)" in control and control.count("| **PASS** | 480 |") == 2
+    assert "prompt lookup on" in (tmp_path / "ids.md").read_text()
+    with pytest.raises(SystemExit) as exc:
+        campaign.main(["--control", "--out", str(tmp_path)])
+    assert exc.value.code == 2
