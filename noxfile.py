@@ -143,6 +143,7 @@ def engines(session: nox.Session) -> None:
     # that was cut, run the campaign command itself without --fresh
     session.run("specdec", "campaign", "llamacpp", "--out", "results/findings/llamacpp", "--fresh")
     session.run("specdec", "campaign", "llamacpp", "--ids", "--out", "results/findings/llamacpp", "--fresh")
+    session.run("specdec", "campaign", "llamacpp", "--ids", "--control", "--out", "results/findings/llamacpp", "--fresh")
     session.run("specdec", "campaign", "llama_server", "--out", "results/findings/llama-server", "--fresh")
 
 
