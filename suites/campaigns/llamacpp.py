@@ -294,7 +294,8 @@ def finding_md(record: dict, command: str) -> str:
     lines += ["", "Nothing is promised below the detectable TV: at these sample sizes the check rules out gross "
               "errors only (two-sample tests need twice the samples per endpoint of a one-sample test). The "
               "generation level below reaches TV 0.05 on the same decoder, and so does the server itself with its ids "
-              "recovered from its pieces against the local target: ids.md (`specdec campaign llamacpp --ids`), with speculation off as its control in ids-control.md (`--ids --control`)."]
+              "recovered from its pieces against the local target: ids.md (`specdec campaign llamacpp --ids`), with "
+              "speculation off as its control in ids-control.md (`--ids --control`)."]
     lines += generation_lines(record.get("generation", []))
     if "paired_same_seed_identical" in record:
         lines += ["", f"Same seed, speculation on vs off, T = 1: {100 * record['paired_same_seed_identical']:.0f} % of "
