@@ -87,6 +87,8 @@ class EngineConfig:
     timeout_s: float = 120.0
     retries: int = 4
     out: str | None = None  # where the resumable record of responses lives
+    # names the servers in that record's key instead of their URLs (a restarted server on another port resumes)
+    server_label: str | None = None
     prompt_texts: tuple[str, ...] | None = None  # prompts as text (default: the pair's prompts, else the prompt set)
     extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
     stop_on_fail: bool = True  # stop after the first cell with a test at p <= the per-test level (as CheckConfig)
@@ -206,6 +208,9 @@ def _prepare(config, engine, model, reference, reference_model, progress) -> _Ru
     fields = {k: v for k, v in dataclasses.asdict(config).items()
               if k not in ("out", "concurrency", "timeout_s", "retries", "stop_on_fail", "time_budget_s",
                            "inconclusive_tv")}  # how the run is done or judged, not what it asks
+    if config.server_label is not None:  # the label names the servers: their URLs (free ports) do not
+        fields.pop("endpoint")
+        fields.pop("reference_endpoint")
     store = ResponseStore(config.out, config_hash({**fields, "model": model, "reference_model": reference_model,
                                                    "ground_truth": ground_truth, "length": length}))
     return _Run(config, engine, model, reference, reference_model, pair, tokenizer, store, ground_truth, length,

@@ -28,6 +28,9 @@ def add_verify_arguments(parser) -> None:
     g.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
     g.add_argument("--retries", type=int, default=4, help="retries on connection errors / 5xx / malformed JSON")
     g.add_argument("--out", help="keep every response here (resumable for the same configuration)")
+    g.add_argument("--server-label", help="with --out: key the kept responses by this name instead of the endpoints' "
+                   "URLs, so a run resumes against the same servers restarted on other ports (give each distinct "
+                   "pair of servers its own label)")
     g.add_argument("--engine-checks", default="tokens", type=lambda t: tuple(x for x in t.split(",") if x),
                    help="tokens (the law of the output), logprobs (the logprobs reported for it), or tokens,logprobs")
     g.add_argument("--logprob-tolerance", type=float, default=1e-3, help="logprobs check: nats allowed (numerics)")
@@ -75,7 +78,8 @@ def engine_report(args, progress_bar):
                           prompts=len(args.prompt_texts) if args.prompt_texts else args.prompts,
                           prompt_texts=tuple(args.prompt_texts) if args.prompt_texts else None, top_logprobs=args.top_logprobs, chunk=args.chunk,
                           concurrency=args.concurrency, timeout_s=args.timeout_s or 120.0, retries=args.retries,
-                          out=args.out, time_budget_s=args.time_budget_s, checks=args.engine_checks,
+                          out=args.out, server_label=args.server_label, time_budget_s=args.time_budget_s,
+                          checks=args.engine_checks,
                           logprob_tolerance=args.logprob_tolerance,
                           logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
                           logprobs_mode=args.logprobs_mode, api=args.api, seeded=not args.unseeded,

@@ -88,6 +88,23 @@ def test_a_rerun_with_the_same_config_resumes_from_out(reference_on, tmp_path):
     assert [t.p_value for t in first.tests] == [t.p_value for t in second.tests]
 
 
+def test_a_server_label_resumes_against_a_server_restarted_on_another_port(tmp_path):
+    """Without a label the kept responses are keyed by the endpoint (a free port changes on restart); with
+    --server-label they are keyed by the label, so the rerun against the new port resumes every request."""
+    runs, urls = {}, []
+    for attempt in ("first", "restarted"):
+        with serving(generate, get_pair("toy-low")) as s:
+            urls.append(s.url)
+            for label in (None, "toy-low-reference"):
+                runs[attempt, label] = run_engine_check(EngineConfig(endpoint=s.url, pair="toy-low", out=str(tmp_path),
+                                                                     server_label=label, **SMALL))
+    resumed = {key: any("resumed" in n for n in r.notes) for key, r in runs.items()}
+    assert resumed == {("first", None): False, ("first", "toy-low-reference"): False,
+                       ("restarted", None): urls[0] == urls[1], ("restarted", "toy-low-reference"): True}
+    assert ([t.p_value for t in runs["first", "toy-low-reference"].tests]
+            == [t.p_value for t in runs["restarted", "toy-low-reference"].tests])
+
+
 def test_two_sample_works_on_text_when_the_server_returns_no_ids():
     with serving(generate, get_pair("toy-low"), token_ids=False) as a, \
             serving(generate, get_pair("toy-low"), token_ids=False, speculative=False) as b:
