@@ -43,7 +43,13 @@ from harness.served.client import (
     config_hash,
 )
 from harness.served.pieces import SHARED_PIECE
-from harness.served.probe import choice_token_ids, logprobs_mode, prompt_scoring, server_tokenize
+from harness.served.probe import (
+    choice_token_ids,
+    prompt_scoring,
+    raw_law_suffices,
+    scoring_mode,
+    server_tokenize,
+)
 from harness.served.requests import (  # noqa: F401 - REQUEST_NAMES, request_parameters: public here too
     REQUEST_NAMES,
     _choices,
@@ -256,7 +262,12 @@ def choose_ground_truth(config, pair, reference, reference_model) -> str:
     if reference is None:
         raise HarnessError("no ground truth: give --pair/--target (a local copy of the target) or "
                            "--reference-endpoint (the engine with speculation off)")
-    return "score" if prompt_scoring(reference, reference_model, "1 2 3") else "two-sample"
+    if prompt_scoring(reference, reference_model, "1 2 3") != "prompt_logprobs":
+        return "two-sample"
+    # a scorer whose prompt scores ignore the sampling parameters (vLLM) scores only the raw law
+    if raw_law_suffices(config.settings) or scoring_mode(reference, reference_model, "1 2 3", "prompt_logprobs") == "processed":
+        return "score"
+    return "two-sample"
 
 
 def count_tests_for_cell(ground_truth: str, length: int, enumerate_law: bool) -> int:
@@ -679,14 +690,14 @@ def _draw_contexts(run: _Run, cell: Cell, n: int):
 
 
 def _require_processed(run: _Run, sampling: list[Setting], prompts: list) -> None:
-    plain = all(s.temperature == 1 and s.top_k is None and s.top_p is None for s in sampling)
-    if plain:
+    if raw_law_suffices(sampling):
         return
-    mode = logprobs_mode(run.reference, run.reference_model, prompts[0])
+    mode = scoring_mode(run.reference, run.reference_model, prompts[0], "prompt_logprobs")
     if mode != "processed":
-        raise HarnessError(f"the scoring endpoint returns {mode} logprobs (before temperature/top-k/top-p), so it "
-                           "cannot score sampling at T != 1 or with truncation: serve it with processed logprobs "
-                           "(vLLM --logprobs-mode processed_logprobs), or use --ground-truth two-sample")
+        raise HarnessError(f"the scoring endpoint's prompt scores are {mode} (before temperature/top-k/top-p), so it "
+                           "cannot score sampling at T != 1 or with truncation (vLLM writes prompt scores raw whatever "
+                           "its --logprobs-mode, even processed_logprobs): use --ground-truth two-sample, a local "
+                           "target (--pair), or settings at T = 1 without truncation")
 
 
 def compared_up_to_classes(want: list, got: list, want_why, got_why, classes) -> tuple[list, list]:

@@ -121,6 +121,9 @@ def add_serve_arguments(parser) -> None:
                         help="serve the target alone (harness.adapters.control:target_only_generate)")
     parser.add_argument("--max-logprobs", type=int, default=20, help="largest top-k a request may ask for")
     parser.add_argument("--logprobs-mode", default="raw_logprobs", choices=["raw_logprobs", "processed_logprobs"])
+    parser.add_argument("--prompt-logprobs-mode", default="raw_logprobs", choices=["raw_logprobs", "processed_logprobs"],
+                        help="prompt scores (prompt_logprobs, echo): raw whatever --logprobs-mode, as vLLM writes "
+                             "them (default), or processed with the request's sampling parameters")
     parser.add_argument("--max-requests", type=int, help="stop after this many requests (default: until Ctrl-C)")
     import argparse
 
@@ -149,7 +152,8 @@ def run_serve(args) -> int:
     serve_forever(impl, pair, host=args.host, port=args.port, max_requests=args.max_requests,
                   speculative=not args.no_speculation, gamma=args.gamma, model_name=args.model_name,
                   max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode,
-                  logprobs_mutant=args.logprobs_mutant, dialect=args.dialect)
+                  logprobs_mutant=args.logprobs_mutant, dialect=args.dialect,
+                  prompt_logprobs_mode=args.prompt_logprobs_mode)
     return EXIT_OK
 
 

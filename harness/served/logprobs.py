@@ -264,15 +264,20 @@ def cells(run, prompts: list) -> list[Cell]:
         prompts = [p if isinstance(p, list) else encode(run.tokenizer, p) if run.tokenizer is not None
                    else _prompt_ids(run, p) for p in prompts]
     mode = engine_mode(run, prompts[0])
+    settings = [s for s in run.config.settings if s.temperature > 0 and not s.extras()]
     if run.logprobs_truth == "score":
-        from harness.served.probe import logprobs_mode
+        from harness.served.probe import raw_law_suffices, scoring_mode
 
-        ref_mode = logprobs_mode(run.reference, run.reference_model, prompts[0])
-        if ref_mode != mode:
-            raise HarnessError(f"the engine reports {mode} logprobs but the reference endpoint {ref_mode}: serve both "
-                               "in the same --logprobs-mode")
+        # the reference's *prompt scores* are the truth here, and they need not follow its sampled-token logprobs
+        # (vLLM 0.32 writes prompt scores raw whatever --logprobs-mode): in raw mode both sides are the raw law
+        ref_mode = scoring_mode(run.reference, run.reference_model, prompts[0], "prompt_logprobs")
+        if ref_mode != mode and not raw_law_suffices(settings):
+            raise HarnessError(f"the engine reports {mode} logprobs but the reference endpoint's prompt scores are "
+                               f"{ref_mode} (vLLM writes them raw whatever its --logprobs-mode): compare at T = 1 "
+                               "without truncation, serve the engine with raw logprobs, or give a local target "
+                               "(--pair)")
     out = []
-    for setting in (s for s in run.config.settings if s.temperature > 0 and not s.extras()):
+    for setting in settings:
         for i, prompt in enumerate(prompts):
             out.append(Cell(f"logprobs/{mode}/{setting.label}/prompt{i}", [LOGPROBS_CHECK],
                             LogprobsCell(setting, i, list(prompt), mode), math.nan,

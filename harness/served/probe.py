@@ -93,6 +93,45 @@ def prompt_scoring(client: EngineClient, model: str, prompt) -> str | None:
     return "echo" if len(entries) > 2 else None
 
 
+def _prompt_scores(client: EngineClient, model: str, prompt, how: str, temperature: float) -> list[float] | None:
+    """The scores a scorer gives the prompt's own tokens at `temperature` (None: none came back)."""
+    if how == "prompt_logprobs":
+        reply = _complete(client, model, prompt, max_tokens=1, prompt_logprobs=1, temperature=temperature, seed=1)
+        entries = ((reply or {}).get("choices") or [{}])[0].get("prompt_logprobs") or []
+        values = []
+        for entry in entries[1:]:  # the first prompt token has no score
+            if not isinstance(entry, dict) or not entry:
+                return None
+            # the actual token and the top 1, in key order (the same keys at every temperature)
+            values += [float(v["logprob"]) for _, v in sorted(entry.items()) if isinstance(v, dict)]
+        return values or None
+    reply = _complete(client, model, prompt, max_tokens=1, echo=True, logprobs=1, temperature=temperature, seed=1)
+    lp = ((reply or {}).get("choices") or [{}])[0].get("logprobs") or {}
+    values = [v for v in (lp.get("token_logprobs") or []) if isinstance(v, (int, float))]
+    return values or None
+
+
+def scoring_mode(client: EngineClient, model: str, prompt, how: str | None) -> str:
+    """'raw' if the scorer's prompt scores do not move with the request's temperature, else 'processed'
+    ('unknown': no scores). What ground truth (b) and the logprobs check against a reference endpoint rest on:
+    an engine's prompt scores need not follow its sampled-token logprobs (vLLM 0.32 writes prompt scores raw
+    whatever its --logprobs-mode)."""
+    if how is None:
+        return "unknown"
+    hot, cold = (_prompt_scores(client, model, prompt, how, t) for t in (1.0, 0.5))
+    if not hot or not cold or len(hot) != len(cold):
+        return "unknown"
+    same = all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-4) for a, b in zip(hot, cold, strict=True))
+    return "raw" if same else "processed"
+
+
+def raw_law_suffices(settings) -> bool:
+    """Every sampling setting samples the raw law (T = 1, no truncation, no other parameter): a scorer that
+    writes raw scores is then the ground truth as it stands."""
+    return all(s.temperature == 1 and s.top_k is None and s.top_p is None and not s.extras()
+               for s in settings if s.temperature > 0)
+
+
 def scoring_consistency(client: EngineClient, model: str, prompt: str, how: str | None) -> float | None:
     """Largest |logprob from generation − logprob from scoring the same text| over the generated tokens.
 
@@ -175,6 +214,7 @@ def probe(endpoint: str, model: str | None = None, *, api: str = "openai", **cli
             "logprobs_mode": logprobs_mode(client, model, prompt) if k else "none",
             "prompt_scoring": (how := prompt_scoring(client, model, prompt)),
             "scoring_gap": scoring_consistency(client, model, prompt, how),
+            "scoring_mode": scoring_mode(client, model, prompt, how),
             "seed_honoured": seed_honoured(client, model, prompt),
             "tokenize_route": server_tokenize(client, model, PROBE_TEXT) is not None,
             "speculation_metrics": speculation_metrics(client),
@@ -203,11 +243,16 @@ def explain(info: dict) -> list[dict]:
          "re-tokenizing text is not exact: (a) and (b) need ids; (c) compares texts only"},
         {"feature": "sampled-token logprobs, top-k", "value": f"k = {k}" if k else "no",
          "cost": "none" if k else "no scoring by this server"},
-        {"feature": "logprobs mode", "value": info["logprobs_mode"],
-         "cost": "none" if info["logprobs_mode"] == "processed" else
-         "raw logprobs are the law before temperature/top-k/top-p: scoring (b) only at T = 1 without truncation"},
+        {"feature": "logprobs mode (sampled tokens)", "value": info["logprobs_mode"],
+         "cost": "none: the logprobs check compares in the engine's own mode" if info["logprobs_mode"] in ("raw", "processed")
+         else "no logprobs check"},
         {"feature": "prompt scoring", "value": info["prompt_scoring"] or "no",
          "cost": "none" if info["prompt_scoring"] else "this server cannot be the scorer of ground truth (b)"},
+        {"feature": "prompt scoring mode", "value": info.get("scoring_mode", "unknown"),
+         "cost": "none" if info.get("scoring_mode") == "processed" else
+         "prompt scores are the law before temperature/top-k/top-p (vLLM: whatever --logprobs-mode): scoring (b) "
+         "and logprobs against this server only at T = 1 without truncation" if info.get("scoring_mode") == "raw"
+         else "-"},
         {"feature": "scoring = sampling logprobs", "value": "-" if info["scoring_gap"] is None else
          f"max gap {info['scoring_gap']:.2g} nats",
          "cost": "none" if info["scoring_gap"] is not None and info["scoring_gap"] < SCORING_TOLERANCE else
@@ -246,7 +291,8 @@ def possible_ground_truths(info: dict) -> dict[str, str]:
     return {
         "a (local target)": "possible with --pair/--target" if ids else "not possible: no token ids",
         "b (scoring endpoint)": ("possible against this server with speculation off"
-                                 + ("" if info["logprobs_mode"] == "processed" else ", at T = 1 only (raw logprobs)")
+                                 + ("" if info.get("scoring_mode") == "processed"
+                                    else ", at T = 1 only without truncation (raw prompt scores)")
                                  + (f"; coarsened to the top {info['top_logprobs_k']}" if scoring else ""))
         if ids and scoring else "not possible: " + ("no token ids" if not ids else "no (consistent) prompt scoring"),
         "c (two samples)": "possible against a second endpoint with speculation off"

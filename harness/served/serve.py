@@ -12,6 +12,10 @@ other client written for vLLM) runs against the reference and every generation m
   `logprobs` scores the prompt the legacy OpenAI way (what llama.cpp's server does);
 - `logprobs_mode`: "raw_logprobs" (vLLM's default: log-softmax of the raw logits, whatever the
   temperature) or "processed_logprobs" (the law actually sampled: temperature → top-k → top-p);
+- `prompt_logprobs_mode`: how prompt scores (`prompt_logprobs`, `echo`) are written. "raw_logprobs" by default,
+  whatever `logprobs_mode` says, as vLLM does (its model runner: "prompt tokens skip sampling processors, so
+  processed_* and raw_* yield the same scores"); "processed_logprobs" applies the request's temperature, top-k
+  and top-p to them too, a scorer that ground truth (b) can use at T != 1 (no vLLM release does this);
 - `seed`, `n`, `temperature`, `top_p`, `top_k` (vLLM's extension; -1 = off), `max_tokens`.
 
 Logprobs are the target's, teacher-forced over the returned tokens in float64 (engines report the
@@ -115,11 +119,15 @@ class GenerationBackend:
     def __init__(self, impl: Callable, pair, *, speculative: bool = True, gamma: int = 3, model_name: str | None = None,
                  max_logprobs: int = 20, logprobs_mode: str = "raw_logprobs", tokenizer=None, max_n: int = 10_000,
                  token_ids: bool = True, logprobs: bool = True, logprobs_mutant: str | None = None,
-                 dialect: str = "openai"):
+                 dialect: str = "openai", prompt_logprobs_mode: str = "raw_logprobs"):
         if dialect not in DIALECTS:
             raise HarnessError(f"--dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
         if logprobs_mode not in LOGPROBS_MODES:
             raise HarnessError(f"--logprobs-mode must be one of {', '.join(LOGPROBS_MODES)}, got {logprobs_mode!r}")
+        if prompt_logprobs_mode not in LOGPROBS_MODES:
+            raise HarnessError(f"--prompt-logprobs-mode must be one of {', '.join(LOGPROBS_MODES)}, "
+                               f"got {prompt_logprobs_mode!r}")
+        self.prompt_logprobs_mode = prompt_logprobs_mode
         from harness.adapters.control import target_only_generate
 
         self.impl = impl if speculative else target_only_generate
@@ -207,8 +215,10 @@ class GenerationBackend:
         laws = self.log_laws([s + [0] for s in seqs], starts, sampling)
         return [law[1:] for law in laws]
 
-    def log_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling, model=None) -> list[np.ndarray]:
-        """For each sequence s, the log law [len(s) − start, V] of tokens start.. given their prefixes."""
+    def log_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling, model=None,
+                 mode: str | None = None) -> list[np.ndarray]:
+        """For each sequence s, the log law [len(s) − start, V] of tokens start.. given their prefixes, in `mode`
+        (default: the server's logprobs_mode)."""
         model = self._target64 if model is None else model
         out: list[np.ndarray] = []
         step = max(1, min(SCORE_ROWS, SCORE_FLOATS // max(1, max(map(len, seqs), default=1) * self.pair.vocab_size)))
@@ -219,15 +229,15 @@ class GenerationBackend:
                 full = torch.tensor([s + [0] * (width - len(s)) for s in chunk], dtype=torch.long)
                 with torch.inference_mode():  # right padding: causal attention never sees it
                     logits = model(input_ids=full).logits[:, :-1, : self.pair.vocab_size].double()
-                laws = self._law(logits, sampling)  # [b, width - 1, V]: row t predicts token t + 1
+                laws = self._law(logits, sampling, mode or self.logprobs_mode)  # [b, width - 1, V]: row t predicts token t + 1
                 out += [laws[i, start - 1 : len(s) - 1].numpy()
                         for i, (s, start) in enumerate(zip(chunk, starts[lo : lo + step], strict=True))]
         return out
 
-    def _law(self, logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-        if sampling.extras and self.logprobs_mode != "raw_logprobs":  # the history-dependent parameters
+    def _law(self, logits: torch.Tensor, sampling: Sampling, mode: str) -> torch.Tensor:
+        if sampling.extras and mode != "raw_logprobs":  # the history-dependent parameters
             raise RequestError(f"processed logprobs under {', '.join(sorted(sampling.extras))} are not served")
-        if self.logprobs_mode == "raw_logprobs":
+        if mode == "raw_logprobs":
             return torch.log_softmax(logits, dim=-1)
         probs = logits_to_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
         return torch.log(probs)
@@ -271,7 +281,7 @@ class GenerationBackend:
         laws = iter(self.reported_laws(seqs, [len(p) for p, rows in zip(prompts, all_rows, strict=True) for _ in rows],
                                   sampling) if k is not None else [])
         scored = [p for p in prompts if len(p) > 1] if (k_prompt is not None or (echo and k is not None)) else []
-        prompt_laws = iter(self.log_laws(scored, [1] * len(scored), sampling))
+        prompt_laws = iter(self.log_laws(scored, [1] * len(scored), sampling, mode=self.prompt_logprobs_mode))
         choices = []
         for prompt, rows in zip(prompts, all_rows, strict=True):
             prompt_law = next(prompt_laws) if scored and len(prompt) > 1 else np.zeros((0, self.pair.vocab_size))

@@ -111,7 +111,8 @@ def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, oth
                 **runner)) | {
                 "pair": pair, "models": impl.models})
     with serving(generate, get_pair(PAIR)) as ref, \
-            serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs") as off:
+            serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs",
+                    prompt_logprobs_mode="processed_logprobs") as off:  # scores the processed law: (b) at T != 1
         for gt in ("score", "two-sample"):
             rows.append(_summary("reference_generate", "control", gt, _runs(
                 ref.url, range(other_seeds), name="reference_generate", pair=PAIR, samples=other_samples, stop_on_fail=False, ground_truth=gt,

@@ -15,7 +15,10 @@ is a `specdec` command (printed and recorded in commands.md), run here through `
 4. logprobs honesty (`--engine-checks logprobs`, local float64 target) in both of vLLM's `--logprobs-mode`s (raw,
    processed: a pair of servers each), speculation on and off, at a tolerance stated from the spread the
    speculation-off server shows on calibration seeds;
-5. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category, with vLLM's acceptance
+5. ground truth (b) without a local model (`scoring`): vLLM's speculation-off server scores the n-gram server's
+   tokens and logprobs (`prompt_logprobs`) where its raw prompt scores are the law sampled (T = 1), and the check
+   refuses (exit 2) where they are not (T = 0.7 / top-p 0.9), with both servers in processed-logprobs mode;
+6. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category, with vLLM's acceptance
    per position from /metrics (OUT/bench).
 
 `--expand-fix` runs the server parts again with that fix loaded in every server process (OUT/expand-fix): the
@@ -68,7 +71,7 @@ ENGINE_LENGTH = 16
 # INCONCLUSIVE, not PASS (400 continuations per cell gave 0.0501, hence the default of 440 below).
 
 
-PARTS = ("sampler", "engine", "draft", "eagle", "control", "logprobs", "bench")  # the default run, in this order
+PARTS = ("sampler", "engine", "draft", "eagle", "control", "logprobs", "scoring", "bench")  # the default run, in order
 PARTS_FIXED = PARTS[1:]  # with --expand-fix (the sampler part runs in process: its forward variants hold the fix)
 
 
@@ -318,12 +321,13 @@ BENCH = ["--concurrency", "1,2,4", "--max-new-tokens", "32", "--categories", "co
 
 
 @contextlib.contextmanager
-def logprobs_servers(out: Path, python: str, model_dir, mode: str, fix: bool = False):
-    """The n-gram and the speculation-off server in one `--logprobs-mode` (`mode`: raw / processed)."""
+def logprobs_servers(out: Path, python: str, model_dir, mode: str, fix: bool = False, part: str = ""):
+    """The n-gram and the speculation-off server in one `--logprobs-mode` (`mode`: raw / processed); their logs
+    OUT/server_{ngram,off}_MODE[_PART].log."""
     from harness.served.vllm_server import vllm_servers
 
     extra = ("--logprobs-mode", dict(LOGPROBS_MODES)[mode])
-    specs = [dict(log=out / f"server_{tag}_{mode}.log", threads=1, extra=extra, expand_fix=fix,
+    specs = [dict(log=out / f"server_{tag}_{mode}{'_' + part if part else ''}.log", threads=1, extra=extra, expand_fix=fix,
                   **({"speculative": spec} if spec else {}))
              for spec, tag in ((NGRAM, "ngram"), (None, "off"))]
     with vllm_servers(python, model_dir(), specs) as (on, off):
@@ -378,6 +382,59 @@ def logprobs_cells(out: Path, log: list[dict], tol: float) -> dict[str, tuple]:
                     _logprobs_args(s[which].url, mode, tol, 0, name, out, chunk), log, out, name),))
     cells["logprobs/processed/n-sweep"] = ("processed", (lambda s: nonfinite_sweep(s, out, log),))
     return cells
+
+
+# Ground truth (b) against vLLM's own speculation-off server, no local model: the processed-logprobs pair, where
+# vLLM's sampled-token logprobs are processed but its prompt scores (what (b) reads) are raw, whatever
+# --logprobs-mode ("prompt tokens skip sampling processors", its model runner). The raw law is the law sampled at
+# T = 1 without truncation: there (b) scores vLLM's tokens and logprobs at full power; at T = 0.7 / top-p 0.9 the
+# check must refuse (exit 2), where a check that asked only the sampled-token mode failed a correct engine.
+SCORING_SETTINGS = ("T=0", "T=1")
+REFUSED_SETTING = "T=0.7,top_p=0.9"
+SCORING_TOLERANCE = 3e-4  # nats: the logprobs part's tolerance (4 × the 6.7e-5 spread of vLLM float32 vs float64)
+REFUSAL = "prompt scores are raw"
+
+
+def _reference_args(s, name: str, out: Path) -> list[str]:
+    """`specdec verify --level engine` against the n-gram server with the speculation-off server as the only
+    ground truth: prompts as text (no local tokenizer, no local model)."""
+    return ["verify", "--level", "engine", "--endpoint", s[0].url + "/v1", "--reference-endpoint", s[1].url + "/v1",
+            "--length", str(ENGINE_LENGTH), "--timeout", "900", "--concurrency", "2", "--top-logprobs", "20",
+            *(a for p in (COPY_PROMPT, OPEN_PROMPT) for a in ("--prompt-text", p)), "--contexts", "none",
+            "--json", str(out / f"{name}.json")]
+
+
+def expect_refusal(cli_args: list[str], log: list[dict], out: Path, name: str) -> dict:
+    """A command that must stop with exit 2 and the raw-scores reason: the entry's exit is 0 if it did, else 1
+    (a verdict where none can be given: the harness is wrong). The command's own exit stays in `refused_exit`."""
+    entry = _run(cli_args, log, out, name)
+    said = (out / f"{name}.txt").read_text(encoding="utf-8")
+    entry["refused_exit"] = entry["exit"]
+    entry["exit"] = 0 if entry["exit"] == 2 and REFUSAL in said else 1
+    return entry
+
+
+def scoring_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple]:
+    """The probe of the speculation-off server (processed logprobs, raw prompt scores); (b) on the n-gram server's
+    tokens at T = 0 and T = 1, both prompts, `samples` each; the logprobs check against (b) at T = 1; both refused
+    at T = 0.7 / top-p 0.9."""
+    tokens = lambda s, name: [*_reference_args(s, name, out), "--ground-truth", "score",  # noqa: E731
+                              "--samples", str(samples), "--chunk", str(min(samples, 250)), "--inconclusive-tv",
+                              str(ENGINE_TV_BAR), "--out", str(out / "responses")]
+    logprobs = lambda s, name: [*_reference_args(s, name, out), "--engine-checks", "logprobs",  # noqa: E731
+                                "--logprobs-samples", str(LOGPROBS_SAMPLES), "--logprobs-k", "5",
+                                "--logprob-tolerance", f"{SCORING_TOLERANCE:g}", "--chunk", str(LOGPROBS_SAMPLES)]
+    return {
+        "scoring/probe_off": ("scoring", (probe_step(out, log, "scoring_off", lambda s: s[1]),)),
+        f"scoring/engine_ngram_score/n={samples}": ("scoring", (lambda s: _run(
+            [*tokens(s, "engine_ngram_score"), *settings(*SCORING_SETTINGS)], log, out, "engine_ngram_score"),)),
+        "scoring/refused_score": ("scoring", (lambda s: expect_refusal(
+            [*tokens(s, "refused_score"), *settings(REFUSED_SETTING)], log, out, "refused_score"),)),
+        f"scoring/logprobs_ngram_score/n={LOGPROBS_SAMPLES}": ("scoring", (lambda s: _run(
+            [*logprobs(s, "logprobs_ngram_score"), *settings("T=1")], log, out, "logprobs_ngram_score"),)),
+        "scoring/refused_logprobs": ("scoring", (lambda s: expect_refusal(
+            [*logprobs(s, "refused_logprobs"), *settings(REFUSED_SETTING)], log, out, "refused_logprobs"),)),
+    }
 
 
 SWEEP_N, SWEEP_SEEDS = (1, 2, 4, 16), (0, 1, 2)
@@ -574,6 +631,10 @@ def main(argv: list[str] | None = None) -> int:
     if "control" in only:
         parts.append((control_cells(out, log, samples=args.samples),
                       {"control": lambda: control_server(out, args.python, model_dir, fix)}, None))
+    if "scoring" in only:
+        parts.append((scoring_cells(out, log, samples=args.samples),
+                      {"scoring": lambda: logprobs_servers(out, args.python, model_dir, "processed", fix, "scoring")},
+                      None))
     if only & {"logprobs", "bench"}:  # the checks run at the tolerance the calibration cells measured
         first = calibration_cells(out, log) if "logprobs" in only else {}
         bench = bench_cells(out, log) if "bench" in only else {}

@@ -20,7 +20,8 @@ MUTANT = get("target_ignores_sampling_params").fn
 
 @pytest.fixture(scope="module")
 def reference_off():
-    with serving(generate, get_pair("toy-low"), speculative=False, logprobs_mode="processed_logprobs") as s:
+    with serving(generate, get_pair("toy-low"), speculative=False, logprobs_mode="processed_logprobs",
+                 prompt_logprobs_mode="processed_logprobs") as s:  # a scorer of the processed law (not vLLM's)
         yield s.url + "/v1"
 
 
@@ -167,8 +168,13 @@ def test_an_engine_that_dies_mid_run_is_a_finding_never_a_pass():
                                   progress=kill_after_two)
     assert report.verdict == "fail"
     assert report.cases[0]["name"] == "greedy" and not report.cases[0]["format_problems"]  # before the crash
-    assert any(n.startswith("FINDING: the engine stopped answering mid-run") for n in report.notes)
-    assert all(any(t.name == f"{c['name']}/format" and t.reject for t in report.tests) for c in report.cases[1:])
+    finding = [n for n in report.notes if n.startswith("FINDING: the engine stopped answering mid-run")]
+    assert finding
+    # the cell in flight when it died, and every later one that ran, fail their format test (the server may
+    # still answer a request or two on an open connection while it shuts down: which cell that is can vary)
+    names = [c["name"] for c in report.cases]
+    died = next(i for i, name in enumerate(names) if f"(during {name})" in finding[0])
+    assert died >= 1 and all(any(t.name == f"{name}/format" and t.reject for t in report.tests) for name in names[died:])
 
 
 def test_the_time_budget_stops_before_the_next_cell_and_says_which_cells_did_not_run(reference_on):

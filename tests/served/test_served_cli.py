@@ -75,7 +75,7 @@ def test_scorer_with_raw_logprobs_cannot_score_temperature(toy_server, capsys):
     with serving(generate, get_pair("toy"), speculative=False, logprobs_mode="raw_logprobs") as ref:
         err = one_line_error(capsys, verify("--endpoint", toy_server, "--pair", "toy", "--ground-truth", "score",
                                             "--reference-endpoint", ref.url))
-    assert "raw logprobs" in err and "processed_logprobs" in err
+    assert "prompt scores are raw" in err and "two-sample" in err
 
 
 def test_tokenizer_differs_between_server_and_local_model(capsys):

@@ -27,7 +27,9 @@ LOGPROBS = ["logprobs/calibration/raw/n=16", "logprobs/calibration/processed/n=1
             "bench/http"]
 DRAFT_PARTS = ("draft", "eagle")
 DRAFTS = [f"{part}/{cell}" for part in DRAFT_PARTS for cell in (f"probe_{part}", f"engine_{part}_local/n=50")]
-KEYS = [*SAMPLER, *ENGINE, *DRAFTS, "control/engine_off_local/n=50", *LOGPROBS]
+SCORING = ["scoring/probe_off", "scoring/engine_ngram_score/n=50", "scoring/refused_score",
+           "scoring/logprobs_ngram_score/n=16", "scoring/refused_logprobs"]
+KEYS = [*SAMPLER, *ENGINE, *DRAFTS, "control/engine_off_local/n=50", *SCORING, *LOGPROBS]
 # the commands behind those cells, in order (the local-target run and the probe after it are one cell)
 COMMANDS = ["sampler_seeded_seed0", "sampler_unseeded_seed0", "sampler_mixed_seed0", "sampler_ragged_seed0",
             "sampler_forward_seed0", "sampler_forward_fixed_seed0", "sampler_forward_top_k_seed0",
@@ -35,11 +37,13 @@ COMMANDS = ["sampler_seeded_seed0", "sampler_unseeded_seed0", "sampler_mixed_see
             "engine_ngram_local", "probe_ngram_after", "engine_ngram_two_sample",
             *(c for part in DRAFT_PARTS for c in (f"probe_{part}", f"engine_{part}_local", f"probe_{part}_after")),
             "engine_off_local",
+            "probe_scoring_off", "engine_ngram_score", "refused_score", "logprobs_ngram_score", "refused_logprobs",
             "logprobs_calibration_raw", "logprobs_calibration_processed", "logprobs_raw_off", "logprobs_raw_ngram",
             "logprobs_raw_ngram_n1", "logprobs_processed_off", "logprobs_processed_ngram", "logprobs_processed_ngram_n1",
             "sweep",
             "bench"]
 SERVERS = [("server_ngram.log", "server_off.log"), *((f"server_{part}.log",) for part in DRAFT_PARTS), ("server_off_control.log",),
+           ("server_ngram_processed_scoring.log", "server_off_processed_scoring.log"),
            ("server_ngram_raw.log", "server_off_raw.log"), ("server_ngram_processed.log", "server_off_processed.log")]
 ARGS = ["--seeds", "0", "--samples", "50", "--model-dir", "/fake/model"]
 
@@ -48,7 +52,8 @@ ARGS = ["--seeds", "0", "--samples", "50", "--model-dir", "/fake/model"]
 def fake(monkeypatch):
     """`specdec` commands and the one-hot sampler runs as fakes (each advances the deadline's clock by 10 s and
     writes its JSON report); fake servers that record their starts. engine_ngram_local fails (exit 1)."""
-    state = {"now": 0.0, "calls": [], "args": [], "started": [], "exit": {"engine_ngram_local": 1}, "alive": True}
+    state = {"now": 0.0, "calls": [], "args": [], "started": [], "exit": {"engine_ngram_local": 1}, "alive": True,
+             "refuses": True}  # the refused_* commands stop with exit 2 and the raw-scores reason, as specdec does
 
     def report(path, verdict):
         logprobs = path.stem.startswith("logprobs_")
@@ -63,6 +68,9 @@ def fake(monkeypatch):
         name = args[args.index("--json") + 1].rsplit("/", 1)[-1].removesuffix(".json") if args[0] == "verify" else None
         state["calls"].append(name or args[0])
         code = state["exit"].get(name, 0)
+        if name and name.startswith("refused_") and state["refuses"]:
+            print(f"specdec: error: the scoring endpoint's {campaign.REFUSAL} (before temperature/top-k/top-p)")
+            return 2
         if name:
             report(campaign.Path(args[args.index("--json") + 1]), "fail" if code == 1 else "pass")
         return code
@@ -120,7 +128,7 @@ def test_vllm_cpu_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server
     out = tmp_path / "vllm"
     assert campaign.main(["--out", str(out), *ARGS]) == 1  # the largest exit: engine_ngram_local's FAIL
     assert _keys(out) == KEYS and _commands(out) == COMMANDS
-    assert fake["calls"] == [c if c.startswith(("sampler", "engine", "logprobs", "bench", "sweep")) else "probe" for c in COMMANDS]
+    assert fake["calls"] == [c if c.startswith(("sampler", "engine", "logprobs", "bench", "sweep", "refused")) else "probe" for c in COMMANDS]
     assert fake["started"] == SERVERS
     assert json.loads((out / "servers_alive_at_end.json").read_text()) == {"ngram": True, "off": True}
     summary = (out / "summary.md").read_text()
@@ -142,7 +150,7 @@ def test_vllm_cpu_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs_all
     assert f"**Not run** ({len(KEYS) - 3} cells" in summary and "`control/engine_off_local/n=50`" in summary
     fake["calls"].clear()
     assert campaign.main(["--out", str(out), *ARGS]) == 1
-    assert fake["calls"] == [c if c.startswith(("sampler", "engine", "logprobs", "bench", "sweep")) else "probe" for c in COMMANDS[3:]]
+    assert fake["calls"] == [c if c.startswith(("sampler", "engine", "logprobs", "bench", "sweep", "refused")) else "probe" for c in COMMANDS[3:]]
     assert _keys(out) == KEYS and _commands(out) == COMMANDS
     fake["calls"].clear()
     fake["started"].clear()
@@ -302,3 +310,30 @@ def test_vllm_cpu_expand_fix_starts_every_server_with_the_fix_and_writes_to_its_
     assert (fixed / "engine_ngram_local.json").exists() and "| engine_ngram_local | FAIL |" in (fixed / "summary.md").read_text()
     assert campaign.main(["--out", str(tmp_path / "w"), "--only", "engine", "draft", *ARGS]) == 1
     assert fake["expand_fix"][-1] is False and fake["servers_fix"][-1] == [False, False]
+
+
+def test_vllm_cpu_scoring_part_uses_the_speculation_off_server_alone_and_its_refusals_are_checked(fake, monkeypatch,
+                                                                                                   tmp_path):
+    """(b) without a local model: the n-gram server's tokens scored by the speculation-off server at T = 0 and T = 1
+    (the TV bar, the default samples), its logprobs at T = 1, both servers in processed-logprobs mode; at T = 0.7 /
+    top-p 0.9 the checks must refuse with exit 2 (the cell passes), and a check that does not refuse is exit 1."""
+    seen = []
+    recorded = campaign._run
+    monkeypatch.setattr(campaign, "_run", lambda a, log, out, name: seen.append(a) or recorded(a, log, out, name))
+    assert campaign.main(["--out", str(tmp_path / "s"), "--only", "scoring", "--model-dir", "/fake/model"]) == 0
+    assert fake["started"] == [SERVERS[4]] and fake["extra"][-1] == [("--logprobs-mode", "processed_logprobs")] * 2
+    checks = {a[a.index("--json") + 1].rsplit("/", 1)[-1]: a for a in seen if a[0] == "verify"}
+    assert set(checks) == {"engine_ngram_score.json", "refused_score.json", "logprobs_ngram_score.json",
+                           "refused_logprobs.json"}
+    for name, args in checks.items():
+        assert "--pair" not in args and args[args.index("--reference-endpoint") + 1] == "http://server_off_processed_scoring/v1"
+        assert ("T=0.7,top_p=0.9" in args) == name.startswith("refused_")
+    tokens = checks["engine_ngram_score.json"]
+    assert tokens[tokens.index("--ground-truth") + 1] == "score" and "T=1" in tokens and "T=0" in tokens
+    assert tokens[tokens.index("--inconclusive-tv") + 1] == "0.05" and tokens[tokens.index("--samples") + 1] == "440"
+    assert "logprobs" in checks["logprobs_ngram_score.json"]
+    journal = [json.loads(line) for line in (tmp_path / "s" / "journal.jsonl").read_text().splitlines()]
+    refused = [e for r in journal for e in r["record"]["log"] if e["name"].startswith("refused_")]
+    assert [(e["exit"], e["refused_exit"]) for e in refused] == [(0, 2), (0, 2)]
+    fake["refuses"] = False  # a verdict where none can be given: the campaign says so
+    assert campaign.main(["--out", str(tmp_path / "t"), "--only", "scoring", "--model-dir", "/fake/model"]) == 1

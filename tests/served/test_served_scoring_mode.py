@@ -1,0 +1,117 @@
+"""A reference endpoint's *prompt scores* are what ground truth (b) and the logprobs check compare against, and
+they need not follow the logprobs it reports for sampled tokens: vLLM 0.32 writes prompt scores raw whatever
+its --logprobs-mode ("prompt tokens skip sampling processors", its model runner). A check that asked only the
+sampled-token mode took such a server for a scorer of the processed law and failed correct engines at T != 1.
+`specdec serve` now writes prompt scores as vLLM does by default (`prompt_logprobs_mode`), the probe asks the
+scorer's own mode, and a raw scorer is used only where the raw law is the law sampled."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from harness.check.generation import Setting
+from harness.errors import HarnessError
+from harness.pairs import get_pair
+from harness.served.check import EngineConfig, choose_ground_truth, run_engine_check
+from harness.served.client import EngineClient
+from harness.served.probe import probe, scoring_mode
+from harness.served.serve import serving
+from specdec_ref.adapters import generate
+
+PAIR = "toy-low"
+SMALL = dict(samples=1200, prompts=1, chunk=600, seed=3, pair=PAIR)
+NOT_PLAIN = (Setting(0.0), Setting(0.7, top_p=0.9))
+
+
+@pytest.fixture(scope="module")
+def vllm_like():
+    """Speculation off, processed sampled-token logprobs, raw prompt scores: how vLLM 0.32 serves with
+    --logprobs-mode processed_logprobs."""
+    with serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs") as s:
+        yield s.url + "/v1"
+
+
+@pytest.fixture(scope="module")
+def processing_scorer():
+    with serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs",
+                 prompt_logprobs_mode="processed_logprobs") as s:
+        yield s.url + "/v1"
+
+
+@pytest.fixture(scope="module")
+def engine_on():
+    with serving(generate, get_pair(PAIR)) as s:
+        yield s.url + "/v1"
+
+
+def test_prompt_scores_are_raw_by_default_whatever_the_logprobs_mode(vllm_like, processing_scorer):
+    def first_score(url, temperature):
+        with httpx.Client(timeout=60) as http:
+            reply = http.post(url + "/completions", json={"model": PAIR, "prompt": [1, 2, 3, 4], "max_tokens": 1,
+                                                          "prompt_logprobs": 1, "temperature": temperature})
+        entry = reply.json()["choices"][0]["prompt_logprobs"][1]
+        return {k: v["logprob"] for k, v in entry.items()}
+
+    assert first_score(vllm_like, 1.0) == first_score(vllm_like, 0.5)
+    assert first_score(processing_scorer, 1.0) != first_score(processing_scorer, 0.5)
+
+
+def test_the_probe_reports_the_scoring_mode_apart_from_the_sampled_token_mode(vllm_like, processing_scorer):
+    like, proc = probe(vllm_like), probe(processing_scorer)
+    assert like["logprobs_mode"] == proc["logprobs_mode"] == "processed"
+    assert like["scoring_mode"] == "raw" and proc["scoring_mode"] == "processed"
+    assert "T = 1 only" in like["ground_truths"]["b (scoring endpoint)"]
+    assert "T = 1 only" not in proc["ground_truths"]["b (scoring endpoint)"]
+    with EngineClient(vllm_like) as client:
+        assert scoring_mode(client, PAIR, [1, 2, 3, 4], None) == "unknown"
+
+
+def test_a_raw_scorer_at_temperature_is_refused_exit_2_not_a_false_fail(engine_on, vllm_like, capsys):
+    """Before: the sampled-token mode said 'processed', the raw prompt scores were taken for the processed law,
+    and the correct engine FAILed at T = 0.7 / top-p 0.9."""
+    from harness.cli import main
+
+    with pytest.raises(HarnessError, match="prompt scores are raw"):
+        run_engine_check(EngineConfig(endpoint=engine_on, reference_endpoint=vllm_like, ground_truth="score",
+                                      settings=NOT_PLAIN, **SMALL))
+    code = main(["verify", "--level", "engine", "--endpoint", engine_on, "--reference-endpoint", vllm_like,
+                 "--pair", PAIR, "--ground-truth", "score", "--setting", "T=0.7,top_p=0.9", "--samples", "300",
+                 "--prompts", "1", "--contexts", "none"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "prompt scores are raw" in err and "\n" not in err and "Traceback" not in err
+
+
+def test_a_raw_scorer_scores_the_raw_law_and_catches_a_mutant(engine_on, vllm_like):
+    from harness.mutants import get
+
+    plain = (Setting(0.0), Setting(1.0))
+    good = run_engine_check(EngineConfig(endpoint=engine_on, reference_endpoint=vllm_like, ground_truth="score",
+                                         settings=plain, **SMALL))
+    assert good.verdict == "pass", [t.name for t in good.tests if t.reject]
+    with serving(get("greedy_verify_when_sampling").fn, get_pair(PAIR)) as bad:
+        broken = run_engine_check(EngineConfig(endpoint=bad.url + "/v1", reference_endpoint=vllm_like,
+                                               ground_truth="score", settings=plain, **SMALL))
+    assert broken.verdict == "fail"
+
+
+def test_auto_picks_two_sample_where_a_raw_scorer_cannot_score(vllm_like, processing_scorer):
+    with EngineClient(vllm_like) as raw, EngineClient(processing_scorer) as processed:
+        def pick(settings, reference):
+            return choose_ground_truth(EngineConfig(endpoint=vllm_like, settings=settings), None, reference, PAIR)
+
+        assert pick(NOT_PLAIN, raw) == "two-sample"
+        assert pick((Setting(0.0), Setting(1.0)), raw) == "score"
+        assert pick(NOT_PLAIN, processed) == "score"
+
+
+def test_logprobs_against_a_raw_scorer(vllm_like):
+    """Processed engine logprobs against raw prompt scores at T = 0.7: refused (before: a false FAIL); raw engine
+    logprobs against the same scorer: compared, and PASS."""
+    kw = dict(checks=("logprobs",), prompts=1, reference_endpoint=vllm_like, prompt_texts=(" 1 2 3",))
+    with serving(generate, get_pair(PAIR), logprobs_mode="processed_logprobs") as processed, \
+            pytest.raises(HarnessError, match="prompt scores are raw"):
+        run_engine_check(EngineConfig(endpoint=processed.url + "/v1", settings=(Setting(0.7, top_p=0.9),), **kw))
+    with serving(generate, get_pair(PAIR)) as raw:
+        ok = run_engine_check(EngineConfig(endpoint=raw.url + "/v1", settings=(Setting(0.7, top_p=0.9),), **kw))
+    assert ok.verdict == "pass" and {c.get("truth") for c in ok.cases} == {"score"}
