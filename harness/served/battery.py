@@ -99,6 +99,28 @@ def coarse_pit(listed: list[dict[int, float]], tokens: list[int], rng) -> tuple[
     return pit_from_masses(above, p_y, rng), off, rest_total / max(1, len(tokens))
 
 
+def rest_masses(listed: list[dict[int, float]]) -> np.ndarray:
+    """Per scored position, the mass outside the scorer's listed top k (what `coarse_pit` lumps into "rest")."""
+    return np.array([max(0.0, 1.0 - float(sum(cells.values()))) for cells in listed], dtype=float)
+
+
+def charge_hidden_mass(tests: list[TestResult], rest: np.ndarray, positions: np.ndarray) -> list[TestResult]:
+    """TV(p, p′) ≤ TV_coarse(p, p′) + p(rest): each test's detectable TV becomes the TV its pass rules out on the
+    *full* law, its coarse detectable TV plus the mean rest mass of the positions it saw (a per-position test:
+    that position's; the others: all of them). A scorer that lists little of the law thus cannot make a weak plan
+    look strong: the run is INCONCLUSIVE where that sum is above its ceiling."""
+    overall = float(rest.mean()) if len(rest) else 0.0
+    for t in tests:
+        if t.detectable_tv is None or not math.isfinite(t.detectable_tv):
+            continue
+        tail = t.name.rsplit("/", 1)[-1]
+        at = rest[positions == int(tail[3:])] if tail.startswith("pos") and tail[3:].isdigit() else rest
+        hidden = float(at.mean()) if len(at) else overall
+        t.details.update(coarse_detectable_tv=t.detectable_tv, hidden_mass=hidden)
+        t.detectable_tv = t.detectable_tv + hidden
+    return tests
+
+
 # ---------------------------------------------------------------------------------------- (c)
 
 def count_tests_for_two_sample(length: int) -> int:

@@ -347,24 +347,37 @@ def _needs_names(client: EngineClient, model: str, prompt) -> bool:
     return client.needs_token_names
 
 
+SCORE_ENTRIES = 2_000_000  # listed logprobs per scoring request (~150 MB of vLLM JSON): a wide top k stays in memory
+
+
 def score_rows(run: _Run, prompt: list[int], rows: list[list[int]], setting: Setting) -> list[list[dict[int, float]]]:
-    """Ground truth (b): the reference scores prompt + continuation; per row and position, the top-k law."""
+    """Ground truth (b): the reference scores prompt + continuation; per row and position, the top-k law.
+
+    A scorer lists k values at every position of the prompt as well (vLLM's prompt_logprobs): at k = 1000 that is
+    ~3 MB of JSON per 45-token sequence, so requests hold at most SCORE_ENTRIES listed values, a few are in flight
+    at a time, and each reply is cut to its continuation's top k before the next are sent."""
     k = run.config.top_logprobs
+    longest = len(prompt) + max((len(r) for r in rows), default=0)
+    per_request = max(1, min(run.config.chunk, SCORE_ENTRIES // max(1, (k + 1) * longest)))
     jobs = []
-    for i, lo in enumerate(range(0, len(rows), run.config.chunk)):
-        body = _payload(run.reference_model, [prompt + r for r in rows[lo : lo + run.config.chunk]], 1, 1, setting, 0)
+    for i, lo in enumerate(range(0, len(rows), per_request)):
+        body = _payload(run.reference_model, [prompt + r for r in rows[lo : lo + per_request]], 1, 1, setting, 0)
         body["prompt_logprobs"] = k
-        jobs.append((f"score/{setting.label}/{prompt!r}/{hash(tuple(map(tuple, rows)))}/{i}", body))
-    replies = run.reference.run_all("/v1/completions", jobs, run.store, run.progress)
+        jobs.append((f"score/{setting.label}/{prompt!r}/{hash(tuple(map(tuple, rows)))}/{i}", body, lo))
     out = []
-    for (key, body), lo in zip(jobs, range(0, len(rows), run.config.chunk), strict=True):
-        choices = _choices(replies[key], len(body["prompt"]), run.reference.base)
-        for choice, row in zip(choices, rows[lo : lo + run.config.chunk], strict=True):
-            entries = choice.get("prompt_logprobs")
-            if not isinstance(entries, list) or len(entries) != len(prompt) + len(row):
-                raise EngineError(f"{run.reference.base} did not return prompt_logprobs for every prompt token: it "
-                                  "cannot score (ground truth b); use --ground-truth two-sample")
-            out.append([_top_k(e, k) for e in entries[len(prompt):]])
+    step = max(1, run.reference.concurrency)
+    for g in range(0, len(jobs), step):
+        group = jobs[g : g + step]
+        replies = run.reference.run_all("/v1/completions", [(key, body) for key, body, _ in group], run.store,
+                                        run.progress)
+        for key, body, lo in group:
+            choices = _choices(replies.pop(key), len(body["prompt"]), run.reference.base)
+            for choice, row in zip(choices, rows[lo : lo + per_request], strict=True):
+                entries = choice.get("prompt_logprobs")
+                if not isinstance(entries, list) or len(entries) != len(prompt) + len(row):
+                    raise EngineError(f"{run.reference.base} did not return prompt_logprobs for every prompt token: it "
+                                      "cannot score (ground truth b); use --ground-truth two-sample")
+                out.append([_top_k(e, k) for e in entries[len(prompt):]])
     return out
 
 
@@ -402,11 +415,13 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
     if run.ground_truth == "score":
         prompt_ids = data.prompt if isinstance(data.prompt, list) else _prompt_ids(run, data.prompt)
         listed = score_rows(run, prompt_ids, rows, data.setting)
-        u, off, hidden = battery.coarse_pit([c for row in listed for c in row], [t for r in rows for t in r], rng)
+        flat = [c for row in listed for c in row]
+        u, off, hidden = battery.coarse_pit(flat, [t for r in rows for t in r], rng)
         positions = np.concatenate([np.arange(len(r)) for r in rows])
         seq_ids = np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)])
         cell.summary.update(top_logprobs=run.config.top_logprobs, hidden_mass=hidden)
-        return battery.tests_for_pit(u, positions, seq_ids, off, length=run.length, **kw)
+        return battery.charge_hidden_mass(battery.tests_for_pit(u, positions, seq_ids, off, length=run.length, **kw),
+                                          battery.rest_masses(flat), positions)
     cell.summary["reference_samples"] = len(ref_rows)
     return battery.tests_for_two_sample(rows, ref_rows, length=run.length, **kw)
 
@@ -607,7 +622,8 @@ class EngineSource(TrialSource):
         report.notes.append(f"ground truth {run.ground_truth}; {run.length} new tokens per continuation")
         if hidden:
             report.notes.append(f"scorer lists the top {run.config.top_logprobs}: mean mass outside it "
-                                f"{max(hidden):.3g} (a pass rules out TV >= detectable TV + that mass)")
+                                f"{max(hidden):.3g}, counted in every detectable TV (a pass rules out TV >= the "
+                                "coarse detectable TV + that mass)")
         if run.ground_truth == "two-sample":
             report.notes.append("two-sample tests: detectable TV is that of n_eff = n/2 draws (twice the samples "
                                 "per endpoint for the TV a local target would give)")

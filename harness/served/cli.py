@@ -23,7 +23,8 @@ def add_verify_arguments(parser) -> None:
     g.add_argument("--prompts", type=int, default=2, help="prompts to sample (from the pair, else the prompt set)")
     g.add_argument("--prompt-text", action="append", dest="prompt_texts", metavar="TEXT",
                    help="a prompt as text instead of the pair's (repeatable; with --pair sent as a chat turn)")
-    g.add_argument("--top-logprobs", type=int, default=20, help="k asked of the scorer (b); vLLM caps it at 20")
+    g.add_argument("--top-logprobs", type=int, default=20, help="k asked of the scorer (b); the mass outside it is added to every detectable TV "
+                   "(vLLM caps k at its --max-logprobs, 20 by default)")
     g.add_argument("--chunk", type=int, default=500, help="continuations per request (the request's n)")
     g.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
     g.add_argument("--retries", type=int, default=4, help="retries on connection errors / 5xx / malformed JSON")

@@ -52,8 +52,8 @@ def server_command(python: str, model_dir: str, *, port: int, served_name: str, 
     """The vLLM command line (speculative: the `--speculative-config` dict, None = speculation off)."""
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--served-model-name",
            served_name, "--dtype", "float32", "--no-enable-chunked-prefill", "--host", "127.0.0.1", "--port",
-           str(port), "--seed", str(seed), "--max-model-len", str(max_model_len), "--max-logprobs", "20",
-           *extra]
+           str(port), "--seed", str(seed), "--max-model-len", str(max_model_len),
+           *(() if "--max-logprobs" in extra else ("--max-logprobs", "20")), *extra]
     if speculative:
         cmd += ["--speculative-config", json.dumps(speculative)]
     return cmd

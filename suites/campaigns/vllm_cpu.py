@@ -321,12 +321,13 @@ BENCH = ["--concurrency", "1,2,4", "--max-new-tokens", "32", "--categories", "co
 
 
 @contextlib.contextmanager
-def logprobs_servers(out: Path, python: str, model_dir, mode: str, fix: bool = False, part: str = ""):
-    """The n-gram and the speculation-off server in one `--logprobs-mode` (`mode`: raw / processed); their logs
-    OUT/server_{ngram,off}_MODE[_PART].log."""
+def logprobs_servers(out: Path, python: str, model_dir, mode: str, fix: bool = False, part: str = "",
+                     more: tuple[str, ...] = ()):
+    """The n-gram and the speculation-off server in one `--logprobs-mode` (`mode`: raw / processed), with the vLLM
+    flags `more`; their logs OUT/server_{ngram,off}_MODE[_PART].log."""
     from harness.served.vllm_server import vllm_servers
 
-    extra = ("--logprobs-mode", dict(LOGPROBS_MODES)[mode])
+    extra = ("--logprobs-mode", dict(LOGPROBS_MODES)[mode], *more)
     specs = [dict(log=out / f"server_{tag}_{mode}{'_' + part if part else ''}.log", threads=1, extra=extra, expand_fix=fix,
                   **({"speculative": spec} if spec else {}))
              for spec, tag in ((NGRAM, "ngram"), (None, "off"))]
@@ -389,51 +390,68 @@ def logprobs_cells(out: Path, log: list[dict], tol: float) -> dict[str, tuple]:
 # --logprobs-mode ("prompt tokens skip sampling processors", its model runner). The raw law is the law sampled at
 # T = 1 without truncation: there (b) scores vLLM's tokens and logprobs at full power; at T = 0.7 / top-p 0.9 the
 # check must refuse (exit 2), where a check that asked only the sampled-token mode failed a correct engine.
+# What vLLM lists decides the power: TV(p, p′) ≤ TV_coarse + the mass outside the listed top k, which the check adds to
+# every detectable TV. SmolLM2 at T = 1 keeps 0.12 of its mass outside the top 20 and 0.014 outside the top 1000
+# (the float32 target over 120 of these continuations), so the top 20 cannot reach the bar at any sample size, and
+# the top 1000 (servers with --max-logprobs 1000, ~3 MB of JSON per scored sequence) reaches it at ~1000 per cell.
 SCORING_SETTINGS = ("T=0", "T=1")
+SCORING_K, SCORING_SAMPLES = 1000, 1000
 REFUSED_SETTING = "T=0.7,top_p=0.9"
 SCORING_TOLERANCE = 3e-4  # nats: the logprobs part's tolerance (4 × the 6.7e-5 spread of vLLM float32 vs float64)
 REFUSAL = "prompt scores are raw"
+EXIT_INCONCLUSIVE = 3
 
 
 def _reference_args(s, name: str, out: Path) -> list[str]:
     """`specdec verify --level engine` against the n-gram server with the speculation-off server as the only
     ground truth: prompts as text (no local tokenizer, no local model)."""
     return ["verify", "--level", "engine", "--endpoint", s[0].url + "/v1", "--reference-endpoint", s[1].url + "/v1",
-            "--length", str(ENGINE_LENGTH), "--timeout", "900", "--concurrency", "2", "--top-logprobs", "20",
+            "--length", str(ENGINE_LENGTH), "--timeout", "900", "--concurrency", "2",
             *(a for p in (COPY_PROMPT, OPEN_PROMPT) for a in ("--prompt-text", p)), "--contexts", "none",
             "--json", str(out / f"{name}.json")]
 
 
-def expect_refusal(cli_args: list[str], log: list[dict], out: Path, name: str) -> dict:
-    """A command that must stop with exit 2 and the raw-scores reason: the entry's exit is 0 if it did, else 1
-    (a verdict where none can be given: the harness is wrong). The command's own exit stays in `refused_exit`."""
+def expect_exit(cli_args: list[str], log: list[dict], out: Path, name: str, want: int, saying: str = "") -> dict:
+    """A command whose outcome is the point: the entry's exit is 0 if it exited `want` saying `saying`, else 1 (the
+    harness gave a verdict where it must not). The command's own exit stays in `command_exit`."""
     entry = _run(cli_args, log, out, name)
     said = (out / f"{name}.txt").read_text(encoding="utf-8")
-    entry["refused_exit"] = entry["exit"]
-    entry["exit"] = 0 if entry["exit"] == 2 and REFUSAL in said else 1
+    entry["command_exit"] = entry["exit"]
+    entry["exit"] = 0 if entry["exit"] == want and saying in said else 1
     return entry
 
 
 def scoring_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tuple]:
     """The probe of the speculation-off server (processed logprobs, raw prompt scores); (b) on the n-gram server's
-    tokens at T = 0 and T = 1, both prompts, `samples` each; the logprobs check against (b) at T = 1; both refused
-    at T = 0.7 / top-p 0.9."""
-    tokens = lambda s, name: [*_reference_args(s, name, out), "--ground-truth", "score",  # noqa: E731
-                              "--samples", str(samples), "--chunk", str(min(samples, 250)), "--inconclusive-tv",
-                              str(ENGINE_TV_BAR), "--out", str(out / "responses")]
+    tokens at T = 0 and T = 1, both prompts: with the top 20 at `samples` per cell (INCONCLUSIVE: the mass outside
+    the top 20 alone is above the bar) and with the top SCORING_K at SCORING_SAMPLES (no response record: ~3 GB);
+    the logprobs check against (b) at T = 1; both checks refused at T = 0.7 / top-p 0.9."""
+    def tokens(s, name: str, k: int, n: int, keep: bool = True) -> list[str]:
+        return [*_reference_args(s, name, out), "--ground-truth", "score", "--top-logprobs", str(k),
+                "--samples", str(n), "--chunk", str(min(n, 250)), "--inconclusive-tv", str(ENGINE_TV_BAR),
+                *(("--out", str(out / "responses")) if keep else ())]
+
     logprobs = lambda s, name: [*_reference_args(s, name, out), "--engine-checks", "logprobs",  # noqa: E731
                                 "--logprobs-samples", str(LOGPROBS_SAMPLES), "--logprobs-k", "5",
                                 "--logprob-tolerance", f"{SCORING_TOLERANCE:g}", "--chunk", str(LOGPROBS_SAMPLES)]
+    top20 = "engine_ngram_score_top20"
+    wide = f"engine_ngram_score_top{SCORING_K}"
     return {
         "scoring/probe_off": ("scoring", (probe_step(out, log, "scoring_off", lambda s: s[1]),)),
-        f"scoring/engine_ngram_score/n={samples}": ("scoring", (lambda s: _run(
-            [*tokens(s, "engine_ngram_score"), *settings(*SCORING_SETTINGS)], log, out, "engine_ngram_score"),)),
-        "scoring/refused_score": ("scoring", (lambda s: expect_refusal(
-            [*tokens(s, "refused_score"), *settings(REFUSED_SETTING)], log, out, "refused_score"),)),
+        f"scoring/{top20}/n={samples}": ("scoring", (lambda s: expect_exit(
+            [*tokens(s, top20, 20, samples), *settings(*SCORING_SETTINGS)], log, out, top20, EXIT_INCONCLUSIVE,
+            "above the ceiling"),)),
+        f"scoring/{wide}/n={SCORING_SAMPLES}": ("scoring", (lambda s: _run(
+            [*tokens(s, wide, SCORING_K, SCORING_SAMPLES, keep=False), *settings(*SCORING_SETTINGS)], log, out,
+            wide),)),
+        "scoring/refused_score": ("scoring", (lambda s: expect_exit(
+            [*tokens(s, "refused_score", 20, samples), *settings(REFUSED_SETTING)], log, out, "refused_score", 2,
+            REFUSAL),)),
         f"scoring/logprobs_ngram_score/n={LOGPROBS_SAMPLES}": ("scoring", (lambda s: _run(
             [*logprobs(s, "logprobs_ngram_score"), *settings("T=1")], log, out, "logprobs_ngram_score"),)),
-        "scoring/refused_logprobs": ("scoring", (lambda s: expect_refusal(
-            [*logprobs(s, "refused_logprobs"), *settings(REFUSED_SETTING)], log, out, "refused_logprobs"),)),
+        "scoring/refused_logprobs": ("scoring", (lambda s: expect_exit(
+            [*logprobs(s, "refused_logprobs"), *settings(REFUSED_SETTING)], log, out, "refused_logprobs", 2,
+            REFUSAL),)),
     }
 
 
@@ -633,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
                       {"control": lambda: control_server(out, args.python, model_dir, fix)}, None))
     if "scoring" in only:
         parts.append((scoring_cells(out, log, samples=args.samples),
-                      {"scoring": lambda: logprobs_servers(out, args.python, model_dir, "processed", fix, "scoring")},
+                      {"scoring": lambda: logprobs_servers(out, args.python, model_dir, "processed", fix, "scoring",
+                                                           ("--max-logprobs", str(SCORING_K)))},
                       None))
     if only & {"logprobs", "bench"}:  # the checks run at the tolerance the calibration cells measured
         first = calibration_cells(out, log) if "logprobs" in only else {}

@@ -115,3 +115,52 @@ def test_logprobs_against_a_raw_scorer(vllm_like):
     with serving(generate, get_pair(PAIR)) as raw:
         ok = run_engine_check(EngineConfig(endpoint=raw.url + "/v1", settings=(Setting(0.7, top_p=0.9),), **kw))
     assert ok.verdict == "pass" and {c.get("truth") for c in ok.cases} == {"score"}
+
+
+def test_a_scorer_listing_little_of_the_law_cannot_make_a_pass(engine_on, vllm_like):
+    """TV(p, p') <= TV_coarse + p(rest): every detectable TV of (b) carries the mass outside the listed top k, so a
+    scorer that lists 1 token of the toy law (16 tokens) leaves a run INCONCLUSIVE where listing them all PASSes."""
+    plain = (Setting(1.0),)
+    full = run_engine_check(EngineConfig(endpoint=engine_on, reference_endpoint=vllm_like, ground_truth="score",
+                                         settings=plain, **SMALL))
+    two = run_engine_check(EngineConfig(endpoint=engine_on, reference_endpoint=vllm_like, ground_truth="score",
+                                        settings=plain, top_logprobs=1, **SMALL))
+    assert full.verdict == "pass" and two.verdict == "inconclusive"
+    hidden = [c["hidden_mass"] for c in two.cases if "hidden_mass" in c][0]
+    pooled = next(t for t in two.tests if t.name.endswith("/pit_uniform"))
+    assert hidden > 0.25 and pooled.detectable_tv == pytest.approx(pooled.details["coarse_detectable_tv"] + hidden)
+    assert two.detectable_tv > full.detectable_tv + 0.25 > 0.25
+
+
+def test_charge_hidden_mass_adds_the_rest_mass_each_test_saw():
+    import numpy as np
+
+    from harness.served.battery import charge_hidden_mass, rest_masses
+    from harness.stats import TestResult
+
+    rest = rest_masses([{1: 0.9}, {1: 0.5, 2: 0.3}, {1: 1.0}, {1: 0.6}])
+    assert rest == pytest.approx([0.1, 0.2, 0.0, 0.4])
+    tests = [TestResult("c/pit_uniform", 1.0, 0.5, n=4, detectable_tv=0.05),
+             TestResult("c/pit_uniform/pos1", 1.0, 0.5, n=2, detectable_tv=0.1),
+             TestResult("c/pit_support", 0.0, 1.0, n=4, detectable_tv=None)]
+    charge_hidden_mass(tests, rest, np.array([0, 1, 0, 1]))
+    assert [t.detectable_tv for t in tests[:2]] == pytest.approx([0.05 + 0.175, 0.1 + 0.3])
+    assert tests[2].detectable_tv is None
+
+
+def test_scoring_in_small_requests_gives_the_same_test(engine_on, vllm_like, monkeypatch):
+    """A wide top k is scored a few rows per request (SCORE_ENTRIES listed values at most), a few requests at a
+    time: the same p-values as one request per chunk."""
+    from harness.served import check
+
+    config = EngineConfig(endpoint=engine_on, reference_endpoint=vllm_like, ground_truth="score",
+                          settings=(Setting(1.0),), **{**SMALL, "samples": 300, "chunk": 300})
+    whole = run_engine_check(config)
+    posted = []
+    monkeypatch.setattr(check, "SCORE_ENTRIES", 21 * 8 * 7)  # 7 rows of ~8 positions at k = 20 per request
+    real = EngineClient.run_all
+    monkeypatch.setattr(EngineClient, "run_all", lambda self, path, jobs, *a: posted.append(len(jobs)) or real(
+        self, path, jobs, *a))
+    split = run_engine_check(config)
+    assert [t.p_value for t in split.tests] == [t.p_value for t in whole.tests] and split.verdict == "pass"
+    assert len(posted) > 10 and max(posted[1:]) <= 4  # the sampling request, then scoring groups of ≤ concurrency
