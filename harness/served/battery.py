@@ -76,32 +76,33 @@ def tests_for_local_target(rows: list[list[int]], prompt: list[int], *, model, s
     return out + tests_for_pit(u, pos, seq, off, length=length, level=level, power=power, prefix=prefix)
 
 
+def coarse_masses(cells: dict[int, float], y: int) -> tuple[float, float, float]:
+    """One scored position of the coarsened law: (mass before the emitted token y, its mass, the rest mass).
+
+    cells: {token id: probability} of the scorer's top k (chosen by rank, so the cells do not depend on y).
+    Order: listed tokens by descending probability (ties: lower id first), then the rest as one cell."""
+    ordered = sorted(cells.items(), key=lambda kv: (-kv[1], kv[0]))
+    mass = np.array([m for _, m in ordered], dtype=float)
+    rest = max(0.0, 1.0 - float(mass.sum()))
+    if y in cells:
+        j = [t for t, _ in ordered].index(y)
+        return float(mass[:j].sum()), float(mass[j]), rest
+    return 1.0 - rest, rest, rest
+
+
+def pit_from_coarse_masses(masses: np.ndarray, rng) -> tuple[np.ndarray, int, float]:
+    """Randomized PIT of the coarsened law from `coarse_masses` rows [n, 3] -> (u, off-support count, mean rest
+    mass)."""
+    masses = np.asarray(masses, dtype=float).reshape(-1, 3)
+    above, p_y, rest = masses.T
+    return pit_from_masses(above, p_y, rng), int((p_y <= SUPPORT_EPS).sum()), float(rest.mean()) if len(rest) else 0.0
+
+
 def coarse_pit(listed: list[dict[int, float]], tokens: list[int], rng) -> tuple[np.ndarray, int, float]:
-    """Randomized PIT of the coarsened law at each scored position.
-
-    listed[i]: {token id: probability} of the scorer's top k at position i (chosen by rank, so the
-    cells do not depend on the token that was emitted); tokens[i]: the emitted token. Order: listed
-    tokens by descending probability (ties: lower id first), then the rest. Returns (u, off-support
-    count, mean rest mass)."""
-    above, p_y, off, rest_total = np.empty(len(tokens)), np.empty(len(tokens)), 0, 0.0
-    for i, (cells, y) in enumerate(zip(listed, tokens, strict=True)):
-        ordered = sorted(cells.items(), key=lambda kv: (-kv[1], kv[0]))
-        mass = np.array([m for _, m in ordered])
-        rest = max(0.0, 1.0 - float(mass.sum()))
-        rest_total += rest
-        ids = [t for t, _ in ordered]
-        if y in cells:
-            j = ids.index(y)
-            above[i], p_y[i] = float(mass[:j].sum()), float(mass[j])
-        else:
-            above[i], p_y[i] = 1.0 - rest, rest
-        off += int(p_y[i] <= SUPPORT_EPS)
-    return pit_from_masses(above, p_y, rng), off, rest_total / max(1, len(tokens))
-
-
-def rest_masses(listed: list[dict[int, float]]) -> np.ndarray:
-    """Per scored position, the mass outside the scorer's listed top k (what `coarse_pit` lumps into "rest")."""
-    return np.array([max(0.0, 1.0 - float(sum(cells.values()))) for cells in listed], dtype=float)
+    """Randomized PIT of the coarsened law at each scored position (listed[i]: the scorer's top k at position i,
+    tokens[i]: the emitted token). Returns (u, off-support count, mean rest mass)."""
+    masses = [coarse_masses(cells, y) for cells, y in zip(listed, tokens, strict=True)]
+    return pit_from_coarse_masses(np.array(masses, dtype=float), rng)
 
 
 def charge_hidden_mass(tests: list[TestResult], rest: np.ndarray, positions: np.ndarray) -> list[TestResult]:

@@ -347,37 +347,47 @@ def _needs_names(client: EngineClient, model: str, prompt) -> bool:
     return client.needs_token_names
 
 
-SCORE_ENTRIES = 2_000_000  # listed logprobs per scoring request (~150 MB of vLLM JSON): a wide top k stays in memory
+SCORE_ENTRIES = 1_000_000  # listed logprobs per scoring request (~75 MB of vLLM JSON): a wide top k stays in memory
 
 
-def score_rows(run: _Run, prompt: list[int], rows: list[list[int]], setting: Setting) -> list[list[dict[int, float]]]:
-    """Ground truth (b): the reference scores prompt + continuation; per row and position, the top-k law.
+def score_rows(run: _Run, prompt: list[int], rows: list[list[int]], setting: Setting) -> list[np.ndarray]:
+    """Ground truth (b): the reference scores prompt + continuation; per row, the `battery.coarse_masses` of its
+    tokens under the scorer's top k at each position ([len(row), 3]).
 
     A scorer lists k values at every position of the prompt as well (vLLM's prompt_logprobs): at k = 1000 that is
     ~3 MB of JSON per 45-token sequence, so requests hold at most SCORE_ENTRIES listed values, a few are in flight
-    at a time, and each reply is cut to its continuation's top k before the next are sent."""
+    at a time, and each reply is cut to the three numbers per emitted token the test reads as it arrives (also
+    what --out keeps)."""
     k = run.config.top_logprobs
     longest = len(prompt) + max((len(r) for r in rows), default=0)
     per_request = max(1, min(run.config.chunk, SCORE_ENTRIES // max(1, (k + 1) * longest)))
-    jobs = []
+    jobs, batch = [], {}
     for i, lo in enumerate(range(0, len(rows), per_request)):
         body = _payload(run.reference_model, [prompt + r for r in rows[lo : lo + per_request]], 1, 1, setting, 0)
         body["prompt_logprobs"] = k
-        jobs.append((f"score/{setting.label}/{prompt!r}/{hash(tuple(map(tuple, rows)))}/{i}", body, lo))
+        key = f"score-masses/{setting.label}/{prompt!r}/{hash(tuple(map(tuple, rows)))}/{k}/{per_request}/{i}"
+        jobs.append((key, body))
+        batch[key] = rows[lo : lo + per_request]
+
+    def reduce(key: str, reply: dict) -> dict:
+        choices = _choices(reply, len(batch[key]), run.reference.base)
+        masses = []
+        for choice, row in zip(choices, batch[key], strict=True):
+            entries = choice.get("prompt_logprobs")
+            if not isinstance(entries, list) or len(entries) != len(prompt) + len(row):
+                raise EngineError(f"{run.reference.base} did not return prompt_logprobs for every prompt token: it "
+                                  "cannot score (ground truth b); use --ground-truth two-sample")
+            masses.append([battery.coarse_masses(_top_k(e, k), y) for e, y in zip(entries[len(prompt):], row,
+                                                                                   strict=True)])
+        return {"masses": masses}
+
     out = []
     step = max(1, run.reference.concurrency)
     for g in range(0, len(jobs), step):
         group = jobs[g : g + step]
-        replies = run.reference.run_all("/v1/completions", [(key, body) for key, body, _ in group], run.store,
-                                        run.progress)
-        for key, body, lo in group:
-            choices = _choices(replies.pop(key), len(body["prompt"]), run.reference.base)
-            for choice, row in zip(choices, rows[lo : lo + per_request], strict=True):
-                entries = choice.get("prompt_logprobs")
-                if not isinstance(entries, list) or len(entries) != len(prompt) + len(row):
-                    raise EngineError(f"{run.reference.base} did not return prompt_logprobs for every prompt token: it "
-                                      "cannot score (ground truth b); use --ground-truth two-sample")
-                out.append([_top_k(e, k) for e in entries[len(prompt):]])
+        replies = run.reference.run_all("/v1/completions", group, run.store, run.progress, reduce=reduce)
+        for key, _ in group:
+            out += [np.array(m, dtype=float).reshape(-1, 3) for m in replies[key]["masses"]]
     return out
 
 
@@ -414,14 +424,13 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
             rng=rng, order=run.config.processing_order, classes=run.engine.classes, **kw)
     if run.ground_truth == "score":
         prompt_ids = data.prompt if isinstance(data.prompt, list) else _prompt_ids(run, data.prompt)
-        listed = score_rows(run, prompt_ids, rows, data.setting)
-        flat = [c for row in listed for c in row]
-        u, off, hidden = battery.coarse_pit(flat, [t for r in rows for t in r], rng)
+        masses = np.concatenate(score_rows(run, prompt_ids, rows, data.setting) or [np.zeros((0, 3))])
+        u, off, hidden = battery.pit_from_coarse_masses(masses, rng)
         positions = np.concatenate([np.arange(len(r)) for r in rows])
         seq_ids = np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)])
         cell.summary.update(top_logprobs=run.config.top_logprobs, hidden_mass=hidden)
         return battery.charge_hidden_mass(battery.tests_for_pit(u, positions, seq_ids, off, length=run.length, **kw),
-                                          battery.rest_masses(flat), positions)
+                                          masses[:, 2], positions)
     cell.summary["reference_samples"] = len(ref_rows)
     return battery.tests_for_two_sample(rows, ref_rows, length=run.length, **kw)
 

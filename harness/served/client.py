@@ -183,8 +183,11 @@ class EngineClient:
     # ------------------------------------------------------------------ many requests
 
     def run_all(self, path: str, jobs: list[tuple[str, dict]], store: ResponseStore,
-                progress: Callable[[int], None] | None = None) -> dict[str, dict]:
+                progress: Callable[[int], None] | None = None,
+                reduce: Callable[[str, dict], dict] | None = None) -> dict[str, dict]:
         """POST every (key, payload) not yet in `store`, `concurrency` at a time; all responses by key.
+        `reduce(key, response)`: what is kept and returned instead of the response (a scorer's wide top k cut to
+        what the test reads: the store holds every response in memory).
 
         The first failure cancels the requests not yet started and is raised (responses received so
         far stay in the store, so a rerun resumes)."""
@@ -202,8 +205,9 @@ class EngineClient:
                         for p in pending:
                             p.cancel()
                         raise f.exception()
-                    results[futures[f]] = f.result()
-                    store.put(futures[f], f.result())
+                    key = futures[f]
+                    results[key] = f.result() if reduce is None else reduce(key, f.result())
+                    store.put(key, results[key])
                     if progress:
                         progress(1)
         return results

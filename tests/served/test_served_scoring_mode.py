@@ -8,6 +8,7 @@ scorer's own mode, and a raw scorer is used only where the raw law is the law sa
 from __future__ import annotations
 
 import httpx
+import numpy as np
 import pytest
 
 from harness.check.generation import Setting
@@ -133,13 +134,13 @@ def test_a_scorer_listing_little_of_the_law_cannot_make_a_pass(engine_on, vllm_l
 
 
 def test_charge_hidden_mass_adds_the_rest_mass_each_test_saw():
-    import numpy as np
-
-    from harness.served.battery import charge_hidden_mass, rest_masses
+    from harness.served.battery import charge_hidden_mass, coarse_masses
     from harness.stats import TestResult
 
-    rest = rest_masses([{1: 0.9}, {1: 0.5, 2: 0.3}, {1: 1.0}, {1: 0.6}])
+    rest = np.array([coarse_masses(c, 1)[2] for c in ({1: 0.9}, {1: 0.5, 2: 0.3}, {1: 1.0}, {1: 0.6})])
     assert rest == pytest.approx([0.1, 0.2, 0.0, 0.4])
+    assert coarse_masses({1: 0.5, 2: 0.3}, 2) == pytest.approx((0.5, 0.3, 0.2))
+    assert coarse_masses({1: 0.5, 2: 0.3}, 7) == pytest.approx((0.8, 0.2, 0.2))  # outside the top k: the rest cell
     tests = [TestResult("c/pit_uniform", 1.0, 0.5, n=4, detectable_tv=0.05),
              TestResult("c/pit_uniform/pos1", 1.0, 0.5, n=2, detectable_tv=0.1),
              TestResult("c/pit_support", 0.0, 1.0, n=4, detectable_tv=None)]
@@ -159,8 +160,25 @@ def test_scoring_in_small_requests_gives_the_same_test(engine_on, vllm_like, mon
     posted = []
     monkeypatch.setattr(check, "SCORE_ENTRIES", 21 * 8 * 7)  # 7 rows of ~8 positions at k = 20 per request
     real = EngineClient.run_all
-    monkeypatch.setattr(EngineClient, "run_all", lambda self, path, jobs, *a: posted.append(len(jobs)) or real(
-        self, path, jobs, *a))
+    monkeypatch.setattr(EngineClient, "run_all", lambda self, path, jobs, *a, **kw: posted.append(len(jobs)) or real(
+        self, path, jobs, *a, **kw))
     split = run_engine_check(config)
     assert [t.p_value for t in split.tests] == [t.p_value for t in whole.tests] and split.verdict == "pass"
     assert len(posted) > 10 and max(posted[1:]) <= 4  # the sampling request, then scoring groups of ≤ concurrency
+
+
+def test_the_scorer_record_keeps_three_numbers_per_token_not_the_reply(engine_on, vllm_like, tmp_path):
+    """--out keeps what the test reads (a scorer's top 1000 at every prompt position is ~3 MB of JSON per sequence;
+    kept whole in memory it killed a run): a rerun resumes from those numbers to the same p-values."""
+    import json
+
+    config = EngineConfig(endpoint=engine_on, reference_endpoint=vllm_like, ground_truth="score",
+                          settings=(Setting(1.0),), out=str(tmp_path), **{**SMALL, "samples": 300, "chunk": 300})
+    first = run_engine_check(config)
+    records = [json.loads(line) for path in tmp_path.glob("engine-*.jsonl") for line in path.read_text().splitlines()]
+    scored = [r["response"] for r in records if r["key"].startswith("score-masses/")]
+    assert scored and all(set(r) == {"masses"} for r in scored)
+    rows = [m for r in scored for m in r["masses"]]
+    assert len(rows) == 300 and all(len(triple) == 3 for m in rows for triple in m)  # per token: 3 numbers
+    again = run_engine_check(config)
+    assert [t.p_value for t in again.tests] == [t.p_value for t in first.tests]
