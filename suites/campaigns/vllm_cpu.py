@@ -391,11 +391,12 @@ def logprobs_cells(out: Path, log: list[dict], tol: float) -> dict[str, tuple]:
 # T = 1 without truncation: there (b) scores vLLM's tokens and logprobs at full power; at T = 0.7 / top-p 0.9 the
 # check must refuse (exit 2), where a check that asked only the sampled-token mode failed a correct engine.
 # What vLLM lists decides the power: TV(p, p′) ≤ TV_coarse + the mass outside the listed top k, which the check adds to
-# every detectable TV. SmolLM2 at T = 1 keeps 0.12 of its mass outside the top 20 and 0.014 outside the top 1000
-# (the float32 target over 120 of these continuations), so the top 20 cannot reach the bar at any sample size, and
-# the top 1000 (servers with --max-logprobs 1000, ~3 MB of JSON per scored sequence) reaches it at ~1000 per cell.
+# every detectable TV. Measured on these cells (vLLM's own scores): 0.198 of the mass outside the top 20, so the top
+# 20 cannot reach the bar at any sample size; outside the top 1000, 0.014 (copy prompt) and 0.023 (open prompt), and
+# 1000 continuations per cell then reached 0.050 / 0.059 (coarse 0.036 + that mass: INCONCLUSIVE, 658 s). Hence the
+# top 1500 (servers with --max-logprobs 1500, ~4.5 MB of JSON per scored sequence) at 1500 per cell.
 SCORING_SETTINGS = ("T=0", "T=1")
-SCORING_K, SCORING_SAMPLES = 1000, 1000
+SCORING_K, SCORING_SAMPLES = 1500, 1500
 REFUSED_SETTING = "T=0.7,top_p=0.9"
 SCORING_TOLERANCE = 3e-4  # nats: the logprobs part's tolerance (4 × the 6.7e-5 spread of vLLM float32 vs float64)
 REFUSAL = "prompt scores are raw"

@@ -27,7 +27,7 @@ LOGPROBS = ["logprobs/calibration/raw/n=16", "logprobs/calibration/processed/n=1
             "bench/http"]
 DRAFT_PARTS = ("draft", "eagle")
 DRAFTS = [f"{part}/{cell}" for part in DRAFT_PARTS for cell in (f"probe_{part}", f"engine_{part}_local/n=50")]
-SCORING = ["scoring/probe_off", "scoring/engine_ngram_score_top20/n=50", "scoring/engine_ngram_score_top1000/n=1000",
+SCORING = ["scoring/probe_off", "scoring/engine_ngram_score_top20/n=50", f"scoring/engine_ngram_score_top{campaign.SCORING_K}/n={campaign.SCORING_SAMPLES}",
            "scoring/refused_score", "scoring/logprobs_ngram_score/n=16", "scoring/refused_logprobs"]
 KEYS = [*SAMPLER, *ENGINE, *DRAFTS, "control/engine_off_local/n=50", *SCORING, *LOGPROBS]
 # the commands behind those cells, in order (the local-target run and the probe after it are one cell)
@@ -37,7 +37,7 @@ COMMANDS = ["sampler_seeded_seed0", "sampler_unseeded_seed0", "sampler_mixed_see
             "engine_ngram_local", "probe_ngram_after", "engine_ngram_two_sample",
             *(c for part in DRAFT_PARTS for c in (f"probe_{part}", f"engine_{part}_local", f"probe_{part}_after")),
             "engine_off_local",
-            "probe_scoring_off", "engine_ngram_score_top20", "engine_ngram_score_top1000", "refused_score",
+            "probe_scoring_off", "engine_ngram_score_top20", f"engine_ngram_score_top{campaign.SCORING_K}", "refused_score",
             "logprobs_ngram_score", "refused_logprobs",
             "logprobs_calibration_raw", "logprobs_calibration_processed", "logprobs_raw_off", "logprobs_raw_ngram",
             "logprobs_raw_ngram_n1", "logprobs_processed_off", "logprobs_processed_ngram", "logprobs_processed_ngram_n1",
@@ -320,8 +320,8 @@ def test_vllm_cpu_expand_fix_starts_every_server_with_the_fix_and_writes_to_its_
 def test_vllm_cpu_scoring_part_uses_the_speculation_off_server_alone_and_its_refusals_are_checked(fake, monkeypatch,
                                                                                                    tmp_path):
     """(b) without a local model: the n-gram server's tokens scored by the speculation-off server at T = 0 and T = 1
-    (the TV bar), with the top 20 (INCONCLUSIVE: the cell passes when the check says so) and the top 1000 (servers
-    with --max-logprobs 1000, 1000 per cell, no response record), its logprobs at T = 1, both servers in
+    (the TV bar), with the top 20 (INCONCLUSIVE: the cell passes when the check says so) and the top SCORING_K
+    (servers with --max-logprobs SCORING_K, SCORING_SAMPLES per cell, no response record), its logprobs at T = 1, both servers in
     processed-logprobs mode; at T = 0.7 / top-p 0.9 the checks must refuse with exit 2 (the cell passes), and a
     check that gives a verdict there, or a PASS on the top 20, is exit 1."""
     seen = []
@@ -329,19 +329,20 @@ def test_vllm_cpu_scoring_part_uses_the_speculation_off_server_alone_and_its_ref
     monkeypatch.setattr(campaign, "_run", lambda a, log, out, name: seen.append(a) or recorded(a, log, out, name))
     assert campaign.main(["--out", str(tmp_path / "s"), "--only", "scoring", "--model-dir", "/fake/model"]) == 0
     assert fake["started"] == [SERVERS[4]]
-    assert fake["extra"][-1] == [("--logprobs-mode", "processed_logprobs", "--max-logprobs", "1000")] * 2
+    k, n = str(campaign.SCORING_K), str(campaign.SCORING_SAMPLES)
+    assert fake["extra"][-1] == [("--logprobs-mode", "processed_logprobs", "--max-logprobs", k)] * 2
     checks = {a[a.index("--json") + 1].rsplit("/", 1)[-1].removesuffix(".json"): a for a in seen if a[0] == "verify"}
-    assert set(checks) == {"engine_ngram_score_top20", "engine_ngram_score_top1000", "refused_score",
+    assert set(checks) == {"engine_ngram_score_top20", f"engine_ngram_score_top{k}", "refused_score",
                            "logprobs_ngram_score", "refused_logprobs"}
     for name, args in checks.items():
         assert "--pair" not in args and args[args.index("--reference-endpoint") + 1] == "http://server_off_processed_scoring/v1"
         assert ("T=0.7,top_p=0.9" in args) == name.startswith("refused_")
-    for name, k, n in (("engine_ngram_score_top20", "20", "440"), ("engine_ngram_score_top1000", "1000", "1000")):
+    for name, top, samples in (("engine_ngram_score_top20", "20", "440"), (f"engine_ngram_score_top{k}", k, n)):
         args = checks[name]
         assert args[args.index("--ground-truth") + 1] == "score" and "T=1" in args and "T=0" in args
-        assert args[args.index("--top-logprobs") + 1] == k and args[args.index("--samples") + 1] == n
+        assert args[args.index("--top-logprobs") + 1] == top and args[args.index("--samples") + 1] == samples
         assert args[args.index("--inconclusive-tv") + 1] == "0.05"
-    assert "--out" not in checks["engine_ngram_score_top1000"]  # ~3 MB of JSON per scored sequence: not recorded
+    assert "--out" not in checks[f"engine_ngram_score_top{k}"]  # MB of JSON per scored sequence: not recorded
     assert "logprobs" in checks["logprobs_ngram_score"]
     journal = [json.loads(line) for line in (tmp_path / "s" / "journal.jsonl").read_text().splitlines()]
     expected = [e for r in journal for e in r["record"]["log"] if "command_exit" in e]
