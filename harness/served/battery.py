@@ -114,8 +114,7 @@ def charge_hidden_mass(tests: list[TestResult], rest: np.ndarray, positions: np.
     for t in tests:
         if t.detectable_tv is None or not math.isfinite(t.detectable_tv):
             continue
-        tail = t.name.rsplit("/", 1)[-1]
-        at = rest[positions == int(tail[3:])] if tail.startswith("pos") and tail[3:].isdigit() else rest
+        at = rest[positions == t.details["position"]] if "position" in t.details else rest
         hidden = float(at.mean()) if len(at) else overall
         t.details.update(coarse_detectable_tv=t.detectable_tv, hidden_mass=hidden)
         t.detectable_tv = t.detectable_tv + hidden

@@ -220,10 +220,12 @@ def per_position_uniformity(
     u, positions = np.asarray(u, dtype=np.float64), np.asarray(positions)
     if u.shape != positions.shape:
         raise ValueError(f"u {u.shape} and positions {positions.shape} must have the same shape")
-    return [
-        uniformity_test(u[positions == j], f"{prefix}/pos{int(j)}", level=level, power=power)
-        for j in np.unique(positions)
-    ]
+    out = []
+    for j in np.unique(positions):
+        test = uniformity_test(u[positions == j], f"{prefix}/pos{int(j)}", level=level, power=power)
+        test.details["position"] = int(j)
+        out.append(test)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ CASES = ["rows-differ", "anti-logits", "binary-gamma8"]
 MODES = {"planned": {}, "planned-no-early-stop": {"stop_on_fail": False}, "fixed-n": {"samples": 4_003},
          "sequential": {"sequential": True}}
 TV = 0.15  # the plan: small enough runs for hundreds of rules; the false-alarm rate does not depend on it
-SOURCES = ("sampler", "draft_step", "tree", "generation", "engine", "generation-real", "engine-pieces")
+SOURCES = ("sampler", "draft_step", "tree", "generation", "engine", "generation-real", "engine-pieces", "engine-score")
 # The generation source runs as `specdec verify --level generation` does (run_verify on a CheckConfig): the
 # fixed-n modes on the pair's own prompts (--contexts none), "contexts" on the default plan's catalogue (--contexts
 # auto, not named: the default a user gets), on the toy pair and on the embedded real pair (its chat / code /
@@ -65,11 +65,17 @@ ENGINE_MODES = {"fixed-n": {"samples": 400}, "fixed-n-no-early-stop": {"samples"
 # where the rule they plant is lossless.
 PIECES_MODES = {"fixed-n": {"samples": 400}, "fixed-n-no-early-stop": {"samples": 401, "stop_on_fail": False}}
 PIECES_SLIPS = ("residual_p",)
+# engine-score: the engine source's loop scored by a speculation-off `specdec serve` instead of a local target (ground
+# truth b: prompt_logprobs, processed, the top 20 ≥ V = 16 so nothing is hidden); "small-requests" draws and scores
+# 7 continuations per request over 401 rows (not a multiple), the path a wide top k takes (harness.served.check
+# SCORE_ENTRIES), without early stop.
+SCORE_MODES = {"fixed-n": {"samples": 400}, "small-requests": {"samples": 401, "chunk": 7, "stop_on_fail": False}}
 
 
 def modes(source: str) -> list[str]:
     return {"generation": sorted(GENERATION_MODES), "generation-real": sorted(REAL_MODES),
-            "engine": sorted(ENGINE_MODES), "engine-pieces": sorted(PIECES_MODES)}.get(source, sorted(MODES))
+            "engine": sorted(ENGINE_MODES), "engine-pieces": sorted(PIECES_MODES),
+            "engine-score": sorted(SCORE_MODES)}.get(source, sorted(MODES))
 
 
 def generation_config(rule: LosslessRule, mode: str, seed: int, gate: float = DEFAULT_FALSE_ALARM_RATE, *,
@@ -101,6 +107,8 @@ def run_one(rule: LosslessRule, source: str, mode: str, seed: int, gate: float):
                                                  **ENGINE_MODES[mode]))
     if source == "engine-pieces":
         return pieces_engine_check(rule, seed, gate, **PIECES_MODES[mode])
+    if source == "engine-score":
+        return scored_engine_check(rule, seed, gate, **SCORE_MODES[mode])
     if source in ("generation", "generation-real"):
         from harness.check.api import run_verify
 
@@ -125,6 +133,22 @@ def pieces_engine_check(rule: LosslessRule, seed: int, gate: float = DEFAULT_FAL
         return run_engine_check(EngineConfig(endpoint=server.url, pair="toy-pieces", api="llama-cpp-python", seed=seed,
                                              false_alarm_rate=gate, contexts="none",
                                              settings=tuple(parse_setting("T=1")), **fields))
+
+
+def scored_engine_check(rule: LosslessRule, seed: int, gate: float = DEFAULT_FALSE_ALARM_RATE, **fields):
+    """The rule's generate() behind `specdec serve`, checked as `specdec verify --level engine --pair toy
+    --reference-endpoint URL_NO_SPEC --ground-truth score --contexts none` checks it (the scorer: `specdec serve
+    --no-speculation --logprobs-mode processed_logprobs --prompt-logprobs-mode processed_logprobs`)."""
+    from harness.pairs import get_pair
+    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.serve import serving
+
+    with serving(as_generate(rule), get_pair("toy")) as server, \
+            serving(as_generate(rule), get_pair("toy"), speculative=False, logprobs_mode="processed_logprobs",
+                    prompt_logprobs_mode="processed_logprobs") as scorer:
+        return run_engine_check(EngineConfig(endpoint=server.url, reference_endpoint=scorer.url, pair="toy",
+                                             ground_truth="score", seed=seed, false_alarm_rate=gate, contexts="none",
+                                             **fields))
 
 
 def random_rule(rng: random.Random, loop: str) -> LosslessRule:
@@ -163,11 +187,13 @@ def invariance_cells(sources: list[str], rules: int, gate: float,
                 mode = "contexts" if i % CONTEXTS_EVERY == CONTEXTS_EVERY - 1 else ("fixed-n", "fixed-n-no-early-stop")[i % 2]
             if source == "engine-pieces":
                 mode = ("fixed-n", "fixed-n-no-early-stop")[i % 2]
+            if source == "engine-score":
+                mode = sorted(SCORE_MODES)[i % 2]
             rule = random_rule(rng, "rows" if i % 25 == 0 and source == "sampler" else "vector")
             cells[f"rule/{source}/{i}/{rule.name}/{mode}/{gate:g}"] = (rule, source, mode, 1000 + i, gate)
     slips = {f"slip/{source}/{slip}/{mode}/{gate:g}": (LosslessRule(slip=slip), source, mode, 7, gate)
              for source in [s for s in ("sampler", "draft_step", "generation", "engine", "generation-real",
-                                         "engine-pieces") if s in sources]
+                                         "engine-pieces", "engine-score") if s in sources]
              for slip in (PIECES_SLIPS if source == "engine-pieces" else ("target_row", "draft_row"))
              for mode in modes(source)}
     return cells, slips

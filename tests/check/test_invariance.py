@@ -316,3 +316,21 @@ def test_the_pieces_path_passes_a_lossless_rule_and_fails_a_rejection_slip():
     assert _declared_equals_emitted(ok)
     bad = pieces_engine_check(LosslessRule(slip="residual_p"), seed=4, **PIECES_MODES["fixed-n"])
     assert bad.verdict == "fail"
+
+
+# ---------------------------------------------------------------- ground truth (b): a speculation-off scorer
+
+@pytest.mark.parametrize("mode", ["fixed-n", "small-requests"])
+@pytest.mark.parametrize("slip", ["target_row", "draft_row"])
+def test_the_scored_path_passes_a_lossless_rule_and_fails_both_row_slips_in_every_mode(mode, slip):
+    """The engine source's loop scored by a speculation-off `specdec serve` (ground truth b), in one request per
+    chunk of 400 and in 7-row requests over 401 rows (the path a wide top k takes): the same verdicts as the local
+    target gives."""
+    from suites.campaigns.invariance import SCORE_MODES, scored_engine_check
+
+    ok = scored_engine_check(LosslessRule(scales=(0.5, 0.9), rng="global", order="residual_first"), seed=4,
+                             **SCORE_MODES[mode])
+    assert ok.verdict == "pass", (mode, [t.name for t in ok.tests if t.reject])
+    assert _declared_equals_emitted(ok)
+    bad = scored_engine_check(LosslessRule(slip=slip), seed=4, **SCORE_MODES[mode])
+    assert bad.verdict == "fail", (mode, slip)

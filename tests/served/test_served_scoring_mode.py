@@ -142,7 +142,7 @@ def test_charge_hidden_mass_adds_the_rest_mass_each_test_saw():
     assert coarse_masses({1: 0.5, 2: 0.3}, 2) == pytest.approx((0.5, 0.3, 0.2))
     assert coarse_masses({1: 0.5, 2: 0.3}, 7) == pytest.approx((0.8, 0.2, 0.2))  # outside the top k: the rest cell
     tests = [TestResult("c/pit_uniform", 1.0, 0.5, n=4, detectable_tv=0.05),
-             TestResult("c/pit_uniform/pos1", 1.0, 0.5, n=2, detectable_tv=0.1),
+             TestResult("c/pit_uniform/pos1", 1.0, 0.5, n=2, detectable_tv=0.1, details={"position": 1}),
              TestResult("c/pit_support", 0.0, 1.0, n=4, detectable_tv=None)]
     charge_hidden_mass(tests, rest, np.array([0, 1, 0, 1]))
     assert [t.detectable_tv for t in tests[:2]] == pytest.approx([0.05 + 0.175, 0.1 + 0.3])
