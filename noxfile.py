@@ -56,6 +56,8 @@ def invariance(session: nox.Session) -> None:
                 "--out", "results/invariance/engine")
     session.run("specdec", "campaign", "invariance", "--rules", "20", "--sources", "engine-pieces",
                 "--out", "results/invariance/engine-pieces")
+    session.run("specdec", "campaign", "invariance", "--rules", "200", "--sources", "engine-score",
+                "--out", "results/invariance/engine-score")
 
 
 @nox.session(default=False)
