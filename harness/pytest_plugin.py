@@ -67,13 +67,13 @@ def assert_lossless(request):
 @pytest.fixture
 def assert_lossless_block(request):
     """assert_lossless_block(verify, **overrides): sampler-level check of a block verifier (§1a signature)."""
-    return _fixture(request, "assert_lossless", family="block")
+    return _fixture(request, "assert_lossless_block")
 
 
 @pytest.fixture
 def assert_lossless_tree(request):
     """assert_lossless_tree(tree_verify, **overrides): sampler-level check of a tree verifier (§1c)."""
-    return _fixture(request, "assert_lossless", family="tree")
+    return _fixture(request, "assert_lossless_tree")
 
 
 @pytest.fixture

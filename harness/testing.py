@@ -3,7 +3,8 @@
     from harness.testing import assert_lossless
     def test_my_sampler_is_lossless():
         assert_lossless(my_verify)                          # sampler level, chain family (contract §1a)
-        assert_lossless(my_block_verify, family="block")    # block verification, same signature
+        assert_lossless_block(my_block_verify)              # block verification, same signature
+        assert_lossless_tree(my_tree_verify)                # one step over a token tree (CONTRACT-tree.md)
         assert_lossless_generation(my_generate, pair="toy") # generation level (§1b)
 
 Each call runs the same battery as `specdec verify` and raises AssertionError with the failure summary
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.check.config import DEFAULT_FALSE_ALARM_RATE, DEFAULT_GAMMA, DEFAULT_POWER, DEFAULT_TV
+from harness.check.config import DEFAULT_FALSE_ALARM_RATE, DEFAULT_GAMMA, DEFAULT_POWER
 
 
 def _raise_unless_passed(report) -> None:
@@ -34,9 +35,10 @@ def _raise_unless_passed(report) -> None:
 
 
 def assert_lossless(verify: Callable | str, *, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
-                    tv: float = DEFAULT_TV, power: float = DEFAULT_POWER, seed: int = 0, samples: int | None = None,
+                    tv: float | None = None, power: float = DEFAULT_POWER, seed: int = 0, samples: int | None = None,
                     cases: list[str] | None = None, family: str = "chain", alpha: float | None = None):
-    """Sampler-level check of a §1a `verify` (or a tree verifier with family="tree"); returns the report."""
+    """Sampler-level check of a §1a `verify` (or a tree verifier with family="tree"); returns the report.
+    `tv` None: the family's default detectable TV (CheckConfig)."""
     from harness.check.api import run_verify
     from harness.check.config import CheckConfig
 
@@ -45,6 +47,16 @@ def assert_lossless(verify: Callable | str, *, false_alarm_rate: float = DEFAULT
                                     power=power, seed=seed, samples=samples, cases=cases))
     _raise_unless_passed(report)
     return report
+
+
+def assert_lossless_block(verify: Callable | str, **options):
+    """`assert_lossless` of a block verifier (§1a signature, the block family's acceptance gate)."""
+    return assert_lossless(verify, family="block", **options)
+
+
+def assert_lossless_tree(tree_verify: Callable | str, **options):
+    """`assert_lossless` of a tree verifier (docs/CONTRACT-tree.md)."""
+    return assert_lossless(tree_verify, family="tree", **options)
 
 
 def assert_lossless_generation(generate: Callable | str, *, pair: str = "toy",

@@ -1,0 +1,93 @@
+"""The public API, `import specdec`: its names are pinned, load lazily, and `verify` runs every level's check."""
+
+import pydoc
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import specdec
+from harness.check.config import CheckConfig
+from harness.check.report import CheckReport
+from harness.errors import HarnessError
+from harness.served.check import EngineConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Changing this list changes the public API: say so in CHANGELOG.md.
+PUBLIC = [
+    "CheckConfig", "DraftAndVerifyFn", "EngineConfig", "GenerateFn", "HarnessError", "ModelPair", "Report",
+    "TreeVerifyFn", "VerifyFn", "assert_lossless", "assert_lossless_block", "assert_lossless_generation",
+    "assert_lossless_tree", "register_pair", "verify",
+]
+CASES = ["binary-gamma8", "anti-logits"]  # two cheap sampler cases (well under a second each)
+
+
+def always_accept(target_probs, draft_probs, draft_tokens, generator):
+    """A planted bug: every draft accepted, then a bonus token from p."""
+    bonus = torch.multinomial(target_probs[:, -1].float(), 1, generator=generator)
+    return torch.cat([draft_tokens, bonus], dim=1)
+
+
+def test_all_is_pinned():
+    assert sorted(specdec.__all__) == PUBLIC
+
+
+def test_every_public_name_is_the_internal_object():
+    from harness import contracts, pairs, testing
+
+    assert specdec.CheckConfig is CheckConfig and specdec.EngineConfig is EngineConfig
+    assert specdec.Report is CheckReport and specdec.HarnessError is HarnessError
+    assert specdec.register_pair is pairs.register_pair and specdec.assert_lossless is testing.assert_lossless
+    assert specdec.VerifyFn is contracts.VerifyFn
+    with pytest.raises(AttributeError, match="no attribute 'run_battery'"):
+        specdec.run_battery  # noqa: B018 - the internals are not reachable through the public module
+
+
+def test_import_is_light_and_help_shows_every_public_name():
+    code = "import specdec, sys; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+    text = pydoc.render_doc(specdec, renderer=pydoc.plaintext)
+    missing = [name for name in PUBLIC if not re.search(rf"\b{name}\b", text.split("CLASSES", 1)[-1])]
+    assert missing == []  # listed in the CLASSES / FUNCTIONS sections, not only in the docstring
+
+
+def test_verify_passes_the_reference_and_fails_a_mutant_without_raising():
+    report = specdec.verify("specdec_ref.adapters:verify", cases=CASES)
+    assert isinstance(report, specdec.Report)
+    assert (report.level, report.family, report.verdict) == ("sampler", "chain", "pass")
+    bad = specdec.verify(always_accept, cases=["anti-logits"])
+    assert bad.verdict == "fail" and any(t.reject for t in bad.tests)
+
+
+def test_verify_takes_a_config_and_replaces_its_fields():
+    config = CheckConfig(impl="specdec_ref.adapters:block_verify", family="block", cases=["anti-logits"])
+    report = specdec.verify(config, seed=3)
+    assert (report.family, report.seed, report.verdict) == ("block", 3, "pass")
+    assert config.seed == 0  # the caller's config is not changed
+
+
+def test_verify_names_an_unknown_field():
+    with pytest.raises(TypeError, match="'sampels', which is not a CheckConfig field. Did you mean 'samples'"):
+        specdec.verify("specdec_ref.adapters:verify", sampels=10)
+
+
+def test_verify_engine_level_builds_an_engine_config_and_validates_before_any_request():
+    # no server runs here: the configuration is refused before the first request
+    with pytest.raises(HarnessError, match="--ground-truth score needs --reference-endpoint"):
+        specdec.verify(endpoint="http://127.0.0.1:9/v1", ground_truth="score")
+    with pytest.raises(TypeError, match="not a EngineConfig field"):
+        specdec.verify(endpoint="http://127.0.0.1:9/v1", family="block")
+    with pytest.raises(HarnessError, match="needs endpoint=URL"):
+        specdec.verify(level="engine")
+    with pytest.raises(HarnessError, match="not an implementation"):
+        specdec.verify("specdec_ref.adapters:generate", endpoint="http://127.0.0.1:9/v1")
+
+
+
+def test_python_dash_m_specdec_is_the_command_line():
+    run = subprocess.run([sys.executable, "-m", "specdec", "pairs"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0 and "toy" in run.stdout
