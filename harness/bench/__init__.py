@@ -4,7 +4,8 @@ Notation (Leviathan et al. 2023, arXiv:2211.17192): p = target, q = draft, γ = 
 α = Σ min(p, q), c = draft pass time / target pass time.
 
 Modules, one idea each:
-- `theory`    — predicted tokens per call, speedup, accepted-count law, best γ (pure functions);
+- `theory`    — predicted tokens per call, speedup (Leviathan's and the cost model's), accepted-count law, best γ;
+- `conventions` — acceptance and latency numbers under the names engines report them (vLLM's), conversions;
 - `config`    — `BenchConfig`, the single source of the run's settings and of the CLI flags;
 - `cells`     — `Cell`, the unit measured, stored and skipped on a rerun (id = hash of its settings);
 - `suites`    — suite registry (default, quick, synthetic, gpu) and the planner config → cells;

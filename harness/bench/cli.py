@@ -12,6 +12,7 @@ import sys
 
 from harness import configs
 from harness.bench.config import BenchConfig
+from harness.bench.summarize import COST_MODEL_BAND
 from harness.errors import HarnessError
 
 
@@ -41,9 +42,13 @@ def summary_lines(rows: list[dict]) -> list[str]:
     for group in dict.fromkeys(r["group"] for r in spec):
         members = [r for r in spec if r["group"] == group]
         best = max(members, key=lambda r: r["speedup_median"])
-        worst = min(r.get("speedup_ratio", math.inf) for r in members)
+        ratios = [r["cost_model_ratio"] for r in members if "cost_model_ratio" in r]
+        flagged = sum(bool(r.get("cost_model_flag")) for r in members)
+        band = (f"; measured/cost model in [{min(ratios):.3f}, {max(ratios):.3f}], {flagged} of {len(ratios)} "
+                f"outside [{COST_MODEL_BAND[0]}, {COST_MODEL_BAND[1]}]" if ratios else "")
         lines.append(f"{group}: best γ={best['gamma']} speedup {_fmt(best['speedup_median'])} "
-                     f"(predicted {_fmt(best.get('predicted_speedup'))}); lowest measured/predicted {_fmt(worst)}")
+                     f"(cost model {_fmt(best.get('predicted_speedup_cost_model'))}, Leviathan r=1 "
+                     f"{_fmt(best.get('predicted_speedup'))}){band}")
     for r in (r for r in rows if r["kind"] == "compare"):
         lines.append(f"{r['pair']} {r['sampling']} γ={r['gamma']}: reference speedup {_fmt(r['ref_speedup_median'])}, "
                      f"transformers assisted {_fmt(r['hf_speedup_median'])}, ratio {_fmt(r['ref_over_hf_speedup_median'])}")

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from harness.bench import conventions
 from harness.errors import HarnessError
 
 ROLES = ("spec", "nospec")
@@ -177,15 +178,17 @@ def acceptance(before: dict, after: dict) -> dict:
         for key in after:
             m = re.match(re.escape(prefix) + r'spec_decode_num_accepted_tokens_per_pos_total\{.*position="(\d+)"', key)
             if m:
-                per_pos[int(m.group(1))] = (after[key] - before.get(key, 0.0)) / drafts
+                per_pos[int(m.group(1))] = after[key] - before.get(key, 0.0)
+        accepted_at = [per_pos[j] for j in sorted(per_pos)]
         out["source"] = source
-        out["acceptance_per_position"] = [per_pos[j] for j in sorted(per_pos)]
+        out["acceptance_per_position"] = [a / drafts for a in accepted_at]  # unconditional (vLLM's convention)
         accepted = _delta(before, after, f"{prefix}spec_decode_num_accepted_tokens_total")
         drafted = _delta(before, after, f"{prefix}spec_decode_num_draft_tokens_total")
         if accepted is not None:
             out["mean_accepted_per_step"] = accepted / drafts
         if accepted is not None and drafted:
             out["draft_acceptance_rate"] = accepted / drafted
+            out.update(conventions.spec_decode_fields(drafts, drafted, accepted, accepted_at))
     calls = _delta(before, after, "specdec_target_forward_calls_total")
     tokens = _delta(before, after, "specdec_generation_tokens_total")
     if calls and tokens is not None:  # the bench sends n = 1: one row per request
@@ -265,12 +268,18 @@ def summarize(records: list[dict], walls: dict, metrics: dict, streamed: dict) -
                    "itl_ms_median": 1e3 * _median(gaps), "itl_ms_p90": 1e3 * _quantile(gaps, 0.9),
                    "ttft_ms_median": 1e3 * _median(r["ttft_s"] for r in mine), "streamed": streamed[(role, c)],
                    "latency_s_median": _median(r["latency_s"] for r in mine), **metrics.get((role, c), {})}
+            row.update(output_throughput=row["throughput_tokens_per_s"], duration=row["wall_s"])
+            # vLLM's names: mean / median / p99 / std of TTFT, TPOT, ITL, E2EL; spec_decode_* (None: not reported)
+            row.update(conventions.latency_fields([_as_request(r) for r in mine]))
+            for key in conventions.SPEC_DECODE_FIELDS:
+                row.setdefault(key, None)
             base[role] = row
             rows.append(row)
             for cat in dict.fromkeys(r["category"] for r in mine):
                 sub = [r for r in mine if r["category"] == cat]
                 rows.append({"kind": "category", "role": role, "concurrency": c, "category": cat,
-                             "requests": len(sub), "tokens": sum(r["tokens"] for r in sub),
+                             "requests": len(sub), "prompts": len({r["prompt"] for r in sub}),
+                             "tokens": sum(r["tokens"] for r in sub),
                              "request_tokens_per_s_median": _median(r["tokens"] / r["latency_s"] for r in sub),
                              "tpot_ms_median": 1e3 * _median(_tpot(r) for r in sub)})
         if len(base) == 2:
@@ -287,7 +296,27 @@ def summarize(records: list[dict], walls: dict, metrics: dict, streamed: dict) -
                     ref = next(x for x in rows if x["kind"] == "category" and x["role"] == "nospec"
                                and x["concurrency"] == c and x["category"] == row["category"])
                     row["speedup"] = row["request_tokens_per_s_median"] / ref["request_tokens_per_s_median"]
+                    row.update(_paired(records, c, row["category"]))
     return rows
+
+
+def _as_request(r: dict) -> dict:
+    return {"tokens": r["tokens"], "e2el_s": r["latency_s"], "ttft_s": r["ttft_s"] if r["streamed"] else None,
+            "gaps_s": r["gaps_s"]}
+
+
+def _paired(records: list[dict], concurrency: int, category: str) -> dict:
+    """The spread of a category's speedup: per (prompt, repeat), on / off decode rate of the same request."""
+    rate = {(r["role"], r["prompt"], r["repeat"]): r["tokens"] / r["latency_s"] for r in records
+            if r["concurrency"] == concurrency and r["category"] == category and r["latency_s"] > 0}
+    ratios = sorted(v / rate[("nospec", p, k)] for (role, p, k), v in rate.items()
+                    if role == "spec" and ("nospec", p, k) in rate)
+    if not ratios:
+        return {}
+    return {"paired_requests": len(ratios), "speedup_paired_median": statistics.median(ratios),
+            "speedup_paired_min": ratios[0], "speedup_paired_max": ratios[-1],
+            "speedup_paired_q25": conventions.percentile(ratios, 25),
+            "speedup_paired_q75": conventions.percentile(ratios, 75)}
 
 
 def fit_context(config: HttpBenchConfig, model: str) -> list[str]:

@@ -144,25 +144,55 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
                        f"{_fmt(b['itl_ms_median'], 1)} / {_fmt(b['itl_ms_p90'], 1)}",
                        f"{'yes' if a['streamed'] else 'no'} / {'yes' if b['streamed'] else 'no'}",
                        _fmt(a.get("identical_outputs"), 2)] for a, b in zip(on, off, strict=True)]),
-              "", "![throughput](throughput_vs_concurrency.png)", "", "![latency](latency_vs_concurrency.png)", ""]
+              "", "![throughput](throughput_vs_concurrency.png)", "", "![latency](latency_vs_concurrency.png)", "",
+              "## Latency (`vllm bench serve`'s definitions and names)", "",
+              "TTFT = time to the first streamed token; TPOT = (E2EL − TTFT) / (tokens − 1); ITL = every gap between "
+              "streamed chunks; E2EL = request latency. mean / median / p99 over the level's requests (ITL: over "
+              "all gaps); '–' where the server did not stream (no TTFT, TPOT or ITL).", "",
+              _table(["concurrency", "speculation", "requests", "TTFT ms (mean / median / p99)", "TPOT ms", "ITL ms",
+                      "E2EL ms"],
+                     [[str(r["concurrency"]), LABELS[r["role"]].split()[-1], _fmt(r.get("completed")),
+                       *(_stat3(r, m) for m in ("ttft", "tpot", "itl", "e2el"))]
+                      for a, b in zip(on, off, strict=True) for r in (a, b)]), ""]
     cats = [r for r in rows if r["kind"] == "category" and r["role"] == "spec" and "speedup" in r]
     if cats:
         names = list(dict.fromkeys(r["category"] for r in cats))
         levels = sorted({r["concurrency"] for r in cats})
-        body = [[n] + [next((r["speedup"] for r in cats if r["category"] == n and r["concurrency"] == c), None)
-                       for c in levels] for n in names]
+
+        def cell(n, c):
+            r = next((r for r in cats if r["category"] == n and r["concurrency"] == c), None)
+            if r is None:
+                return "–"
+            if "speedup_paired_median" not in r:
+                return _fmt(r["speedup"])
+            return (f"{r['speedup']:.3f} (paired {r['speedup_paired_median']:.3f} "
+                    f"[{r['speedup_paired_min']:.3f}, {r['speedup_paired_max']:.3f}], n = {r['paired_requests']})")
+
+        per_cat = {n: next(r for r in cats if r["category"] == n) for n in names}
         lines += ["## Speedup by category (median per-request tokens/s, on / off)", "",
-                  _table(["category"] + [f"concurrency {c}" for c in levels], body), "",
-                  "![categories](speedup_by_category.png)", ""]
+                  "Each cell: the ratio of the medians; in brackets the per-request ratios (the same prompt and "
+                  "repeat with speculation on / off): median [min, max] over n requests. A cell resting on a few "
+                  "prompts is an anecdote, not a measurement of the category.", "",
+                  _table(["category", "prompts"] + [f"concurrency {c}" for c in levels],
+                         [[n, str(per_cat[n].get("prompts", "–"))] + [cell(n, c) for c in levels] for n in names]),
+                  "", "![categories](speedup_by_category.png)", ""]
     lines += ["## Speculation counters (/metrics, differenced over each level)", ""]
     reported = [r for r in on if r.get("source")]
     if not reported:
         lines.append("The engine exposes no speculation counters on /metrics: no acceptance is reported.")
     for r in reported:
         parts = [f"source {r['source']}"]
+        if r.get("spec_decode_num_drafts") is not None:
+            parts.append(f"acceptance rate {r['spec_decode_acceptance_rate']:.1f}% (accepted / draft tokens), "
+                         f"acceptance length {r['spec_decode_acceptance_length']:.3f} (1 + accepted / drafts), "
+                         f"drafts {r['spec_decode_num_drafts']}, draft tokens {r['spec_decode_draft_tokens']}, "
+                         f"accepted tokens {r['spec_decode_accepted_tokens']}")
+            parts.append("per position, conditional (accepted at i / accepted at i − 1) " + ", ".join(
+                f"{a:.3f}" for a in r["per_position_acceptance_conditional"]))
         if r.get("acceptance_per_position"):
-            parts.append("acceptance per position " + ", ".join(f"{a:.3f}" for a in r["acceptance_per_position"]))
-        for key in ("mean_accepted_per_step", "draft_acceptance_rate", "tokens_per_target_call"):
+            parts.append("per position, unconditional (accepted at i / drafts) "
+                         + ", ".join(f"{a:.3f}" for a in r["acceptance_per_position"]))
+        for key in ("tokens_per_target_call",):
             if r.get(key) is not None:
                 parts.append(f"{key.replace('_', ' ')} {_fmt(r[key])}")
         lines.append(f"- concurrency {r['concurrency']}: " + "; ".join(parts))
@@ -170,6 +200,12 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
         lines += ["", "![acceptance per position](acceptance_per_position.png)"]
     files["report.md"] = atomic_write_text(out_dir / "report.md", "\n".join(lines) + "\n")
     return files
+
+
+def _stat3(row: dict, metric: str) -> str:
+    if row.get(f"mean_{metric}_ms") is None:
+        return "–"
+    return " / ".join(_fmt(row.get(f"{s}_{metric}_ms"), 1) for s in ("mean", "median", "p99"))
 
 
 def _loadavg() -> str:

@@ -6,6 +6,9 @@ for the same prompts with the same seeds (prompt i of round r: seed + 1000 r + i
 synchronized before the clock starts and before it stops. Methods rotate their order from round to
 round so a slow drift of the machine does not favour one. Tokens are counted identically for all
 methods: the new tokens returned (−1 padding after EOS excluded), divided by the wall time of the round.
+Each generation of a round is also timed on its own (E2EL), with the end of every target forward pass
+stamped (`EmissionClock`): the first stamp is its time to first token, the gaps between stamps its
+inter-token latencies (a speculative step emits its tokens at the end of its target pass).
 
 Counts protocol (`tokens` cells): batched rows with the recomputing runner, repeated with fresh seeds
 until at least `min_row_steps` row-steps drafted the full γ; only those enter the token formula (a
@@ -78,6 +81,29 @@ def synthetic_cost(pair: ModelPair, cost_ms: tuple[float, float] | None) -> Iter
             handle.remove()
         for model in (pair.target, pair.draft):
             vars(model).pop("specdec_synthetic_cost", None)
+
+
+class EmissionClock:
+    """Times at which the target finished each forward pass: the tokens of a step are decided at the end of
+    its target pass, so these are the token-emission times of an in-process run (TTFT, ITL as over HTTP)."""
+
+    def __init__(self, module, device):
+        self.times: list[float] = []
+        self._device = device
+        self._handle = module.register_forward_hook(self._stamp)
+
+    def _stamp(self, module, args, output):
+        sync(self._device)
+        self.times.append(time.perf_counter())
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def request_record(start: float, end: float, emissions: list[float], tokens: int) -> dict:
+    """One generation as `harness.bench.conventions.latency_fields` reads it (seconds)."""
+    return {"tokens": tokens, "e2el_s": end - start, "ttft_s": (emissions[0] - start) if emissions else None,
+            "gaps_s": [b - a for a, b in zip(emissions, emissions[1:], strict=False)]}
 
 
 class ForwardCounter:
@@ -160,6 +186,8 @@ def merge_stats(stats: list[GenerationStats]) -> dict:
         "full_row_steps": len(full),
         "accepted_hist": hist,  # [γ+1] full-γ row-steps that accepted k drafts
         "accepted_all_steps": sum(every),
+        "drafted_all_steps": sum(sum(s.drafted_per_step) for s in stats),  # draft tokens proposed
+        "drafting_row_steps": sum(d > 0 for s in stats for d in s.drafted_per_step),  # vLLM's num_drafts
         "reached": [sum(s.reached[i] for s in stats) for i in range(gamma)],
         "accepted": [sum(s.accepted[i] for s in stats) for i in range(gamma)],
         "alpha_sum": sum(s.alpha_sum for s in stats),
@@ -181,6 +209,7 @@ def measure_timing(pair: ModelPair, cell: Cell) -> dict:
     timings = {m: {"tokens": [], "seconds": []} for m in names}
     stats: dict[str, list[GenerationStats]] = {m: [] for m in names}
     counters = {m: {"target_calls": [], "draft_calls": []} for m in names}
+    requests: dict[str, list[dict]] = {m: [] for m in names}  # per generation: e2el, TTFT, emission gaps
     with torch_threads(cell.threads), synthetic_cost(pair, cell.synthetic_cost_ms), quiet_transformers():
         for _ in range(cell.warmup):
             for name in names:
@@ -188,11 +217,19 @@ def measure_timing(pair: ModelPair, cell: Cell) -> dict:
         for r in range(cell.repeats):
             for name in names[r % len(names):] + names[: r % len(names)]:
                 target_count, draft_count = ForwardCounter(pair.target), ForwardCounter(pair.draft)
+                clock = EmissionClock(pair.target, cell.device)
                 sync(cell.device)
                 start = time.perf_counter()
-                outs = [runs[name](ids, cell.seed + 1000 * r + i, n_new) for i, ids in enumerate(prompts)]
-                sync(cell.device)
+                outs = []
+                for i, ids in enumerate(prompts):
+                    clock.times.clear()
+                    began = time.perf_counter()
+                    outs.append(runs[name](ids, cell.seed + 1000 * r + i, n_new))
+                    sync(cell.device)
+                    requests[name].append({"repeat": r, "prompt": i, **request_record(
+                        began, time.perf_counter(), list(clock.times), int((outs[-1][0] >= 0).sum()))})
                 seconds = time.perf_counter() - start
+                clock.remove()
                 target_count.remove()
                 draft_count.remove()
                 timings[name]["tokens"].append(sum(int((tokens >= 0).sum()) for tokens, _ in outs))
@@ -206,6 +243,7 @@ def measure_timing(pair: ModelPair, cell: Cell) -> dict:
         "timings": timings,  # per method: per-repeat tokens and seconds
         "forwards": counters,  # per method: per-repeat model forward passes (B = 1 each), counted by hooks
         "stats": {m: merge_stats(s) for m, s in stats.items() if s},
+        "requests": requests,
     }
 
 

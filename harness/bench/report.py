@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from harness.bench import plots
-from harness.bench.summarize import SPEEDUP_FLOOR, TOKEN_TOLERANCE, best_gammas
+from harness.bench.summarize import COST_MODEL_BAND, SPEEDUP_FLOOR, TOKEN_TOLERANCE, best_gammas
 from harness.records import atomic_write_json, atomic_write_text, save_figure
 
 
@@ -94,6 +94,72 @@ def _tokens_section(rows: list[dict]) -> list[str]:
     ]
 
 
+def _positions(values) -> str:
+    return " ".join(_fmt(v, 2) for v in values) if values else "–"
+
+
+def _latency(row: dict, metric: str) -> str:
+    if row.get(f"mean_{metric}_ms") is None:
+        return "–"
+    return " / ".join(_fmt(row.get(f"{s}_{metric}_ms"), 1) for s in ("mean", "median", "p99"))
+
+
+def _headline(cells: list[dict]) -> list[str]:
+    """measured / cost model over every timed cell: the report's first number."""
+    rated = [r for r in cells if "cost_model_ratio" in r]
+    if not rated:
+        return []
+    lo, hi = COST_MODEL_BAND
+    flagged = [r for r in rated if r["cost_model_flag"]]
+    ratios = [r["cost_model_ratio"] for r in rated]
+    lines = [f"**Measured / cost-model prediction: {len(rated) - len(flagged)}/{len(rated)} cells within the band "
+             f"[{lo}, {hi}]**, range [{min(ratios):.3f}, {max(ratios):.3f}] (measured / Leviathan: "
+             f"[{min(r['speedup_ratio'] for r in rated):.3f}, {max(r['speedup_ratio'] for r in rated):.3f}])."]
+    if flagged:
+        lines[0] += " Flagged (⚠): " + ", ".join(f"{r['group']} γ={r['gamma']} {r['cost_model_ratio']:.3f}"
+                                                  for r in flagged) + "."
+    wins = [r for r in cells if r["speedup_median"] > 1]
+    lines[0] += (" Speculation pays (median speedup > 1) in: " + ", ".join(
+        f"{r['group']} γ={r['gamma']} ({r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}])"
+        for r in wins) + "." if wins else " No cell has a median speedup above 1.")
+    return lines + [""]
+
+
+def _group_tables(members: list[dict]) -> list[str]:
+    ar = members[0]
+    lo, hi = COST_MODEL_BAND
+    speed = _table(
+        ["γ", "speedup [min, max]", "Leviathan (r = 1)", "cost model", "**measured / cost model**", "± SE (acceptance)",
+         "at realized acceptance", "measured / Leviathan", "α", "c", "r = T(γ+1)/T(1)", "tokens/call", "E[tokens/call]"],
+        [[("**" + str(r["gamma"]) + "**") if r.get("best_gamma") == r["gamma"] else str(r["gamma"]),
+          f"{r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}]",
+          r.get("predicted_speedup"), r.get("predicted_speedup_cost_model"),
+          (("⚠ " if r.get("cost_model_flag") else "") + _fmt(r.get("cost_model_ratio"))),
+          _fmt(100 * r.get("speedup_ratio_se", math.nan), 1) + "%", r.get("cost_model_ratio_realized_median"),
+          r.get("speedup_ratio"), r["alpha"], r["c"], r.get("r"), r["tokens_per_call"],
+          r.get("predicted_tokens_per_call")] for r in members])
+    accept = _table(
+        ["γ", "acceptance rate % (vLLM)", "acceptance length 1 + accepted/drafts (vLLM)", "tokens / target call",
+         "drafts", "draft tokens", "accepted tokens", "per position, unconditional (accepted at i / drafts)",
+         "per position, conditional (accepted at i / reached i)"],
+        [[str(r["gamma"]), r.get("spec_decode_acceptance_rate"), r.get("spec_decode_acceptance_length"),
+          r.get("tokens_per_call_realized"), _fmt(r.get("spec_decode_num_drafts")),
+          _fmt(r.get("spec_decode_draft_tokens")), _fmt(r.get("spec_decode_accepted_tokens")),
+          _positions(r.get("spec_decode_per_position_acceptance_rates")),
+          _positions(r.get("per_position_acceptance_conditional"))] for r in members])
+    latency = _table(["run", "requests", "TTFT ms (mean / median / p99)", "TPOT ms", "ITL ms", "E2EL ms"],
+                     [[name, _fmt(r.get("completed")), _latency(r, "ttft"), _latency(r, "tpot"), _latency(r, "itl"),
+                       _latency(r, "e2el")]
+                      for name, r in [("autoregressive", ar.get("ar_latency") or {})]
+                      + [(f"γ = {r['gamma']}", r) for r in members]])
+    return [f"Autoregressive: {ar['ar_tokens_per_s_median']:.2f} tokens/s [{ar['ar_tokens_per_s_min']:.2f}, "
+            f"{ar['ar_tokens_per_s_max']:.2f}], T(1) = {ar['ar_target_ms_per_call']:.2f} ms per target call.", "",
+            f"Speedup and its two predictions (⚠: measured / cost model outside [{lo}, {hi}]):", "", speed, "",
+            "Acceptance, in the conventions engines report (docs/BENCH.md):", "", accept, "",
+            "Latency per generation (B = 1; a token is emitted when the target pass that decided it ends):", "",
+            latency, ""]
+
+
 def _timing_section(rows: list[dict]) -> list[str]:
     cells = [r for r in rows if r["kind"] == "spec" and "speedup_median" in r]
     if not cells:
@@ -102,35 +168,42 @@ def _timing_section(rows: list[dict]) -> list[str]:
     lines = ["## Walltime speedup over autoregressive", "",
              "Each γ cell is timed against its group's autoregressive baseline, measured in the same run on the "
              "same prompts and seeds, tokens counted the same way (new tokens returned / wall time). Speedup per "
-             "repeat = reference tokens/s ÷ baseline tokens/s of the same repeat; median [min, max] over repeats. "
-             "Predicted = Leviathan's (1 − α^{γ+1}) / ((1 − α)(γc + 1)) at the measured α and c.", ""]
+             "repeat = reference tokens/s ÷ baseline tokens/s of the same repeat; median [min, max] over repeats.", "",
+             "Two predictions at the measured α, both from costs measured in this run: T(1) = the baseline's mean "
+             "target call, T(γ+1) = the speculative run's mean target call (it scores γ + 1 positions), draft = its "
+             "mean draft call; c = draft / T(1), r = T(γ+1) / T(1) (each mean includes the run's one prefill call per "
+             "prompt, as its wall time does).", "",
+             "- Leviathan's (1 − α^{γ+1}) / ((1 − α)(γc + 1)): assumes r = 1, a verify pass as cheap as a one-token "
+             "pass (a weight-bandwidth-bound GPU);",
+             "- the cost model E[tokens/call] / (r + γc) (results/bench/costs): the verify pass at its measured "
+             "price. **measured / cost model is the headline**; outside the band "
+             f"[{COST_MODEL_BAND[0]}, {COST_MODEL_BAND[1]}] a cell is flagged ⚠ — the run is slower (or faster) "
+             "than its own forward passes explain. '± SE' is the acceptance noise of the timed steps, and "
+             "'at realized acceptance' puts the tokens per call realized in those steps in place of E[tokens/call]: "
+             "what remains is time outside the forward passes.", ""]
+    lines += _headline(cells)
     if synthetic:
         lines += _synthetic_summary(synthetic)
     lines += ["![speedup vs gamma](speedup_vs_gamma.png)", ""]
     best = best_gammas(rows)
     if best:
         lines += ["Best γ per pair and sampling:", "",
-                  _table(["series", "best γ (measured)", "speedup", "best γ (predicted)"],
-                         [[b["group"], str(b["best_gamma"]), b["speedup_median"], str(b["predicted_best_gamma"])]
-                          for b in best]), ""]
+                  _table(["series", "best γ (measured)", "speedup", "best γ (Leviathan)",
+                          "best γ (cost model, among those measured)"],
+                         [[b["group"], str(b["best_gamma"]), b["speedup_median"], str(b["predicted_best_gamma"]),
+                           _fmt(b.get("cost_model_best_gamma"))] for b in best]), ""]
     groups = list(dict.fromkeys(r["group"] for r in cells))
-    for group in groups:
-        members = [r for r in cells if r["group"] == group]
-        ar = members[0]
-        lines += [f"### {group}", "",
-                  f"Autoregressive: {ar['ar_tokens_per_s_median']:.2f} tokens/s "
-                  f"[{ar['ar_tokens_per_s_min']:.2f}, {ar['ar_tokens_per_s_max']:.2f}], "
-                  f"{ar['ar_target_ms_per_call']:.2f} ms per target call.", "",
-                  _table(["γ", "tokens/s", "speedup [min, max]", "predicted", "meas/pred", "± SE (acceptance)",
-                          "meas/pred at realized acceptance", "α", "c", "tokens/call", "predicted", "verify/AR call"],
-                         [[("**" + str(r["gamma"]) + "**") if r.get("best_gamma") == r["gamma"] else str(r["gamma"]),
-                           r["tokens_per_s_median"],
-                           f"{r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}]",
-                           r.get("predicted_speedup"), r.get("speedup_ratio"),
-                           _fmt(100 * r.get("speedup_ratio_se", math.nan), 1) + "%",
-                           r.get("walltime_ratio_median"), r["alpha"], r["c"],
-                           r["tokens_per_call"], r.get("predicted_tokens_per_call"), r["verify_cost_ratio"]]
-                          for r in members]), ""]
+    for sampled in (False, True):  # greedy and sampled runs in separate tables
+        mine = [g for g in groups if (next(r for r in cells if r["group"] == g)["temperature"] != 0) == sampled]
+        if mine:
+            lines += [f"### {'Sampled' if sampled else 'Greedy'}", ""]
+        for group in mine:
+            lines += [f"#### {group}", ""] + _group_tables([r for r in cells if r["group"] == group])
+    lines += ["rows.json carries these numbers per cell under `vllm bench serve`'s names where vLLM has them "
+              "(`spec_decode_acceptance_rate`, `spec_decode_acceptance_length`, `spec_decode_num_drafts`, "
+              "`spec_decode_draft_tokens`, `spec_decode_accepted_tokens`, `spec_decode_per_position_acceptance_rates`, "
+              "`mean/median/p99/std_{ttft,tpot,itl,e2el}_ms`), plus `per_position_acceptance_conditional`, "
+              "`predicted_speedup` (Leviathan), `predicted_speedup_cost_model`, `cost_model_ratio`, `r`, `c`.", ""]
     return lines
 
 

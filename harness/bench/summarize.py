@@ -2,8 +2,10 @@
 
 Per timing cell: tokens/s, speedup over the autoregressive baseline per repeat (median and spread),
 tokens per target call and the accepted-count histogram, acceptance per draft position, measured α
-(Σ min(p, q) over the positions that were tested) and cost ratio c (draft pass / target pass, from the
-reference's own timers), the Leviathan predictions at those α and c, and measured/predicted ratios.
+(Σ min(p, q) over the positions that were tested), the costs c = draft call / T(1) and r = T(γ+1) / T(1)
+(the reference's own timers; T(1) from the baseline of the same run), Leviathan's prediction (r = 1) and
+the cost model's, measured/predicted ratios (measured / cost model is the headline, flagged outside
+COST_MODEL_BAND), and the acceptance and latency fields under vLLM's names (harness.bench.conventions).
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ from __future__ import annotations
 import math
 import statistics
 
-from harness.bench import theory
+from harness.bench import conventions, theory
 from harness.bench.cells import Cell, sampling_label
 
 TOKEN_TOLERANCE = 0.03  # the token formula must hold within ±3% (over ≥ 10k target calls)
 SPEEDUP_FLOOR = 0.9  # measured speedup must reach 0.9 × predicted on synthetic-cost pairs
+# measured / cost-model prediction outside this band is flagged (docs/BENCH.md): below, the run is slower than
+# its own forward passes explain (overhead); above, faster than they allow (timers or counts wrong) - or the
+# few steps of a short timed cell realized far more or fewer tokens per call than α predicts (see its ± SE)
+COST_MODEL_BAND = (0.8, 1.2)
 
 
 def _div(a: float, b: float) -> float:
@@ -62,7 +68,44 @@ def _acceptance_free_check(row: dict, measurement: dict, speedup: list[float]) -
            "predicted_speedup_realized": statistics.median(given),
            "speedup_ratio_se": _div(row["tokens_per_call_se"], row["tokens_per_call"])}
     out.update(_spread(_ratios(speedup, given), "walltime_ratio"))
+    if math.isfinite(row.get("r", math.nan)):  # the cost model at the realized acceptance: what is left is overhead
+        model = [_div(t, row["r"] + row["c"] * d) for t, d in zip(realized, drafts, strict=True)]
+        out["predicted_speedup_cost_model_realized"] = statistics.median(model)
+        out.update(_spread(_ratios(speedup, model), "cost_model_ratio_realized"))
     return out
+
+
+def cost_model(row: dict, gamma: int, ar_target_ms: float, speedup_median: float) -> dict:
+    """Both predictions from costs measured in this run, and measured / cost model (the headline).
+
+    T(1) = the autoregressive baseline's mean target call, T(γ+1) = the speculative run's mean target call,
+    draft = its mean draft call (each mean includes that run's one prefill call per prompt, as its wall time
+    does): r = T(γ+1) / T(1), c = draft / T(1). Leviathan's prediction is the cost model at r = 1."""
+    out = {"r": _div(row["target_ms_per_call"], ar_target_ms), "c_verify": row["c"],
+           "c": _div(row["draft_ms_per_call"], ar_target_ms)}
+    alpha = row["alpha"]
+    if not (math.isfinite(alpha) and 0 <= alpha <= 1 and math.isfinite(out["c"]) and out["r"] > 0):
+        return out
+    out["predicted_speedup"] = theory.predicted_speedup(alpha, gamma, out["c"])
+    out["predicted_speedup_cost_model"] = theory.cost_model_speedup(alpha, gamma, out["r"], out["c"])
+    out["cost_model_ratio"] = _div(speedup_median, out["predicted_speedup_cost_model"])
+    lo, hi = COST_MODEL_BAND
+    out["cost_model_flag"] = not lo <= out["cost_model_ratio"] <= hi
+    return out
+
+
+def spec_decode_summary(s: dict) -> dict:
+    """vLLM-named acceptance fields of a merged stats record (records from before these counts: none)."""
+    if "drafting_row_steps" not in s:
+        return {}
+    return conventions.spec_decode_fields(s["drafting_row_steps"], s["drafted_all_steps"], s["accepted_all_steps"],
+                                          s["accepted"], s["reached"])
+
+
+def latency_summary(measurement: dict, method: str) -> dict:
+    """vLLM-named latency fields of one method's generations (records from before per-request timing: none)."""
+    requests = (measurement.get("requests") or {}).get(method)
+    return conventions.latency_fields(requests) if requests else {}
 
 
 def stats_summary(s: dict, gamma: int) -> dict:
@@ -119,12 +162,14 @@ def _ar_row(cell: Cell, record: dict) -> dict:
     m = record["measurement"]
     s = m["stats"]["ar"]
     return {**_spread(rates(m, "ar"), "tokens_per_s"),
-            "target_ms_per_call": 1e3 * _div(s["target_seconds"], s["target_calls"])}
+            "target_ms_per_call": 1e3 * _div(s["target_seconds"], s["target_calls"]), **latency_summary(m, "ar")}
 
 
 def _spec_row(cell: Cell, record: dict, baseline: dict | None) -> dict:
     m = record["measurement"]
     row = stats_summary(m["stats"]["ref"], cell.gamma)
+    row.update(spec_decode_summary(m["stats"]["ref"]))
+    row.update(latency_summary(m, "ref"))
     row.update(_spread(rates(m, "ref"), "tokens_per_s"))
     if baseline is None:  # its baseline was not measured (time budget): no speedup to report
         return row
@@ -134,7 +179,10 @@ def _spec_row(cell: Cell, record: dict, baseline: dict | None) -> dict:
     speedup = _ratios(rates(m, "ref"), ar_rates)
     row.update(_spread(speedup, "speedup"))
     row["ar_target_ms_per_call"] = 1e3 * _div(ar["target_seconds"], ar["target_calls"])
+    row["ar_latency"] = latency_summary(baseline["measurement"], "ar")
     row["verify_cost_ratio"] = _div(row["target_ms_per_call"], row["ar_target_ms_per_call"])
+    row.pop("predicted_speedup", None)  # stats_summary's used c per verify call; redone with c per T(1)
+    row.update(cost_model(row, cell.gamma, row["ar_target_ms_per_call"], row["speedup_median"]))
     if "predicted_speedup" in row:
         row["speedup_ratio"] = _div(row["speedup_median"], row["predicted_speedup"])
         row.update(_acceptance_free_check(row, m, speedup))
@@ -156,6 +204,12 @@ def _compare_row(cell: Cell, record: dict) -> dict:
     row["ref_tokens_per_call_realized"] = _div(sum(m["timings"]["ref"]["tokens"]), sum(f["ref"]["target_calls"]))
     row["hf_tokens_per_call"] = _div(sum(m["timings"]["hf"]["tokens"]), sum(f["hf"]["target_calls"]))
     row["hf_draft_calls_per_target_call"] = _div(sum(f["hf"]["draft_calls"]), sum(f["hf"]["target_calls"]))
+    ar = m["stats"].get("ar")
+    if ar:  # the same cost model as a spec cell, from the reference and its baseline timed in this cell
+        row.pop("predicted_speedup", None)
+        row.update(cost_model(row, cell.gamma, 1e3 * _div(ar["target_seconds"], ar["target_calls"]),
+                              row["ref_speedup_median"]))
+    row.update(spec_decode_summary(m["stats"]["ref"]))
     if "predicted_speedup" in row:
         row["speedup_ratio"] = _div(row["ref_speedup_median"], row["predicted_speedup"])
     return row
@@ -209,9 +263,12 @@ def _mark_best_gamma(rows: list[dict]) -> None:
         cs = [r["c"] for r in members if math.isfinite(r["c"])]
         predicted = (theory.optimal_gamma(statistics.mean(alphas), statistics.mean(cs), max(r["gamma"] for r in members))
                      if alphas and cs else None)
+        modelled = [r for r in members if math.isfinite(r.get("predicted_speedup_cost_model", math.nan))]
+        best_model = max(modelled, key=lambda r: r["predicted_speedup_cost_model"])["gamma"] if modelled else None
         for row in members:
             row["best_gamma"] = best["gamma"]
             row["predicted_best_gamma"] = predicted
+            row["cost_model_best_gamma"] = best_model  # among the γ measured (r is measured per γ)
 
 
 def best_gammas(rows: list[dict]) -> list[dict]:
@@ -221,5 +278,6 @@ def best_gammas(rows: list[dict]) -> list[dict]:
         if row["kind"] == "spec" and row.get("best_gamma") == row["gamma"]:
             out[row["group"]] = {"group": row["group"], "pair": row["pair"], "sampling": row["sampling"],
                                  "best_gamma": row["gamma"], "speedup_median": row["speedup_median"],
-                                 "predicted_best_gamma": row["predicted_best_gamma"]}
+                                 "predicted_best_gamma": row["predicted_best_gamma"],
+                                 "cost_model_best_gamma": row.get("cost_model_best_gamma")}
     return list(out.values())

@@ -8,6 +8,15 @@ of drafts accepted in a step is a geometric law truncated at γ, so
 - walltime speedup        E[n + 1] / (γc + 1)                             (one step = γ drafts + 1 target),
 - P(n = k accepted)       α^k (1 − α) for k < γ, and α^γ for k = γ.
 
+Leviathan's speedup assumes a target pass over γ + 1 positions costs what a pass over one does (r = 1:
+bound by loading weights, a large model on a GPU). Where it does not (a small model on a CPU is
+compute-bound), one step costs r = T(γ+1) / T(1) one-token target passes plus γ drafts of c each, so the
+cost model (results/bench/costs/README.md) predicts
+
+- walltime speedup        E[n + 1] / (r + γc)                             (= Leviathan's at r = 1),
+
+with c = one draft pass / one one-token target pass, both measured on the same machine in the same run.
+
 All functions are pure and take plain floats; α = 1 and α = 0 are handled exactly, not by limits of
 floating-point division.
 """
@@ -37,6 +46,15 @@ def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
     if not c >= 0.0:
         raise ValueError(f"cost ratio c must be >= 0, got {c!r}")
     return expected_tokens_per_call(alpha, gamma) / (gamma * c + 1.0)
+
+
+def cost_model_speedup(alpha: float, gamma: int, r: float, c: float) -> float:
+    """E[tokens per call] / (r + γc): the speedup when verifying γ + 1 positions costs r one-token target passes."""
+    if not r > 0.0:
+        raise ValueError(f"verify cost ratio r must be > 0, got {r!r}")
+    if not c >= 0.0:
+        raise ValueError(f"cost ratio c must be >= 0, got {c!r}")
+    return expected_tokens_per_call(alpha, gamma) / (r + gamma * c)
 
 
 def accepted_count_pmf(alpha: float, gamma: int) -> list[float]:
