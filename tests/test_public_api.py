@@ -91,3 +91,14 @@ def test_verify_engine_level_builds_an_engine_config_and_validates_before_any_re
 def test_python_dash_m_specdec_is_the_command_line():
     run = subprocess.run([sys.executable, "-m", "specdec", "pairs"], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0 and "toy" in run.stdout
+
+
+def test_the_installed_top_level_names_are_pinned():
+    """docs/DESIGN.md, "Installed top-level names": harness and suites are to move under specdec; no new
+    bare top-level name may be added meanwhile."""
+    tomllib = pytest.importorskip("tomllib")
+    from setuptools import find_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    top = {name.split(".")[0] for name in find_packages(str(ROOT), include=find["include"])}
+    assert top == {"harness", "specdec", "specdec_ref", "suites"}
