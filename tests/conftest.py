@@ -1,5 +1,16 @@
+import os
+
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+
+# Hypothesis profiles, chosen with $HYPOTHESIS_PROFILE. "ci" (the default, what `nox -s tests` runs): each
+# property's own example count (tests/check/test_invariance.py keeps its few, derandomized). "thorough": many
+# random examples of every property whose count is not fixed by its test (the invariance properties included).
+settings.register_profile("ci", deadline=None)
+settings.register_profile("thorough", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from harness.check.engine import Cell, Check, TrialSource, run_battery
 from harness.check.generation import GenerationSource
 from harness.check.sampler import SamplerSource, custom_case, run_sampler_check
 from harness.cli import main
+from harness.errors import HarnessError, UnknownNameError
 from harness.mutants.sampler import always_accept, bonus_wrong_position, row_slip_target, scaled_acceptance
 from harness.pairs import get_pair
 from specdec_ref.adapters import generate, verify
@@ -128,12 +129,12 @@ def test_unknown_family_exit_2(capsys):
 
 
 def test_config_validate_names_the_family():
-    with pytest.raises(Exception, match="unknown verifier family"):
+    with pytest.raises(UnknownNameError, match="unknown verifier family"):
         CheckConfig(impl="x", family="forest").validate()
 
 
 def test_run_verify_validates_before_any_work():
-    with pytest.raises(Exception, match="give the implementation under test"):
+    with pytest.raises(HarnessError, match="give the implementation under test"):
         run_verify(CheckConfig())
 
 

@@ -6,11 +6,15 @@ or vectorized, float16 / 32 / 64) are never failed beyond the stated false-alarm
 (a row reading another row's target or draft law) are failed in every mode. Declared = emitted test
 count in every mode that runs its whole plan.
 
-The CI profile (this file, `HYPOTHESIS_PROFILE` unset) draws few examples on a small plan; the full
-profile is `specdec campaign invariance` (suites/campaigns/invariance.py -> results/invariance), which
-measures the false-alarm rate over >= 200 generated rules per source."""
+The CI profile (hypothesis profile "ci", the default: `HYPOTHESIS_PROFILE` unset; profiles are registered in
+tests/conftest.py) draws few derandomized examples on a small plan; `HYPOTHESIS_PROFILE=thorough` draws the
+thorough profile's many random examples of every property here. The full profile is `specdec campaign invariance`
+(suites/campaigns/invariance.py -> results/invariance), which measures the false-alarm rate over >= 200 generated
+rules per source."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -41,8 +45,17 @@ rules = st.builds(
     scales=st.lists(st.sampled_from([1.0, 0.9, 0.7, 0.5]), min_size=1, max_size=3).map(tuple),
     rng=st.sampled_from(RNG_SOURCES), order=st.sampled_from(ORDERS), loop=st.just("vector"),
     dtype=st.sampled_from(DTYPES))
-FAST = settings(max_examples=6, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+CI = os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci"
+
+
+def examples(n: int) -> settings:
+    """n derandomized examples under the CI profile; any other profile's own count and randomness."""
+    fixed = {"max_examples": n, "derandomize": True} if CI else {}
+    return settings(**fixed, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+
+
+FAST = examples(6)
 
 
 def _check(rule: LosslessRule, mode: str, seed: int, source: str = "sampler"):
@@ -164,7 +177,7 @@ def _generation(rule: LosslessRule, mode: str, seed: int, pair: str = "toy", **o
 ONE_SETTING = {"settings": ["T=1"]}  # the CI profile: one sampling setting of the battery (the campaign runs them all)
 
 
-@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@examples(3)
 @given(rule=rules, mode=st.sampled_from(GENERATION_MODES), seed=st.integers(0, 10_000))
 def test_generated_lossless_rules_pass_a_whole_generate(rule, mode, seed):
     """The rule as the verify step of the reference's loop: a whole generate() that is lossless."""
@@ -180,7 +193,7 @@ def test_a_row_slip_inside_generate_fails_in_every_mode(mode):
     assert mode != "fixed-n-no-early-stop" or _declared_equals_emitted(report)
 
 
-@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@examples(2)
 @given(rule=rules, seed=st.integers(0, 10_000))
 def test_generated_lossless_rules_pass_the_default_contexts_plan(rule, seed):
     """The user's default path: `--contexts auto` (not named), the toy pair's catalogue (random prompts whose
