@@ -1,6 +1,7 @@
-"""`assert_lossless` for users' own test suites (also exposed as pytest fixtures by the plugin).
+"""`assert_lossless` for users' own test suites (also exposed as pytest fixtures by the plugin). Users import
+these from the public API, `specdec`:
 
-    from harness.testing import assert_lossless
+    from specdec import assert_lossless, assert_lossless_block, assert_lossless_generation, assert_lossless_tree
     def test_my_sampler_is_lossless():
         assert_lossless(my_verify)                          # sampler level, chain family (contract §1a)
         assert_lossless_block(my_block_verify)              # block verification, same signature
