@@ -32,13 +32,13 @@ def _configs() -> dict[str, type]:
 
 def _origin(action: argparse.Action, cls: type | None) -> str:
     """The config field a flag is built from (`CheckConfig.tv`: add_arguments gives it the field's name as
-    its dest), or "argparse" for a flag written by hand."""
+    its dest), or "hand-written" for a flag added by its own argparse call."""
     from harness.configs import cli_fields
 
     for field in cli_fields(cls) if cls else ():
         if field.name == action.dest and field.metadata["flag"] in action.option_strings:
             return f"`{cls.__name__}.{field.name}`"
-    return "argparse"
+    return "hand-written"
 
 
 def _cell(text: object) -> str:
@@ -117,7 +117,7 @@ def render_cli() -> str:
     declared = sum(1 for p in sub.choices.values() for a in p._actions
                    if a.option_strings and not isinstance(a, argparse._HelpAction))
     from_configs = sum(1 for name, p in sub.choices.items() for a in p._actions
-                       if _origin(a, configs.get(name)) != "argparse")
+                       if _origin(a, configs.get(name)) != "hand-written")
     lines = ["# Command-line reference", "",
              GENERATED, "",
              "Every command of `specdec` (also `python -m specdec`) with every flag, its default and where it is "
