@@ -13,7 +13,7 @@ import sys
 from harness import preflight
 from harness.adapters.calling import ImplementationError
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
-from harness.errors import HarnessError
+from harness.errors import HarnessError, describe_fault
 from harness.policy import results_folder
 from harness.progress import Progress
 from specdec_ref.errors import SpecDecInputError
@@ -459,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specdec: interrupted (results written so far are kept)", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - anything else is the run's own fault (harness, model load, kernel):
+        # exit 2 in one line naming the component, never 1 ("not lossless") and never a traceback
+        print(f"specdec: error: {describe_fault(exc)}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

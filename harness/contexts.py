@@ -87,24 +87,28 @@ def resampled_contexts(target, vocab: int, *, seed: int = 0, chains: int | None 
 
 def target_samples(target, start: torch.Tensor, new_tokens: int, vocab: int, *, seed: int) -> torch.Tensor:
     """[chains, new_tokens] plain T = 1 samples of `target` after `start` [chains, T0]: one KV-cached forward per
-    token (the model's own cache), the law softmax(logits[:vocab]) in float64. These only make contexts (the
-    ground truth of every test is the scorer at whatever context it is given), so this loop need not be the
-    reference's generate(); it is ~20x faster than the reference's per-row bookkeeping on the toy pairs."""
-    from transformers import DynamicCache
-
-    from specdec_ref.runners import _cache_kwarg
+    token (the model's own cache: whatever class the model builds on its first pass, KV, recurrent, conv or
+    windowed), the law softmax(logits[:vocab]) in float64. These only make contexts (the ground truth of every test
+    is the scorer at whatever context it is given), so this loop need not be the reference's generate(); it is
+    ~20x faster than the reference's per-row bookkeeping on the toy pairs."""
+    from specdec_ref.runners import _cache_kwarg, returned_cache
 
     g = torch.Generator().manual_seed(seed)
     device = next(target.parameters()).device
     ids, out = start.to(device), []
-    cache = {_cache_kwarg(type(target)): DynamicCache()}  # updated in place by every forward
+    past: dict = {}  # empty on the first pass: the model builds its own cache
+    length = ids.shape[1]
     with torch.inference_mode():
         for _ in range(new_tokens):
-            step = target(input_ids=ids, use_cache=True, **cache)
+            positions = torch.arange(length - ids.shape[1], length, device=device).expand(len(ids), -1)
+            step = target(input_ids=ids, attention_mask=torch.ones(len(ids), length, dtype=torch.long, device=device),
+                          position_ids=positions, use_cache=True, **past)
+            past = {_cache_kwarg(type(target)): returned_cache(step)}
             probs = torch.softmax(step.logits[:, -1, :vocab].double().cpu(), -1)
             nxt = torch.multinomial(probs, 1, generator=g)
             out.append(nxt)
             ids = nxt.to(device)
+            length += 1
     return torch.cat(out, 1) if out else torch.zeros(len(start), 0, dtype=torch.long)
 
 

@@ -22,6 +22,9 @@ __all__ = ["ModelPair", "PairSpec", "get_pair", "list_pairs", "pair_specs", "reg
 # Modules that declare built-in pairs (a module-level `PAIRS: list[PairSpec]`), read on first use. They
 # import only harness.models.pair, never this module: the catalogue is a declaration, not an import side effect.
 PROVIDERS = ("harness.models.toy_pairs", "harness.models.smollm2")
+# Policy modules (suites/, loaded by name through harness.policy) that declare pairs the same way: the tiny
+# architecture pairs, one per cache family (suites/catalogues/architectures.py).
+POLICY_PROVIDERS = ("catalogues.architectures",)
 _USER: dict[str, PairSpec] = {}  # pairs users add with `register_pair`
 
 
@@ -40,9 +43,12 @@ def register_pair(name: str, description: str, available: Callable[[], tuple[boo
 
 @functools.cache
 def _declared() -> dict[str, PairSpec]:
+    from harness.policy import load
+
     specs: dict[str, PairSpec] = {}
-    for module in PROVIDERS:
-        for spec in importlib.import_module(module).PAIRS:
+    modules = [importlib.import_module(m) for m in PROVIDERS] + [load(m, "pair catalogue") for m in POLICY_PROVIDERS]
+    for module in modules:
+        for spec in module.PAIRS:
             if spec.name in specs:
                 raise ValueError(f"pair {spec.name!r} declared twice")
             specs[spec.name] = spec

@@ -40,6 +40,7 @@ class Cell:
     threads: int | None  # torch CPU threads while measuring (None = leave torch's setting)
     min_row_steps: int = 0  # tokens cells: stop after this many full-γ row-steps
     checkpoints: tuple[str, str] | None = None  # (target, draft) directories for a checkpoint pair
+    prompt_select: tuple[str, ...] | None = None  # kinds or ids of the pair's default prompts (None: all of them)
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -73,7 +74,7 @@ class Cell:
     @classmethod
     def from_dict(cls, d: dict) -> Cell:
         d = dict(d)
-        for key in ("synthetic_cost_ms", "checkpoints"):
+        for key in ("synthetic_cost_ms", "checkpoints", "prompt_select"):
             if d.get(key) is not None:
                 d[key] = tuple(d[key])
         return cls(**d)

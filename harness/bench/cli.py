@@ -55,6 +55,29 @@ def summary_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def regime_lines(rows: list[dict]) -> list[str]:
+    """Per series, its best cell and why it wins or loses: the cost model's terms and the break-even α."""
+    from harness.bench.theory import break_even_alpha
+
+    lines = []
+    spec = [r for r in rows if r["kind"] == "spec" and "predicted_speedup_cost_model" in r]
+    for group in dict.fromkeys(r["group"] for r in spec):
+        b = max((r for r in spec if r["group"] == group), key=lambda r: r["speedup_median"])
+        star = break_even_alpha(b["gamma"], b["r"], b["c"])
+        verdict = "pays" if b["speedup_median"] > 1 else "does not pay"
+        lines.append(
+            f"{group}, best γ={b['gamma']}: speculation {verdict}: measured {b['speedup_median']:.3f} "
+            f"[{b['speedup_min']:.3f}, {b['speedup_max']:.3f}] over repeats"
+            + (f", per prompt [{b['speedup_prompt_min']:.3f}, {b['speedup_prompt_max']:.3f}] over "
+               f"{b['distinct_prompts']} prompts" if "speedup_prompt_min" in b else "")
+            + f"; cost model E[tokens/call] {b['predicted_tokens_per_call']:.2f} / (r {b['r']:.2f} + γc "
+            f"{b['gamma'] * b['c']:.2f}) = {b['predicted_speedup_cost_model']:.3f} at α = {b['alpha']:.2f} "
+            f"(measured / cost model {b['cost_model_ratio']:.3f}); break-even α at these costs: "
+            + ("none (even α = 1 loses)" if star is None else f"{star:.2f}")
+            + f"; Leviathan (r = 1) would predict {b['predicted_speedup']:.3f}")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from harness import preflight
     from harness.bench.runner import run_bench

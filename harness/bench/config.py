@@ -92,6 +92,9 @@ class BenchConfig:
                                             "(with --endpoint)", metavar="URL")
     concurrency: tuple[int, ...] | None = _field(None, "--concurrency", "with --endpoint: requests in flight "
                                                  "(default 1,2,4)", parse_int_list, "LIST")
+    prompt_select: tuple[str, ...] | None = _field(None, "--prompt-select", "in-process: only these kinds or ids of "
+                                                   "the pair's default prompts (suites/prompts/prompts.jsonl, e.g. "
+                                                   "rewrite,code-rename)", parse_names, "NAME[,NAME]")
     categories: tuple[str, ...] | None = _field(None, "--categories", "with --endpoint: prompt categories of the "
                                                 "catalogue (default all)", parse_names, "NAME[,NAME]")
     workers: int | None = _field(None, "--workers", "measure cells on a local dask cluster of N worker processes "
@@ -126,6 +129,8 @@ class BenchConfig:
         if (self.endpoint is None) != (self.reference_endpoint is None):
             raise HarnessError("--endpoint and --reference-endpoint go together: the engine with speculation on and "
                                "the same engine with it off")
+        if self.endpoint is not None and self.prompt_select:
+            raise HarnessError("--prompt-select chooses in-process prompts; with --endpoint use --categories")
         if self.endpoint is None and (self.concurrency or self.categories):
             raise HarnessError("--concurrency and --categories go with --endpoint (a served engine)")
         if self.concurrency is not None and (not self.concurrency or min(self.concurrency) < 1):

@@ -120,11 +120,31 @@ class ForwardCounter:
         self._handle.remove()
 
 
+def selected_prompts(pair: ModelPair, select: tuple[str, ...] | None) -> list[list[int]]:
+    """The pair's default prompts, or those whose kind or id is in `select` (suites/prompts/prompts.jsonl order)."""
+    if not select:
+        return list(pair.prompts or [])
+    from harness.prompts import load_prompts
+
+    catalogue = load_prompts()
+    if not pair.prompts or len(pair.prompts) != len(catalogue):
+        raise HarnessError(f"--prompt-select needs a pair whose prompts are the default prompt set; {pair.name} "
+                           f"has {len(pair.prompts or [])} prompts of its own")
+    known = {p.kind for p in catalogue} | {p.id for p in catalogue}
+    unknown = sorted(set(select) - known)
+    if unknown:
+        raise HarnessError(f"--prompt-select: no prompt kind or id {unknown[0]!r}; kinds and ids: "
+                           f"{', '.join(sorted(known))}")
+    return [ids for ids, p in zip(pair.prompts, catalogue, strict=True) if p.kind in select or p.id in select]
+
+
 def cell_prompts(pair: ModelPair, cell: Cell) -> list[torch.Tensor]:
-    """[1, T] prompts: the pair's defaults (cycled if there are fewer than asked), else random ids."""
+    """[1, T] prompts: the pair's defaults (or the selected ones; cycled if there are fewer than asked), else
+    random ids."""
     n = cell.prompts
-    if pair.prompts:
-        chosen = [pair.prompts[i % len(pair.prompts)] for i in range(n)]
+    chosen_set = selected_prompts(pair, cell.prompt_select)
+    if chosen_set:
+        chosen = [chosen_set[i % len(chosen_set)] for i in range(n)]
     else:
         g = torch.Generator().manual_seed(cell.seed)
         chosen = torch.randint(0, pair.vocab_size, (n, _RANDOM_PROMPT_LENGTH), generator=g).tolist()
@@ -240,6 +260,8 @@ def measure_timing(pair: ModelPair, cell: Cell) -> dict:
     return {
         "max_new_tokens_used": n_new,
         "prompt_lengths": [int(p.shape[1]) for p in prompts],
+        "random_prompts": not pair.prompts,  # synthetic inputs: random token ids, said in the report
+        "distinct_prompts": min(len(prompts), len(selected_prompts(pair, cell.prompt_select)) or len(prompts)),
         "timings": timings,  # per method: per-repeat tokens and seconds
         "forwards": counters,  # per method: per-repeat model forward passes (B = 1 each), counted by hooks
         "stats": {m: merge_stats(s) for m, s in stats.items() if s},

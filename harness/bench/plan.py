@@ -114,7 +114,7 @@ def sweep_cells(sweep: Sweep, config: BenchConfig, checkpoints: tuple[str, str] 
                         top_p=sweep.top_p, prompts=sweep.prompts, max_new_tokens=sweep.max_new_tokens,
                         repeats=sweep.repeats, warmup=sweep.warmup, synthetic_cost_ms=sweep.synthetic_cost_ms,
                         device=sweep.device, dtype=config.dtype, seed=config.seed, threads=_threads(config, pair),
-                        checkpoints=checkpoints)
+                        checkpoints=checkpoints, prompt_select=config.prompt_select)
             if sweep.kind == "timing":
                 cells.append(base)
             kind = {"timing": "spec", "compare": "compare", "tokens": "tokens"}[sweep.kind]

@@ -104,6 +104,13 @@ def _latency(row: dict, metric: str) -> str:
     return " / ".join(_fmt(row.get(f"{s}_{metric}_ms"), 1) for s in ("mean", "median", "p99"))
 
 
+def _per_prompt(r: dict) -> str:
+    if "speedup_prompt_median" not in r:
+        return "–"
+    return (f"{r['speedup_prompt_median']:.3f} [{r['speedup_prompt_min']:.3f}, {r['speedup_prompt_max']:.3f}] "
+            f"({r['distinct_prompts']})")
+
+
 def _headline(cells: list[dict]) -> list[str]:
     """measured / cost model over every timed cell: the report's first number."""
     rated = [r for r in cells if "cost_model_ratio" in r]
@@ -120,8 +127,9 @@ def _headline(cells: list[dict]) -> list[str]:
                                                   for r in flagged) + "."
     wins = [r for r in cells if r["speedup_median"] > 1]
     lines[0] += (" Speculation pays (median speedup > 1) in: " + ", ".join(
-        f"{r['group']} γ={r['gamma']} ({r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}])"
-        for r in wins) + "." if wins else " No cell has a median speedup above 1.")
+        f"{r['group']} γ={r['gamma']} ({r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}] "
+        f"over repeats; per prompt {_per_prompt(r)})" for r in wins) + "." if wins
+        else " No cell has a median speedup above 1.")
     return lines + [""]
 
 
@@ -129,10 +137,10 @@ def _group_tables(members: list[dict]) -> list[str]:
     ar = members[0]
     lo, hi = COST_MODEL_BAND
     speed = _table(
-        ["γ", "speedup [min, max]", "Leviathan (r = 1)", "cost model", "**measured / cost model**", "± SE (acceptance)",
+        ["γ", "speedup [min, max]", "per prompt: median [min, max] (n prompts)", "Leviathan (r = 1)", "cost model", "**measured / cost model**", "± SE (acceptance)",
          "at realized acceptance", "measured / Leviathan", "α", "c", "r = T(γ+1)/T(1)", "tokens/call", "E[tokens/call]"],
         [[("**" + str(r["gamma"]) + "**") if r.get("best_gamma") == r["gamma"] else str(r["gamma"]),
-          f"{r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}]",
+          f"{r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}]", _per_prompt(r),
           r.get("predicted_speedup"), r.get("predicted_speedup_cost_model"),
           (("⚠ " if r.get("cost_model_flag") else "") + _fmt(r.get("cost_model_ratio"))),
           _fmt(100 * r.get("speedup_ratio_se", math.nan), 1) + "%", r.get("cost_model_ratio_realized_median"),
@@ -175,7 +183,7 @@ def _timing_section(rows: list[dict]) -> list[str]:
              "prompt, as its wall time does).", "",
              "- Leviathan's (1 − α^{γ+1}) / ((1 − α)(γc + 1)): assumes r = 1, a verify pass as cheap as a one-token "
              "pass (a weight-bandwidth-bound GPU);",
-             "- the cost model E[tokens/call] / (r + γc) (results/bench/costs): the verify pass at its measured "
+             "- the cost model E[tokens/call] / (r + γc) (docs/BENCH.md): the verify pass at its measured "
              "price. **measured / cost model is the headline**; outside the band "
              f"[{COST_MODEL_BAND[0]}, {COST_MODEL_BAND[1]}] a cell is flagged ⚠ — the run is slower (or faster) "
              "than its own forward passes explain. '± SE' is the acceptance noise of the timed steps, and "
@@ -256,6 +264,13 @@ def _header(plan_name: str, suite: str, rows: list[dict], command: str | None) -
              f"- UTC time of the first cell of the plan: {first.get('utc_time')}; seeds: base {first.get('seed')} "
              "(repeat r, prompt i: seed + 1000 r + i)",
              "- raw rows: [rows.csv](rows.csv), [rows.json](rows.json); per-cell records: rows.jsonl"]
+    random = sorted({r["pair"] for r in rows if r.get("random_prompts")})
+    if random:
+        lines.append(f"- **synthetic inputs**: {', '.join(random)} ha{'s' if len(random) == 1 else 've'} no prompt set; "
+                     "their prompts are random token ids (speedups on random tokens are not those on text)")
+    chosen = sorted({"+".join(r["prompt_select"]) for r in rows if r.get("prompt_select")})
+    if chosen:
+        lines.append(f"- prompts: only {', '.join(chosen)} of the pair's default set (suites/prompts/prompts.jsonl)")
     if command:
         lines.append(f"- reproduce: `{command}`")
     return lines + ["", "Notation (Leviathan et al. 2023): p = target, q = draft, γ = drafts per step, "

@@ -102,6 +102,27 @@ def spec_decode_summary(s: dict) -> dict:
                                           s["accepted"], s["reached"])
 
 
+def per_prompt_speedup(measurement: dict, baseline: dict, method: str = "ref", base_method: str = "ar") -> dict:
+    """Each prompt's own speedup (its tokens/s over the baseline's on the same prompt, seed and repeat; median over
+    repeats), so a cell says how many prompts it rests on and how they spread."""
+    mine = (measurement.get("requests") or {}).get(method)
+    base = {(q["repeat"], q["prompt"]): q for q in (baseline.get("requests") or {}).get(base_method) or []}
+    if not mine or not base:
+        return {}
+    ratios: dict[int, list[float]] = {}
+    for q in mine:
+        b = base.get((q["repeat"], q["prompt"]))
+        if b is not None and q["e2el_s"] > 0 and b["e2el_s"] > 0 and b["tokens"]:
+            ratios.setdefault(q["prompt"], []).append((q["tokens"] / q["e2el_s"]) / (b["tokens"] / b["e2el_s"]))
+    per_prompt = [statistics.median(v) for _, v in sorted(ratios.items())]
+    if not per_prompt:
+        return {}
+    return {"speedup_per_prompt": per_prompt, "speedup_prompt_min": min(per_prompt),
+            "speedup_prompt_max": max(per_prompt), "speedup_prompt_median": statistics.median(per_prompt),
+            "prompts_timed": len(per_prompt),
+            "distinct_prompts": measurement.get("distinct_prompts", len(per_prompt))}  # a set shorter than asked cycles
+
+
 def latency_summary(measurement: dict, method: str) -> dict:
     """vLLM-named latency fields of one method's generations (records from before per-request timing: none)."""
     requests = (measurement.get("requests") or {}).get(method)
@@ -149,7 +170,9 @@ def _common(cell: Cell, record: dict) -> dict:
         "cell_id": record["cell_id"], "kind": cell.kind, "pair": cell.pair, "gamma": cell.gamma,
         "temperature": cell.temperature, "top_k": cell.top_k, "top_p": cell.top_p,
         "sampling": sampling_label(cell.temperature, cell.top_k, cell.top_p),
-        "prompts": cell.prompts, "max_new_tokens": m.get("max_new_tokens_used", cell.max_new_tokens),
+        "prompts": cell.prompts, "prompt_select": cell.prompt_select, "prompt_lengths": m.get("prompt_lengths"),
+        "random_prompts": m.get("random_prompts"),
+        "max_new_tokens": m.get("max_new_tokens_used", cell.max_new_tokens),
         "repeats": cell.repeats, "warmup": cell.warmup,
         "synthetic_target_ms": cost[0] if cost else None, "synthetic_draft_ms": cost[1] if cost else None,
         "threads": cell.threads, "seed": cell.seed, "device": prov.get("device", cell.device),
@@ -180,6 +203,7 @@ def _spec_row(cell: Cell, record: dict, baseline: dict | None) -> dict:
     row.update(_spread(speedup, "speedup"))
     row["ar_target_ms_per_call"] = 1e3 * _div(ar["target_seconds"], ar["target_calls"])
     row["ar_latency"] = latency_summary(baseline["measurement"], "ar")
+    row.update(per_prompt_speedup(m, baseline["measurement"]))
     row["verify_cost_ratio"] = _div(row["target_ms_per_call"], row["ar_target_ms_per_call"])
     row.pop("predicted_speedup", None)  # stats_summary's used c per verify call; redone with c per T(1)
     row.update(cost_model(row, cell.gamma, row["ar_target_ms_per_call"], row["speedup_median"]))
@@ -248,7 +272,8 @@ def summarize(cells: list[Cell], records: dict[str, dict]) -> list[dict]:
 
 def _group_name(cell: Cell) -> str:
     cost = f", cost {cell.synthetic_cost_ms[0]:g}/{cell.synthetic_cost_ms[1]:g} ms" if cell.synthetic_cost_ms else ""
-    return f"{cell.pair} ({sampling_label(cell.temperature, cell.top_k, cell.top_p)}{cost})"
+    chosen = f", prompts {'+'.join(cell.prompt_select)}" if getattr(cell, "prompt_select", None) else ""
+    return f"{cell.pair} ({sampling_label(cell.temperature, cell.top_k, cell.top_p)}{cost}{chosen})"
 
 
 def _mark_best_gamma(rows: list[dict]) -> None:

@@ -11,7 +11,7 @@ of drafts accepted in a step is a geometric law truncated at γ, so
 Leviathan's speedup assumes a target pass over γ + 1 positions costs what a pass over one does (r = 1:
 bound by loading weights, a large model on a GPU). Where it does not (a small model on a CPU is
 compute-bound), one step costs r = T(γ+1) / T(1) one-token target passes plus γ drafts of c each, so the
-cost model (results/bench/costs/README.md) predicts
+cost model (docs/BENCH.md; measured per machine by `specdec campaign bench_costs`) predicts
 
 - walltime speedup        E[n + 1] / (r + γc)                             (= Leviathan's at r = 1),
 
@@ -55,6 +55,18 @@ def cost_model_speedup(alpha: float, gamma: int, r: float, c: float) -> float:
     if not c >= 0.0:
         raise ValueError(f"cost ratio c must be >= 0, got {c!r}")
     return expected_tokens_per_call(alpha, gamma) / (r + gamma * c)
+
+
+def break_even_alpha(gamma: int, r: float, c: float) -> float | None:
+    """The α at which the cost model's speedup is 1 (E[tokens per call] = r + γc); None when even α = 1 loses."""
+    cost = r + gamma * c
+    if expected_tokens_per_call(1.0, gamma) < cost:
+        return None
+    lo, hi = 0.0, 1.0  # E[tokens per call] rises with α: bisect
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if expected_tokens_per_call(mid, gamma) >= cost else (mid, hi)
+    return hi
 
 
 def accepted_count_pmf(alpha: float, gamma: int) -> list[float]:

@@ -15,7 +15,6 @@ The ground truth is the target alone with the shared processing (specdec_ref.pro
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 import math
@@ -101,9 +100,12 @@ def parameter_settings() -> tuple[Setting, ...]:
 
 
 def _target64(pair: ModelPair):
-    """A float64 copy of the target for exact conditionals (cached on the pair)."""
+    """A float64 copy of the target for exact conditionals (cached on the pair); float32 where a kernel refuses
+    float64 (harness.models.precision: the reason is kept in pair.meta["score_precision_note"])."""
     if "_target64" not in pair.meta:
-        pair.meta["_target64"] = copy.deepcopy(pair.target).to(torch.float64).eval()
+        from harness.models.precision import scoring_copy
+
+        pair.meta["_target64"], pair.meta["score_precision_note"] = scoring_copy(pair.target)
     return pair.meta["_target64"]
 
 
@@ -1098,5 +1100,7 @@ class GenerationSource(TrialSource):
                                 f"detects TV ≤ {max(per_position):.3g} on its own (fewer tokens per position)")
         tvs = [t.detectable_tv for t in report.tests if t.detectable_tv and "joint_pooled_pearson" in t.name]
         report.target_tv = max(tvs) if tvs else math.nan
+        if self.pair.meta.get("score_precision_note"):
+            report.notes.append(self.pair.meta["score_precision_note"])
         report.notes.append(f"pair {self.pair.name}, γ = {config.gamma}, {self.length} new tokens per sample"
                             + ("; joint law by exact enumeration (float64)" if self.enumerate else "; PIT only"))

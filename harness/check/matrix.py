@@ -133,6 +133,11 @@ def run_cell(config: CheckConfig, threads: int | None = None) -> dict:
     except (HarnessError, SpecDecInputError, ValueError, OSError) as exc:  # the run itself could not be done
         return {"verdict": "error", "message": f"{type(exc).__name__}: {exc}",
                 "seconds": time.perf_counter() - started, "utc": utc}
+    except Exception as exc:  # noqa: BLE001 - a fault of the harness, a model or a kernel: never a verdict
+        from harness.errors import describe_fault
+
+        return {"verdict": "error", "message": describe_fault(exc), "seconds": time.perf_counter() - started,
+                "utc": utc}
     return {"verdict": report.verdict, "report": report.to_dict(), "seconds": report.seconds, "utc": utc,
             "detectable_tv": report.detectable_tv, "samples": report.samples,
             "message": report.failure_summary()[0] if report.verdict == "fail" and report.failure_summary() else ""}

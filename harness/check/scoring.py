@@ -5,7 +5,8 @@ that may come from different prompts. It runs the rows through the reference's b
 runner (specdec_ref/batched.py): the prefix the rows share (the whole prompt when they have one
 prompt, a chat template's system header across prompts) is computed once instead of once per row,
 and only the continuation positions reach the LM head. Models the batched layout does not support
-fall back to the reference's other runners (same logits).
+fall back to the reference's other runners (same logits); models whose cache is not a croppable KV cache
+(hybrid, recurrent, sliding window) are scored without any cache, in one right-padded full pass.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec_ref.runners import make_runner, model_device
+from specdec_ref.runners import cache_capabilities, make_runner, model_device
 
 
 def score_continuations(
@@ -36,6 +37,9 @@ def score_continuations(
     # the last token is never an input: position T-1+t predicts token t; entries after -1 are never read
     tails = continuations[:, :-1].to(device, torch.long).clamp_min(0)
     seqs = [torch.cat([heads[i], tail]) for i, tail in zip(index, tails, strict=True)]
-    runner = make_runner(model, "score", N, "batched")
+    # Caches a crop cannot restore (recurrent, conv, windowed): no cache at all, one right-padded full pass
+    # (teacher forcing as defined; a causal model never sees the padding after a real token).
+    strategy = "batched" if cache_capabilities(model).croppable else "recompute"
+    runner = make_runner(model, "score", N, strategy)
     logits = runner.logits(list(range(N)), seqs, L)  # [N, L, V]
     return (logits if vocab is None else logits[..., :vocab]).cpu()

@@ -23,6 +23,13 @@ def test_cost_model_is_leviathan_at_r_one_and_charges_the_verify_pass():
         theory.cost_model_speedup(0.5, 2, 1.0, -0.1)
 
 
+def test_break_even_alpha_makes_the_cost_model_one():
+    a = theory.break_even_alpha(3, 1.67, 0.011)
+    assert theory.cost_model_speedup(a, 3, 1.67, 0.011) == pytest.approx(1.0, abs=1e-9)
+    assert theory.break_even_alpha(2, 3.5, 0.0) is None  # a 3-position pass dearer than 3 tokens: never pays
+    assert theory.break_even_alpha(1, 1.0, 0.0) == pytest.approx(0.0, abs=1e-12)  # free drafts, free verify
+
+
 def test_vllm_fields_from_counts():
     # 12 drafts of 3 tokens: position 0 accepted 12 times, 1 eight times, 2 four times (24 accepted of 36)
     f = conventions.spec_decode_fields(12, 36, 24, [12, 8, 4])
@@ -128,6 +135,7 @@ def test_a_spec_row_carries_both_predictions_and_the_headline_ratio():
     assert row["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.5, 0.25])
     assert row["per_position_acceptance_conditional"] == pytest.approx([0.5, 0.5])
     assert row["mean_ttft_ms"] == pytest.approx(1e3 * 0.35 / 0.9 / 10)
+    assert row["speedup_per_prompt"] == pytest.approx([0.9]) and row["prompts_timed"] == 1
 
 
 @pytest.mark.parametrize("speedup,flagged", [(0.5, True), (0.7, True), (1.75 / 1.9, False), (1.05, False),
@@ -193,3 +201,16 @@ def test_http_counters_become_vllm_fields():
     assert f["spec_decode_acceptance_length"] == pytest.approx(3.0)
     assert f["spec_decode_per_position_acceptance_rates"] == pytest.approx([1, 8 / 12, 4 / 12])
     assert f["per_position_acceptance_conditional"] == pytest.approx([1, 8 / 12, 0.5])
+
+
+def test_demo_shows_both_regimes_measured_afresh():
+    from pathlib import Path
+
+    from suites.campaigns.demo import demo_regime_configs
+
+    real = demo_regime_configs("smollm2", Path("x"), quick=False)
+    toy = demo_regime_configs("toy", Path("x"), quick=False)
+    assert [c.pairs for _, c in real] == [("smollm2-ngram",), ("const-a0.8",)]
+    assert [c.pairs for _, c in toy] == [("const-a0.8",)]  # no real model: the synthetic-cost pair only
+    assert all(c.resume is False for _, c in real + toy)
+    assert real[0][1].prompt_select and real[1][1].synthetic_cost_ms == (40.0, 4.0)
