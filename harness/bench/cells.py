@@ -3,7 +3,8 @@
 Kinds of cell:
 - `ar`      — the autoregressive baseline of a group (same pair, sampling, prompts, lengths, seeds, cost);
 - `spec`    — the reference's speculative generation at one γ (its speedup is over its group's `ar` cell,
-              measured in the same run just before it);
+              measured in the same run just before it; with `interleave`, over the autoregressive baseline
+              timed inside the cell, in rotation with it, so both see the same minutes of machine load);
 - `compare` — reference and transformers assisted generation side by side at one γ, each with its own
               autoregressive baseline, all four timed in rotation within every repeat;
 - `tokens`  — counts only (no timing): mean tokens per target call over many batched rows, for checking
@@ -41,9 +42,12 @@ class Cell:
     min_row_steps: int = 0  # tokens cells: stop after this many full-γ row-steps
     checkpoints: tuple[str, str] | None = None  # (target, draft) directories for a checkpoint pair
     prompt_select: tuple[str, ...] | None = None  # kinds or ids of the pair's default prompts (None: all of them)
+    interleave: bool = False  # spec cells: time the autoregressive baseline inside the cell, in rotation
 
     @property
     def methods(self) -> tuple[str, ...]:
+        if self.kind == "spec" and self.interleave:
+            return ("ar", "ref")
         return METHODS[self.kind]
 
     @property
@@ -58,7 +62,9 @@ class Cell:
         return f"{self.kind} {self.pair} γ={self.gamma} T={self.temperature:g}"
 
     def baseline(self) -> Cell:
-        """The group's autoregressive cell (same everything, γ = 0)."""
+        """The group's autoregressive cell (same everything, γ = 0); an interleaved spec cell is its own."""
+        if self.kind == "spec" and self.interleave:
+            return self
         return dataclasses.replace(self, kind="ar", gamma=0)
 
     def group(self) -> tuple:

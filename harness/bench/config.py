@@ -92,6 +92,9 @@ class BenchConfig:
                                             "(with --endpoint)", metavar="URL")
     concurrency: tuple[int, ...] | None = _field(None, "--concurrency", "with --endpoint: requests in flight "
                                                  "(default 1,2,4)", parse_int_list, "LIST")
+    interleave: bool = _field(False, "--interleave", "time the autoregressive baseline inside every γ cell, in "
+                              "rotation with it (speedup, r and c from the same minutes of machine load: for a "
+                              "shared machine; one more generation per cell)", action="store_true")
     prompt_select: tuple[str, ...] | None = _field(None, "--prompt-select", "in-process: only these kinds or ids of "
                                                    "the pair's default prompts (suites/prompts/prompts.jsonl, e.g. "
                                                    "rewrite,code-rename)", parse_names, "NAME[,NAME]")

@@ -114,8 +114,9 @@ def sweep_cells(sweep: Sweep, config: BenchConfig, checkpoints: tuple[str, str] 
                         top_p=sweep.top_p, prompts=sweep.prompts, max_new_tokens=sweep.max_new_tokens,
                         repeats=sweep.repeats, warmup=sweep.warmup, synthetic_cost_ms=sweep.synthetic_cost_ms,
                         device=sweep.device, dtype=config.dtype, seed=config.seed, threads=_threads(config, pair),
-                        checkpoints=checkpoints, prompt_select=config.prompt_select)
-            if sweep.kind == "timing":
+                        checkpoints=checkpoints, prompt_select=config.prompt_select,
+                        interleave=bool(config.interleave) and sweep.kind == "timing")
+            if sweep.kind == "timing" and not base.interleave:
                 cells.append(base)
             kind = {"timing": "spec", "compare": "compare", "tokens": "tokens"}[sweep.kind]
             for gamma in sweep.gammas:

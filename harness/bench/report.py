@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from harness.bench import plots
-from harness.bench.summarize import COST_MODEL_BAND, SPEEDUP_FLOOR, TOKEN_TOLERANCE, best_gammas
+from harness.bench.summarize import COST_MODEL_BAND, LOAD_DRIFT_R, SPEEDUP_FLOOR, TOKEN_TOLERANCE, best_gammas
 from harness.records import atomic_write_json, atomic_write_text, save_figure
 
 
@@ -125,12 +125,28 @@ def _headline(cells: list[dict]) -> list[str]:
     if flagged:
         lines[0] += " Flagged (⚠): " + ", ".join(f"{r['group']} γ={r['gamma']} {r['cost_model_ratio']:.3f}"
                                                   for r in flagged) + "."
+    drift = [r for r in rated if r.get("load_drift_flag")]
+    if drift:
+        lines[0] += (f" **Load drift** (⚠ on r: r < {LOAD_DRIFT_R}, a verify pass cheaper than a one-token pass): "
+                     + ", ".join(f"{r['group']} γ={r['gamma']} r={r['r']:.2f}" for r in drift)
+                     + " — the baseline and the cell ran under different machine load, so their speedups are not "
+                     "measurements of speculation; rerun with --interleave.")
+    interleaved = any(r.get("interleaved") for r in cells)
+    if interleaved:
+        lines[0] += " Baselines interleaved: each γ cell timed its own autoregressive baseline in rotation with it."
     wins = [r for r in cells if r["speedup_median"] > 1]
     lines[0] += (" Speculation pays (median speedup > 1) in: " + ", ".join(
         f"{r['group']} γ={r['gamma']} ({r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}] "
         f"over repeats; per prompt {_per_prompt(r)})" for r in wins) + "." if wins
         else " No cell has a median speedup above 1.")
     return lines + [""]
+
+
+def _latency_runs(members: list[dict]) -> list[tuple[str, dict]]:
+    if members[0].get("interleaved"):  # every cell has its own baseline
+        return [run for r in members for run in ((f"autoregressive (γ = {r['gamma']} cell)", r.get("ar_latency") or {}),
+                                                  (f"γ = {r['gamma']}", r))]
+    return [("autoregressive", members[0].get("ar_latency") or {})] + [(f"γ = {r['gamma']}", r) for r in members]
 
 
 def _group_tables(members: list[dict]) -> list[str]:
@@ -144,7 +160,8 @@ def _group_tables(members: list[dict]) -> list[str]:
           r.get("predicted_speedup"), r.get("predicted_speedup_cost_model"),
           (("⚠ " if r.get("cost_model_flag") else "") + _fmt(r.get("cost_model_ratio"))),
           _fmt(100 * r.get("speedup_ratio_se", math.nan), 1) + "%", r.get("cost_model_ratio_realized_median"),
-          r.get("speedup_ratio"), r["alpha"], r["c"], r.get("r"), r["tokens_per_call"],
+          r.get("speedup_ratio"), r["alpha"], r["c"], ("⚠ " if r.get("load_drift_flag") else "") + _fmt(r.get("r")),
+          r["tokens_per_call"],
           r.get("predicted_tokens_per_call")] for r in members])
     accept = _table(
         ["γ", "acceptance rate % (vLLM)", "acceptance length 1 + accepted/drafts (vLLM)", "tokens / target call",
@@ -158,10 +175,15 @@ def _group_tables(members: list[dict]) -> list[str]:
     latency = _table(["run", "requests", "TTFT ms (mean / median / p99)", "TPOT ms", "ITL ms", "E2EL ms"],
                      [[name, _fmt(r.get("completed")), _latency(r, "ttft"), _latency(r, "tpot"), _latency(r, "itl"),
                        _latency(r, "e2el")]
-                      for name, r in [("autoregressive", ar.get("ar_latency") or {})]
-                      + [(f"γ = {r['gamma']}", r) for r in members]])
-    return [f"Autoregressive: {ar['ar_tokens_per_s_median']:.2f} tokens/s [{ar['ar_tokens_per_s_min']:.2f}, "
-            f"{ar['ar_tokens_per_s_max']:.2f}], T(1) = {ar['ar_target_ms_per_call']:.2f} ms per target call.", "",
+                      for name, r in _latency_runs(members)])
+    if ar.get("interleaved"):
+        head = ("Autoregressive, timed inside each γ cell in rotation with it: " + "; ".join(
+            f"γ={r['gamma']} cell {r['ar_tokens_per_s_median']:.2f} tokens/s, T(1) = {r['ar_target_ms_per_call']:.2f} ms"
+            for r in members) + ".")
+    else:
+        head = (f"Autoregressive: {ar['ar_tokens_per_s_median']:.2f} tokens/s [{ar['ar_tokens_per_s_min']:.2f}, "
+                f"{ar['ar_tokens_per_s_max']:.2f}], T(1) = {ar['ar_target_ms_per_call']:.2f} ms per target call.")
+    return [head, "",
             f"Speedup and its two predictions (⚠: measured / cost model outside [{lo}, {hi}]):", "", speed, "",
             "Acceptance, in the conventions engines report (docs/BENCH.md):", "", accept, "",
             "Latency per generation (B = 1; a token is emitted when the target pass that decided it ends):", "",

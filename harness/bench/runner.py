@@ -78,6 +78,8 @@ def _cost_estimate(cell: Cell) -> float:
     target_s, draft_s = (cell.synthetic_cost_ms or (5.0, 2.0))
     per_token = {"ar": target_s, "spec": (target_s + cell.gamma * draft_s) / 2.5,
                  "compare": 2 * target_s + 2 * (target_s + cell.gamma * draft_s) / 2.5}[cell.kind] / 1e3
+    if cell.kind == "spec" and cell.interleave:
+        per_token += target_s / 1e3
     return per_token * cell.max_new_tokens * cell.prompts * cell.repeats + 0.2
 
 

@@ -22,6 +22,7 @@ SPEEDUP_FLOOR = 0.9  # measured speedup must reach 0.9 × predicted on synthetic
 # its own forward passes explain (overhead); above, faster than they allow (timers or counts wrong) - or the
 # few steps of a short timed cell realized far more or fewer tokens per call than α predicts (see its ± SE)
 COST_MODEL_BAND = (0.8, 1.2)
+LOAD_DRIFT_R = 0.9  # r below this: the baseline and the cell were timed under different machine load
 
 
 def _div(a: float, b: float) -> float:
@@ -91,6 +92,9 @@ def cost_model(row: dict, gamma: int, ar_target_ms: float, speedup_median: float
     out["cost_model_ratio"] = _div(speedup_median, out["predicted_speedup_cost_model"])
     lo, hi = COST_MODEL_BAND
     out["cost_model_flag"] = not lo <= out["cost_model_ratio"] <= hi
+    # a pass over γ + 1 ≥ 2 positions cannot cost less than a one-token pass on the same machine: the load
+    # changed between the baseline and this cell (--interleave times both in the same minutes)
+    out["load_drift_flag"] = out["r"] < LOAD_DRIFT_R
     return out
 
 
@@ -171,6 +175,7 @@ def _common(cell: Cell, record: dict) -> dict:
         "temperature": cell.temperature, "top_k": cell.top_k, "top_p": cell.top_p,
         "sampling": sampling_label(cell.temperature, cell.top_k, cell.top_p),
         "prompts": cell.prompts, "prompt_select": cell.prompt_select, "prompt_lengths": m.get("prompt_lengths"),
+        "interleaved": bool(getattr(cell, "interleave", False)),
         "random_prompts": m.get("random_prompts"),
         "max_new_tokens": m.get("max_new_tokens_used", cell.max_new_tokens),
         "repeats": cell.repeats, "warmup": cell.warmup,

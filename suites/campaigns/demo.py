@@ -64,14 +64,15 @@ def choose_pair() -> tuple[str, str]:
 
 
 def demo_bench_config(pair: str, out: Path, *, quick: bool):
-    """The demo's sweep: small, and always measured afresh (resume=False)."""
+    """The demo's sweep: small, always measured afresh (resume=False), each γ cell timing its own autoregressive
+    baseline in rotation with it (interleave=True: a speedup never compares two different minutes of load)."""
     from harness.bench.config import BenchConfig
 
     small = pair != "toy" or quick
     return BenchConfig(pairs=(pair,), gammas=(2, 4) if small else (1, 2, 3, 4, 6), temperatures=(0.0, 1.0),
                        repeats=2 if small else 3, prompts=1 if pair != "toy" else 2,
                        max_new_tokens=24 if pair != "toy" else 48, compare_hf=True, out=str(out), run_name="bench",
-                       resume=False)
+                       resume=False, interleave=True)
 
 
 # The regime where speculation pays: prompts that the answer copies from (suites/prompts/prompts.jsonl)
@@ -80,7 +81,8 @@ SYNTHETIC_PAIR, SYNTHETIC_COST_MS = "const-a0.8", (40.0, 4.0)
 
 
 def demo_regime_configs(pair: str, out: Path, *, quick: bool) -> list[tuple[str, object]]:
-    """(label, BenchConfig) of the runs that show where speculation pays; always measured afresh, 1 torch thread."""
+    """(label, BenchConfig) of the runs that show where speculation pays; always measured afresh and interleaved,
+    1 torch thread."""
     from harness.bench.config import BenchConfig
 
     runs = []
@@ -90,13 +92,13 @@ def demo_regime_configs(pair: str, out: Path, *, quick: bool) -> list[tuple[str,
                      BenchConfig(pairs=("smollm2-ngram",), prompt_select=COPY_HEAVY_PROMPTS, gammas=(2,),
                                  temperatures=(0.0,), repeats=2, prompts=len(COPY_HEAVY_PROMPTS),
                                  max_new_tokens=32 if quick else 64, threads=1, out=str(out),
-                                 run_name="bench-ngram", resume=False)))
+                                 run_name="bench-ngram", resume=False, interleave=True)))
     runs.append((f"a synthetic-cost pair (`{SYNTHETIC_PAIR}`: exact α = 0.8; every target / draft forward padded "
                  f"to {SYNTHETIC_COST_MS[0]:g} / {SYNTHETIC_COST_MS[1]:g} ms, so a verify pass costs what a one-token "
                  "pass does, r ≈ 1, as on an accelerator; random-token inputs), T = 1",
                  BenchConfig(pairs=(SYNTHETIC_PAIR,), gammas=(2, 4), temperatures=(1.0,), repeats=2, prompts=1,
                              max_new_tokens=32 if quick else 48, synthetic_cost_ms=SYNTHETIC_COST_MS, threads=1,
-                             out=str(out), run_name="bench-synthetic", resume=False)))
+                             out=str(out), run_name="bench-synthetic", resume=False, interleave=True)))
     return runs
 
 

@@ -212,5 +212,24 @@ def test_demo_shows_both_regimes_measured_afresh():
     toy = demo_regime_configs("toy", Path("x"), quick=False)
     assert [c.pairs for _, c in real] == [("smollm2-ngram",), ("const-a0.8",)]
     assert [c.pairs for _, c in toy] == [("const-a0.8",)]  # no real model: the synthetic-cost pair only
-    assert all(c.resume is False for _, c in real + toy)
+    assert all(c.resume is False and c.interleave for _, c in real + toy)
     assert real[0][1].prompt_select and real[1][1].synthetic_cost_ms == (40.0, 4.0)
+
+
+def test_an_interleaved_cell_is_its_own_baseline_and_a_cheaper_verify_pass_is_load_drift():
+    cell = _cell("spec", 2)
+    import dataclasses
+
+    paired = dataclasses.replace(cell, interleave=True)
+    assert paired.methods == ("ar", "ref") and paired.baseline() == paired and cell.baseline().kind == "ar"
+    # one record holding both methods, timed together: the same numbers as the two-cell layout
+    cells, records = _records(0.9)
+    ar, spec = (records[c.id]["measurement"] for c in cells)
+    merged = {key: {**ar[key], **spec[key]} for key in ("timings", "forwards", "stats", "requests")}
+    row = summarize([paired], {paired.id: {"cell_id": paired.id, "measurement": merged}})[0]
+    assert row["interleaved"] and row["cost_model_ratio"] == pytest.approx(0.9 / (1.75 / 1.9))
+    assert row["load_drift_flag"] is False
+    # a verify pass of 3 positions at 5 ms against a one-token baseline of 10 ms: the load changed between them
+    spec["stats"]["ref"]["target_seconds"] = 40 * 0.005
+    row = next(r for r in summarize(cells, records) if r["kind"] == "spec")
+    assert row["r"] == pytest.approx(0.5) and row["load_drift_flag"] is True
