@@ -296,8 +296,9 @@ def _header(plan_name: str, suite: str, rows: list[dict], command: str | None) -
     if command:
         lines.append(f"- reproduce: `{command}`")
     return lines + ["", "Notation (Leviathan et al. 2023): p = target, q = draft, γ = drafts per step, "
-                    "α = Σ min(p, q) measured on the positions visited, c = draft pass time / target pass time "
-                    "(the reference's own device-synchronized timers).", ""]
+                    "α = Σ min(p, q) measured on the positions visited, c = draft call / T(1) and r = T(γ+1) / T(1) "
+                    "(T(1): the autoregressive baseline's target call, T(γ+1): the speculative run's; the reference's "
+                    "own device-synchronized timers). Definitions: docs/BENCH.md.", ""]
 
 
 def _acceptance_section(figures: dict) -> list[str]:
