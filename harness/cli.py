@@ -75,8 +75,18 @@ def print_check_report(report, verbose: bool = False) -> None:
             print(f"  advisory: {a.name}: {a.details.get('message') or f'p = {a.p_value:.2e}'}")
     print(f"\n  {len(report.tests)} of {report.declared_tests} declared gating tests, {report.samples} samples, "
           f"{report.seconds:.1f} s; family-wise false-alarm rate {report.false_alarm_rate:g}; achieved detectable "
-          f"TV ≤ {_fmt(report.detectable_tv)} at power {report.power:g} (per tested position"
+          f"TV ≤ {_fmt(report.detectable_tv)} at power {report.power:g} ({headline_scope(report)}"
           + (f"; requested --tv {report.target_tv:g}" if report.level == "sampler" else "") + ")")
+
+
+def headline_scope(report) -> str:
+    """The summary line's words for what the headline TV is: never "per tested position" for a pooled test."""
+    scope = report.headline["scope"]
+    if scope == "one law":
+        return "per tested position" if report.level == "sampler" else "per tested law: one prompt's continuation"
+    if scope == "pooled":
+        return "pooled over contexts, binned PIT: not a per-position TV; see the notes"
+    return "no test states a TV"
 
 
 EXIT_INCONCLUSIVE = 3
@@ -209,8 +219,8 @@ def _cmd_mutants(args) -> int:
     if args.alpha is not None:
         print("specdec: warning: --alpha is deprecated, use --false-alarm-rate", file=sys.stderr)
         args.false_alarm_rate = args.alpha
-    config = make(gate=args.false_alarm_rate, only=tuple(args.only or ()), scheduler=args.scheduler,
-                  dask_workers=args.workers, **chosen)
+    config = make(gate=args.false_alarm_rate, only=tuple(args.only or ()), levels=tuple(args.levels or ()),
+                  compare_plans=args.compare_plans, scheduler=args.scheduler, dask_workers=args.workers, **chosen)
     if config.seeds < 1 or config.control_seeds < 1:
         raise HarnessError("--seeds and --control-seeds must be >= 1")
     if config.only:
@@ -428,6 +438,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gate: family-wise false-alarm rate of every run")
     p.add_argument("--alpha", type=float, default=None, help="deprecated alias of --false-alarm-rate")
     p.add_argument("--only", nargs="+", help="run only these implementations")
+    p.add_argument("--level", dest="levels", nargs="+", choices=("sampler", "generation", "tree", "draft_step"),
+                   help="run only the implementations of these levels")
+    p.add_argument("--compare-plans", action="store_true",
+                   help="generation level: also run each mutant at the previous default plan (no contexts cells) "
+                        "and report its rate and time beside the default plan's")
     p.add_argument("--out", default=None, help="results folder (default: suites/campaigns/zoo.py's)")
     add_threads(p)
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on the workers of this dask scheduler")

@@ -46,14 +46,30 @@ class CheckReport:
         return "inconclusive" if not math.isnan(tv) and tv > self.inconclusive_tv else "pass"
 
     @property
+    def headline(self) -> dict:
+        """The run's headline guarantee: the weakest (largest) detectable TV among the gating omnibus tests that
+        see one law each (a position at the sampler level, a prompt's continuation at the generation level), or,
+        only where the plan has none, among the pooled tests that carry the headline, labelled as pooled.
+        Positions the implementation itself reaches too rarely to test are left out (reported in the notes).
+        Keys: detectable_tv, test, scope ("one law" | "pooled" | None when no test states a TV), meaning."""
+        tv_tests = [t for t in self.tests if t.detectable_tv is not None
+                    and t.details.get("detectable_metric", "").startswith("TV") and not math.isnan(t.detectable_tv)
+                    and t.details.get("rarely_reached") is None and t.details.get("headline", True)]
+        one_law = [t for t in tv_tests if t.details.get("scope", "one law") == "one law"]
+        chosen = one_law or tv_tests  # inf counts: too few draws to promise anything
+        if not chosen:
+            return {"detectable_tv": math.nan, "test": None, "scope": None, "meaning": "no test states a TV"}
+        worst = max(chosen, key=lambda t: t.detectable_tv)
+        scope = "one law" if one_law else "pooled"
+        default = ("TV between the emitted and the target law at each tested position" if scope == "one law" else
+                   "TV between binned PIT laws pooled over many contexts: not a per-position TV")
+        return {"detectable_tv": worst.detectable_tv, "test": worst.name, "scope": scope,
+                "meaning": worst.details.get("guarantee", default)}
+
+    @property
     def detectable_tv(self) -> float:
-        """The weakest guarantee among the omnibus distribution tests (largest detectable TV), leaving out
-        positions the implementation itself reaches too rarely to test (reported in the notes)."""
-        values = [t.detectable_tv for t in self.tests if t.detectable_tv is not None
-                  and t.details.get("detectable_metric", "").startswith("TV") and not math.isnan(t.detectable_tv)
-                  and t.details.get("rarely_reached") is None and t.details.get("headline", True)]
-        # inf counts: too few draws to promise anything
-        return max(values) if values else math.nan
+        """The headline's detectable TV (`headline`)."""
+        return self.headline["detectable_tv"]
 
     def failure_summary(self) -> list[str]:
         """A few lines that say where the rejections are (which cell, position, kind of test)."""
@@ -85,6 +101,7 @@ class CheckReport:
             "alpha": self.false_alarm_rate,  # CONTRACT §2: the suite false-alarm rate
             "false_alarm_rate": self.false_alarm_rate,
             "detectable_tv": self.detectable_tv,
+            "headline": self.headline,
             "target_tv": self.target_tv,
             "power": self.power,
             "seed": self.seed,

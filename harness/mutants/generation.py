@@ -710,9 +710,33 @@ def min_new_tokens_counted_from_prompt(target, draft, input_ids, *, max_new_toke
     prompt is that long), in both p and q."""
 
 
+GARBAGE_TEMPERATURES = (0.85, 1.15)  # what the uninitialized slots held, alternating over the batch's rows
+
+
+def _garbage_temperature_at_drafts(logits, params, history):
+    """Positions 0 … γ−1 of the block (the drafts' positions) are scaled by a per-row temperature that is not the
+    request's (even rows 0.85, odd rows 1.15); the bonus position γ keeps the request's."""
+    rows = torch.arange(logits.shape[0], device=logits.device) % 2
+    scale = torch.tensor([1.0 / t for t in GARBAGE_TEMPERATURES], dtype=logits.dtype, device=logits.device)[rows]
+    scaled = logits.clone()
+    scaled[:, :-1] = logits[:, :-1] * scale[:, None, None]
+    return processed(scaled, params, history, "target logits")
+
+
+@_params_mutant(Hooks(target_probs=_garbage_temperature_at_drafts), settings=(_setting(temperature=1.0),), pair="toy",
+      needs=("temperature > 0", "rows of one call (a batch) at different garbage values: the law is flattened at "
+             "some rows and sharpened at others, which a PIT pooled over rows averages away"),
+      models="the vLLM CPU expand kernel (found by this harness, results/findings/vllm-cpu): temperature left "
+             "uninitialized at the draft positions, a per-slot garbage value")
+def temperature_garbage_at_draft_positions(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
+                                           top_p, seed, **extra):
+    """The target law at the drafts' positions of each block uses a per-row temperature (0.8 or 1.25 times the
+    request's, alternating over the rows of the call); the bonus position uses the request's."""
+
+
 CONTEXT_MUTANTS = (stale_page_at_block_boundary, stale_page_at_block_boundary_sampling, rollback_wrong_after_step_k,
                    prefix_cache_first_block_key, penalties_count_rejected_drafts, penalties_count_rejected_drafts_mild,
-                   min_new_tokens_counted_from_prompt)
+                   min_new_tokens_counted_from_prompt, temperature_garbage_at_draft_positions)
 for _fn in CONTEXT_MUTANTS:
     _fn.contexts = True  # the campaign runs them on the default plan with the context catalogue (harness/contexts.py)
 del _fn  # the registry reads this module's names: one name per entry

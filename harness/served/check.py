@@ -446,9 +446,6 @@ def _law_tests_open(cell: Cell, trials, level: float, power: float) -> list[Test
     results = _law_tests(cell, trials, level, power)
     rows, ref_rows = trials
     if not vacuous(rows, ref_rows):
-        if cell.summary.get("headline") is False:  # contexts cells carry the headline (as at the generation level)
-            for t in results:
-                t.details["headline"] = False
         return results
     message = (f"all {len(rows)} continuations are identical ({rows[0][:8]}): the cell cannot show a "
                "speculative-sampling error; choose a prompt or setting with open continuations")
@@ -538,15 +535,16 @@ class EngineSource(TrialSource):
             cells.append(Cell("greedy", [ENGINE_GREEDY, ENGINE_GREEDY_NUMERICS], prompts, math.nan,
                               {"prompts": len(prompts)}))
         contexts = _contexts_plan(run) if run.config.contexts == "catalogue" else None
+        # The prompt cells of every setting first (the plan without contexts, in its order), then the contexts
+        # cells (as at the generation level): the headline is the tests that see one law each.
         for setting in sampling:
-            if contexts:  # per setting: the contexts cell (the headline) first, then the prompt cells
-                cells.append(_contexts_cell(run, contexts, setting, len(cells)))
             for i, prompt in enumerate(prompts):
                 cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW, ENGINE_CONVENTIONS],
                                   _SamplingCell(setting, i, prompt),
                                   math.nan, {"_run": run, "length": run.length, "ground_truth": run.ground_truth,
-                                             "setting": setting_record(setting), "joint_law": enumerate_law,
-                                             **({"headline": False} if contexts else {})}))
+                                             "setting": setting_record(setting), "joint_law": enumerate_law}))
+        for setting in sampling if contexts else ():
+            cells.append(_contexts_cell(run, contexts, setting, len(cells)))
         return cells
 
     def draw(self, cell: Cell, n: int, progress):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import chdtrc, gammaln
+from scipy.special import chdtrc, gammaln, ndtr, ndtri
 from scipy.stats import chi2_contingency, kstest, spearmanr
 
 from harness.stats.categorical import pearson_x2
@@ -38,6 +38,7 @@ from harness.stats.power import (
     detectable_kolmogorov,
     detectable_rank_correlation,
     detectable_tv,
+    noncentrality_needed,
 )
 from harness.stats.result import TestResult
 
@@ -191,6 +192,73 @@ def stratified_uniformity_test(
         return TestResult(name, 0.0, 1.0, n=n, df=0, detectable_tv=math.inf, details=details)
     return TestResult(name, statistic, float(chdtrc(df, statistic)), n=n, df=df,
                       detectable_tv=detectable_tv(n, df, level, power), details=details)
+
+
+# The probit score z = Φ⁻¹(u) of an exactly U(0, 1) PIT is exactly N(0, 1): sums of z are exactly normal and sums
+# of squared standardized group sums exactly χ², whatever the number of draws per group. Under surprisal order a
+# flatter emitted law (mass moved from likelier to less likely tokens: a temperature too high, a penalty on
+# tokens it should spare) raises u and z, a sharper one lowers them.
+PROBIT_CLIP = 1e-15  # u is drawn in (0, 1); the clip only keeps Φ⁻¹ finite at u = 0 or 1 from float rounding
+
+
+def probit_scores(u: np.ndarray) -> np.ndarray:
+    """z = Φ⁻¹(u): iid N(0, 1) when u is iid U(0, 1)."""
+    return ndtri(np.clip(np.asarray(u, dtype=np.float64), PROBIT_CLIP, 1.0 - PROBIT_CLIP))
+
+
+def detectable_probit_shift(n: int, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER,
+                            fraction: float = 1.0) -> float:
+    """Smallest mean shift of z, common (one sign) to a `fraction` of the n scores, that `probit_mean_test`
+    rejects with probability ≥ power (two-sided at `level`)."""
+    if n <= 0 or fraction <= 0:
+        return math.inf
+    return float((ndtri(1.0 - level / 2.0) + ndtri(power)) / (fraction * math.sqrt(n)))
+
+
+def probit_mean_test(u: np.ndarray, name: str = "pit_probit_mean", *, level: float = DEFAULT_LEVEL,
+                     power: float = DEFAULT_POWER) -> TestResult:
+    """Two-sided test that the mean of z = Φ⁻¹(u) is 0: Z = Σ z / √n is exactly N(0, 1) under H0.
+
+    It accumulates every token's evidence with one sign, so a deviation that flattens (or sharpens) the law at
+    every context adds up over contexts instead of landing in different PIT bins; it is blind to deviations
+    that move mass between tokens of equal surprisal rank or that flatten some contexts and sharpen others
+    (`probit_per_stratum_test` sees the latter)."""
+    z = probit_scores(u)
+    n = len(z)
+    if n == 0:
+        return TestResult(name, 0.0, 1.0, n=0, details={"detectable_metric": "mean shift of Φ⁻¹(PIT)"})
+    stat = float(z.sum() / math.sqrt(n))
+    shift = detectable_probit_shift(n, level, power)
+    return TestResult(name, stat, float(2.0 * ndtr(-abs(stat))), n=n,
+                      details={"detectable_metric": "mean shift of Φ⁻¹(PIT)", "detectable_shift": shift,
+                               "mean_z": float(z.mean()),
+                               "guarantee": f"a mean shift of Φ⁻¹(PIT) of one sign, ≥ {shift:.3g}/f at a fraction f "
+                                            f"of the tested tokens, is detected with probability ≥ {power:g}"})
+
+
+def probit_per_stratum_test(u: np.ndarray, strata: np.ndarray, name: str = "pit_probit_per_stratum", *,
+                            level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER) -> TestResult:
+    """X = Σ_s (Σ_{i∈s} z_i)² / n_s over strata s (contexts): exactly χ²(S) under H0, for any n_s ≥ 1.
+
+    Each stratum's evidence enters squared, so shifts of opposite sign in different contexts add up instead of
+    cancelling. With shift μ_s of the mean of z in stratum s the noncentrality is Σ_s n_s μ_s²: a shift of
+    either sign, ≥ μ at a fraction f of the tokens, is detected at power P when f·n·μ² ≥ λ*(S, level, P)."""
+    z, strata = probit_scores(u), np.asarray(strata)
+    if z.shape != strata.shape:
+        raise ValueError(f"u {z.shape} and strata {strata.shape} must have the same shape")
+    _, inverse = np.unique(strata, return_inverse=True)
+    sums, sizes = np.bincount(inverse, weights=z), np.bincount(inverse)
+    df = len(sizes)
+    metric = "mean shift of Φ⁻¹(PIT), either sign per stratum"
+    if df == 0:
+        return TestResult(name, 0.0, 1.0, n=0, df=0, details={"detectable_metric": metric})
+    stat = float(np.sum(sums**2 / sizes))
+    shift = math.sqrt(noncentrality_needed(df, level, power) / len(z))
+    return TestResult(name, stat, float(chdtrc(df, stat)), n=len(z), df=df,
+                      details={"detectable_metric": metric, "detectable_shift": shift, "strata": df,
+                               "guarantee": f"a mean shift of Φ⁻¹(PIT) of ≥ {shift:.3g}/√f (either sign, per "
+                                            f"context) at a fraction f of the tested tokens is detected with "
+                                            f"probability ≥ {power:g}"})
 
 
 def ks_uniformity_test(

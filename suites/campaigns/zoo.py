@@ -44,7 +44,10 @@ class CampaignConfig:
     calibration_rows: int = 1_000  # rows per case in calibration runs
     slow_control_rows: int = 300  # ... for pure-Python controls
     curve_rows: tuple[int, ...] = (100, 400, 1_600)
-    generation_samples: int = 4_000  # per prompt × setting, generation-level runs
+    # Generation level: every fast entry runs the default plan (greedy, the prompt cells, the contexts cells of the
+    # catalogue), the regression test of the default plan's power; `compare_plans` also runs each mutant at the
+    # previous default (prompt cells only, no contexts), its time and rate beside the default's.
+    compare_plans: bool = False
     slow_generation_samples: int = 200  # ... for implementations that run rows one at a time
     slow_generation_seeds: int = 5
     below_resolution_seeds: int = 5  # mutants whose exact TV is below the planned ε: reported, not gated
@@ -58,6 +61,7 @@ class CampaignConfig:
     scheduler: str | None = None  # dask scheduler address: run on its workers (harness.executor)
     dask_workers: int | None = None  # ... or on a local dask cluster of this many worker processes
     only: tuple[str, ...] = ()  # run only these implementations (names)
+    levels: tuple[str, ...] = ()  # ... and only these levels
     profile: str = "full"
 
     @classmethod
@@ -114,8 +118,9 @@ class Task:
     purpose: str  # "detect" | "calibrate" | "curve"
     seed: int
     rows: int | None  # sampler rows per case (None: the default plan)
-    samples: int = 0  # generation level: per prompt × setting
+    samples: int = 0  # generation level: per prompt × setting (0: the default plan)
     pair: str = ""
+    plan: str = "default"  # generation level: "default" (with the contexts catalogue) | "prompts" (without)
 
 
 # Calibration runs cap each case at this many input floats, (2γ+1)·V·rows: the V = 32,000 case gets
@@ -147,12 +152,12 @@ def run_task(task: Task, gate: float) -> dict:
     else:
         pair = _pair(task.pair)
         contexts = None
-        if getattr(impl.fn, "contexts", False):  # position / context faults: the default plan with the catalogue
+        if task.plan == "default" and not task.samples:  # the default plan: the context catalogue's cells too
             from harness.contexts import plan
 
             contexts = plan(pair, seed=task.seed)
         report = run_generation_check(impl.fn, pair, impl_name=impl.name, false_alarm_rate=gate,
-                                      seed=task.seed, samples=None if contexts else task.samples, gamma=3,
+                                      seed=task.seed, samples=task.samples or None, gamma=3,
                                       stop_on_fail=task.purpose != "calibrate", contexts=contexts,
                                       settings=getattr(impl.fn, "settings", None))
     # the smallest TV of the joint continuation law a prompt cell promised (generation level): what a
@@ -187,12 +192,16 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
             n_seeds = config.seeds if mutant or impl.kind != "control" else config.step_control_seeds
             tasks += [Task(impl.name, "detect" if mutant else "calibrate", 4000 + s, None) for s in range(n_seeds)]
         else:
-            # Equivalent and wasteful variants run as many seeds as the controls (they must pass too).
+            # Equivalent and wasteful variants run as many seeds as the controls (they must pass too). Fast entries
+            # run the default plan (samples 0); one-row-at-a-time ones a small fixed plan.
             n_seeds = config.seeds if mutant else config.generation_control_seeds
-            samples = config.slow_generation_samples if _slow(impl) else config.generation_samples
+            samples = config.slow_generation_samples if _slow(impl) else 0
             n_seeds = min(n_seeds, config.slow_generation_seeds) if _slow(impl) else n_seeds
-            tasks += [Task(impl.name, "detect" if mutant else "calibrate", 2000 + s, None,
-                           samples, impl.pair or config.generation_pair) for s in range(n_seeds)]
+            pair = impl.pair or config.generation_pair
+            tasks += [Task(impl.name, "detect" if mutant else "calibrate", 2000 + s, None, samples, pair)
+                      for s in range(n_seeds)]
+            if mutant and config.compare_plans and not samples:
+                tasks += [Task(impl.name, "previous plan", 2000 + s, None, 0, pair, "prompts") for s in range(n_seeds)]
     return tasks
 
 
@@ -220,7 +229,8 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
     `run(task, gate)` is the cell function (tests wrap it to count executions)."""
     from harness.mutants.registry import implementations
 
-    impls = [i for i in implementations() if not config.only or i.name in config.only]
+    impls = [i for i in implementations() if (not config.only or i.name in config.only)
+             and (not config.levels or i.level in config.levels)]
     tasks = _tasks(config, impls)
     cells = {task_key(t, config.gate): (t, config.gate) for t in tasks}
     started = time.perf_counter()
@@ -232,8 +242,14 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
     results = [done[task_key(t, config.gate)] for t in tasks]  # task order, whoever ran them
     rows, curve = [], []
     for impl in impls:
-        mine = [r for r in results if r["task"].name == impl.name and r["task"].purpose != "curve"]
+        mine = [r for r in results if r["task"].name == impl.name and r["task"].purpose in ("detect", "calibrate")]
         row = _summarise(impl, mine, gate=config.gate, nominal=config.nominal_alpha)
+        previous = [r for r in results if r["task"].name == impl.name and r["task"].purpose == "previous plan"]
+        if previous:
+            row["previous_plan_rate"] = sum(r["fail"] for r in previous) / len(previous)
+            row["previous_plan_median_s"] = float(np.median([r["seconds"] for r in previous]))
+        if impl.level == "generation" and mine:
+            row["median_s"] = float(np.median([r["seconds"] for r in mine]))
         row.update(_exact_tvs(impl))
         promised = [r["resolution_tv"] for r in mine if r.get("resolution_tv")]
         if impl.level == "generation" and promised:
@@ -260,11 +276,18 @@ def _summarise(impl, runs: list[dict], *, gate: float, nominal: float) -> dict:
            "rate_at_nominal": k_nom / n if n else math.nan,
            "median_samples": float(np.median([r["samples"] for r in runs])) if runs else math.nan,
            "wasteful_runs": sum(bool(r["wasteful"]) for r in runs) if impl.level == "sampler" else None,
-           "plan": ("default plan" if runs[0]["task"].rows is None else f"{runs[0]['task'].rows} rows/case")
-           if runs else "-"}
+           "plan": _plan_label(runs[0]["task"]) if runs else "-"}
     row["ci_gate_low"], row["ci_gate_high"] = clopper_pearson(k_gate, n)
     row["ci_nominal_low"], row["ci_nominal_high"] = clopper_pearson(k_nom, n)
     return row
+
+
+def _plan_label(task: Task) -> str:
+    if task.rows is not None:
+        return f"{task.rows} rows/case"
+    if task.samples:
+        return f"{task.samples} samples/cell"
+    return "default plan" + (" (contexts)" if task.plan == "default" and task.pair else "")
 
 
 TARGET_TV = 0.02  # the sampler plan's default detectable TV (specdec verify --tv)
@@ -359,7 +382,8 @@ def _markdown(result, meta, ok, problems) -> str:
         f"{cfg['control_seeds']} seeds on the calibration battery ({cfg['calibration_rows']} rows per "
         f"configuration; pure-Python controls {cfg['slow_control_rows']}), rates at the gate and at a nominal "
         f"{cfg['nominal_alpha']:g} with Clopper–Pearson 95% intervals. Generation level on pair "
-        f"`{cfg['generation_pair']}`, {cfg['generation_samples']} samples per prompt × setting.", "",
+        f"`{cfg['generation_pair']}` (or the entry's own pair) at the default plan: greedy, the prompt cells and the "
+        "contexts cells of the catalogue, stopping at the first decided cell.", "",
         f"**Overall: {'PASS' if ok else 'FAIL'}**" + ("" if ok else " — " + "; ".join(problems)), "",
         f"Profile: {cfg.get('profile', 'full')}"
         + (" (a smoke run for CI: fewer seeds, no curve; the calibration is the full profile, "
@@ -380,6 +404,14 @@ def _markdown(result, meta, ok, problems) -> str:
             f"({_pct(r['ci_gate_low'])}–{_pct(r['ci_gate_high'])}) | {_pct(r['rate_at_nominal'])} "
             f"({_pct(r['ci_nominal_low'])}–{_pct(r['ci_nominal_high'])}) | {r['median_samples']:.0f} | {r['plan']} | "
             f"{tv} | {'-' if r['wasteful_runs'] is None else r['wasteful_runs']} | {r.get('worker_seconds', 0):.0f} |")
+    compared = [r for r in result["rows"] if "previous_plan_rate" in r]
+    if compared:
+        lines += ["", "Generation level, the default plan beside the previous default (`--contexts none`: prompt cells "
+                  "only; the same seeds):", "",
+                  "| implementation | rate, default plan | median s, default plan | rate, previous plan | "
+                  "median s, previous plan |", "|---|---|---|---|---|"]
+        lines += [f"| `{r['name']}` | {_pct(r['rate_at_gate'])} | {r['median_s']:.1f} | {_pct(r['previous_plan_rate'])} | "
+                  f"{r['previous_plan_median_s']:.1f} |" for r in compared]
     below = [r["name"] for r in result["rows"] if r["kind"] == "mutant" and below_resolution(r, TARGET_TV)
              and r["level"] == "sampler"]
     below_gen = [f"{r['name']} (exact TV {max(v for k, v in r.items() if k.startswith('exact_tv_')):.3f} < "

@@ -131,6 +131,8 @@ BLIND = {
     "rollback_wrong_after_step_k": dict(pair="1.0", temperature=1.0),
     # one row per call: no earlier row whose prompt could be served in its place
     "prefix_cache_first_block_key": dict(pair="0.7", temperature=1.0, B=1),
+    # greedy: a positive rescaling of the logits (the garbage temperature) changes no argmax
+    "temperature_garbage_at_draft_positions": dict(pair="0.7", temperature=0.0),
 }
 
 

@@ -39,7 +39,8 @@ def test_the_reference_passes_and_the_block_boundary_mutant_fails_over_http(smal
     assert any(n.endswith("/contexts/pit_uniform") for n in names)
     assert any("abs_mod16_eq0" in n for n in names) and ok.declared_tests == len(ok.tests)
     pooled = next(t for t in ok.tests if t.name.endswith("/contexts/pit_uniform"))
-    assert ok.detectable_tv == pooled.detectable_tv  # the contexts cell carries the headline
+    assert pooled.details["scope"] == "pooled"  # the pooled PIT states its own guarantee, never the headline's
+    assert ok.headline["scope"] == "one law" and "/prompt0/" in ok.headline["test"]
     cell = next(c for c in ok.cases if c["name"].endswith("/contexts"))
     assert cell["contexts"] == 16 and cell["samples"] == 300
     with serving(get("stale_page_at_block_boundary_sampling").fn, pair) as bad_server:

@@ -1,0 +1,195 @@
+"""What the contexts cell's pooled and per-context tests detect: power per (deviation class, ε, f), by simulation.
+
+    specdec campaign headline --out results/headline [--sims 200] [--seed 0]
+
+The toy pair's default contexts cell draws 1,100 rows of 40 tokens over 520 contexts (round robin, so about 85
+tokens per context), each token from its own law. Here every token gets a synthetic law over V = 16 tokens
+(softmax of N(0, σ²) logits, σ = 1.5: the entropy is reported) and, at a fraction f of the contexts (every token of
+those contexts), the emitted law is replaced by a deviation of total variation exactly ε:
+
+- `tilt`: q ∝ p^β with one β < 1 (flatter: a temperature too high, a penalty on the likely tokens) per law;
+- `tilt±`: the same at half the deviating contexts and q ∝ p^β with β > 1 (sharper) at the other half, so the
+  pooled PIT law is a mixture whose deviations partly cancel (per-row garbage temperatures);
+- `swap`: mass ε moved between two tokens of neighbouring rank (a deviation the PIT's bins hardly see).
+
+Each test runs at the default toy plan's per-test Holm level (1e-3 / 45 gating tests). The row ε = 0 is each test's
+false-alarm rate at that level and at 0.01. Every number in the written table is measured by the run that wrote it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from harness.records import atomic_write_json, atomic_write_text, provenance
+from harness.stats import (
+    probit_mean_test,
+    probit_per_stratum_test,
+    stratified_uniformity_test,
+    uniformity_test,
+)
+
+DEFAULT_OUT = "results/headline"
+ROWS, LENGTH, CONTEXTS, VOCAB, SIGMA = 1_100, 40, 520, 16, 1.5
+LEVEL = 1e-3 / 45  # the default toy plan's per-test level (45 gating tests declared at T = 1)
+POWER = 0.99
+EPSILONS = (0.0, 0.01, 0.02, 0.03, 0.05)
+FRACTIONS = (1.0, 0.5, 0.2)
+CLASSES = ("tilt", "tilt±", "swap")
+MIN_EXPECTED = 5.0  # GATE_MIN_EXPECTED of the generation battery
+
+
+def tests(u: np.ndarray, context: np.ndarray, row: np.ndarray) -> dict[str, float]:
+    """p-values of the contexts cell's PIT tests that pool or stratify over contexts (harness.check.generation)."""
+    return {"pooled PIT (binned)": uniformity_test(u, min_expected=MIN_EXPECTED).p_value,
+            "per-context PIT (binned)": stratified_uniformity_test(u, context, min_expected=MIN_EXPECTED).p_value,
+            "probit mean": probit_mean_test(u).p_value,
+            "probit per context": probit_per_stratum_test(u, context).p_value,
+            "probit per row": probit_per_stratum_test(u, row).p_value}
+
+
+def _tilted(p: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    q = np.power(p, beta[:, None])
+    return q / q.sum(1, keepdims=True)
+
+
+def _tv(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    return 0.5 * np.abs(p - q).sum(1)
+
+
+def tilt_to_tv(p: np.ndarray, eps: float, sharper: bool) -> np.ndarray:
+    """q ∝ p^β with TV(q, p) = ε for every row (bisection on β; β < 1 flatter, β > 1 sharper)."""
+    lo, hi = (np.ones(len(p)), np.full(len(p), 8.0)) if sharper else (np.full(len(p), 1e-3), np.ones(len(p)))
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        far = _tv(p, _tilted(p, mid)) > eps
+        if sharper:
+            hi, lo = np.where(far, mid, hi), np.where(far, lo, mid)
+        else:
+            lo, hi = np.where(far, mid, lo), np.where(far, hi, mid)
+    return _tilted(p, 0.5 * (lo + hi))
+
+
+def swap_to_tv(p: np.ndarray, eps: float, rng: np.random.Generator) -> np.ndarray:
+    """Mass ε moved from the token of rank r to the token of rank r + 1 (r random among those that hold ε)."""
+    q = p.copy()
+    order = np.argsort(-p, axis=1, kind="stable")
+    for i in range(len(p)):
+        ranks = [r for r in range(VOCAB - 1) if p[i, order[i, r]] >= eps]
+        r = ranks[rng.integers(len(ranks))] if ranks else 0
+        take = min(eps, p[i, order[i, r]])
+        q[i, order[i, r]] -= take
+        q[i, order[i, r + 1]] += take
+    return q
+
+
+def pit(p: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Randomized PIT under descending probability order (ties by token id), as harness.stats.pit."""
+    p_y = p[np.arange(len(y)), y]
+    above = ((p > p_y[:, None]) | ((p == p_y[:, None]) & (np.arange(VOCAB)[None, :] < y[:, None]))) * p
+    return above.sum(1) + rng.random(len(y)) * p_y
+
+
+def sample(q: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return np.minimum((q.cumsum(1) < rng.random(len(q))[:, None]).sum(1), VOCAB - 1)
+
+
+def run(sims: int, seed: int, progress=None) -> dict:
+    rng = np.random.default_rng(seed)
+    n = ROWS * LENGTH
+    row = np.repeat(np.arange(ROWS), LENGTH)
+    context = row % CONTEXTS  # round robin, as harness.check.generation.context_rows
+    logits = rng.normal(0.0, SIGMA, (n, VOCAB))
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    entropy = float(np.mean(-(p * np.log(p)).sum(1)))
+    sign = np.where(rng.permutation(CONTEXTS) % 2 == 0, 1, -1)  # tilt±: which deviating contexts sharpen
+    rows_out = []
+    started = time.perf_counter()
+    for cls in CLASSES:
+        for eps in EPSILONS:
+            if eps == 0 and cls != CLASSES[0]:
+                continue  # the null is one row
+            if eps == 0:
+                laws = {"flat": p}
+            elif cls == "swap":
+                laws = {"flat": swap_to_tv(p, eps, rng)}
+            else:
+                laws = {"flat": tilt_to_tv(p, eps, sharper=False), "sharp": tilt_to_tv(p, eps, sharper=True)}
+            for f in FRACTIONS if eps > 0 else (1.0,):
+                deviating = rng.permutation(CONTEXTS) < round(f * CONTEXTS)
+                q = p.copy()
+                on = deviating[context]
+                if eps > 0:
+                    q[on] = laws["flat"][on]
+                    if cls == "tilt±":
+                        sharp = on & (sign[context] < 0)
+                        q[sharp] = laws["sharp"][sharp]
+                runs = sims * (5 if eps == 0 else 1)
+                hits: dict[str, list[int]] = {}
+                for _ in range(runs):
+                    for name, pv in tests(pit(p, sample(q, rng), rng), context, row).items():
+                        h = hits.setdefault(name, [0, 0])
+                        h[0] += pv <= LEVEL
+                        h[1] += pv <= 0.01
+                for name, (k, k01) in hits.items():
+                    rows_out.append({"class": "none (H0)" if eps == 0 else cls, "tv": eps, "fraction": f,
+                                     "test": name, "runs": runs, "rejections": k, "power": k / runs,
+                                     "rejections_at_0.01": k01})
+                if progress:
+                    progress(f"{cls} ε={eps} f={f}: " + ", ".join(f"{k} {v[0] / runs:.2f}" for k, v in hits.items()))
+    return {"rows": rows_out, "level": LEVEL, "power_target": POWER, "entropy_nats": entropy,
+            "shape": {"rows": ROWS, "length": LENGTH, "contexts": CONTEXTS, "vocab": VOCAB, "sigma": SIGMA},
+            "sims": sims, "seed": seed, "seconds": time.perf_counter() - started}
+
+
+def markdown(result: dict, meta: dict) -> str:
+    rows = result["rows"]
+    names = list(dict.fromkeys(r["test"] for r in rows))
+    shape = result["shape"]
+    lines = ["# The contexts cell's tests: detection power per (class, TV ε, fraction f of contexts)", "",
+             f"Producer: `suites/campaigns/headline.py`. Command: `specdec campaign headline --sims {result['sims']} "
+             f"--seed {result['seed']} --out results/headline` ({result['seconds']:.0f} s; commit "
+             f"`{meta['git_commit']}`, {meta['utc_time']}).", "",
+             f"Shape of the toy pair's default contexts cell: {shape['rows']} rows × {shape['length']} tokens over "
+             f"{shape['contexts']} contexts, V = {shape['vocab']}; synthetic per-token laws (softmax of N(0, "
+             f"{shape['sigma']}²) logits, mean entropy {result['entropy_nats']:.2f} nats). Per-test level "
+             f"{result['level']:.3g} (the default plan's Holm level at 45 gating tests). A deviation of TV ε replaces "
+             "the law of every token of a fraction f of the contexts. Power = rejections / runs.", "",
+             "| class | TV ε | fraction f | runs | " + " | ".join(names) + " |",
+             "|---|---|---|---|" + "---|" * len(names)]
+    keyed = {(r["class"], r["tv"], r["fraction"], r["test"]): r for r in rows}
+    for cls, tv, f in dict.fromkeys((r["class"], r["tv"], r["fraction"]) for r in rows):
+        cells = [keyed[(cls, tv, f, name)] for name in names]
+        lines.append(f"| {cls} | {tv:g} | {f:g} | {cells[0]['runs']} | "
+                     + " | ".join(f"{c['power']:.2f}" for c in cells) + " |")
+    null = [r for r in rows if r["class"] == "none (H0)"]
+    lines += ["", "False alarms under H0 (same runs): " + "; ".join(
+        f"{r['test']} {r['rejections']} / {r['runs']} at the level, {r['rejections_at_0.01']} / {r['runs']} at 0.01"
+        for r in null) + ".", "",
+        "Reading: the pooled binned PIT (the old headline) needs a deviation common to many contexts; a tilt whose "
+        "sign changes across contexts (`tilt±`) cancels in it and in the probit mean, and is seen by the per-context "
+        "statistics, the probit one most. A swap between neighbouring ranks moves the PIT by less than a bin: no "
+        "pooled or per-context PIT test promises anything there; only the exact joint law at a prompt (the toy "
+        "plan's prompt cells, 20,000 rows) states a token-law TV.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specdec campaign headline", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--sims", type=int, default=200, help="runs per (class, ε, f); the null gets 5×")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.sims < 1:
+        parser.error("--sims must be ≥ 1")
+    result = run(args.sims, args.seed, progress=lambda line: print(line, flush=True))
+    meta = provenance(seed=args.seed, dtype="float64")
+    out = Path(args.out)
+    atomic_write_json(out / "power.json", {**result, "provenance": meta})
+    atomic_write_text(out / "README.md", markdown(result, meta))
+    print(f"wrote {out / 'README.md'}")
+    return 0
