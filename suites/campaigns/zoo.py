@@ -48,10 +48,11 @@ class CampaignConfig:
     # catalogue), the regression test of the default plan's power; `compare_plans` also runs each mutant at the
     # previous default (prompt cells only, no contexts), its time and rate beside the default's.
     compare_plans: bool = False
+    generation_control_samples: int = 100  # per cell, generation-level controls (their false-alarm runs)
     slow_generation_samples: int = 200  # ... for implementations that run rows one at a time
     slow_generation_seeds: int = 5
     below_resolution_seeds: int = 5  # mutants whose exact TV is below the planned ε: reported, not gated
-    generation_control_seeds: int = 10
+    generation_control_seeds: int = 10  # runs per generation-level equivalent / wasteful variant
     # tree / draft-and-verify controls at their full default plans (their 200-seed calibrations on small case
     # sets: results/tree, results/families)
     step_control_seeds: int = 20
@@ -152,7 +153,7 @@ def run_task(task: Task, gate: float) -> dict:
     else:
         pair = _pair(task.pair)
         contexts = None
-        if task.plan == "default" and not task.samples:  # the default plan: the context catalogue's cells too
+        if task.plan == "default":  # the default plan's cells: the context catalogue's too
             from harness.contexts import plan
 
             contexts = plan(pair, seed=task.seed)
@@ -194,11 +195,17 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
         else:
             # Equivalent and wasteful variants run as many seeds as the controls (they must pass too). Fast entries
             # run the default plan (samples 0); one-row-at-a-time ones a small fixed plan.
-            n_seeds = config.seeds if mutant else config.generation_control_seeds
-            samples = config.slow_generation_samples if _slow(impl) else 0
-            n_seeds = min(n_seeds, config.slow_generation_seeds) if _slow(impl) else n_seeds
+            # Controls: `control_seeds` runs of the default plan's cells at a declared n per cell (the randomized
+            # PIT is exactly U(0, 1) at any n, and the chi-square tests merge bins to a minimum expected count: the
+            # false-alarm rate does not depend on n; the power does, and the mutants measure it at the full plan).
+            control = impl.kind == "control"
+            n_seeds = config.seeds if mutant else config.control_seeds if control else config.generation_control_seeds
+            samples = config.generation_control_samples if control else 0
+            if _slow(impl):
+                samples, n_seeds = config.slow_generation_samples, min(n_seeds, config.slow_generation_seeds)
             pair = impl.pair or config.generation_pair
-            tasks += [Task(impl.name, "detect" if mutant else "calibrate", 2000 + s, None, samples, pair)
+            plan = "prompts" if _slow(impl) else "default"
+            tasks += [Task(impl.name, "detect" if mutant else "calibrate", 2000 + s, None, samples, pair, plan)
                       for s in range(n_seeds)]
             if mutant and config.compare_plans and not samples:
                 tasks += [Task(impl.name, "previous plan", 2000 + s, None, 0, pair, "prompts") for s in range(n_seeds)]
@@ -381,7 +388,8 @@ def _markdown(result, meta, ok, problems) -> str:
         "default plan (a run stops once its verdict is decided). Controls: "
         f"{cfg['control_seeds']} seeds on the calibration battery ({cfg['calibration_rows']} rows per "
         f"configuration; pure-Python controls {cfg['slow_control_rows']}), rates at the gate and at a nominal "
-        f"{cfg['nominal_alpha']:g} with Clopper–Pearson 95% intervals. Generation level on pair "
+        f"{cfg['nominal_alpha']:g} with Clopper–Pearson 95% intervals (generation-level controls: the default plan's "
+        f"cells at {cfg.get('generation_control_samples', '-')} samples per cell). Generation level on pair "
         f"`{cfg['generation_pair']}` (or the entry's own pair) at the default plan: greedy, the prompt cells and the "
         "contexts cells of the catalogue, stopping at the first decided cell.", "",
         f"**Overall: {'PASS' if ok else 'FAIL'}**" + ("" if ok else " — " + "; ".join(problems)), "",
