@@ -26,7 +26,7 @@ __all__ = ["CATALOGUE", "KINDS", "LEVELS", "Implementation", "get", "implementat
 # The modules whose `@register`-declared implementations make up the zoo, in report order.
 CATALOGUE = ("harness.mutants.batched", "harness.mutants.controls", "harness.mutants.generation",
              "harness.mutants.sampler", "harness.mutants.tree", "harness.mutants.families",
-             "harness.mutants.structured")
+             "harness.mutants.structured", "harness.mutants.architectures")
 
 
 @functools.cache
