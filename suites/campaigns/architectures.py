@@ -1,0 +1,205 @@
+"""The architectures campaign (issue 44): hybrid, recurrent and sliding-window models end to end, on the tiny
+offline pairs of suites/catalogues/architectures.py (one per cache family).
+
+    specdec campaign architectures [--only shape mutants reference transformers] [--pairs arch-ssm ...]
+                                   [--seeds 1] [--time-budget 300] [--samples N] [--out results/findings/architectures]
+
+Parts (each appends one JSON row per run to OUT/rows.jsonl; OUT/README.md's table is regenerated from all rows):
+- shape: per pair, the draft's acceptance per position and the target's entropy (the reference's own counters,
+  T = 1, γ = 3);
+- mutants: every mutant of harness.mutants.architectures at the default plan of `specdec verify --level generation`
+  on its pair, `--seeds` seeds (each must FAIL);
+- reference: the reference with the stateful path forced (harness.mutants.generation:reference_kv_cache) on every
+  pair, `--seeds` seeds (each must not FAIL); `--samples N` for a fixed plan instead of the default;
+- transformers: `harness.adapters.hf:assisted_generate` and `:prompt_lookup_generate` on every pair: greedy
+  equality and the sampling law, within `--time-budget` seconds of sampling per run (a crash is a finding: FAIL,
+  exit 1, the exception named).
+Each row carries the verdict, seconds, detectable TV, seed and versions. Exit 0 when every mutant FAILed and the
+reference never did; transformers' verdicts are findings, not gates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+PARTS = ("shape", "mutants", "reference", "transformers")
+REFERENCE = "harness.mutants.generation:reference_kv_cache"
+TRANSFORMERS = ("harness.adapters.hf:assisted_generate", "harness.adapters.hf:prompt_lookup_generate")
+DEFAULT_OUT = "results/findings/architectures"
+
+
+def _pairs():
+    from suites.catalogues.architectures import FAMILIES
+
+    return FAMILIES
+
+
+def _versions() -> dict:
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget: float | None) -> dict:
+    """One `specdec verify --level generation` run, as a row (never raises: a harness fault is verdict 'error')."""
+    from harness.adapters.calling import ImplementationError
+    from harness.check.api import run_verify
+    from harness.check.config import CheckConfig
+    from harness.errors import HarnessError, describe_fault
+
+    started = time.perf_counter()
+    row = {"impl": impl, "pair": pair, "seed": seed, "samples_requested": samples, "time_budget_s": time_budget}
+    try:
+        report = run_verify(CheckConfig(impl=impl, level="generation", pair=pair, seed=seed, samples=samples,
+                                        time_budget_s=time_budget))
+    except ImplementationError as exc:
+        return {**row, "verdict": "fail", "exit": 1, "message": f"CRASH (a finding): {exc}"[:400],
+                "seconds": time.perf_counter() - started}
+    except HarnessError as exc:
+        return {**row, "verdict": "error", "exit": 2, "message": str(exc)[:400], "seconds": time.perf_counter() - started}
+    except Exception as exc:  # noqa: BLE001 - the run's own fault: recorded as such, never as a verdict
+        return {**row, "verdict": "error", "exit": 2, "message": describe_fault(exc)[:400],
+                "seconds": time.perf_counter() - started}
+    summary = report.failure_summary()
+    return {**row, "verdict": report.verdict, "exit": {"pass": 0, "fail": 1, "inconclusive": 3}[report.verdict],
+            "samples": report.samples, "detectable_tv": report.detectable_tv, "declared_tests": report.declared_tests,
+            "message": (summary[0] if summary else "")[:400], "seconds": report.seconds,
+            "notes": [n for n in report.notes if "float32" in n or "decided at" in n][:3]}
+
+
+def shape(pair_name: str, *, rows: int = 16, length: int = 24, gamma: int = 3) -> dict:
+    """Acceptance per draft position (accepted / reached) and the target's mean entropy, from the reference."""
+    import torch
+
+    from harness.pairs import get_pair
+    from specdec_ref.generate import speculative_generate
+
+    pair = get_pair(pair_name, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, pair.vocab_size, (rows, 12), generator=g)
+    started = time.perf_counter()
+    out = speculative_generate(pair.target, pair.draft, ids, max_new_tokens=length, gamma=gamma, temperature=1.0,
+                               seed=0, cache="cache")
+    stats = out.stats
+    seqs = torch.cat([ids, out.tokens.clamp_min(0)], 1)
+    with torch.inference_mode():
+        logp = pair.target(input_ids=seqs, attention_mask=torch.ones_like(seqs)).logits.double().log_softmax(-1)
+    entropy = float(-(logp.exp() * logp).sum(-1).mean())
+    return {"part": "shape", "pair": pair_name, "acceptance_per_position": [
+        round(a / r, 3) if r else None for a, r in zip(stats.accepted, stats.reached, strict=True)],
+        "alpha": round(stats.alpha, 3), "mean_accepted_tokens": round(stats.mean_accepted_tokens, 3),
+        "entropy_nats": round(entropy, 3), "max_entropy_nats": round(float(torch.log(torch.tensor(pair.vocab_size))), 3),
+        "seconds": time.perf_counter() - started}
+
+
+def _runs(parts, pairs, seeds: int, samples: int | None, budget: float | None):
+    from harness.mutants.registry import implementations
+
+    if "shape" in parts:
+        for name in pairs:
+            yield lambda name=name: shape(name)
+    if "mutants" in parts:
+        for impl in implementations(kind="mutant", level="generation"):
+            if impl.spec.startswith("harness.mutants.architectures:") and impl.pair in pairs:
+                for seed in range(seeds):
+                    yield lambda impl=impl, seed=seed: {"part": "mutants", "name": impl.name, **_verify(
+                        impl.spec, impl.pair, seed=seed, samples=None, time_budget=None)}
+    if "reference" in parts:
+        for name in pairs:
+            for seed in range(seeds):
+                yield lambda name=name, seed=seed: {"part": "reference", **_verify(
+                    REFERENCE, name, seed=seed, samples=samples, time_budget=budget)}
+    if "transformers" in parts:
+        for name in pairs:
+            for impl in TRANSFORMERS:
+                yield lambda name=name, impl=impl: {"part": "transformers", **_verify(
+                    impl, name, seed=0, samples=samples, time_budget=budget)}
+
+
+def _load(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _tv(row) -> str:
+    tv = row.get("detectable_tv")
+    return "-" if tv is None or tv != tv else f"{tv:.3g}"
+
+
+def _cell(rows: list[dict]) -> str:
+    if not rows:
+        return "not run"
+    last = rows[-1]
+    text = f"{last['verdict'].upper()} ({last['seconds']:.0f} s, TV {_tv(last)})"
+    if last["verdict"] in ("fail", "error") and last.get("message"):
+        text += f": {last['message'][:140]}"
+    return text.replace("|", "/")
+
+
+def readme(rows: list[dict], out: Path) -> str:
+    """OUT/README.md: one table row per family, then the mutants and the rerun command."""
+    families = _pairs()
+    versions = next((r["versions"] for r in reversed(rows) if r.get("versions")), {})
+    lines = ["# Architectures: hybrid, recurrent and sliding-window models end to end (issue 44)", "",
+             "Regenerated from rows.jsonl by `specdec campaign architectures` (suites/campaigns/architectures.py); "
+             "every number below is a row there, with its seed, time and versions.", "",
+             f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items()) or 'see rows.jsonl'}; CPU, pure-PyTorch "
+             "fallback kernels; models float32, ground truth float64 (MoE experts run eager so float64 works).", "",
+             "| pair | family | acceptance per position / entropy (nats of ln 48 = 3.87) | reference (stateful path) "
+             "| transformers assisted | transformers prompt lookup |", "|---|---|---|---|---|---|"]
+    for name, (family, model_type, _config, _noise) in families.items():
+        mine = [r for r in rows if r.get("pair") == name]
+        sh = [r for r in mine if r["part"] == "shape"]
+        shape_text = (f"{sh[-1]['acceptance_per_position']} / {sh[-1]['entropy_nats']}" if sh else "not measured")
+        ref = [r for r in mine if r["part"] == "reference"]
+        ref_text = (f"{sum(r['verdict'] == 'fail' for r in ref)}/{len(ref)} FAIL; last " + _cell(ref)) if ref else "not run"
+        cells = [_cell([r for r in mine if r["part"] == "transformers" and r["impl"] == impl]) for impl in TRANSFORMERS]
+        lines.append(f"| {name} | {family} ({model_type}) | {shape_text} | {ref_text} | {cells[0]} | {cells[1]} |")
+    lines += ["", "## Mutants (each must FAIL at the default plan)", "", "| mutant | pair | seeds FAILed | median s |",
+              "|---|---|---|---|"]
+    for name in sorted({r["name"] for r in rows if r["part"] == "mutants"}):
+        mine = [r for r in rows if r["part"] == "mutants" and r["name"] == name]
+        secs = sorted(r["seconds"] for r in mine)
+        lines.append(f"| {name} | {mine[-1]['pair']} | {sum(r['verdict'] == 'fail' for r in mine)}/{len(mine)} "
+                     f"| {secs[len(secs) // 2]:.0f} |")
+    lines += ["", "## Rerun", "", "```", f"specdec campaign architectures --out {out}", "```", ""]
+    notes = out / "notes.md"  # the hand-written part: what the rows mean, what is missing and why
+    if notes.exists():
+        lines += [notes.read_text()]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="specdec campaign architectures", description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
+    ap.add_argument("--pairs", nargs="+", default=None, help="arch-* pairs (default: all)")
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--samples", type=int, default=None, help="fixed plan for reference / transformers runs")
+    ap.add_argument("--time-budget", type=float, default=300.0, help="seconds of sampling per reference / "
+                    "transformers run (the achieved TV is reported)")
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    pairs = args.pairs or list(_pairs())
+    unknown = sorted(set(pairs) - set(_pairs()))
+    if unknown:
+        ap.error(f"unknown pair(s) {', '.join(unknown)}; known: {', '.join(_pairs())}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    journal = out / "rows.jsonl"
+    versions, ok = _versions(), True
+    for run in _runs(args.only, pairs, args.seeds, args.samples, args.time_budget):
+        row = {**run(), "versions": versions, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        with journal.open("a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+        print(json.dumps({k: row.get(k) for k in ("part", "name", "impl", "pair", "seed", "verdict", "seconds",
+                                                  "detectable_tv", "acceptance_per_position", "entropy_nats")},
+                         default=str), flush=True)
+        ok &= not (row["part"] == "mutants" and row["verdict"] != "fail")
+        ok &= not (row["part"] == "reference" and row["verdict"] in ("fail", "error"))
+        (out / "README.md").write_text(readme(_load(journal), out))
+    return 0 if ok else 1

@@ -1,0 +1,73 @@
+"""The reference on models whose cache is not a croppable KV cache (issue 44): the fast path is chosen by what the
+cache can do, the stateful path is token-for-token plain greedy decoding, and a planted state bug of each kind is
+caught. The CI profile uses one hybrid pair (arch-conv: short conv + attention) and one sliding-window pair
+(arch-swa, window 8); the generation-level checks at T > 0 and the other families are marked slow."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.pairs import get_pair
+from specdec_ref.generate import autoregressive_generate, speculative_generate
+from specdec_ref.runners import StatefulRunner, cache_capabilities, make_runner
+
+PROMPTS = torch.tensor([[5, 9, 7, 30, 11, 2, 40, 17, 8, 3, 21, 6], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]])
+FAST = ("arch-conv", "arch-swa")
+SLOW = ("arch-linear", "arch-ssm", "arch-ssm-hybrid", "arch-mamba2-hybrid", "arch-moe-swa")
+
+
+def _pair(name):
+    return get_pair(name, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", FAST + tuple(pytest.param(n, marks=pytest.mark.slow) for n in SLOW))
+def test_the_runner_is_chosen_by_what_the_cache_can_do(name):
+    pair = _pair(name)
+    caps = cache_capabilities(pair.target)
+    assert not caps.croppable, caps  # a window, a conv or a recurrent state: a crop cannot restore it
+    assert isinstance(make_runner(pair.target, "t", 2, "batched"), StatefulRunner)
+    assert isinstance(make_runner(pair.target, "t", 2, "cache"), StatefulRunner)
+    toy = get_pair("toy").target
+    assert cache_capabilities(toy).croppable and cache_capabilities(toy).multi_token_exact
+
+
+@pytest.mark.parametrize("name", FAST + tuple(pytest.param(n, marks=pytest.mark.slow) for n in SLOW))
+def test_stateful_reference_is_plain_greedy_token_for_token(name):
+    """Greedy speculative decoding through the stateful path (snapshots, restores after rejections, multi-token
+    verify across the window / chunk) returns exactly plain greedy decoding without any cache (float64)."""
+    pair = _pair(name)
+    plain = autoregressive_generate(pair.target, PROMPTS, max_new_tokens=16, temperature=0.0, cache="recompute")
+    for gamma in (4,) if name in FAST else (1, 4):
+        spec = speculative_generate(pair.target, pair.draft, PROMPTS, max_new_tokens=16, gamma=gamma,
+                                    temperature=0.0, cache="cache")
+        assert torch.equal(spec.tokens, plain.tokens), (name, gamma)
+        assert 0 < sum(spec.stats.accepted_per_step) < sum(spec.stats.drafted_per_step)  # rejections happened
+
+
+MUTANTS = {"arch-conv": "conv_state_not_rolled_back", "arch-swa": "rotating_cache_trim_keeps_stale_keys"}
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_a_planted_state_bug_breaks_greedy_equality(name):
+    """The planted bug of the family (harness.mutants.architectures) on the same prompts: greedy differs."""
+    from harness.mutants.registry import get
+
+    pair = _pair(name)
+    plain = autoregressive_generate(pair.target, PROMPTS, max_new_tokens=16, temperature=0.0, cache="recompute")
+    mutant = get(MUTANTS[name]).fn(pair.target, pair.draft, PROMPTS, max_new_tokens=16, gamma=4, temperature=0.0,
+                                   top_k=None, top_p=None, seed=0)
+    assert not torch.equal(mutant, plain.tokens)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAST)
+def test_generation_check_at_t1_passes_the_stateful_reference_and_fails_the_mutant(name):
+    from harness.check.api import run_verify
+    from harness.check.config import CheckConfig
+
+    base = dict(level="generation", pair=name, samples=300, contexts="none", settings=["T=1"])
+    ref = run_verify(CheckConfig(impl="harness.mutants.generation:reference_kv_cache", **base))
+    assert ref.verdict != "fail", ref.failure_summary()
+    bad = run_verify(CheckConfig(impl=f"harness.mutants.architectures:{MUTANTS[name]}", **base))
+    assert bad.verdict == "fail"
