@@ -89,6 +89,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    """Loads a public name on first use (PEP 562), so that `import specdec` stays light."""
     if name not in _LAZY:
         raise AttributeError(f"module 'specdec' has no attribute {name!r}")
     module, attribute = _LAZY[name]
@@ -98,6 +99,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
+    """The public names, loaded or not (what `dir(specdec)` and `help(specdec)` list)."""
     return sorted(set(globals()) | set(__all__))
 
 
