@@ -60,7 +60,8 @@ def _panels(n: int, width: float = 3.6, height: float = 3.0):
 
 def speedup_vs_gamma(rows: list[dict]):
     """One panel per series: median speedup (bars: min–max over repeats), Leviathan's curve at the measured
-    α and c, and the prediction at the acceptance realized in the timed runs."""
+    α and c, the cost model at each measured γ (its r is measured per γ), and Leviathan's prediction at the
+    acceptance realized in the timed runs."""
     series = _series(rows, "spec")
     if not series:
         return None
@@ -75,15 +76,17 @@ def speedup_vs_gamma(rows: list[dict]):
         if math.isfinite(alpha) and math.isfinite(c):
             grid = list(range(1, max(gammas) + 1))
             ax.plot(grid, [theory.predicted_speedup(alpha, g, c) for g in grid], "--", color="black",
-                    label="predicted at α, c")
+                    label="Leviathan (r = 1) at α, c")
+        ax.plot(gammas, [r.get("predicted_speedup_cost_model", math.nan) for r in members], "s:", color="tab:green",
+                label="cost model E/(r + γc), r measured per γ")
         ax.plot(gammas, [r.get("predicted_speedup_realized", math.nan) for r in members], "x", color="tab:red",
-                label="predicted at realized acceptance")
+                label="Leviathan at realized acceptance")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_title(f"{name}\nα={alpha:.2f}, c={c:.3f}", fontsize=8)
         ax.set_xlabel("γ", fontsize=8)
         ax.legend(fontsize=6)
     axes[0].set_ylabel("speedup over autoregressive")
-    fig.suptitle("Speedup vs γ; predicted = (1−α^(γ+1)) / ((1−α)(γc+1)) (Leviathan et al. 2023)", fontsize=10)
+    fig.suptitle("Speedup vs γ: Leviathan (r = 1), cost model E/(r+γc)", fontsize=9)
     _integer_ticks(*axes)
     fig.tight_layout()
     return fig
