@@ -64,12 +64,21 @@ def regime_lines(rows: list[dict]) -> list[str]:
     for group in dict.fromkeys(r["group"] for r in spec):
         b = max((r for r in spec if r["group"] == group), key=lambda r: r["speedup_median"])
         star = break_even_alpha(b["gamma"], b["r"], b["c"])
-        verdict = "pays" if b["speedup_median"] > 1 else "does not pay"
+        measured, model = b["speedup_median"] > 1, b["predicted_speedup_cost_model"] > 1
+        realized = b.get("tokens_per_call_realized", math.nan)
+        verdict = {(True, True): "speculation pays, as the cost model predicts",
+                   (False, False): "speculation does not pay, as the cost model predicts",
+                   (False, True): "speculation does not pay although the cost model predicts it would (overhead)",
+                   (True, False): ("measured above 1 although the cost model predicts a loss at the measured α: the "
+                                   f"timed steps realized {realized:.2f} tokens per call against "
+                                   f"{b['predicted_tokens_per_call']:.2f} expected (acceptance luck of a short run, "
+                                   "not a regime where speculation pays)")}[(measured, model)]
+        n = b.get("distinct_prompts")
         lines.append(
-            f"{group}, best γ={b['gamma']}: speculation {verdict}: measured {b['speedup_median']:.3f} "
+            f"{group}, best γ={b['gamma']}: {verdict}: measured {b['speedup_median']:.3f} "
             f"[{b['speedup_min']:.3f}, {b['speedup_max']:.3f}] over repeats"
             + (f", per prompt [{b['speedup_prompt_min']:.3f}, {b['speedup_prompt_max']:.3f}] over "
-               f"{b['distinct_prompts']} prompts" if "speedup_prompt_min" in b else "")
+               f"{n} prompt{'s' if n != 1 else ''}" if "speedup_prompt_min" in b else "")
             + f"; cost model E[tokens/call] {b['predicted_tokens_per_call']:.2f} / (r {b['r']:.2f} + γc "
             f"{b['gamma'] * b['c']:.2f}) = {b['predicted_speedup_cost_model']:.3f} at α = {b['alpha']:.2f} "
             f"(measured / cost model {b['cost_model_ratio']:.3f}); break-even α at these costs: "

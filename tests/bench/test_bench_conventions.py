@@ -233,3 +233,13 @@ def test_an_interleaved_cell_is_its_own_baseline_and_a_cheaper_verify_pass_is_lo
     spec["stats"]["ref"]["target_seconds"] = 40 * 0.005
     row = next(r for r in summarize(cells, records) if r["kind"] == "spec")
     assert row["r"] == pytest.approx(0.5) and row["load_drift_flag"] is True
+
+
+@pytest.mark.parametrize("speedup,word", [(0.9, "does not pay, as the cost model predicts"),
+                                          (1.05, "acceptance luck")])
+def test_regime_lines_tell_a_win_the_costs_explain_from_acceptance_luck(speedup, word):
+    from harness.bench.cli import regime_lines
+
+    cells, records = _records(speedup)  # cost model 0.921 < 1: a measured 1.05 is not a regime where it pays
+    (line,) = regime_lines(summarize(cells, records))
+    assert word in line and "break-even α" in line and "r 1.50" in line
