@@ -19,6 +19,7 @@ import hashlib
 import json
 
 CELL_KINDS = ("ar", "spec", "compare", "tokens")
+_LATER_FIELDS = {"prompt_select": None, "interleave": False}  # added later: their defaults stay out of the id
 METHODS = {"ar": ("ar",), "spec": ("ref",), "compare": ("ar", "ref", "hf_ar", "hf"), "tokens": ("ref",)}
 
 
@@ -52,8 +53,10 @@ class Cell:
 
     @property
     def id(self) -> str:
-        """Readable prefix + hash of every field (a changed setting is a different cell)."""
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        """Readable prefix + hash of every field (a changed setting is a different cell). Fields added after
+        records were written are hashed only when set, so those records keep their ids."""
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if _LATER_FIELDS.get(k, object()) != v}
+        blob = json.dumps(fields, sort_keys=True)
         digest = hashlib.sha1(blob.encode()).hexdigest()[:10]
         return f"{self.kind}-{self.pair}-g{self.gamma}-t{self.temperature:g}-{digest}"
 
