@@ -630,7 +630,7 @@ STEP_BANDS = ((0, 1), (1, 4), (4, 16), (16, None))  # generated-token index j: f
 # Default rows of a prompt cell (V <= 64, the exact joint law, or not), with or without contexts cells. A toy pair's
 # prompt cells carry the token-law guarantee (the exact joint law of the continuation at one prompt), which no pooled
 # statistic replaces: at 2,000 rows beside the contexts cells they missed penalties_count_rejected_drafts_mild (exact
-# TV 0.031 / 0.036), which 20,000 rows catch (results/headline/README.md).
+# TV 0.031 / 0.036), which 20,000 rows catch (the headline campaign, suites/campaigns/headline.py).
 PROMPT_ROWS = {True: 20_000, False: 200}
 # Default rows of a contexts cell (spread round-robin over its contexts). A real pair's 410 rows of 16 new tokens
 # (~6,500 tokens; EOS ends a few rows early) put the pooled PIT's detectable TV just under 0.05 (measured on SmolLM2:
@@ -729,7 +729,7 @@ def count_contexts_pit_tests(families, block_sizes) -> int:
 def pooled_guarantee(test: TestResult, what: str, power: float) -> str:
     """What a pooled binned-PIT test promises: the pooled law is the mixture of the per-token laws, so a deviation
     common to a fraction f of the tokens moves it by f times its own binned TV; deviations that differ between
-    contexts can cancel (no promise: the per-context tests and results/headline cover them)."""
+    contexts can cancel (no promise: the per-context tests cover them; suites/campaigns/headline.py measures both)."""
     d = test.detectable_tv
     if d is None or not math.isfinite(d):
         return f"{what}: too few draws to promise anything"

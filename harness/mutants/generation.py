@@ -726,7 +726,7 @@ def _garbage_temperature_at_drafts(logits, params, history):
 @_params_mutant(Hooks(target_probs=_garbage_temperature_at_drafts), settings=(_setting(temperature=1.0),), pair="toy",
       needs=("temperature > 0", "rows of one call (a batch) at different garbage values: the law is flattened at "
              "some rows and sharpened at others, which a PIT pooled over rows averages away"),
-      models="the vLLM CPU expand kernel (found by this harness, results/findings/vllm-cpu): temperature left "
+      models="the vLLM CPU expand kernel (found by this harness in vLLM 0.32 CPU): temperature left "
              "uninitialized at the draft positions, a per-slot garbage value")
 def temperature_garbage_at_draft_positions(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
                                            top_p, seed, **extra):
