@@ -32,6 +32,7 @@ from specdec_ref.runners import context_length
 from specdec_ref.toy import add_synthetic_cost
 
 WARMUP_TOKENS = 16
+STAMPED = ("ar", "ref")  # methods whose token emissions are stamped (the reference's runners synchronize anyway)
 _RANDOM_PROMPT_LENGTH = 8  # pairs without default prompts get random token ids of this length
 
 # method(ids [1, T], seed, max_new_tokens) -> (tokens [1, N] with -1 padding, stats or None)
@@ -237,19 +238,22 @@ def measure_timing(pair: ModelPair, cell: Cell) -> dict:
         for r in range(cell.repeats):
             for name in names[r % len(names):] + names[: r % len(names)]:
                 target_count, draft_count = ForwardCounter(pair.target), ForwardCounter(pair.draft)
-                clock = EmissionClock(pair.target, cell.device)
+                # transformers' generate does not synchronize per forward: a stamp there would slow it on a GPU
+                clock = EmissionClock(pair.target, cell.device) if name in STAMPED else None
                 sync(cell.device)
                 start = time.perf_counter()
                 outs = []
                 for i, ids in enumerate(prompts):
-                    clock.times.clear()
+                    stamps: list[float] = clock.times if clock else []
+                    stamps.clear()
                     began = time.perf_counter()
                     outs.append(runs[name](ids, cell.seed + 1000 * r + i, n_new))
                     sync(cell.device)
                     requests[name].append({"repeat": r, "prompt": i, **request_record(
-                        began, time.perf_counter(), list(clock.times), int((outs[-1][0] >= 0).sum()))})
+                        began, time.perf_counter(), list(stamps), int((outs[-1][0] >= 0).sum()))})
                 seconds = time.perf_counter() - start
-                clock.remove()
+                if clock:
+                    clock.remove()
                 target_count.remove()
                 draft_count.remove()
                 timings[name]["tokens"].append(sum(int((tokens >= 0).sum()) for tokens, _ in outs))
