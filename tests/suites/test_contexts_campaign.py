@@ -17,7 +17,9 @@ def test_contexts_campaign_resumes_the_part_journals_and_journals_new_runs(tmp_p
     assert main(args) == 0
     runs = json.loads((out / "control.json").read_text())["runs"]
     assert [r["seed"] for r in runs] == [1000, 1001] and runs[0] == earlier  # 1000 resumed, only 1001 ran
-    assert runs[1]["verdict"] == "pass" and runs[1]["declared_samples"] == 100
+    # 100 samples per cell: no false alarm; the one-law headline (a prompt's joint law at 100 rows, TV ≈ 0.33)
+    # promises too little for PASS, so the control run is INCONCLUSIVE, never PASS on too little data
+    assert runs[1]["verdict"] == "inconclusive" and not runs[1]["fail"] and runs[1]["declared_samples"] == 100
     keys = [json.loads(line)["key"] for line in (out / "journal.jsonl").read_text().splitlines()]
     assert keys == ["control/1000", "control/1001"]
     assert main([*args, "--control-seeds", "3", "--budget-s", "0"]) == 0  # out of time: nothing new starts
