@@ -48,6 +48,11 @@ def print_check_report(report, verbose: bool = False) -> None:
     print(f"  verdict: {report.verdict_line()}" + (f" ({len(rejected)} tests reject losslessness)" if rejected else ""))
     for line in report.failure_summary():
         print(f"    {line}")
+    estimates = report.estimate_lines()
+    if estimates:
+        print("  how far from the target (bias-corrected TV, 95% interval; docs/ESTIMATES.md):")
+        for line in estimates:
+            print(f"    {line}")
     if report.verdict == "inconclusive":
         print(f"    achieved detectable TV {_fmt(report.detectable_tv)} is above the ceiling {report.inconclusive_tv:g}: "
               "this run could not have seen a useful error (more --samples, or --inconclusive-tv to accept it)")

@@ -86,6 +86,26 @@ class CheckReport:
         return f"{self.verdict.upper()}{order}"
 
     @property
+    def estimates(self) -> list[dict]:
+        """`--estimate`: the TV estimates of every cell, position and law, with the cell's name (cell key "case")."""
+        return [{"case": c["name"], **e} for c in self.cases for e in c.get("tv_estimates", [])]
+
+    def estimate_lines(self, limit: int = 8) -> list[str]:
+        """"TV 0.031 [0.026, 0.036] at position 2 (case, n; exact 0.030)" — failed cells first, largest first."""
+        failed = {t.name.split("/")[0] for t in self.tests if t.reject}
+        rows = sorted(self.estimates, key=lambda e: (e["case"] not in failed, -(e["estimate"] or 0)))
+        lines = []
+        for e in rows[:limit]:
+            where = f"position {e['position']}" + (" (the bonus token)" if e.get("bonus") else "")
+            law = f", {e['law'].split('/', 1)[1]}" if "/" in e["law"] else ""
+            exact = f"; exact {e['exact_tv']:.3f}" if e.get("exact_tv") is not None else ""
+            lines.append(f"TV {e['estimate']:.3f} [{e['low']:.3f}, {e['high']:.3f}] at {where} ({e['case']}{law}, "
+                         f"n = {e['n']:,}, {e['cells']} cells{exact})")
+        if len(rows) > limit:
+            lines.append(f"… {len(rows) - limit} more estimates in the JSON report (\"estimates\")")
+        return lines
+
+    @property
     def wasteful(self) -> list[dict]:
         return [c for c in self.cases if c.get("wasteful")]
 
@@ -120,6 +140,7 @@ class CheckReport:
             "processing_order": self.processing_order,
             "consistent_conventions": self.conventions(),
             "coverage": self.coverage,
+            "estimates": self.estimates,
         }
 
 

@@ -53,6 +53,7 @@ from harness.stats import (
     pooled_pearson,
     runs_test,
     samples_needed,
+    samples_needed_binomial,
     support_check,
 )
 from harness.stats.bounds import acceptance_bound, block_acceptance, token_level_optimum
@@ -119,6 +120,12 @@ def default_cases() -> list[SamplerCase]:
     return list(catalogue("sampler").CASES)
 
 
+def opt_in_cases() -> list[SamplerCase]:
+    """Cases selectable by name (`--cases`) that the default plan does not run (suites/catalogues/sampler.py
+    `OPT_IN_CASES`: the deep-tail probes)."""
+    return list(getattr(catalogue("sampler"), "OPT_IN_CASES", []))
+
+
 def case_names() -> list[str]:
     return [c.name for c in default_cases()]
 
@@ -166,6 +173,7 @@ def count_gating_tests(plans: list[CasePlan]) -> int:
         m += 2  # format + row independence
         m += sum(_tests_per_position(plan.p[j]) for j in plan.tested)
         m += sum(1 for j in range(plan.case.gamma) if plan.reach[j] >= MIN_REACH)  # acceptance tests
+        m += len(_tail_positions(plan))  # deep-tail tests
     return m
 
 
@@ -326,6 +334,63 @@ def _position_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: flo
             out.append(binomial_event_test(int(counts[outside].sum()), len(col), float(pj[outside].sum()),
                                            f"{name}/outside_nucleus", **plan_kw))
     return out
+
+
+
+# --- the deep-tail probe (issue 46): errors of the random-number resolution, invisible to a TV plan ---------
+
+# A token whose probability is at most TAIL_RATIO of the position's top probability is in the deep tail: a
+# sampler whose uniforms, exponentials or running sums resolve ~24 bits (fp32 uniforms, an exponential race
+# floored at 2^-24, a float32 cumsum) loses or inflates it; float64 resolves 2^-53.
+TAIL_RATIO = 2.0 ** -20
+TAIL_MIN_MASS = 1e-5  # positions whose deep tail holds less than this get no tail test (no power anyway)
+# The plan: rows so that a deficit of this fraction of the deep-tail mass is detected at --power (normal
+# approximation of the exact binomial test; the exact power is in results/tail/README.md).
+TAIL_PLAN_DEFICIT = 0.9
+
+
+def deep_tail(p_row: np.ndarray) -> np.ndarray:
+    """Boolean mask of the deep tail of one law: 0 < p(y) ≤ TAIL_RATIO · max p."""
+    return (p_row > 0) & (p_row <= TAIL_RATIO * p_row.max())
+
+
+def _tail_positions(plan: CasePlan) -> list[int]:
+    return [j for j in plan.tested if plan.p[j][deep_tail(plan.p[j])].sum() >= TAIL_MIN_MASS]
+
+
+def _tail_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str) -> list[TestResult]:
+    """Exact two-sided binomial test per position: the count of deep-tail tokens among the rows that reached j
+    ~ Bin(reached, p_j(deep tail)) for any lossless rule (residual and bonus draws alike)."""
+    n_emitted = (tokens >= 0).sum(1)
+    out = []
+    for j in _tail_positions(plan):
+        col = tokens[n_emitted >= j + 1, j]
+        mask = deep_tail(plan.p[j])
+        hits = int(mask[col[(col >= 0) & (col < plan.case.vocab)]].sum())
+        mass = float(plan.p[j][mask].sum())
+        t = binomial_event_test(hits, len(col), mass, f"{prefix}/pos{j}/deep_tail", level=level, power=power)
+        t.details.update({"expected": mass * len(col), "tail_tokens": int(mask.sum()), "tail_ratio": TAIL_RATIO,
+                          "detectable_deficit": (t.detectable_tv or math.inf) / mass,
+                          "message": f"{hits} deep-tail tokens where {mass * len(col):.1f} were expected "
+                                     f"({int(mask.sum())} tokens each ≤ 2^-20 of the top probability)"})
+        out.append(t)
+    return out
+
+
+def _tail_need(plan: CasePlan, j: int, level: float, power: float) -> int:
+    mass = float(plan.p[j][deep_tail(plan.p[j])].sum())
+    return samples_needed_binomial(mass, mass * (1 - TAIL_PLAN_DEFICIT), level, power)
+
+
+def _tail_samples(cell: Cell, tv: float, level: float, power: float) -> int:
+    plans = _subplans(cell)
+    need = [_tail_need(plan, j, level, power) / plan.reach[j] for plan in plans for j in _tail_positions(plan)]
+    return int(math.ceil(1.05 * max(need) * len(plans))) if need else 0
+
+
+def _tail_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    return [t for prefix, plan, rows in _law_rows(cell, trials)
+            for t in _tail_tests(_tok(trials)[rows], plan, level, power, prefix)]
 
 
 def _acceptance_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str):
@@ -553,7 +618,47 @@ ACCEPTANCE_BOUND = Check("acceptance_bound",
 ACCEPTANCE_OPTIMUM = Check("acceptance_vs_optimum", lambda cell: 0,
                            lambda cell, t, lv, pw: _acceptance_run(cell, t, lv, pw, gating=False), gating=False)
 ROW_INDEPENDENCE = Check("rows_independent", lambda cell: len(_subplans(cell)), _independence_run)
-SAMPLER_BATTERY = [POSITION_LAWS, ACCEPTANCE_BOUND, ACCEPTANCE_OPTIMUM, ROW_INDEPENDENCE]
+TAIL_PROBE = Check("deep_tail", lambda cell: sum(len(_tail_positions(p)) for p in _subplans(cell)), _tail_run,
+                   _tail_samples)
+SAMPLER_BATTERY = [POSITION_LAWS, ACCEPTANCE_BOUND, ACCEPTANCE_OPTIMUM, ROW_INDEPENDENCE, TAIL_PROBE]
+
+
+def _estimate_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    """`--estimate`: a bias-corrected TV estimate with a 95 % interval per law and tested position
+    (harness.stats.estimate), into the cell's summary ("tv_estimates"); with the exact TV on the same partition
+    and on the full vocabulary where the implementation has an exact law (a zoo entry). Reports, never gates."""
+    import torch
+
+    from harness.stats.estimate import exact_partition_tv, partition, tv_estimate
+
+    seed, exact_laws = cell.summary.get("_estimate_seed", 0), cell.summary.get("_exact_laws")
+    rng = numpy_rng(seed, "estimate", cell.name)
+    out = []
+    for prefix, plan, rows in _law_rows(cell, trials):
+        sub = _tok(trials)[rows]
+        n_emitted = (sub >= 0).sum(1)
+        laws = None
+        if exact_laws is not None:
+            try:
+                laws = exact_laws(torch.from_numpy(plan.p), torch.from_numpy(plan.q)).double().numpy()
+            except Exception:  # noqa: BLE001 - a law that does not apply to this case: no exact value beside it
+                laws = None
+        for j in plan.tested:
+            col = sub[n_emitted >= j + 1, j]
+            inside = col[(col >= 0) & (col < plan.case.vocab)]
+            est = tv_estimate(np.bincount(inside, minlength=plan.case.vocab), plan.p[j], rng=rng,
+                              outside=len(col) - len(inside))
+            entry = {"law": prefix, "position": j, "bonus": j == plan.case.gamma, **est}
+            if laws is not None:
+                law = laws[j]
+                entry["exact_tv"] = exact_partition_tv(law, plan.p[j], partition(plan.p[j], est["n"]))
+                entry["exact_tv_full"] = 0.5 * (float(np.abs(law - plan.p[j]).sum()) + abs(1 - float(law.sum())))
+            out.append(entry)
+    cell.summary["tv_estimates"] = out
+    return []
+
+
+ESTIMATE = Check("tv_estimate", lambda cell: 0, _estimate_run, gating=False)
 
 
 # --- the sampler battery's anytime-valid tests (the driver's sequential mode) ------------------------------
@@ -654,7 +759,13 @@ class SamplerSource(TrialSource):
                        "laws_per_row": case.laws, "tested_positions": tested,
                        "untested_positions": [j for j in range(case.gamma + 1) if j not in tested],
                        "reach_probability": first.reach.tolist()}
-            cells.append(Cell(case.name, list(SAMPLER_BATTERY), plans, case.tv or config.tv, summary))
+            checks = list(SAMPLER_BATTERY)
+            if getattr(config, "estimate", False):
+                checks.append(ESTIMATE)
+                entry = getattr(self.impl, "specdec_implementation", None)  # a zoo entry: its exact law
+                summary.update({"_estimate_seed": config.seed,
+                                "_exact_laws": getattr(entry, "position_laws", None)})
+            cells.append(Cell(case.name, checks, plans, case.tv or config.tv, summary))
         if config.samples is not None:
             for cell in cells:
                 cell.summary["planned"] = self._capped(cell, config.samples)
@@ -725,6 +836,7 @@ def add_case_results(report: CheckReport, plan: CasePlan, tokens: np.ndarray | N
                "reach_probability": plan.reach.tolist(), "format_problems": problems}
     if tokens is not None:
         report.tests += _flag_rarely_reached(_position_tests(tokens, plan, level, power, prefix), tokens)
+        report.tests += _tail_tests(tokens, plan, level, power, prefix)
         gating, advisory, rates = _acceptance_tests(tokens, plan, level, power, prefix)
         report.tests += gating
         report.advisories += advisory
@@ -736,8 +848,13 @@ def add_case_results(report: CheckReport, plan: CasePlan, tokens: np.ndarray | N
 
 
 def _select(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:
-    """Case names (from the catalogue) or SamplerCase objects (e.g. `custom_case`); None: the whole catalogue."""
-    return select(cases, default_cases(), "sampler case")
+    """Case names (from the catalogue, opt-in cases included; "default" = the default plan's cases) or
+    SamplerCase objects (e.g. `custom_case`); None: the default catalogue."""
+    if not cases:
+        return default_cases()
+    if "default" in cases:
+        cases = case_names() + [c for c in cases if c != "default"]
+    return select(cases, default_cases() + opt_in_cases(), "sampler case")
 
 
 def custom_case(name: str, p: np.ndarray, q: np.ndarray, description: str = "", tv: float | None = None) -> SamplerCase:

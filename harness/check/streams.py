@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 
-PURPOSES = ("drafts", "impl", "global", "laws", "probe", "pit")
+PURPOSES = ("drafts", "impl", "global", "laws", "probe", "pit", "estimate")  # append only: indices seed streams
 
 
 def stream_seed(seed: int, purpose: str, *key: int | str) -> int:

@@ -34,6 +34,9 @@ class Implementation:
     exact_acceptance: Callable | None = None
     needs: tuple[str, ...] = ()  # what a test needs to be able to catch it (mutants), or run it (controls)
     pair: str | None = None  # generation level: the registered pair that meets `needs` (None: any toy pair)
+    # sampler level: opt-in cases (suites/catalogues/sampler.py OPT_IN_CASES) its check adds to the default plan,
+    # the only cases that can see it (the deep-tail probes for RNG-resolution bugs)
+    cases: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:
@@ -49,7 +52,7 @@ class Implementation:
 def declare(fn: Callable, name: str | None = None, *, level: str, kind: str, models: str,
             description: str | None = None, position_laws: Callable | None = None, exact_law: Callable | None = None,
             exact_acceptance: Callable | None = None, needs: tuple[str, ...] = (),
-            pair: str | None = None) -> Implementation:
+            pair: str | None = None, cases: tuple[str, ...] = ()) -> Implementation:
     """The zoo entry for `fn` under `name` (default: its __name__). Assign it to a module-level name of a
     catalogue module (for a callable defined elsewhere, e.g. the reference), or use `register`.
 
@@ -67,7 +70,7 @@ def declare(fn: Callable, name: str | None = None, *, level: str, kind: str, mod
         first_token = _first_row(position_laws)
     return Implementation(name=key, level=level, fn=fn, kind=kind, models=models, description=description or doc or key,
                           exact_law=first_token, position_laws=position_laws, exact_acceptance=exact_acceptance,
-                          needs=tuple(needs), pair=pair)
+                          needs=tuple(needs), pair=pair, cases=tuple(cases))
 
 
 def register(name: str | None = None, **fields):

@@ -416,3 +416,128 @@ def row_slip_target(target_probs, draft_probs, draft_tokens, generator):
     Invisible when every row holds the same (p, q); on rows holding different laws the emitted law of
     row b is the chain's law for (p of row b + 1, q of row b)."""
     return Rule()(target_probs.roll(-1, dims=0), draft_probs, draft_tokens, generator)
+
+
+# ================================================================ RNG resolution (issue 46: the deep-tail probe)
+# The final draw (residual and bonus alike) made with ~24 bits of randomness. Each changes the law only on tokens
+# whose probability is below ~2^-24 of the head's: no case of the default plan has one (every one of them
+# passes it, measured in results/tail/), the opt-in deep-tail case does (`--cases default tail-v131072`).
+
+TAIL_CASES = ("tail-v131072",)
+_RESOLUTION = ("tokens below ~2^-24 of the head's probability with a measurable total mass: the opt-in "
+               "deep-tail case tail-v131072 and its deep-tail test",)
+
+
+def _no_closed_form(F, r, recovered):  # pragma: no cover - these entries register no exact law
+    raise NotImplementedError
+
+
+def _final_draw_rule(race) -> Rule:
+    """The reference rule whose final token is drawn by `race(law [B, V], u_final [B], generator)`."""
+    def verify(target_probs, draft_probs, draft_tokens, generator):
+        draw = Draw(draw=lambda law, u_final, u_test, recovered: race(law, u_final, generator), law=_no_closed_form)
+        return Rule(draw=draw)(target_probs, draft_probs, draft_tokens, generator)
+    return verify
+
+
+def exponential_race(law: Tensor, exponentials: Tensor) -> Tensor:
+    """argmax_y law(y) / E_y: with E_y iid Exp(1) the winner has law `law` exactly (law [B, V], E [B, V])."""
+    return (law.to(exponentials.dtype) / exponentials).argmax(-1)
+
+
+def _uniforms(law: Tensor, generator) -> Tensor:
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    return torch.rand(law.shape, generator=generator, device=gen_device, dtype=torch.float64).to(law.device)
+
+
+def _fp32_race(law, u_final, generator):
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    u = torch.rand(law.shape, generator=generator, device=gen_device, dtype=torch.float32).to(law.device)
+    u24 = (u * 2.0 ** 24).floor_().div_(2.0 ** 24)  # fp32 rand is on this 2^-24 grid already (CPU); made explicit
+    return exponential_race(law, -torch.log(u24))  # E ≥ −log(1 − 2^-24) ≈ 2^-24, on a 2^-24 grid near 0
+
+
+def _floored_race(law, u_final, generator):
+    u = _uniforms(law, generator).clamp_min_(2.0 ** -24)  # "avoid log(0)": u floored at 2^-24
+    return exponential_race(law, -torch.log1p(-u))  # E = −log(1 − u) ≥ ~2^-24
+
+
+def _fp64_race(law, u_final, generator):
+    return exponential_race(law, -torch.log(_uniforms(law, generator)))  # 53-bit uniforms: E ≥ ~2^-53
+
+
+def _fp32_cumsum(law, u_final, generator):
+    import numpy as np
+
+    cdf = torch.from_numpy(np.cumsum(law.detach().cpu().float().numpy(), axis=-1))  # float32 running sum
+    target = (u_final.cpu().double() * cdf[:, -1].double()).float().unsqueeze(-1)
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=law.shape[-1] - 1).to(law.device)
+
+
+@register(level="sampler", kind="mutant", needs=_RESOLUTION, cases=TAIL_CASES,
+          models="vLLM #43150, #51367: fp32 exponential noise for the residual / bonus draw (a 262,144-token tail "
+                 "expected 32.8 times, hit 0 times)")
+def fp32_exponential_race(target_probs, draft_probs, draft_tokens, generator):
+    """Final token by an exponential race argmax p/E with E = −log(u) from 24-bit (fp32) uniforms: E is floored
+    at ~2^-24, so a token below ~2^-24 of the head's probability (times E_head) never wins."""
+    return _final_draw_rule(_fp32_race)(target_probs, draft_probs, draft_tokens, generator)
+
+
+@register(level="sampler", kind="mutant", needs=_RESOLUTION, cases=TAIL_CASES,
+          models="tl.rand floors u at 2^-31 (here at 2^-24): the exponential race's floor")
+def floored_uniform_race(target_probs, draft_probs, draft_tokens, generator):
+    """Final token by an exponential race with E = −log(1 − u), u float64 but floored at 2^-24 (to "avoid
+    log(0)"): E ≥ ~2^-24, the deep tail is lost exactly as with fp32 uniforms, however fine u is above the floor."""
+    return _final_draw_rule(_floored_race)(target_probs, draft_probs, draft_tokens, generator)
+
+
+@register(level="sampler", kind="mutant", needs=_RESOLUTION, cases=TAIL_CASES,
+          models="vLLM #54843 class (a precision downcast on one path): the inverse CDF over a float32 running sum")
+def fp32_cumsum_inverse_cdf(target_probs, draft_probs, draft_tokens, generator):
+    """Final token by inverse CDF over a float32 running sum of the law (float64 u): past the head the running
+    sum is ~1 and an increment below 2^-25 rounds away, so every later deep-tail token has zero width."""
+    return _final_draw_rule(_fp32_cumsum)(target_probs, draft_probs, draft_tokens, generator)
+
+
+@register(level="sampler", kind="control", cases=TAIL_CASES, position_laws=Rule().position_laws,
+          exact_acceptance=Rule().acceptance,
+          models="control: the mutants' race in float64 (53-bit uniforms; E floored at ~2^-53)")
+def fp64_exponential_race(target_probs, draft_probs, draft_tokens, generator):
+    """Final token by an exponential race argmax p/E, E = −log(u), u float64 — the code of fp32_exponential_race
+    with 53-bit uniforms: lossless up to a floor of ~2^-53 (a tail token of relative probability 2^-25.6 is
+    resolved 2^27 times over), so its exact law is Algorithm 1's."""
+    return _final_draw_rule(_fp64_race)(target_probs, draft_probs, draft_tokens, generator)
+
+
+# ================================================================ lossy by design (issue 46): knobs that trade exactness
+# for acceptance. Lossy: the harness must FAIL them; `specdec verify --estimate` says how far they are (their exact
+# per-position law comes from the rule, so the estimate's coverage is measured on them: results/estimate/).
+
+LENIENCE = 0.5
+THRESHOLD_SINGLE = 0.05  # accept outright when p(x) ≥ this
+THRESHOLD_ACC = 1.0  # otherwise accept with min(1, p / (this · q)) (1: the exact test)
+
+
+def _lenient(lam: float) -> Accept:
+    return Accept(test=lambda u, p_x, q_x: u * lam * q_x < p_x, prob=lambda p_x, q_x: min_ratio(p_x, lam * q_x))
+
+
+THRESHOLDS = Accept(
+    test=lambda u, p_x, q_x: (p_x >= THRESHOLD_SINGLE) | (u * THRESHOLD_ACC * q_x < p_x),
+    prob=lambda p_x, q_x: torch.where(p_x >= THRESHOLD_SINGLE, torch.ones_like(p_x), min_ratio(p_x, THRESHOLD_ACC * q_x)),
+)
+
+
+@_zoo(Rule(accept=_lenient(LENIENCE)), kind="mutant",
+      models="lossy by design: lucidrains' `lenience` (accept with min(1, p / (λ·q)), λ = 0.5)")
+def lenient_acceptance(target_probs, draft_probs, draft_tokens, generator):
+    """Accept with probability min(1, p/(0.5·q)) — a draft is kept whenever p/q ≥ 0.5 — and draw the residual
+    from norm((p − q)₊) as the reference: more acceptance, drafts over-emitted where q > p."""
+
+
+@_zoo(Rule(accept=THRESHOLDS), kind="mutant",
+      models="lossy by design: acceptance thresholds (SGLang speculative_accept_threshold_single / _acc < 1, "
+             "vLLM acceptance_threshold)")
+def threshold_acceptance(target_probs, draft_probs, draft_tokens, generator):
+    """Accept outright when p(x) ≥ 0.05, else with the exact probability min(1, p/q); residual as the reference:
+    a draft the target finds likely enough is kept even where q(x) > p(x)."""

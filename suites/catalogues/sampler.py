@@ -118,3 +118,46 @@ CASES: list[SamplerCase] = [  # cheapest first, so a failing implementation is u
     SamplerCase("zipf1000-high-alpha", 3, 1000, _case_zipf_high, "Zipf(1.1) p over 1000 tokens, q = tempered p (α ≈ 0.87)"),
     SamplerCase("llm-width-32000", 1, 32000, _case_llm_width, "V = 32,000 (a real LLM width), Zipf(1.05)", tv=0.05),
 ]
+
+
+# --- opt-in: deep-tail probes (issue 46) ------------------------------------------------------------------
+# A head and a long flat tail whose tokens each hold ~0.32·2^-24 of the head's probability: below what a
+# 24-bit uniform, an exponential race floored at 2^-24 or a float32 running sum can resolve, far above what a
+# float64 implementation resolves (2^-53). Run with `--cases tail-v131072` (or `--cases default tail-v131072`,
+# not in the default plan: measured cost in results/tail/README.md).
+TAIL_VOCAB = 1 << 17  # 131,072 tokens
+TAIL_MASS = 2.5e-3  # the bonus law's tail mass; the residual's is the same (see _case_tail)
+TAIL_DRAFT_OFF_HEAD = 0.5  # β: the draft puts 1 − β on the target's head and β on one tail token d
+
+
+def _head_and_tail(rng, V: int, head: int, tail_mass: float) -> np.ndarray:
+    w = rng.uniform(0.8, 1.2, size=V)  # not exactly flat, every tail token ≤ 1.2 × the mean (< 2^-25)
+    w[head] = 0.0
+    p = tail_mass * w / w.sum()
+    p[head] = 1.0 - tail_mass
+    return p
+
+
+def _case_tail(rng):
+    """γ = 1. Position 0: p₀ = head h₀ + tail t₀ = β·t; q₀ = (1 − β) on h₀ and β on a tail token d, so α ≈ 1 − β
+    and every tail token at position 0 is a residual draw, from norm((p₀ − q₀)₊) = head (β − t₀) + tail t₀ — a
+    residual whose tail is ≈ t of its mass, like the bonus law. Position 1 (the bonus, reached with
+    probability α ≈ 0.5): p₁ = head h₁ + tail t. Heads sit at low ids: a float32 running sum loses every tail
+    token after its head."""
+    V, t, beta = TAIL_VOCAB, TAIL_MASS, TAIL_DRAFT_OFF_HEAD
+    h0, h1 = int(rng.integers(0, 16)), int(rng.integers(16, 32))
+    d = int(rng.integers(V // 2, V))
+    p0 = _head_and_tail(rng, V, h0, beta * t)
+    p1 = _head_and_tail(rng, V, h1, t)
+    q0 = np.zeros(V)
+    q0[h0], q0[d] = 1.0 - beta, beta
+    return np.stack([p0, p1]), q0[None]
+
+
+OPT_IN_CASES: list[SamplerCase] = [  # selectable by name (--cases), never in the default plan
+    # Planned by its deep-tail test (harness.check.sampler.TAIL_PROBE); the omnibus tests at TV 0.1 only,
+    # so that they do not ask for more rows than the tail test (the tail is what this case is for).
+    SamplerCase("tail-v131072", 1, TAIL_VOCAB, _case_tail,
+                f"V = 131,072, one head + a flat tail ({TAIL_MASS:g} of the bonus law, tail tokens ≈ 0.32·2^-24 "
+                "of the head) on residual and bonus draws", tv=0.1),
+]

@@ -1,0 +1,214 @@
+"""Deep-tail probes (issue 46): RNG-resolution bugs that a TV plan cannot see, and what catching them costs.
+
+    specdec campaign tail --reference-seeds 200 --mutant-seeds 3 --out results/tail
+
+Cells (each one `run_sampler_check` of a registered implementation, 1 torch thread, journaled in
+`cells.jsonl`, so an interrupted run resumes where it stopped):
+
+- the three planted RNG-resolution mutants (`fp32_exponential_race`, `floored_uniform_race`,
+  `fp32_cumsum_inverse_cdf`) and the float64 race control on the opt-in case `tail-v131072` at its plan;
+- the same three mutants on the default plan alone (no deep tail anywhere: they must pass, which is why the
+  probe exists);
+- the reference (`reference_verify`, float64 arithmetic on float32 inputs) on `tail-v131072`, seeds 0..N-1:
+  the measured false-alarm rate of the deep-tail test;
+- timing: the reference on the default plan and on the default plan + `tail-v131072`, seed 0.
+
+The report also gives the exact power of the deep-tail test at the planned rows (exact binomial tails: no
+simulation) and the exact false-alarm rate of a test on an implementation whose tail mass is p's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from harness.executor import Journal, LocalExecutor, run_cells
+from harness.records import atomic_write_json, atomic_write_text, provenance
+
+CASE = "tail-v131072"
+MUTANTS = ("fp32_exponential_race", "floored_uniform_race", "fp32_cumsum_inverse_cdf")
+CONTROLS = ("fp64_exponential_race",)
+REFERENCE = "reference_verify"
+DEFICITS = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0)  # relative deficits of the deep-tail mass (exact power)
+
+
+def run_cell(name: str, plan: str, seed: int) -> dict:
+    """One check; plan "tail" (the opt-in case alone), "default", or "default+tail"."""
+    import torch
+
+    from harness.check.sampler import run_sampler_check
+    from harness.mutants.registry import get
+
+    torch.set_num_threads(1)
+    cases = {"tail": [CASE], "default": None, "default+tail": ["default", CASE]}[plan]
+    started = time.perf_counter()
+    report = run_sampler_check(get(name).fn, impl_name=name, cases=cases, seed=seed)
+    seconds = time.perf_counter() - started
+    tail = [{"name": t.name, "hits": int(t.statistic), "n": t.n, "expected": t.details["expected"],
+             "p_value": t.p_value, "reject": bool(t.reject)} for t in report.tests if t.name.endswith("/deep_tail")]
+    rejected = sorted({t.name.rsplit("/", 1)[-1] for t in report.tests if t.reject})
+    tail_rows = next((c.get("samples") for c in report.cases if c["name"] == CASE), None)
+    return {"name": name, "plan": plan, "seed": seed, "verdict": report.verdict, "seconds": seconds,
+            "samples": report.samples, "tail_rows": tail_rows, "deep_tail": tail, "rejected_kinds": rejected,
+            "min_p": min((t.p_value for t in report.tests), default=1.0)}
+
+
+def cells(reference_seeds: int, mutant_seeds: int, timing: bool) -> dict[str, tuple]:
+    """In the order they run: each mutant and control once on the tail case, the mutants on the default plan,
+    the reference's seeds, the timing, then the mutants' further seeds."""
+    out = {}
+    for seed in range(min(1, mutant_seeds)):
+        for name in (*MUTANTS, *CONTROLS):
+            out[f"{name}/tail/{seed}"] = (name, "tail", seed)
+    for name in MUTANTS:
+        out[f"{name}/default/0"] = (name, "default", 0)
+    for seed in range(reference_seeds):
+        out[f"{REFERENCE}/tail/{seed}"] = (REFERENCE, "tail", 1000 + seed)
+    if timing:
+        out[f"{REFERENCE}/default/0"] = (REFERENCE, "default", 0)
+        out[f"{REFERENCE}/default+tail/0"] = (REFERENCE, "default+tail", 0)
+    for seed in range(1, mutant_seeds):
+        for name in (*MUTANTS, *CONTROLS):
+            out[f"{name}/tail/{seed}"] = (name, "tail", seed)
+    return out
+
+
+def exact_power(rows: int, level: float) -> list[dict]:
+    """Exact power of the two-sided deep-tail test at each position of the case's seed-0 plan, against a relative
+    deficit δ of the tail mass, at `rows` rows (position 1 reached by its expected share of rows)."""
+    from scipy.stats import binom, binomtest
+
+    from harness.check.sampler import _plan_cases, _select, _tail_positions, deep_tail
+
+    plan = _plan_cases(_select([CASE]), 0)[0]
+    out = []
+    for j in _tail_positions(plan):
+        mass = float(plan.p[j][deep_tail(plan.p[j])].sum())
+        n = int(round(rows * plan.reach[j]))
+        ks = np.arange(0, int(n * mass * 3) + 50)
+        rejects = np.array([binomtest(int(k), n, mass).pvalue <= level for k in ks])
+        row = {"position": j, "reached_rows": n, "tail_mass": mass, "expected_hits": n * mass,
+               "false_alarm": float(binom.pmf(ks, n, mass)[rejects].sum())}
+        for d in DEFICITS:
+            row[f"power_deficit_{d:g}"] = float(binom.pmf(ks, n, mass * (1 - d))[rejects].sum())
+        out.append(row)
+    return out
+
+
+def retention() -> dict:
+    """The fraction of the deep-tail mass each planted bug keeps at the tail case's two final draws (seed-0 laws):
+    exact for the float32 running sum (the float32 arithmetic replayed on the law the mutant receives); for the two
+    races the closed form of a race against the head (tail tokens competing with each other neglected: the tail
+    holds ≤ 0.25 % of the mass): a tail token y of ratio r_y = p_y / p_head wins when E_y ≤ r_y·E_head; with
+    c_y = 2^-24 / r_y, P = r_y·(1 + c_y)·e^(−c_y) when E is floored at 2^-24 and continuous above (u clamped),
+    r_y·c_y·e^(−c_y) / (1 − e^(−c_y)) when E sits on the 2^-24 grid near 0 (24-bit uniforms)."""
+    import torch
+
+    from harness.check.sampler import _plan_cases, _select, deep_tail
+    from harness.mutants.sampler import _fp32_cumsum
+
+    plan = _plan_cases(_select([CASE]), 0)[0]
+    p = torch.from_numpy(plan.p).float().double()
+    q = torch.from_numpy(plan.q).float().double()
+    laws = {"residual (position 0)": (p[0] / p[0].sum() - q[0] / q[0].sum()).clamp_min(0),
+            "bonus (position 1)": p[1] / p[1].sum()}
+    out = {}
+    for where, law in laws.items():
+        law = (law / law.sum()).float()
+        mask = torch.from_numpy(deep_tail(law.double().numpy()))
+        mass = float(law.double()[mask].sum())
+        cdf = torch.from_numpy(np.cumsum(law.numpy()))
+        width = torch.diff(cdf, prepend=torch.zeros(1)).double() / float(cdf[-1])
+        r = (law.double() / law.double().max())[mask]
+        c = 2.0 ** -24 / r
+        w = law.double()[mask] / mass
+        out[where] = {"tail_mass": mass, "fp32_cumsum_inverse_cdf": float(width[mask].sum()) / mass,
+                      "floored_uniform_race": float((w * (1 + c) * torch.exp(-c)).sum()),
+                      "fp32_exponential_race": float((w * c * torch.exp(-c) / (1 - torch.exp(-c))).sum())}
+    del _fp32_cumsum  # the mutant's own float32 running sum is np.cumsum on float32, replayed above
+    return out
+
+
+def write_report(out: Path, done: dict, args) -> None:
+    records = list(done.values())
+    meta = provenance(seed=0)
+    ref = [r for r in records if r["name"] == REFERENCE and r["plan"] == "tail"]
+    rows = next((r["tail_rows"] for r in ref + records if r["plan"] == "tail" and r["tail_rows"]), None)
+    summary = {"reference_runs": len(ref), "reference_false_alarms": sum(r["verdict"] == "fail" for r in ref),
+               "reference_deep_tail_rejections": sum(any(t["reject"] for t in r["deep_tail"]) for r in ref)}
+    level = None
+    if rows:
+        from harness.check.api import planned_rows  # noqa: F401 - the plan's per-test level comes from the check
+        from harness.check.config import DEFAULT_FALSE_ALARM_RATE
+        from harness.check.engine import CheckConfig
+        from harness.check.sampler import SamplerSource
+
+        cells_ = SamplerSource(None).cells(CheckConfig(impl="x", cases=[CASE]))
+        m = sum(c.declared_tests() + 1 for c in cells_)
+        level = DEFAULT_FALSE_ALARM_RATE / m
+        summary["exact_power"] = exact_power(rows, level)
+        summary["plan_level"] = level
+    summary["retention"] = retention()
+    atomic_write_json(out / "campaign.json", {"records": records, "summary": summary, **meta})
+    lines = ["# Deep-tail probes: RNG-resolution bugs (issue 46)", "",
+             f"Measured {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
+             f"Command: `specdec campaign tail --reference-seeds {args.reference_seeds} --mutant-seeds "
+             f"{args.mutant_seeds}{' --timing' if args.timing else ''} --out {args.out}`", "",
+             "| implementation | plan | seed | verdict | rows | deep-tail hits / expected (per position) | "
+             "rejected kinds | seconds |", "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(records, key=lambda r: (r["name"] == REFERENCE, r["name"], r["plan"], r["seed"])):
+        tails = "; ".join(f"{t['hits']}/{t['expected']:.1f} (p {t['p_value']:.1e})" for t in r["deep_tail"]) or "-"
+        lines.append(f"| `{r['name']}` | {r['plan']} | {r['seed']} | {r['verdict'].upper()} | {r['samples']:,} | "
+                     f"{tails} | {', '.join(r['rejected_kinds']) or '-'} | {r['seconds']:.1f} |")
+    lines += ["", f"Reference on `{CASE}`: {summary['reference_false_alarms']} of {summary['reference_runs']} runs "
+              f"FAIL; deep-tail test rejects in {summary['reference_deep_tail_rejections']} of them."]
+    if level:
+        lines += ["", f"Exact power of the deep-tail test at the plan ({rows:,} rows, per-test level {level:.2g}):", "",
+                  "| position | reached rows | tail mass | expected hits | exact false-alarm | deficit 0.3 | 0.5 | "
+                  "0.6 | 0.7 | 0.75 | 0.8 | 0.85 | 0.9 | 1.0 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for p in summary["exact_power"]:
+            lines.append(f"| {p['position']} | {p['reached_rows']:,} | {p['tail_mass']:.3g} | {p['expected_hits']:.1f} "
+                         f"| {p['false_alarm']:.1e} | " + " | ".join(
+                             f"{p[f'power_deficit_{d:g}']:.3f}" for d in DEFICITS) + " |")
+    lines += ["", "Fraction of the deep-tail mass each planted bug keeps (1 − its deficit), per final draw (`retention()`):",
+              "", "| draw | tail mass | " + " | ".join(f"`{m}`" for m in MUTANTS) + " |", "|---|---|---|---|---|"]
+    for where, r in summary["retention"].items():
+        lines.append(f"| {where} | {r['tail_mass']:.3g} | " + " | ".join(f"{r[m]:.3f}" for m in MUTANTS) + " |")
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specdec campaign tail", description=__doc__.splitlines()[0])
+    parser.add_argument("--reference-seeds", type=int, default=200)
+    parser.add_argument("--mutant-seeds", type=int, default=3)
+    parser.add_argument("--timing", action="store_true", help="also time the reference on the default plan "
+                        "with and without the tail case (seed 0)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these implementations' "
+                        "cells (the report still covers every cell of the journal)")
+    parser.add_argument("--report-only", action="store_true", help="rewrite the report from the journal")
+    parser.add_argument("--out", default="results/tail")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    journal = Journal(out / "cells.jsonl")
+    todo = cells(args.reference_seeds, args.mutant_seeds, args.timing)
+    if args.report_only:
+        done = {k: v for k, v in journal.load().items() if k in todo}
+    else:
+        if args.only:
+            todo = {k: v for k, v in todo.items() if v[0] in args.only}
+        def progress(n: int, total: int) -> None:
+            print(f"{n}/{total} cells", flush=True)
+
+        with LocalExecutor() as here:
+            run_cells(here, run_cell, todo, journal=journal, progress=progress)
+        done = {k: v for k, v in journal.load().items() if k in cells(args.reference_seeds, args.mutant_seeds, args.timing)}
+    write_report(out, done, args)
+    print(json.dumps({k: v["verdict"] for k, v in done.items()}))
+    mutants_caught = all(v["verdict"] == "fail" for v in done.values() if v["name"] in MUTANTS and v["plan"] == "tail")
+    must_pass = all(v["verdict"] != "fail" for v in done.values()
+                    if v["name"] not in MUTANTS or v["plan"] == "default")
+    return 0 if mutants_caught and must_pass else 1
