@@ -96,7 +96,7 @@ def shape(pair_name: str, *, rows: int = 16, length: int = 24, gamma: int = 3) -
         "seconds": time.perf_counter() - started}
 
 
-def _runs(parts, pairs, seeds: int, samples: int | None, budget: float | None):
+def _runs(parts, pairs, seeds: int, samples: int | None, budget: float | None, mutants=None):
     from harness.mutants.registry import implementations
 
     if "shape" in parts:
@@ -104,7 +104,8 @@ def _runs(parts, pairs, seeds: int, samples: int | None, budget: float | None):
             yield lambda name=name: shape(name)
     if "mutants" in parts:
         for impl in implementations(kind="mutant", level="generation"):
-            if impl.spec.startswith("harness.mutants.architectures:") and impl.pair in pairs:
+            if impl.spec.startswith("harness.mutants.architectures:") and impl.pair in pairs and (
+                    not mutants or impl.name in mutants):
                 for seed in range(seeds):
                     yield lambda impl=impl, seed=seed: {"part": "mutants", "name": impl.name, **_verify(
                         impl.spec, impl.pair, seed=seed, samples=None, time_budget=None)}
@@ -179,6 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     ap.add_argument("--pairs", nargs="+", default=None, help="arch-* pairs (default: all)")
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--mutants", nargs="+", default=None, help="only these mutants (default: every one)")
     ap.add_argument("--samples", type=int, default=None, help="fixed plan for reference / transformers runs")
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds of sampling per reference / "
                     "transformers run (the achieved TV is reported)")
@@ -192,7 +194,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "rows.jsonl"
     versions, ok = _versions(), True
-    for run in _runs(args.only, pairs, args.seeds, args.samples, args.time_budget):
+    for run in _runs(args.only, pairs, args.seeds, args.samples, args.time_budget, args.mutants):
         row = {**run(), "versions": versions, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with journal.open("a") as f:
             f.write(json.dumps(row, default=str) + "\n")
