@@ -157,14 +157,14 @@ def readme(rows: list[dict], out: Path) -> str:
         mine = [r for r in rows if r.get("pair") == name]
         sh = [r for r in mine if r["part"] == "shape"]
         shape_text = (f"{sh[-1]['acceptance_per_position']} / {sh[-1]['entropy_nats']}" if sh else "not measured")
-        ref = [r for r in mine if r["part"] == "reference"]
+        ref = list({r["seed"]: r for r in mine if r["part"] == "reference"}.values())
         ref_text = (f"{sum(r['verdict'] == 'fail' for r in ref)}/{len(ref)} FAIL; last " + _cell(ref)) if ref else "not run"
         cells = [_cell([r for r in mine if r["part"] == "transformers" and r["impl"] == impl]) for impl in TRANSFORMERS]
         lines.append(f"| {name} | {family} ({model_type}) | {shape_text} | {ref_text} | {cells[0]} | {cells[1]} |")
     lines += ["", "## Mutants (each must FAIL at the default plan)", "", "| mutant | pair | seeds FAILed | median s |",
               "|---|---|---|---|"]
     for name in sorted({r["name"] for r in rows if r["part"] == "mutants"}):
-        mine = [r for r in rows if r["part"] == "mutants" and r["name"] == name]
+        mine = list({r["seed"]: r for r in rows if r["part"] == "mutants" and r["name"] == name}.values())  # last per seed
         secs = sorted(r["seconds"] for r in mine)
         lines.append(f"| {name} | {mine[-1]['pair']} | {sum(r['verdict'] == 'fail' for r in mine)}/{len(mine)} "
                      f"| {secs[len(secs) // 2]:.0f} |")
