@@ -44,7 +44,8 @@ def _versions() -> dict:
     return {"torch": torch.__version__, "transformers": transformers.__version__}
 
 
-def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget: float | None) -> dict:
+def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget: float | None,
+            settings: list[str] | None = None) -> dict:
     """One `specdec verify --level generation` run, as a row (never raises: a harness fault is verdict 'error')."""
     from harness.adapters.calling import ImplementationError
     from harness.check.api import run_verify
@@ -52,10 +53,11 @@ def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget
     from harness.errors import HarnessError, describe_fault
 
     started = time.perf_counter()
-    row = {"impl": impl, "pair": pair, "seed": seed, "samples_requested": samples, "time_budget_s": time_budget}
+    row = {"impl": impl, "pair": pair, "seed": seed, "samples_requested": samples, "time_budget_s": time_budget,
+           "settings": settings or "default"}
     try:
         report = run_verify(CheckConfig(impl=impl, level="generation", pair=pair, seed=seed, samples=samples,
-                                        time_budget_s=time_budget))
+                                        time_budget_s=time_budget, settings=settings))
     except ImplementationError as exc:
         return {**row, "verdict": "fail", "exit": 1, "message": f"CRASH (a finding): {exc}"[:400],
                 "seconds": time.perf_counter() - started}
@@ -96,7 +98,7 @@ def shape(pair_name: str, *, rows: int = 16, length: int = 24, gamma: int = 3) -
         "seconds": time.perf_counter() - started}
 
 
-def _runs(parts, pairs, seeds: int, samples: int | None, budget: float | None, mutants=None):
+def _runs(parts, pairs, seeds: int, samples: int | None, budget: float | None, mutants=None, settings=None):
     from harness.mutants.registry import implementations
 
     if "shape" in parts:
@@ -113,12 +115,12 @@ def _runs(parts, pairs, seeds: int, samples: int | None, budget: float | None, m
         for name in pairs:
             for seed in range(seeds):
                 yield lambda name=name, seed=seed: {"part": "reference", **_verify(
-                    REFERENCE, name, seed=seed, samples=samples, time_budget=budget)}
+                    REFERENCE, name, seed=seed, samples=samples, time_budget=budget, settings=settings)}
     if "transformers" in parts:
         for name in pairs:
             for impl in TRANSFORMERS:
                 yield lambda name=name, impl=impl: {"part": "transformers", **_verify(
-                    impl, name, seed=0, samples=samples, time_budget=budget)}
+                    impl, name, seed=0, samples=samples, time_budget=budget, settings=settings)}
 
 
 def _load(path: Path) -> list[dict]:
@@ -133,13 +135,16 @@ def _tv(row) -> str:
 
 
 def _cell(rows: list[dict]) -> str:
+    """The last run of each setting: 'greedy (T=0): FAIL (35 s, TV -): ...; T=1: PASS ...'."""
     if not rows:
         return "not run"
-    last = rows[-1]
-    text = f"{last['verdict'].upper()} ({last['seconds']:.0f} s, TV {_tv(last)})"
-    if last["verdict"] in ("fail", "error") and last.get("message"):
-        text += f": {last['message'][:140]}"
-    return text.replace("|", "/")
+    texts = []
+    for key, last in {str(r.get("settings", "default")): r for r in rows}.items():
+        text = f"{key}: {last['verdict'].upper()} ({last['seconds']:.0f} s, TV {_tv(last)})"
+        if last["verdict"] in ("fail", "error") and last.get("message"):
+            text += f": {last['message'][:140]}"
+        texts.append(text)
+    return "; ".join(texts).replace("|", "/")
 
 
 def readme(rows: list[dict], out: Path) -> str:
@@ -184,6 +189,8 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=None, help="fixed plan for reference / transformers runs")
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds of sampling per reference / "
                     "transformers run (the achieved TV is reported)")
+    ap.add_argument("--setting", action="append", default=None, help="reference / transformers runs: only this "
+                    "sampling setting (as `specdec verify --setting`, repeatable), e.g. T=0 for greedy equality alone")
     ap.add_argument("--out", default=DEFAULT_OUT)
     args = ap.parse_args(argv)
     pairs = args.pairs or list(_pairs())
@@ -194,7 +201,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "rows.jsonl"
     versions, ok = _versions(), True
-    for run in _runs(args.only, pairs, args.seeds, args.samples, args.time_budget, args.mutants):
+    for run in _runs(args.only, pairs, args.seeds, args.samples, args.time_budget, args.mutants,
+                     args.setting):
         row = {**run(), "versions": versions, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with journal.open("a") as f:
             f.write(json.dumps(row, default=str) + "\n")
