@@ -237,7 +237,10 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
     `run(task, gate)` is the cell function (tests wrap it to count executions)."""
     from harness.mutants.registry import implementations
 
-    impls = [i for i in implementations() if (not config.only or i.name in config.only)
+    # The architectures mutants (hybrid / recurrent / sliding-window pairs, slow on CPU) run in their own campaign
+    # (`specdec campaign architectures`); here only when named with --only.
+    impls = [i for i in implementations() if (i.name in config.only if config.only else
+                                              not i.spec.startswith("harness.mutants.architectures:"))
              and (not config.levels or i.level in config.levels)]
     tasks = _tasks(config, impls)
     cells = {task_key(t, config.gate): (t, config.gate) for t in tasks}
