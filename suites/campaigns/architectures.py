@@ -66,10 +66,11 @@ def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget
     except Exception as exc:  # noqa: BLE001 - the run's own fault: recorded as such, never as a verdict
         return {**row, "verdict": "error", "exit": 2, "message": describe_fault(exc)[:400],
                 "seconds": time.perf_counter() - started}
-    summary = report.failure_summary()
+    rejected = [t for t in report.tests if t.reject]
+    summary = report.failure_summary() + [f"{t.name}: {t.details.get('message', '')}" for t in rejected[:2]]
     return {**row, "verdict": report.verdict, "exit": {"pass": 0, "fail": 1, "inconclusive": 3}[report.verdict],
             "samples": report.samples, "detectable_tv": report.detectable_tv, "declared_tests": report.declared_tests,
-            "message": (summary[0] if summary else "")[:400], "seconds": report.seconds,
+            "message": " / ".join(summary)[:600], "seconds": report.seconds,
             "notes": [n for n in report.notes if "float32" in n or "decided at" in n][:3]}
 
 
