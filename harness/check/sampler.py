@@ -852,8 +852,9 @@ def _select(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:
     SamplerCase objects (e.g. `custom_case`); None: the default catalogue."""
     if not cases:
         return default_cases()
-    if "default" in cases:
-        cases = case_names() + [c for c in cases if c != "default"]
+    if "default" in cases:  # expanded in place: the order given is the run order
+        i = cases.index("default")
+        cases = [*cases[:i], *case_names(), *[c for c in cases[i + 1:] if c != "default"]]
     return select(cases, default_cases() + opt_in_cases(), "sampler case")
 
 

@@ -33,6 +33,7 @@ DEFAULT_LEVEL = 0.95  # confidence level of the interval
 DEFAULT_BOOTSTRAP = 400
 MIN_EXPECTED = 10.0  # a token is its own cell when n·p_i ≥ this
 MAX_CELLS = 1000
+ROUNDING = 1e-12  # the interval's ends are widened by this (float rounding of 2·T − q*)
 
 
 def partition(p: np.ndarray, n: int, min_expected: float = MIN_EXPECTED, max_cells: int = MAX_CELLS) -> np.ndarray:
@@ -89,8 +90,10 @@ def tv_estimate(counts: np.ndarray, p: np.ndarray, *, level: float = DEFAULT_LEV
     # agree, known exactly because p is known) minus the bootstrap-world bias, when positive.
     null = _tv(rng.multinomial(n, pc, size=bootstrap) / n, pc)
     slack = max(0.0, float(null.mean()) - bias)
-    return {"estimate": max(0.0, plug - bias), "low": float(min(1.0, max(0.0, 2 * plug - hi_q - slack))),
-            "high": float(min(1.0, max(0.0, 2 * plug - lo_q))), "plug_in": plug, "bias": bias, "n": n,
+    # ± ROUNDING: where every resample gives the same TV (all draws in one cell), 2·T − q* is T up to one rounding
+    low, high = min(2 * plug - hi_q - slack, plug) - ROUNDING, max(2 * plug - lo_q, plug) + ROUNDING
+    return {"estimate": max(0.0, plug - bias), "low": float(min(1.0, max(0.0, low))),
+            "high": float(min(1.0, max(0.0, high))), "plug_in": plug, "bias": bias, "n": n,
             "cells": int(len(pc) - 1), "level": level,
             "method": f"bootstrap bias-corrected TV on {len(pc) - 1} cells (tokens with n·p ≥ {min_expected:g} one "
                       f"by one, the rest pooled), basic {level:.0%} interval, B = {bootstrap}"}

@@ -57,7 +57,7 @@ def run_cell(name: str, plan: str, seed: int) -> dict:
             "min_p": min((t.p_value for t in report.tests), default=1.0)}
 
 
-def cells(reference_seeds: int, mutant_seeds: int, timing: bool) -> dict[str, tuple]:
+def cells(reference_seeds: int, mutant_seeds: int, timing: bool, reference_from: int = 0) -> dict[str, tuple]:
     """In the order they run: each mutant and control once on the tail case, the mutants on the default plan,
     the reference's seeds, the timing, then the mutants' further seeds."""
     out = {}
@@ -66,7 +66,7 @@ def cells(reference_seeds: int, mutant_seeds: int, timing: bool) -> dict[str, tu
             out[f"{name}/tail/{seed}"] = (name, "tail", seed)
     for name in MUTANTS:
         out[f"{name}/default/0"] = (name, "default", 0)
-    for seed in range(reference_seeds):
+    for seed in range(reference_from, reference_seeds):
         out[f"{REFERENCE}/tail/{seed}"] = (REFERENCE, "tail", 1000 + seed)
     if timing:
         out[f"{REFERENCE}/default/0"] = (REFERENCE, "default", 0)
@@ -184,6 +184,8 @@ def write_report(out: Path, done: dict, args) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign tail", description=__doc__.splitlines()[0])
     parser.add_argument("--reference-seeds", type=int, default=200)
+    parser.add_argument("--reference-from", type=int, default=0, help="run the reference's seeds from this one "
+                        "(a second process can take the upper half; the journal joins them)")
     parser.add_argument("--mutant-seeds", type=int, default=3)
     parser.add_argument("--timing", action="store_true", help="also time the reference on the default plan "
                         "with and without the tail case (seed 0)")
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     journal = Journal(out / "cells.jsonl")
-    todo = cells(args.reference_seeds, args.mutant_seeds, args.timing)
+    todo = cells(args.reference_seeds, args.mutant_seeds, args.timing, args.reference_from)
     if args.report_only:
         done = {k: v for k, v in journal.load().items() if k in todo}
     else:

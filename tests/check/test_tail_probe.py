@@ -24,6 +24,7 @@ def test_the_tail_case_is_opt_in_and_selectable_by_name():
     assert [c.name for c in _select(None)] == case_names()
     assert [c.name for c in _select([TAIL])] == [TAIL]
     assert [c.name for c in _select(["default", TAIL])] == [*case_names(), TAIL]
+    assert [c.name for c in _select([TAIL, "default"])] == [TAIL, *case_names()]
 
 
 def test_no_default_case_has_a_deep_tail_so_the_default_plan_is_unchanged():
