@@ -31,6 +31,7 @@ from harness.check.engine import Cell, Check, MalformedTrials, TrialSource
 from harness.check.generation import ENUMERATION_MAX_VOCAB, Setting, default_settings
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.structured import setting_record
+from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
 from harness.errors import HarnessError
 from harness.served import battery
@@ -61,7 +62,8 @@ from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tok
 from harness.stats import TestResult
 
 GROUND_TRUTHS = ("auto", "local", "score", "two-sample")
-ENGINE_CHECKS = ("tokens", "logprobs")
+ENGINE_CHECKS = ("tokens", "logprobs", "api")
+_API_GROUP = "engine level: the API check (--engine-checks api)"
 GREEDY_TOKENS = 16
 
 
@@ -99,7 +101,8 @@ class EngineConfig:
     extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
     stop_on_fail: bool = True  # stop after the first cell with a test at p <= the per-test level (as CheckConfig)
     time_budget_s: float | None = None  # no new cell after this many seconds (the cells not run are noted)
-    checks: tuple[str, ...] = ("tokens",)  # "tokens" (the law of the output), "logprobs" (harness.served.logprobs)
+    checks: tuple[str, ...] = ("tokens",)  # "tokens" (the law of the output), "logprobs" (harness.served.logprobs),
+    #   "api" (stops, limits, finish reasons, streams and seeds: harness.served.api)
     logprobs_k: int = 5  # top-k asked of the engine by the logprobs check
     logprobs_samples: int = 16  # continuations per logprobs cell (every value is compared: no plan)
     logprob_tolerance: float = 1e-3  # nats: |reported − target| allowed (numerics)
@@ -109,6 +112,12 @@ class EngineConfig:
     api: str = "openai"  # openai (vLLM-style routes) | llama-server | llama-server-processed (its native /completion)
     #   | llama-cpp-python (its OpenAI route; ids recovered from text pieces with the local tokenizer)
     contexts: str = "none"  # "catalogue": contexts cells as at the generation level (harness.contexts), local truth
+    api_seeds: int = option(4, "--api-seeds", "API check: seeded base continuations per prompt; each gives its stop, "
+                            "cap and stream requests", int, group=_API_GROUP)
+    api_length: int = option(32, "--api-length", "API check: max_tokens of the base continuations", int,
+                             group=_API_GROUP)
+    api_unseeded: int = option(4, "--api-unseeded", "API check: unseeded requests per prompt (must not all be one "
+                               "sample)", int, group=_API_GROUP)
 
     def validate(self) -> EngineConfig:
         if self.ground_truth not in GROUND_TRUTHS:
@@ -125,6 +134,8 @@ class EngineConfig:
             raise HarnessError(f"--engine-checks takes {', '.join(ENGINE_CHECKS)}, got {', '.join(self.checks)}")
         if not self.logprob_tolerance >= 0 or self.logprobs_k < 0 or self.logprobs_samples < 1:
             raise HarnessError("--logprob-tolerance must be >= 0, --logprobs-k >= 0, --logprobs-samples >= 1")
+        if self.api_seeds < 1 or self.api_length < 2 or self.api_unseeded < 0:
+            raise HarnessError("--api-seeds must be >= 1, --api-length >= 2 and --api-unseeded >= 0")
         if self.length is not None and self.length < 1:
             raise HarnessError(f"--length must be >= 1, got {self.length}")
         if self.ground_truth == "local" and not (self.pair or self.target):
@@ -214,6 +225,9 @@ def _prepare(config, engine, model, reference, reference_model, progress) -> _Ru
     fields = {k: v for k, v in dataclasses.asdict(config).items()
               if k not in ("out", "concurrency", "timeout_s", "retries", "stop_on_fail", "time_budget_s",
                            "inconclusive_tv")}  # how the run is done or judged, not what it asks
+    if "api" not in config.checks:  # the API check's own fields: records made before it existed still resume
+        for name in ("api_seeds", "api_length", "api_unseeded"):
+            fields.pop(name)
     if config.server_label is not None:  # the label names the servers: their URLs (free ports) do not
         fields.pop("endpoint")
         fields.pop("reference_endpoint")
@@ -527,6 +541,10 @@ class EngineSource(TrialSource):
             from harness.served import logprobs
 
             cells += logprobs.cells(run, prompts)
+        if "api" in run.config.checks:
+            from harness.served import api
+
+            cells += api.cells(run, prompts)
         if "tokens" not in run.config.checks:
             return cells
         if run.ground_truth == "score":
@@ -567,6 +585,10 @@ class EngineSource(TrialSource):
             from harness.served import logprobs
 
             return logprobs.draw(run, cell, n)
+        if cell.name.startswith("api/"):
+            from harness.served import api
+
+            return api.draw(run, cell)
         if cell.name.endswith("/contexts"):
             return _draw_contexts(run, cell, n)
         data, config = cell.data, run.config
@@ -606,6 +628,7 @@ class EngineSource(TrialSource):
         greedy = next((c for c in report.cases if c["name"] == "greedy"), None)
         if greedy:
             report.samples -= greedy.get("samples", 0)  # greedy prompts are not samples of a law
+        report.samples -= sum(c.get("samples", 0) for c in report.cases if c["name"].startswith("api/"))  # nor API
         for case in report.cases:
             case.pop("_run", None)
             case.pop("_source", None)
@@ -625,6 +648,9 @@ class EngineSource(TrialSource):
         from harness.served import logprobs
 
         report.notes += logprobs.notes(report)
+        from harness.served import api
+
+        report.notes += api.notes(report)
         hidden = [c["hidden_mass"] for c in report.cases if "hidden_mass" in c]
         report.notes.append(f"ground truth {run.ground_truth}; {run.length} new tokens per continuation")
         if hidden:

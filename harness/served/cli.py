@@ -33,7 +33,8 @@ def add_verify_arguments(parser) -> None:
                    "URLs, so a run resumes against the same servers restarted on other ports (give each distinct "
                    "pair of servers its own label)")
     g.add_argument("--engine-checks", default="tokens", type=lambda t: tuple(x for x in t.split(",") if x),
-                   help="tokens (the law of the output), logprobs (the logprobs reported for it), or tokens,logprobs")
+                   help="tokens (the law of the output), logprobs (the logprobs reported for it), api (stops, "
+                   "limits, finish reasons, streams and seeds), or several: tokens,logprobs,api")
     g.add_argument("--logprob-tolerance", type=float, default=1e-3, help="logprobs check: nats allowed (numerics)")
     g.add_argument("--logprobs-k", type=int, default=5, help="logprobs check: top-k asked of the engine")
     g.add_argument("--logprobs-samples", type=int, default=16, help="logprobs check: continuations per cell")
@@ -46,6 +47,10 @@ def add_verify_arguments(parser) -> None:
                    help="send sampling requests without a seed (the engine's own RNG; a rerun does not reproduce them)")
     g.add_argument("--logprobs-mode", default="auto", choices=["auto", "raw", "processed"],
                    help="logprobs check: what the engine reports (auto: asked)")
+    from harness.configs import add_arguments
+    from harness.served.check import EngineConfig
+
+    add_arguments(parser, EngineConfig)  # the fields declared with their flags (configs.option)
     _record_explicit_pair(parser)
 
 
@@ -66,6 +71,7 @@ def _record_explicit_pair(parser) -> None:
 
 def engine_report(args, progress_bar):
     """`verify --level engine`: the CheckReport of the engine at --endpoint (harness/cli prints it)."""
+    from harness.configs import cli_fields
     from harness.served.check import EngineConfig, run_engine_check
 
     if not args.endpoint:
@@ -85,7 +91,8 @@ def engine_report(args, progress_bar):
                           logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
                           logprobs_mode=args.logprobs_mode, api=args.api, seeded=not args.unseeded,
                           processing_order=getattr(args, "processing_order", "standard"),
-                          contexts=engine_contexts(getattr(args, "contexts", "none"), args), **_settings(args)).validate()
+                          contexts=engine_contexts(getattr(args, "contexts", "none"), args), **_settings(args),
+                          **{f.name: getattr(args, f.name) for f in cli_fields(EngineConfig)}).validate()
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
     return report
@@ -137,6 +144,8 @@ def add_serve_arguments(parser) -> None:
 
     # a planted logprob bug, for testing the logprobs honesty check (not for users: hidden from --help)
     parser.add_argument("--logprobs-mutant", choices=sorted(LOGPROBS_MUTANTS), help=argparse.SUPPRESS)
+    # a planted API bug (harness.mutants.api), for testing the API check (hidden from --help as well)
+    parser.add_argument("--api-mutant", help=argparse.SUPPRESS)
 
 
 def run_serve(args) -> int:
@@ -154,7 +163,7 @@ def run_serve(args) -> int:
                   speculative=not args.no_speculation, gamma=args.gamma, model_name=args.model_name,
                   max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode,
                   logprobs_mutant=args.logprobs_mutant, dialect=args.dialect,
-                  prompt_logprobs_mode=args.prompt_logprobs_mode)
+                  prompt_logprobs_mode=args.prompt_logprobs_mode, api_mutant=args.api_mutant)
     return EXIT_OK
 
 

@@ -151,7 +151,43 @@ class EngineClient:
                           "running and healthy? Check --endpoint (results so far are kept under --out)")
 
     def post(self, path: str, payload: dict) -> dict:
+        """One POST; a payload with `stream: true` is read as server-sent events (`stream`)."""
+        if payload.get("stream"):
+            return self.stream(path, payload)
         return self.request("POST", path, payload)
+
+    def stream(self, path: str, payload: dict) -> dict:
+        """A streamed request: {"events": the JSON of every `data:` line in order, "done": whether `data: [DONE]`
+        ended it}. Retried as `request` is; a 4xx is RequestRefused."""
+        import json
+
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                with self._http.stream("POST", path, json=payload) as reply:
+                    if reply.status_code >= 400:
+                        reply.read()
+                        if reply.status_code in RETRYABLE_STATUS:
+                            last = f"HTTP {reply.status_code}: {_error_message(reply)}"
+                            continue
+                        raise RequestRefused(reply.status_code, f"{self.base}{path} answered HTTP "
+                                             f"{reply.status_code}: {_error_message(reply)}")
+                    events, done = [], False
+                    for line in reply.iter_lines():
+                        data = line.strip().removeprefix("data:").strip() if line.startswith("data:") else None
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        if data:
+                            events.append(json.loads(data))
+                    return {"events": events, "done": done}
+            except self._transient as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            except ValueError as exc:  # an event that is not JSON: a server dying mid-stream; try again
+                last = f"malformed event ({exc})"
+        raise EngineUnreachable(f"{self.base}{path} (stream) failed after {self.retries + 1} attempts ({last})")
 
     def optional(self, method: str, path: str, payload: dict | None = None, *, parse_json: bool = True):
         """A request for an optional feature: None when the server does not have it (4xx)."""

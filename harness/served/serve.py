@@ -16,7 +16,17 @@ other client written for vLLM) runs against the reference and every generation m
   whatever `logprobs_mode` says, as vLLM does (its model runner: "prompt tokens skip sampling processors, so
   processed_* and raw_* yield the same scores"); "processed_logprobs" applies the request's temperature, top-k
   and top-p to them too, a scorer that ground truth (b) can use at T != 1 (no vLLM release does this);
-- `seed`, `n`, `temperature`, `top_p`, `top_k` (vLLM's extension; -1 = off), `max_tokens`.
+- `seed`, `n`, `temperature`, `top_p`, `top_k` (vLLM's extension; -1 = off), `max_tokens`;
+- `stop` (strings), `stop_token_ids`, `ignore_eos`: applied step by step to the tokens each speculative step
+  emits (harness.served.bookkeeping: EOS / stop ids, then stop strings, then the cap, per token); choices carry
+  `stop_reason` as vLLM's do;
+- `stream: true` (completions): server-sent events, one delta per speculative step (its token ids, text and
+  logprobs), finish_reason on the last, a usage event with `stream_options.include_usage`, then `[DONE]`. The
+  steps are the reference adapter's own (recorded by an emit hook); the target alone, and implementations that
+  do not report steps, stream one token per delta.
+
+`api_mutant` (hidden `specdec serve --api-mutant NAME`) swaps that bookkeeping for a planted API bug of
+harness.mutants.api, to test `specdec verify --level engine --engine-checks api`.
 
 Logprobs are the target's, teacher-forced over the returned tokens in float64 (engines report the
 target's law at the emitted token, speculation or not). Speculation off serves the target alone
@@ -72,6 +82,35 @@ class RequestError(Exception):
         self.status = status
 
 
+class Stream:
+    """A reply sent as server-sent events (`stream: true`): each event one `data:` line, then `data: [DONE]`."""
+
+    def __init__(self, events: list[dict]):
+        self.events = events
+
+    def lines(self):
+        import json
+
+        for event in self.events:
+            yield f"data: {json.dumps(event)}\n\n"
+        yield "data: [DONE]\n\n"
+
+
+# Where the planted API bugs live (named, not imported: the zoo imports the served package, not the reverse).
+API_MUTANTS_MODULE = "harness.mutants.api"
+
+
+def api_bookkeeping(api_mutant: str | None):
+    """The bookkeeping `specdec serve` runs: the correct one, or the planted API bug `api_mutant` of the zoo."""
+    if api_mutant is None:
+        from harness.served.bookkeeping import Bookkeeping
+
+        return Bookkeeping()
+    import importlib
+
+    return importlib.import_module(API_MUTANTS_MODULE).get(api_mutant)()
+
+
 # Request fields of the sampling parameters beyond temperature / top-k / top-p -> generate() keywords
 # (OpenAI / vLLM names; `bad_words_ids` is a token-id extension).
 EXTRA_FIELDS = {"min_p": "min_p", "logit_bias": "logit_bias", "repetition_penalty": "repetition_penalty",
@@ -119,7 +158,7 @@ class GenerationBackend:
     def __init__(self, impl: Callable, pair, *, speculative: bool = True, gamma: int = 3, model_name: str | None = None,
                  max_logprobs: int = 20, logprobs_mode: str = "raw_logprobs", tokenizer=None, max_n: int = 10_000,
                  token_ids: bool = True, logprobs: bool = True, logprobs_mutant: str | None = None,
-                 dialect: str = "openai", prompt_logprobs_mode: str = "raw_logprobs"):
+                 dialect: str = "openai", prompt_logprobs_mode: str = "raw_logprobs", api_mutant: str | None = None):
         if dialect not in DIALECTS:
             raise HarnessError(f"--dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
         if logprobs_mode not in LOGPROBS_MODES:
@@ -128,6 +167,7 @@ class GenerationBackend:
             raise HarnessError(f"--prompt-logprobs-mode must be one of {', '.join(LOGPROBS_MODES)}, "
                                f"got {prompt_logprobs_mode!r}")
         self.prompt_logprobs_mode = prompt_logprobs_mode
+        self.bookkeeping = api_bookkeeping(api_mutant)  # stops, limits, stream deltas, seeds (a planted bug or not)
         from harness.adapters.control import target_only_generate
 
         self.impl = impl if speculative else target_only_generate
@@ -158,9 +198,10 @@ class GenerationBackend:
     # ------------------------------------------------------------------ generation and scoring
 
     def generate(self, prompts: list[list[int]], n: int, max_tokens: int, sampling: Sampling,
-                 seed: int) -> list[list[list[int]]]:
-        """n continuations of each prompt (rows cut after EOS, EOS included); prompts of one length share a call."""
-        out: list[list[list[int]]] = [[] for _ in prompts]
+                 seed: int) -> list[list[list[list[int]]]]:
+        """n continuations of each prompt, each as its steps (the tokens each target pass emitted; rows cut after
+        EOS, EOS included); prompts of one length share a call."""
+        out: list[list[list[list[int]]]] = [[] for _ in prompts]
         by_length: dict[int, list[int]] = {}
         for i, p in enumerate(prompts):
             by_length.setdefault(len(p), []).append(i)
@@ -171,7 +212,8 @@ class GenerationBackend:
                 out[i] = rows[j * n : (j + 1) * n]
         return out
 
-    def _call_impl(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling, seed: int) -> list[list[int]]:
+    def _call_impl(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling,
+                   seed: int) -> list[list[list[int]]]:
         from harness.check.generation import accepted_parameters
         from harness.check.streams import seed_global
 
@@ -186,9 +228,7 @@ class GenerationBackend:
             # The hook lives only for the call: targets can be shared between pairs (and deep-copied)
             hook = self.pair.target.register_forward_pre_hook(self._count_call)
             try:
-                out = self.impl(self.pair.target, self.pair.draft, ids, max_new_tokens=max_tokens, gamma=self.gamma,
-                                temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                                seed=seed, **sampling.extras)
+                out, sizes = self._stepped(ids, max_tokens, sampling, seed)
             finally:
                 hook.remove()
             rows = [[t for t in row if t >= 0] for row in out.detach().cpu().tolist()]
@@ -196,7 +236,34 @@ class GenerationBackend:
             c.requests += 1
             c.generated_tokens += sum(map(len, rows))
             c.row_tokens += sum(map(len, rows)) / max(1, len(rows))
-        return rows
+        if sizes is None:  # steps not known (or one token each: the target alone): one token per step
+            return [[[t] for t in row] for row in rows]
+        return [_split(row, s) for row, s in zip(rows, sizes, strict=True)]
+
+    def _stepped(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling, seed: int):
+        """(tokens [B, N], per row the tokens each step kept, or None where the implementation does not say).
+
+        The reference adapter is run as its own loop with an emit hook that records each row's step; the same
+        call `specdec_ref.adapters:generate` makes, so the tokens are its tokens."""
+        kw = dict(max_new_tokens=max_tokens, gamma=self.gamma, temperature=sampling.temperature,
+                  top_k=sampling.top_k, top_p=sampling.top_p, seed=seed, **sampling.extras)
+        from specdec_ref import adapters
+
+        if self.impl is not adapters.generate:
+            return self.impl(self.pair.target, self.pair.draft, ids, **kw), None
+        from specdec_ref.generate import StepHooks, speculative_generate
+
+        sizes: list[list[int]] = [[] for _ in range(ids.shape[0])]
+
+        def emit(rows, row: int, tokens: list[int]) -> int:
+            kept = rows.emit(row, tokens)
+            sizes[row].append(kept)
+            return kept
+
+        out = speculative_generate(self.pair.target, self.pair.draft, ids, eos_token_id=default_eos(self.pair.target),
+                                   cache=adapters.cache_strategy(ids, max_tokens, self.pair.target),
+                                   hooks=StepHooks(emit=emit), **kw).tokens
+        return out, sizes
 
     def reported_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling) -> list[np.ndarray]:
         """The log laws reported for generated tokens: the target's (`log_laws`), or a planted bug's."""
@@ -261,50 +328,95 @@ class GenerationBackend:
         if bad:
             raise RequestError(f"prompt token ids {bad[:5]} are outside [0, {self.pair.vocab_size})")
 
-    def completion(self, body: dict) -> dict:
+    def completion(self, body: dict) -> dict | Stream:
         if self.pieces is not None:
             return self.pieces_completion(body)
         self._check_model(body)
-        if body.get("stream"):
-            raise RequestError("stream=true is not supported by specdec serve")
         sampling = self._constrained(_sampling(body), body)
         n, max_tokens = _int(body, "n", 1, 1, self.max_n), _int(body, "max_tokens", 16, 1, 4096)
         k = self._k(body.get("logprobs"), "logprobs")
         k_prompt = self._k(body.get("prompt_logprobs"), "prompt_logprobs")
         as_ids, echo = bool(body.get("return_tokens_as_token_ids")) and self.token_ids, bool(body.get("echo"))
-        seed = _seed(body)
+        stream = bool(body.get("stream"))
+        if stream and (echo or k_prompt is not None):
+            raise RequestError("stream=true with echo or prompt_logprobs is not supported by specdec serve")
+        stops = self._stops(body, max_tokens)
+        seed = self.bookkeeping.seed(_seed(body))
         prompts = self.prompt_ids(body.get("prompt"))
         for prompt in prompts:
             self.check_ids(prompt)
-        all_rows = self.generate(prompts, n, max_tokens, sampling, seed)
-        seqs = [p + r for p, rows in zip(prompts, all_rows, strict=True) for r in rows]
-        laws = iter(self.reported_laws(seqs, [len(p) for p, rows in zip(prompts, all_rows, strict=True) for _ in rows],
+        done = self._finished(prompts, n, stops, sampling, seed)
+        seqs = [p + f.tokens for p, rows in zip(prompts, done, strict=True) for f in rows]
+        laws = iter(self.reported_laws(seqs, [len(p) for p, rows in zip(prompts, done, strict=True) for _ in rows],
                                   sampling) if k is not None else [])
         scored = [p for p in prompts if len(p) > 1] if (k_prompt is not None or (echo and k is not None)) else []
         prompt_laws = iter(self.log_laws(scored, [1] * len(scored), sampling, mode=self.prompt_logprobs_mode))
-        choices = []
-        for prompt, rows in zip(prompts, all_rows, strict=True):
+        choices, entries_of = [], []
+        for prompt, rows in zip(prompts, done, strict=True):
             prompt_law = next(prompt_laws) if scored and len(prompt) > 1 else np.zeros((0, self.pair.vocab_size))
-            for row in rows:
-                choice = {"index": len(choices), "text": (decode(self.tokenizer, prompt) if echo else "")
-                          + decode(self.tokenizer, row), "finish_reason": self._finish(row), "logprobs": None}
+            for f in rows:
+                choice = {"index": len(choices), "text": (decode(self.tokenizer, prompt) if echo else "") + f.text,
+                          "finish_reason": f.reason, "stop_reason": f.stop_reason, "logprobs": None}
+                entries = self._entries(f.tokens, next(laws), k, as_ids) if k is not None else None
+                entries_of.append(entries)
                 if k is not None:
-                    entries = self._entries(row, next(laws), k, as_ids)
-                    if echo:
-                        entries = [None] + self._entries(prompt[1:], prompt_law, k, as_ids) + entries
-                    choice["logprobs"] = _legacy_logprobs(entries)
+                    shown = [None] + self._entries(prompt[1:], prompt_law, k, as_ids) + entries if echo else entries
+                    choice["logprobs"] = _legacy_logprobs(shown)
                 if k_prompt is not None:
                     choice["prompt_logprobs"] = [None] + [_vllm_prompt_entry(self.tokenizer, t, law, k_prompt)
                                                           for t, law in zip(prompt[1:], prompt_law, strict=True)]
                 if body.get("return_token_ids") and self.token_ids:
-                    choice["token_ids"], choice["prompt_token_ids"] = row, prompt
+                    choice["token_ids"], choice["prompt_token_ids"] = f.tokens, prompt
                 choices.append(choice)
         prompt_tokens = sum(len(p) * n for p in prompts)
-        completion_tokens = sum(len(r) for rows in all_rows for r in rows)
-        return {"id": f"cmpl-{os.urandom(8).hex()}", "object": "text_completion", "created": int(time.time()),
-                "model": self.model_name, "choices": choices,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens}}
+        completion_tokens = sum(len(f.tokens) for rows in done for f in rows)
+        reply = {"id": f"cmpl-{os.urandom(8).hex()}", "object": "text_completion", "created": int(time.time()),
+                 "model": self.model_name, "choices": choices,
+                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                           "total_tokens": prompt_tokens + completion_tokens}}
+        if not stream:
+            return reply
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return Stream(self._chunks(reply, [f for rows in done for f in rows], entries_of, include_usage))
+
+    def _stops(self, body: dict, max_tokens: int):
+        from harness.served.bookkeeping import Stops
+
+        try:
+            return Stops.from_request(body, max_tokens, self.eos)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+
+    def _finished(self, prompts: list[list[int]], n: int, stops, sampling: Sampling, seed: int) -> list[list]:
+        """Per prompt, its n choices as `bookkeeping` returns them (harness.served.bookkeeping.Finished)."""
+        steps = self.generate(prompts, n, self.bookkeeping.budget(stops.max_tokens, self.gamma), sampling, seed)
+        return [[self.bookkeeping.finish(s, stops, self._decode) for s in rows] for rows in steps]
+
+    def _decode(self, ids: list[int]) -> str:
+        return decode(self.tokenizer, ids)
+
+    def _chunks(self, reply: dict, finished: list, entries_of: list, include_usage: bool) -> list[dict]:
+        """The SSE events of a completion: per choice, one delta per speculative step (its token ids, its text,
+        its logprobs), finish_reason on the last; then the usage event where `stream_options.include_usage`."""
+        from harness.served.bookkeeping import text_deltas
+
+        head = {k: reply[k] for k in ("id", "object", "created", "model")}
+        events = []
+        for choice, f, entries in zip(reply["choices"], finished, entries_of, strict=True):
+            slices = self.bookkeeping.deltas(f)
+            texts = text_deltas(f.tokens, f.text, slices, self._decode)
+            for j, ((a, b), text) in enumerate(zip(slices, texts, strict=True)):
+                last = j == len(slices) - 1
+                delta = {"index": choice["index"], "text": text, "logprobs": None,
+                         "finish_reason": f.reason if last else None, "stop_reason": f.stop_reason if last else None}
+                if entries is not None:
+                    delta["logprobs"] = _legacy_logprobs(entries[a:b])
+                if "token_ids" in choice:
+                    delta["token_ids"] = f.tokens[a:b]
+                events.append({**head, "choices": [delta], "usage": None})
+        if include_usage:
+            events.append({**head, "choices": [], "usage": reply["usage"]})
+        return events
 
     def pieces_completion(self, body: dict) -> dict:
         """The llama-cpp-python dialect's completion (see the module docstring)."""
@@ -315,7 +427,8 @@ class GenerationBackend:
         max_tokens, k = _int(body, "max_tokens", 16, 1, 4096), self._k(body.get("logprobs"), "logprobs")
         prompt = encode(self.tokenizer, body["prompt"])
         self.check_ids(prompt)
-        (row,), = self.generate([prompt], 1, max_tokens, sampling, _seed(body))
+        (steps,), = self.generate([prompt], 1, max_tokens, sampling, self.bookkeeping.seed(_seed(body)))
+        row = [t for step in steps for t in step]
         pieces = [self.pieces.token_bytes[t].decode("utf-8", errors="ignore") for t in row]
         choice = {"index": 0, "text": b"".join(self.pieces.token_bytes[t] for t in row).decode("utf-8", errors="ignore"),
                   "finish_reason": self._finish(row), "logprobs": None}
@@ -350,12 +463,15 @@ class GenerationBackend:
         max_tokens = _int(body, "max_completion_tokens", None, 1, 4096) or _int(body, "max_tokens", 16, 1, 4096)
         k = self._k(body.get("top_logprobs") or 0, "top_logprobs") if body.get("logprobs") else None
         as_ids = bool(body.get("return_tokens_as_token_ids")) and self.token_ids
-        rows = self.generate([prompt], n, max_tokens, sampling, _seed(body))[0]
+        if body.get("stream"):
+            raise RequestError("stream=true is served on /v1/completions only by specdec serve")
+        done = self._finished([prompt], n, self._stops(body, max_tokens), sampling, self.bookkeeping.seed(_seed(body)))[0]
+        rows = [f.tokens for f in done]
         laws = self.reported_laws([prompt + r for r in rows], [len(prompt)] * n, sampling) if k is not None else None
         choices = []
-        for i, row in enumerate(rows):
-            choice = {"index": i, "message": {"role": "assistant", "content": decode(self.tokenizer, row)},
-                      "finish_reason": self._finish(row), "logprobs": None}
+        for i, (row, f) in enumerate(zip(rows, done, strict=True)):
+            choice = {"index": i, "message": {"role": "assistant", "content": f.text},
+                      "finish_reason": f.reason, "stop_reason": f.stop_reason, "logprobs": None}
             if k is not None:
                 choice["logprobs"] = {"content": [
                     {"token": e["token"], "logprob": e["logprob"], "bytes": None,
@@ -453,6 +569,15 @@ def _vllm_prompt_entry(tokenizer, token: int, law: np.ndarray, k: int) -> dict:
                      "decoded_token": decode(tokenizer, [t])} for t in ids}
 
 
+def _split(row: list[int], sizes: list[int]) -> list[list[int]]:
+    """A row cut into its steps (sizes sum to len(row))."""
+    out, at = [], 0
+    for size in sizes:
+        out.append(row[at : at + size])
+        at += size
+    return out
+
+
 def _finite(x: float) -> float:
     return float(x) if np.isfinite(x) else MASKED_LOGPROB
 
@@ -480,10 +605,11 @@ def _sampling(body: dict) -> Sampling:
     return s
 
 
-def _seed(body: dict) -> int:
+def _seed(body: dict) -> int | None:
+    """The request's seed (None: unseeded)."""
     seed = body.get("seed")
     if seed is None:
-        return int.from_bytes(os.urandom(4), "little")
+        return None
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise RequestError(f"seed must be an integer, got {seed!r}")
     return seed
@@ -496,7 +622,7 @@ def _max_len(model) -> int | None:
 def build_app(backend: GenerationBackend):
     """The FastAPI app: thin routes over the backend; errors as OpenAI error bodies."""
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, PlainTextResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
     app = FastAPI(title="specdec serve", docs_url=None, redoc_url=None)
 
@@ -515,7 +641,10 @@ def build_app(backend: GenerationBackend):
             try:  # the model runs in a worker thread: the event loop keeps serving /health and /metrics
                 from starlette.concurrency import run_in_threadpool
 
-                return JSONResponse(await run_in_threadpool(handler, body))
+                reply = await run_in_threadpool(handler, body)
+                if isinstance(reply, Stream):
+                    return StreamingResponse(reply.lines(), media_type="text/event-stream")
+                return JSONResponse(reply)
             except RequestError as exc:
                 return error(str(exc), exc.status)
             except Exception as exc:  # noqa: BLE001 - the implementation under test raised: a 500, said plainly

@@ -1,0 +1,128 @@
+"""Planted API bugs: `specdec serve`'s bookkeeping (harness.served.bookkeeping) with one part wrong.
+
+Each models a public bug of a speculative engine in which the token law stayed exact and the response was
+wrong (docs/BUGS.md, "API bookkeeping under multi-token steps"). They are served with the hidden
+`specdec serve --api-mutant NAME` (or `serving(..., api_mutant=NAME)`), and `specdec verify --level engine
+--engine-checks api` must FAIL each one (tests/served/test_served_api.py). They are not generate()
+implementations, so they are not in the `specdec mutants` catalogue (harness.mutants.registry): they are a
+property of the server around the implementation.
+"""
+
+from __future__ import annotations
+
+from harness.errors import UnknownNameError
+from harness.served.bookkeeping import Bookkeeping, Finished, Stops
+
+
+class CapBeforeStop(Bookkeeping):
+    """After each step the cap is checked first: a step that reaches max_tokens ends the response with "length",
+    and a stop string, stop token or EOS inside that step is never looked at (the text after it leaks)."""
+
+    name = "cap_before_stop"
+    models = "SGLang #31599 / PR #31569 (max_new_tokens checked before stop strings)"
+
+    def finish(self, steps, stops, decode):
+        tokens, sizes = [], []
+        for step in steps:
+            if len(tokens) + len(step) >= stops.max_tokens:
+                keep = stops.max_tokens - len(tokens)
+                tokens += step[:keep]
+                return Finished(tokens, decode(tokens), "length", steps=sizes + [keep])
+            for i, token in enumerate(step):
+                tokens.append(token)
+                end = self.token_end(tokens, stops, decode)
+                if end is not None:
+                    return Finished(tokens, *end, steps=sizes + [i + 1])
+            sizes.append(len(step))
+        return Finished(tokens, decode(tokens), "length", steps=sizes)
+
+
+class StopInStepTail(Bookkeeping):
+    """Stop strings are searched once per step, in the text of the last len(stop) + 1 tokens only: a stop early
+    in a long accepted block is missed, and generation runs on past it."""
+
+    name = "stop_in_step_tail"
+    models = "SGLang PR #23802 (stop search decodes only the last len(stop) + 1 tokens)"
+
+    def finish(self, steps, stops, decode):
+        tokens, sizes = [], []
+        strings_off = Stops(stops.max_tokens, (), stops.token_ids, stops.eos)
+        for step in steps:
+            for i, token in enumerate(step):
+                tokens.append(token)
+                end = self.token_end(tokens, strings_off, decode)  # EOS, stop ids and the cap: per token
+                if end is not None:
+                    return Finished(tokens, *end, steps=sizes + [i + 1])
+            sizes.append(len(step))
+            for s in stops.strings:
+                tail = decode(tokens[-(len(s) + 1):])
+                if s in tail:
+                    text = decode(tokens)
+                    return Finished(tokens, text[: text.rfind(s)], "stop", s, steps=sizes)
+        return Finished(tokens, decode(tokens), "length", steps=sizes)
+
+
+class IdsPastStop(Bookkeeping):
+    """The text is cut at the stop string, but the token ids (and their logprobs) of the whole step that held it
+    are returned."""
+
+    name = "ids_past_stop"
+    models = "vLLM PR #47616 (token_ids and logprobs past the stop returned)"
+
+    def finish(self, steps, stops, decode):
+        done = super().finish(steps, stops, decode)
+        if done.reason != "stop" or not isinstance(done.stop_reason, str):
+            return done
+        step = len(done.steps) - 1
+        whole = steps[step]
+        tokens = done.tokens + whole[done.steps[-1]:]
+        return Finished(tokens, done.text, "stop", done.stop_reason, steps=done.steps[:-1] + [len(whole)])
+
+
+class MaxTokensPerStep(Bookkeeping):
+    """max_tokens counts steps, not tokens: the engine runs max_tokens steps of up to γ + 1 tokens each."""
+
+    name = "max_tokens_per_step"
+    models = "ferrox PR #311 (max_tokens counted steps: a limit of 6 returned 9 tokens)"
+
+    def budget(self, max_tokens, gamma):
+        return max_tokens * (gamma + 1)
+
+    def finish(self, steps, stops, decode):
+        uncapped = Stops(10**9, stops.strings, stops.token_ids, stops.eos)
+        return super().finish(steps[: stops.max_tokens], uncapped, decode)  # ends "length" after the last step
+
+
+class StreamLastTokenOnly(Bookkeeping):
+    """A stream delta carries only the last token of its step (ids, text and logprobs); the non-streamed response
+    is right."""
+
+    name = "stream_last_token_only"
+    models = "vLLM #42781, #56077, #55082 (streaming parsers advance once per delta of 3-8 tokens)"
+
+    def deltas(self, finished):
+        return [(end - 1, end) for _, end in super().deltas(finished)]
+
+
+class UnseededSharedStream(Bookkeeping):
+    """Every request without a seed runs with the same one: unseeded requests return identical samples."""
+
+    name = "unseeded_shared_stream"
+    models = "TRT-LLM #19487 / PR #17599 (unseeded requests shared one stream under one-model speculation)"
+
+    def seed(self, requested):
+        return 0 if requested is None else requested
+
+
+API_MUTANTS = {cls.name: cls for cls in (CapBeforeStop, StopInStepTail, IdsPastStop, MaxTokensPerStep,
+                                         StreamLastTokenOnly, UnseededSharedStream)}
+
+
+def get(name: str) -> type[Bookkeeping]:
+    """The planted API bug `name`; UnknownNameError with close matches otherwise."""
+    try:
+        return API_MUTANTS[name]
+    except KeyError:
+        raise UnknownNameError("API mutant", name, list(API_MUTANTS)) from None
+
+

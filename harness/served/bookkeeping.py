@@ -1,0 +1,131 @@
+"""What a server does with the tokens of each speculative step before they become a response.
+
+A speculative step hands the serving layer 1..γ+1 tokens at once, and every piece of API bookkeeping
+written for "one token per step" can break there while the token law stays exact (docs/BUGS.md, "API
+bookkeeping"). `Bookkeeping` is that layer of `specdec serve`, written step by step as engines write it:
+
+- `budget`: the max_new_tokens the implementation is called with (the request's max_tokens);
+- `finish`: the step's tokens are taken one at a time, and after each one, in vLLM's StopChecker order,
+  EOS / `stop_token_ids`, then the `stop` strings searched in the whole generated text so far, then the
+  cap. The first condition met ends the response: its token is the last one returned (a stop string's
+  token included, as vLLM returns it), the text is cut where the stop string starts, and nothing after it
+  in the same step is returned;
+- `deltas`: the slices of the returned tokens a stream sends, one speculative step per SSE delta;
+- `seed`: the seed an unseeded request runs with (fresh randomness per request).
+
+The planted API bugs (harness.mutants.api) are subclasses that each get one of these wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Stops:
+    """A request's end conditions."""
+
+    max_tokens: int
+    strings: tuple[str, ...] = ()  # `stop`
+    token_ids: frozenset[int] = frozenset()  # `stop_token_ids` (vLLM)
+    eos: frozenset[int] = frozenset()  # the model's EOS ids (unless `ignore_eos`)
+
+    @classmethod
+    def from_request(cls, body: dict, max_tokens: int, eos: set[int]) -> Stops:
+        """`stop` (a string or a list of them), `stop_token_ids`, `ignore_eos`; ValueError when malformed."""
+        stop = body.get("stop")
+        strings = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        if not all(isinstance(s, str) and s for s in strings):
+            raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+        ids = body.get("stop_token_ids") or ()
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise ValueError(f"stop_token_ids must be a list of integers, got {ids!r}")
+        return cls(max_tokens, strings, frozenset(ids), frozenset() if body.get("ignore_eos") else frozenset(eos))
+
+
+@dataclasses.dataclass
+class Finished:
+    """One returned choice."""
+
+    tokens: list[int]  # the token ids returned
+    text: str  # the text returned
+    reason: str  # finish_reason: "stop" | "length"
+    stop_reason: str | int | None = None  # the stop string or token id that ended it (vLLM's stop_reason)
+    steps: list[int] = dataclasses.field(default_factory=list)  # tokens of each step returned (sum = len(tokens))
+
+
+class Bookkeeping:
+    """The correct bookkeeping (see the module docstring)."""
+
+    name = "correct"
+
+    def budget(self, max_tokens: int, gamma: int) -> int:
+        return max_tokens
+
+    def finish(self, steps: list[list[int]], stops: Stops, decode: Callable[[list[int]], str]) -> Finished:
+        tokens: list[int] = []
+        sizes: list[int] = []
+        for step in steps:
+            for i, token in enumerate(step):
+                tokens.append(token)
+                end = self.token_end(tokens, stops, decode)
+                if end is not None:
+                    return Finished(tokens, *end, steps=sizes + [i + 1])
+            sizes.append(len(step))
+        return Finished(tokens, decode(tokens), "length", steps=sizes)  # the implementation ended the row itself
+
+    def token_end(self, tokens: list[int], stops: Stops, decode) -> tuple[str, str, str | int | None] | None:
+        """(text, finish_reason, stop_reason) when the response ends at its last token, else None."""
+        last = tokens[-1]
+        if last in stops.eos or last in stops.token_ids:
+            return decode(tokens), "stop", (last if last in stops.token_ids else None)
+        if stops.strings:
+            text = decode(tokens)
+            found = first_stop(text, stops.strings)
+            if found is not None:
+                return text[: found[0]], "stop", found[1]
+        if len(tokens) >= stops.max_tokens:
+            return decode(tokens), "length", None
+        return None
+
+    def deltas(self, finished: Finished) -> list[tuple[int, int]]:
+        """[(start, end)) slices of the returned tokens, one per SSE delta: one speculative step each."""
+        out, at = [], 0
+        for size in finished.steps:
+            out.append((at, at + size))
+            at += size
+        return out
+
+    def seed(self, requested: int | None) -> int:
+        return int.from_bytes(os.urandom(4), "little") if requested is None else requested
+
+
+def first_stop(text: str, strings: tuple[str, ...]) -> tuple[int, str] | None:
+    """(where, which) of the earliest occurrence of any stop string in `text` (ties: the longer string)."""
+    found = [(text.find(s), -len(s), s) for s in strings if s in text]
+    if not found:
+        return None
+    at, _, which = min(found)
+    return at, which
+
+
+def text_deltas(tokens: list[int], text: str, slices: list[tuple[int, int]], decode) -> list[str]:
+    """The text each delta carries: the growth of the returned text over the delta's tokens. A prefix's decoding
+    is clipped to the returned text (a stop string cut it; a partial character is held back until complete), so
+    the deltas concatenate to `text` whatever the slicing."""
+
+    def shown(m: int) -> int:  # characters of `text` that the first m tokens account for
+        prefix = decode(tokens[:m])
+        n = 0
+        for a, b in zip(prefix, text, strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    out = []
+    for start, end in slices:
+        out.append(text[shown(start): shown(end)] if end < len(tokens) else text[shown(start):])
+    return out

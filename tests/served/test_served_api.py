@@ -1,0 +1,164 @@
+"""The API check (`--engine-checks api`, harness.served.api) and `specdec serve`'s step bookkeeping
+(harness.served.bookkeeping): stops, limits, finish reasons, streams and seeds under multi-token steps.
+
+Each planted API bug of harness.mutants.api is FAILED over HTTP (exit 1 through the CLI for one of them), the
+correct server PASSES with speculation on and off, and the bookkeeping itself is checked on hand-made steps.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import torch
+
+from harness.pairs import get_pair
+from harness.served.api import placement, stop_cases
+from harness.served.bookkeeping import Bookkeeping, Stops, text_deltas
+from harness.served.check import EngineConfig, run_engine_check
+from harness.served.serve import GenerationBackend, Sampling, serving
+from harness.served.text import IdTokenizer
+from specdec_ref.adapters import generate
+
+PAIR = "toy"
+# Small enough to run in seconds; the seeds put a stop inside the step that reaches max_tokens (the cap bug's case)
+API = dict(pair=PAIR, checks=("api",), prompts=1, api_seeds=2, api_length=16, api_unseeded=3, seed=1)
+decode = IdTokenizer(16).decode
+STEPS = [[3, 4], [5, 6, 7, 8], [9, 10]]  # " 3 4 | 5 6 7 8 | 9 10"
+
+
+def _finish(steps=STEPS, book=None, **stops):
+    return (book or Bookkeeping()).finish(steps, Stops(stops.pop("max_tokens", 8), **stops), decode)
+
+
+def test_a_stop_string_inside_a_step_ends_the_reply_at_its_token_and_cuts_the_text():
+    done = _finish(strings=(" 6",))
+    assert done.tokens == [3, 4, 5, 6] and done.text == " 3 4 5" and done.reason == "stop" and done.steps == [2, 2]
+    assert done.stop_reason == " 6"
+
+
+def test_a_stop_string_across_two_steps_and_the_earliest_of_several_stops():
+    done = _finish(strings=("4 5",))
+    assert done.tokens == [3, 4, 5] and done.text == " 3 " and done.steps == [2, 1]
+    assert _finish(strings=(" 9", "5 6")).text == " 3 4 "
+
+
+def test_stop_token_ids_eos_and_the_cap_mid_step():
+    assert _finish(token_ids=frozenset({6})).tokens == [3, 4, 5, 6]
+    done = _finish(eos=frozenset({5}))
+    assert done.tokens == [3, 4, 5] and done.reason == "stop" and done.stop_reason is None
+    capped = _finish(max_tokens=5)
+    assert capped.tokens == [3, 4, 5, 6, 7] and capped.reason == "length" and capped.steps == [2, 3]
+
+
+def test_each_planted_bug_gets_its_case_wrong():
+    from harness.mutants.api import API_MUTANTS
+
+    cap_step = [[3, 4], [5, 6, 7, 8]]  # max_tokens 6: the cap is reached in the step that holds the stop
+    assert _finish(cap_step, API_MUTANTS["cap_before_stop"](), max_tokens=6, strings=(" 5",)).reason == "length"
+    assert _finish(cap_step, max_tokens=6, strings=(" 5",)).tokens == [3, 4, 5]
+    missed = _finish(book=API_MUTANTS["stop_in_step_tail"](), strings=(" 5",), max_tokens=8)
+    assert " 5" in missed.text and len(missed.tokens) == 8  # the tail of 3 tokens never held " 5"
+    past = _finish(book=API_MUTANTS["ids_past_stop"](), strings=(" 6",))
+    assert past.text == " 3 4 5" and past.tokens == [3, 4, 5, 6, 7, 8]
+    per_step = API_MUTANTS["max_tokens_per_step"]()
+    assert per_step.budget(2, 3) == 8
+    assert _finish(STEPS, per_step, max_tokens=2).tokens == [3, 4, 5, 6, 7, 8]
+    assert API_MUTANTS["stream_last_token_only"]().deltas(_finish()) == [(1, 2), (5, 6), (7, 8)]
+    assert API_MUTANTS["unseeded_shared_stream"]().seed(None) == API_MUTANTS["unseeded_shared_stream"]().seed(None)
+
+
+def test_text_deltas_concatenate_to_the_text_whatever_the_slicing():
+    done = _finish(strings=("6",))
+    for slices in (Bookkeeping().deltas(done), [(0, 1), (1, 4)], [(0, 4)]):
+        assert "".join(text_deltas(done.tokens, done.text, slices, decode)) == done.text
+
+
+def test_stops_are_chosen_inside_steps_across_steps_and_in_the_cap_step():
+    tokens = [3, 4, 5, 6, 7, 8, 9, 10]
+    chosen = dict(stop_cases(tokens, [2, 4, 2], True, set(), decode))
+    assert set(chosen) == {"stop_in_step", "stop_across_steps", "stop_in_cap_step", "stop_token_in_step"}
+    for kind, fields in chosen.items():
+        where = placement(tokens, [2, 4, 2], Stops(8, tuple(fields.get("stop", ())),
+                                                  frozenset(fields.get("stop_token_ids", ()))), decode)
+        assert where["inside"] or kind == "stop_across_steps", (kind, fields, where)
+    assert placement(tokens, [2, 4, 2], Stops(8, chosen["stop_across_steps"]["stop"]), decode)["across"]
+
+
+def test_the_server_reports_the_reference_steps_and_returns_its_tokens():
+    pair = get_pair(PAIR)
+    backend = GenerationBackend(generate, pair, gamma=4)
+    ids = torch.tensor([[1, 2, 3]] * 3)
+    for seed, sampling in ((9, Sampling()), (2, Sampling(0.0)), (4, Sampling(0.7, top_p=0.9))):
+        rows = backend._call_impl(ids, 12, sampling, seed)
+        want = generate(pair.target, pair.draft, ids, max_new_tokens=12, gamma=4, temperature=sampling.temperature,
+                        top_k=None, top_p=sampling.top_p, seed=seed).tolist()
+        assert [[t for s in r for t in s] for r in rows] == [[t for t in w if t >= 0] for w in want]
+        assert any(len(s) > 1 for r in rows for s in r)
+
+
+def test_a_stream_sends_one_step_per_delta_and_concatenates_to_the_reply():
+    with serving(generate, get_pair(PAIR)) as s, httpx.Client(base_url=s.url) as http:
+        body = {"model": PAIR, "prompt": [1, 2, 3], "max_tokens": 16, "seed": 3, "return_token_ids": True,
+                "logprobs": 1, "stop": [" 7"]}
+        whole = http.post("/v1/completions", json=body).json()
+        from harness.served.client import EngineClient
+
+        with EngineClient(s.url) as client:
+            events = client.stream("/v1/completions", {**body, "stream": True,
+                                                        "stream_options": {"include_usage": True}})
+        refused = http.post("/v1/chat/completions", json={"model": PAIR, "messages": [{"role": "user", "content": "1"}],
+                                                          "stream": True})
+    deltas = [c for e in events["events"] for c in e["choices"]]
+    assert events["done"] and len(deltas) > 1 and any(len(d["token_ids"]) > 1 for d in deltas)
+    assert [t for d in deltas for t in d["token_ids"]] == whole["choices"][0]["token_ids"]
+    assert "".join(d["text"] for d in deltas) == whole["choices"][0]["text"]
+    assert deltas[-1]["finish_reason"] == whole["choices"][0]["finish_reason"]
+    assert events["events"][-1]["usage"] == whole["usage"]
+    assert refused.status_code == 400
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_the_correct_server_passes_the_api_check_with_stops_inside_steps(speculative):
+    with serving(generate, get_pair(PAIR), speculative=speculative) as s:
+        report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **API))
+    assert report.verdict == "pass", [t.details for t in report.tests if t.reject]
+    (cell,) = report.cases
+    assert {t.name.rsplit("/", 1)[-1] for t in report.tests} >= {"max_tokens", "usage", "stop_strings", "stream"}
+    assert cell["seed_reproducible"] and cell["stop_requests"] >= 3
+    if speculative:
+        assert cell["stops_inside_step"] >= 2 and cell["stops_across_steps"] >= 1
+        assert set(cell["tokens_per_delta"]) > {"1"}
+    else:
+        assert set(cell["tokens_per_delta"]) == {"1"}
+
+
+@pytest.mark.parametrize("mutant", ["cap_before_stop", "stop_in_step_tail", "ids_past_stop", "max_tokens_per_step",
+                                    "stream_last_token_only", "unseeded_shared_stream"])
+def test_each_planted_api_bug_fails_the_api_check(mutant):
+    from harness.mutants.api import API_MUTANTS
+
+    with serving(generate, get_pair(PAIR), api_mutant=mutant) as s:
+        report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **API))
+    rejected = {t.name.rsplit("/", 1)[-1] for t in report.tests if t.reject}
+    assert report.verdict == "fail" and rejected, API_MUTANTS[mutant].__doc__
+    expected = {"cap_before_stop": "finish_reason", "stop_in_step_tail": "stop_strings", "ids_past_stop": "stop_strings",
+                "max_tokens_per_step": "max_tokens", "stream_last_token_only": "stream",
+                "unseeded_shared_stream": "unseeded_independent"}[mutant]
+    assert expected in rejected, rejected
+
+
+def test_the_cli_exit_codes_1_for_a_planted_bug_2_without_a_local_tokenizer():
+    from harness.cli import main
+
+    argv = ["verify", "--level", "engine", "--engine-checks", "api", "--prompts", "1", "--api-seeds", "2",
+            "--api-length", "16", "--api-unseeded", "0", "--contexts", "none"]
+    with serving(generate, get_pair(PAIR), api_mutant="ids_past_stop") as s:
+        assert main([*argv, "--endpoint", s.url + "/v1", "--pair", PAIR]) == 1
+        assert main([*argv, "--endpoint", s.url + "/v1"]) == 2
+
+
+def test_an_unknown_api_mutant_is_a_clear_error():
+    from harness.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="cap_before_stop"):
+        GenerationBackend(generate, get_pair(PAIR), api_mutant="cap_before_stops")
