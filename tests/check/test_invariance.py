@@ -206,8 +206,10 @@ def test_generated_lossless_rules_pass_the_default_contexts_plan(rule, seed):
 
 @pytest.mark.parametrize("slip", ["target_row", "draft_row"])
 def test_a_row_slip_fails_the_default_contexts_plan(slip):
+    """The prompt cells run first and decide it; with every cell run (no early stop) the contexts cell fails it too."""
     report = _generation(LosslessRule(slip=slip), "contexts", seed=5, **ONE_SETTING)
     assert report.verdict == "fail", report.failure_summary()
+    report = _generation(LosslessRule(slip=slip), "contexts", seed=5, stop_on_fail=False, **ONE_SETTING)
     assert any("/contexts/" in t.name for t in report.tests if t.reject)
 
 
