@@ -147,23 +147,27 @@ def stop_cases(tokens: list[int], steps: list[int] | None, capped: bool, eos: se
     if steps is None or max(steps) < 2:  # no multi-token step seen: positions spread over the continuation
         return _spread_cases(tokens, eos, decode_)
     starts = [sum(steps[:k]) for k in range(len(steps))]
+
+    def suffix(pos: int, longer_than: int = 0) -> str | None:  # never on EOS: that token ends the reply anyway
+        return None if tokens[pos] in eos else _new_suffix(tokens, pos, decode_, longer_than)
+
     by_size = sorted(range(len(steps)), key=lambda k: (-steps[k], k))
     out = []
     for k in by_size:  # a stop string that ends before the last token of its step: earliest in the longest step
         found = next((c for pos in range(starts[k], starts[k] + steps[k] - 1)
-                      if (c := _new_suffix(tokens, pos, decode_))), None)
+                      if (c := suffix(pos))), None)
         if steps[k] >= 2 and found:
             out.append(("stop_in_step", {"stop": [found]}))
             break
     for k in range(1, len(steps)):  # a stop string that starts in one step and ends in the next
         b = starts[k]
         piece = len(decode_(tokens[: b + 1])) - len(decode_(tokens[:b]))
-        found = _new_suffix(tokens, b, decode_, longer_than=piece)
+        found = suffix(b, longer_than=piece)
         if found:
             out.append(("stop_across_steps", {"stop": [found]}))
             break
     if capped and steps[-1] >= 2:  # inside the step that reaches max_tokens
-        found = _new_suffix(tokens, starts[-1], decode_)
+        found = suffix(starts[-1])
         if found:
             out.append(("stop_in_cap_step", {"stop": [found]}))
     for k in by_size:  # a stop token id before the last token of its step (its first occurrence)
@@ -178,7 +182,7 @@ def stop_cases(tokens: list[int], steps: list[int] | None, capped: bool, eos: se
 def _spread_cases(tokens: list[int], eos: set[int], decode_) -> list[tuple[str, dict]]:
     out = []
     for pos in sorted({len(tokens) // 3, (2 * len(tokens)) // 3}):
-        cand = _new_suffix(tokens, pos, decode_)
+        cand = None if tokens[pos] in eos else _new_suffix(tokens, pos, decode_)
         if cand:
             out.append(("stop_string", {"stop": [cand]}))
     pos = next((p for p in range(len(tokens) // 2, len(tokens)) if tokens[p] not in tokens[:p] and tokens[p] not in eos),
@@ -403,6 +407,8 @@ def _problems_stops(ctx: Context, exchanges, strings: bool):
                        f"(which ends the reply at token {len(want.tokens)})")
         if strings:
             leaked = first_stop(r.text, tuple(e.body["stop"]))
+            if leaked is not None and _in_last_token(leaked, r, want, ctx):
+                leaked = None  # completed inside the EOS / stop token that ends the reply: it ends there either way
             if leaked is not None:
                 out.append(f"{where}: the text holds the stop string {leaked[1]!r} at character {leaked[0]}")
             elif len(want.tokens) == len(r.ids) and isinstance(want.stop_reason, str) and r.text != want.text:
@@ -417,6 +423,14 @@ def _problems_stops(ctx: Context, exchanges, strings: bool):
                 out.append(f"{where}: returned {len(r.ids)} tokens, but the same seed's continuation ends at "
                            f"{expected.stop_reason or 'EOS'!r} after {len(expected.tokens)} tokens")
     return out
+
+
+def _in_last_token(found: tuple[int, str], r: Reply, want, ctx: Context) -> bool:
+    """Whether a stop string found in the text completes only within the last token's text, where that token is an
+    EOS or stop token id ending the reply (whether its text is shown is the tokenizer's convention)."""
+    at, which = found
+    ends_on_token = want.reason == "stop" and not isinstance(want.stop_reason, str) and len(want.tokens) == len(r.ids)
+    return ends_on_token and at + len(which) > len(ctx.decode(r.ids[:-1]))
 
 
 def _problems_logprobs(ctx: Context, exchanges):

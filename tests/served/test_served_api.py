@@ -132,6 +132,18 @@ def test_the_correct_server_passes_the_api_check_with_stops_inside_steps(specula
         assert set(cell["tokens_per_delta"]) == {"1"}
 
 
+def test_eos_inside_steps_passes_on_the_correct_server_and_the_cap_checked_first_fails():
+    """toy-eos: EOS is the target's favourite token, proposed inside draft blocks; a stop string never taken from
+    the EOS token's own text (ending there on EOS or on the stop is the same reply)."""
+    config = dict(API, pair="toy-eos", prompts=2, stop_on_fail=False)
+    with serving(generate, get_pair("toy-eos")) as good, serving(generate, get_pair("toy-eos"),
+                                                                 api_mutant="cap_before_stop") as bad:
+        ok = run_engine_check(EngineConfig(endpoint=good.url + "/v1", **config))
+        broken = run_engine_check(EngineConfig(endpoint=bad.url + "/v1", **config))
+    assert ok.verdict == "pass", [t.details for t in ok.tests if t.reject]
+    assert broken.verdict == "fail"
+
+
 @pytest.mark.parametrize("mutant", ["cap_before_stop", "stop_in_step_tail", "ids_past_stop", "max_tokens_per_step",
                                     "stream_last_token_only", "unseeded_shared_stream"])
 def test_each_planted_api_bug_fails_the_api_check(mutant):
