@@ -37,7 +37,11 @@ def test_all_is_pinned():
 
 
 def test_every_public_name_is_the_internal_object():
-    from harness import contracts, pairs, testing
+    import importlib
+
+    # through sys.modules, not the package attributes: pytester's in-process runs (tests/test_plugin.py) re-import
+    # harness.testing and leave the package attribute pointing at their copy
+    contracts, pairs, testing = (importlib.import_module(f"harness.{m}") for m in ("contracts", "pairs", "testing"))
 
     assert specdec.CheckConfig is CheckConfig and specdec.EngineConfig is EngineConfig
     assert specdec.Report is CheckReport and specdec.HarnessError is HarnessError
