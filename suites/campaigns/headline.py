@@ -174,7 +174,12 @@ def markdown(result: dict, meta: dict) -> str:
         "sign changes across contexts (`tilt±`) cancels in it and in the probit mean, and is seen by the per-context "
         "statistics, the probit one most. A swap between neighbouring ranks moves the PIT by less than a bin: no "
         "pooled or per-context PIT test promises anything there; only the exact joint law at a prompt (the toy "
-        "plan's prompt cells, 20,000 rows) states a token-law TV.", ""]
+        "plan's prompt cells, 20,000 rows) states a token-law TV.", "",
+        "The default plan on planted bugs (20 seeds each, `zoo-penalties/report.md`): `specdec mutants --only "
+        "penalties_count_rejected_drafts penalties_count_rejected_drafts_mild temperature_garbage_at_draft_positions "
+        "--seeds 20 --out results/headline/zoo-penalties`; add `--compare-plans` for the plan without contexts "
+        "beside it. The reference's false alarms at the default plan's cells (`zoo-control/report.md`): `specdec "
+        "mutants --only reference_generate --control-seeds 200 --out results/headline/zoo-control`.", ""]
     return "\n".join(lines)
 
 
