@@ -188,6 +188,9 @@ class GenerationBackend:
         self.eos = eos_set(default_eos(pair.target))
         self.lock = threading.Lock()
         self.counters = Counters()
+        from specdec_ref.runners import cache_capabilities
+
+        cache_capabilities(pair.target)  # its probe forwards run now (cached on the model), not in a counted request
         from harness.check.generation import _target64
 
         self._target64 = _target64(pair)  # float64 scoring copy: the logprobs a client tests against are exact
