@@ -949,19 +949,12 @@ class GenerationSource(TrialSource):
         if any(s.temperature == 0 for s in self.settings):  # first: deterministic and cheap
             cells.append(Cell("greedy", [GREEDY_EQUALITY, GREEDY_NUMERICS], self.prompts, math.nan,
                               {"prompts": len(self.prompts), "max_new_tokens": max(self.length, 16)}))
-            if contexts:  # one context per prompt length (the longest first): greedy past the block boundaries
-                seen, picked = set(), []
-                for c in sorted(contexts, key=lambda c: -len(c.tokens)):
-                    if len(c.tokens) not in seen and len(picked) < GREEDY_CONTEXTS:
-                        seen.add(len(c.tokens))
-                        picked.append(list(c.tokens))
-                cells.append(Cell("greedy/contexts", [GREEDY_EQUALITY, GREEDY_NUMERICS], picked, math.nan,
-                                  {"prompts": len(picked), "max_new_tokens": self.context_length}))
         checks = [JOINT_LAW, PIT, CONVENTIONS] if self.enumerate else [PIT, CONVENTIONS]
         self.prompts_in_contexts = self._prompts_in_contexts(contexts)
         prompt_rows = PROMPT_ROWS[self.enumerate]
         # The prompt cells of every setting first (the plan without contexts, in its order: a run that stops at its
-        # first decided cell decides whatever that plan decides, as soon), then one contexts cell per setting.
+        # first decided cell decides whatever that plan decides, as soon), then greedy over contexts, then one
+        # contexts cell per setting.
         for setting in sampling:
             for i, prompt in enumerate(self.prompts):
                 if i in self.prompts_in_contexts:
@@ -971,6 +964,16 @@ class GenerationSource(TrialSource):
                                   math.nan, {"_source": self, "length": self.length, "gamma": config.gamma,
                                              "setting": setting_record(setting), "joint_law": self.enumerate,
                                              "processing_order": self.order, "default_rows": prompt_rows}))
+        if contexts and any(s.temperature == 0 for s in self.settings):
+            # one context per prompt length (the longest first): greedy past the block boundaries, after the cells
+            # of the plan without contexts
+            seen, picked = set(), []
+            for c in sorted(contexts, key=lambda c: -len(c.tokens)):
+                if len(c.tokens) not in seen and len(picked) < GREEDY_CONTEXTS:
+                    seen.add(len(c.tokens))
+                    picked.append(list(c.tokens))
+            cells.append(Cell("greedy/contexts", [GREEDY_EQUALITY, GREEDY_NUMERICS], picked, math.nan,
+                              {"prompts": len(picked), "max_new_tokens": self.context_length}))
         for setting in sampling if contexts else ():
             families = tuple(dict.fromkeys(c.family for c in contexts))
             data = ContextsCell(contexts, families, setting, tuple(self.contexts.get("block_sizes", ())), len(cells))

@@ -183,14 +183,40 @@ def markdown(result: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
+def timing(names: list[str], seed: int = 2000, rounds: int = 2) -> list[dict]:
+    """Each named generation mutant at the default plan and at the plan without contexts, in one process, the order
+    alternating between rounds (the zoo's run_task: 1 torch thread, the entry's own pair and settings)."""
+    from harness.mutants.registry import get
+    from suites.campaigns.zoo import Task, run_task
+
+    rows = []
+    for r in range(rounds):
+        for name in names:
+            pair = get(name).pair or "toy-low"
+            for plan in ("default", "prompts") if r % 2 == 0 else ("prompts", "default"):
+                got = run_task(Task(name, "detect", seed, None, 0, pair, plan), 1e-3)
+                rows.append({"name": name, "plan": plan, "round": r, "fail": got["fail"], "samples": got["samples"],
+                             "seconds": round(got["seconds"], 2)})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec campaign headline", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--sims", type=int, default=200, help="runs per (class, ε, f); the null gets 5×")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timing", nargs="+", metavar="MUTANT",
+                        help="instead of the simulation: time these generation mutants at the default plan and at the "
+                             "plan without contexts, alternating (OUT/timing.json)")
     args = parser.parse_args(argv)
     if args.sims < 1:
         parser.error("--sims must be ≥ 1")
+    if args.timing:
+        rows = timing(args.timing)
+        atomic_write_json(Path(args.out) / "timing.json", {"rows": rows, "provenance": provenance(seed=2000)})
+        for row in rows:
+            print(row)
+        return 0
     result = run(args.sims, args.seed, progress=lambda line: print(line, flush=True))
     meta = provenance(seed=args.seed, dtype="float64")
     out = Path(args.out)
