@@ -14,9 +14,8 @@ import functools
 
 import pytest
 
+from harness.check.config import PYTEST_OPTION_FIELDS as OPTION_FIELDS
 from harness.check.config import CheckConfig
-
-OPTION_FIELDS = ("false_alarm_rate", "tv", "power", "seed", "samples")
 
 
 def _fields():

@@ -94,14 +94,13 @@ def _command(name: str, parser: argparse.ArgumentParser, summary: str, cls: type
 
 
 def _pytest_options() -> list[str]:
-    from harness import pytest_plugin
-    from harness.check.config import CheckConfig
+    from harness.check.config import PYTEST_OPTION_FIELDS, CheckConfig
 
     fields = {f.name: f for f in dataclasses.fields(CheckConfig)}
     lines = ["## pytest options", "",
              "The plugin (registered when specdec is installed) adds these to `pytest`; they are the defaults of the "
              "`assert_lossless*` fixtures.", "", "| option | default | declared by | what |", "|---|---|---|---|"]
-    for name in pytest_plugin.OPTION_FIELDS:
+    for name in PYTEST_OPTION_FIELDS:
         meta = fields[name].metadata
         default = fields[name].default
         lines.append(f"| `--specdec-{meta['flag'].removeprefix('--')}` | {_cell('' if default is None else f'`{default}`')} "

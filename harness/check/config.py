@@ -38,6 +38,11 @@ def _rate(text: str) -> float:
     return value
 
 
+# The CheckConfig fields the pytest plugin exposes as --specdec-* options (the fixtures' defaults); kept here so
+# that rendering them (the docs) needs no pytest.
+PYTEST_OPTION_FIELDS = ("false_alarm_rate", "tv", "power", "seed", "samples")
+
+
 @dataclasses.dataclass
 class CheckConfig:
     """Everything a losslessness check depends on; `specdec verify` flags and the pytest options are built
