@@ -12,13 +12,11 @@ import sys
 
 from harness import preflight
 from harness.adapters.calling import ImplementationError
-from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE
 from harness.errors import HarnessError, describe_fault
 from harness.policy import results_folder
 from harness.progress import Progress
 from specdec_ref.errors import SpecDecInputError
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def _cmd_pairs(args) -> int:
@@ -93,8 +91,6 @@ def headline_scope(report) -> str:
         return "pooled over contexts, binned PIT: not a per-position TV; see the notes"
     return "no test states a TV"
 
-
-EXIT_INCONCLUSIVE = 3
 
 
 def _engine_progress(total, desc):

@@ -10,7 +10,11 @@ import dataclasses
 from typing import Any
 
 from harness.configs import option
-from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER  # noqa: F401 - re-exported: their one home
+from harness.defaults import (  # noqa: F401 - re-exported: their one home
+    DEFAULT_FALSE_ALARM_RATE,
+    DEFAULT_POWER,
+    INCONCLUSIVE_TV,
+)
 from harness.errors import HarnessError, UnknownNameError
 
 DEFAULT_TV = 0.02  # chain / block / draft-and-verify: detectable total variation per tested position
@@ -19,8 +23,6 @@ DEFAULT_MAX_ROWS = 400_000  # cap on the trials of one cell (a rarely reached po
 MIN_REACH = 0.1  # chain positions reached with lower probability are reported, not in the headline TV
 MIN_NODE_REACH = 0.05  # tree nodes reached with lower probability (by the reference) are not law-tested
 DEFAULT_GAMMA = 3
-# A plan whose achieved detectable TV is above this says almost nothing: the verdict is INCONCLUSIVE.
-INCONCLUSIVE_TV = 0.25
 LEVELS = ("sampler", "generation", "engine")  # --level
 # What an implementation's signature must be (harness.check.api.contract_of): a §1a step, a §1b generate,
 # a tree step, a draft-and-verify step. The mutant zoo registers entries by contract.

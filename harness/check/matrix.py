@@ -28,6 +28,7 @@ from typing import Any
 
 from harness.check.config import CheckConfig
 from harness.configs import cli_fields
+from harness.defaults import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE
 from harness.errors import HarnessError
 
 # Fields that make no sense to vary: the engine level has its own flags (endpoint, ...).
@@ -158,12 +159,12 @@ class MatrixResult:
     def exit_code(self, allow_inconclusive: bool = False) -> int:
         verdicts = {c["verdict"] for c in self.cells}
         if "fail" in verdicts:
-            return 1
+            return EXIT_FAIL
         if "error" in verdicts:
-            return 2
+            return EXIT_USAGE
         if "inconclusive" in verdicts and not allow_inconclusive:
-            return 3
-        return 0
+            return EXIT_INCONCLUSIVE
+        return EXIT_OK
 
     def to_dict(self) -> dict:
         return {"cells": self.cells, "seconds": self.seconds, "executor": self.executor, "counts": self.counts()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from harness.defaults import INCONCLUSIVE_TV
 from harness.records import provenance
 from harness.stats import TestResult, holm
 
@@ -26,7 +27,7 @@ class CheckReport:
     device: str = "cpu"
     family: str = "chain"  # verifier family of a sampler-level implementation
     declared_tests: int = 0  # gating tests the battery declared (the Holm plan); tests may be fewer after a stop
-    inconclusive_tv: float = 0.25  # an achieved detectable TV above this makes a non-failing run INCONCLUSIVE
+    inconclusive_tv: float = INCONCLUSIVE_TV  # an achieved detectable TV above this makes a non-failing run INCONCLUSIVE
     processing_order: str = "standard"  # generation level: the processing convention the ground truth used
     coverage: dict = dataclasses.field(default_factory=dict)  # generation level: parameters that acted / no-ops
     responses: str | None = None  # engine level: the resumable record of every response (under --out)

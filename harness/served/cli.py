@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from harness.defaults import EXIT_OK
 from harness.errors import HarnessError
-
-EXIT_OK = 0
 
 
 def add_verify_arguments(parser) -> None:

@@ -47,6 +47,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.defaults import EXIT_INCONCLUSIVE
 from harness.executor import LocalExecutor, add_runner_arguments, deadline, run_cells
 from suites.campaigns._servers import (
     COPY_PROMPT,
@@ -400,7 +401,6 @@ SCORING_K, SCORING_SAMPLES = 1500, 1500
 REFUSED_SETTING = "T=0.7,top_p=0.9"
 SCORING_TOLERANCE = 3e-4  # nats: the logprobs part's tolerance (4 × the 6.7e-5 spread of vLLM float32 vs float64)
 REFUSAL = "prompt scores are raw"
-EXIT_INCONCLUSIVE = 3
 
 
 def _reference_args(s, name: str, out: Path) -> list[str]:
