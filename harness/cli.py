@@ -224,6 +224,8 @@ def _cmd_mutants(args) -> int:
                   compare_plans=args.compare_plans, scheduler=args.scheduler, dask_workers=args.workers, **chosen)
     if config.seeds < 1 or config.control_seeds < 1:
         raise HarnessError("--seeds and --control-seeds must be >= 1")
+    if config.compare_plans and config.levels and "generation" not in config.levels:
+        raise HarnessError("--compare-plans compares the generation level's plans; add generation to --level")
     if config.only:
         from harness.mutants.registry import get
 
@@ -475,6 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specdec: interrupted (results written so far are kept)", file=sys.stderr)
         return 130
+    except SystemExit as exc:  # a campaign's own argument parser (usage error, --help): a code, not an exception
+        if exc.code is None or isinstance(exc.code, int):
+            return int(exc.code or 0)
+        print(f"specdec: error: {exc.code}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - anything else is the run's own fault (harness, model load, kernel):
         # exit 2 in one line naming the component, never 1 ("not lossless") and never a traceback
         print(f"specdec: error: {describe_fault(exc)}", file=sys.stderr)
