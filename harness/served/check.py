@@ -67,51 +67,95 @@ _API_GROUP = "engine level: the API check (--engine-checks api)"
 GREEDY_TOKENS = 16
 
 
+_ENGINE_GROUP = "engine level (--level engine)"
+_CHECK_FLAG = "(the flag is CheckConfig's, shared with the generation level)"
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x for x in text.split(",") if x)
+
+
 @dataclasses.dataclass
 class EngineConfig:
-    """Settings of `specdec verify --level engine` (one field per CLI flag)."""
+    """Settings of `specdec verify --level engine`: its flags are built from these fields (harness.configs); the
+    fields it shares with the generation level take their flags from CheckConfig (flag None here)."""
 
     level: ClassVar[str] = "engine"  # the contract harness.check.api.run_verify picks the trial source by
 
-    endpoint: str  # the engine under test, e.g. http://127.0.0.1:8000/v1
-    model: str | None = None  # served model name (default: the server's only model)
-    reference_endpoint: str | None = None  # the same engine with speculation off: scorer (b) / sample (c) / greedy
-    reference_model: str | None = None
-    pair: str | None = None  # ground truth (a): a registered pair whose target the engine serves
-    target: str | None = None  # ground truth (a): the target checkpoint (hub id or local path)
-    ground_truth: str = "auto"  # auto: local if a local model is given, else score if possible, else two-sample
-    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # family-wise (Holm over every gating test)
-    power: float = DEFAULT_POWER
-    inconclusive_tv: float = INCONCLUSIVE_TV  # a run that rejects nothing above this detectable TV: INCONCLUSIVE
-    seed: int = 0
-    samples: int = 2_000  # continuations per prompt × sampling setting
-    length: int | None = None  # new tokens per continuation (default: 3 for V <= 64, else 16)
-    score_dtype: str = "float64"  # local ground truth: a float64 copy of the target, or "model" (as loaded)
-    prompts: int = 2
+    endpoint: str | None = option(None, "--endpoint", "the engine under test, e.g. http://127.0.0.1:8000/v1",
+                                  metavar="URL", group=_ENGINE_GROUP)
+    model: str | None = option(None, "--model", "served model name (default: the server's only model)",
+                               metavar="NAME", group=_ENGINE_GROUP)
+    reference_endpoint: str | None = option(None, "--reference-endpoint", "the same engine with speculation off "
+                                            "(scorer b / sample c / greedy)", metavar="URL", group=_ENGINE_GROUP)
+    reference_model: str | None = option(None, "--reference-model", "model name on --reference-endpoint",
+                                         metavar="NAME", group=_ENGINE_GROUP)
+    pair: str | None = option(None, None, "ground truth (a): a registered pair whose target the engine serves "
+                              + _CHECK_FLAG)
+    target: str | None = option(None, None, "ground truth (a): the target checkpoint (hub id or local path) "
+                                + _CHECK_FLAG)
+    ground_truth: str = option("auto", "--ground-truth", "a: local (--pair/--target), b: score (reference "
+                               "logprobs), c: two-sample; auto: best available", choices=GROUND_TRUTHS,
+                               group=_ENGINE_GROUP)
+    false_alarm_rate: float = option(DEFAULT_FALSE_ALARM_RATE, None, "family-wise (Holm over every gating test) "
+                                     + _CHECK_FLAG)
+    power: float = option(DEFAULT_POWER, None, "probability of detecting a discrepancy " + _CHECK_FLAG)
+    inconclusive_tv: float = option(INCONCLUSIVE_TV, None, "a run that rejects nothing above this detectable TV: "
+                                    "INCONCLUSIVE " + _CHECK_FLAG)
+    seed: int = option(0, None, "seed of every request " + _CHECK_FLAG)
+    samples: int = option(2_000, None, "continuations per prompt × sampling setting " + _CHECK_FLAG)
+    length: int | None = option(None, None, "new tokens per continuation (default: 3 for V <= 64, else 16) "
+                                + _CHECK_FLAG)
+    score_dtype: str = option("float64", None, "local ground truth: a float64 copy of the target, or \"model\" "
+                              "(as loaded) " + _CHECK_FLAG)
+    prompts: int = option(2, "--prompts", "prompts to sample (from the pair, else the prompt set)", int, "N",
+                          group=_ENGINE_GROUP)
     settings: tuple[Setting, ...] = dataclasses.field(default_factory=default_settings)
-    top_logprobs: int = 20  # k asked of the scorer (b)
-    chunk: int = 500  # continuations per request (the request's n)
-    concurrency: int = 4
-    timeout_s: float = 120.0
-    retries: int = 4
-    out: str | None = None  # where the resumable record of responses lives
-    # names the servers in that record's key instead of their URLs (a restarted server on another port resumes)
-    server_label: str | None = None
-    prompt_texts: tuple[str, ...] | None = None  # prompts as text (default: the pair's prompts, else the prompt set)
+    top_logprobs: int = option(20, "--top-logprobs", "k asked of the scorer (b); the mass outside it is added to "
+                               "every detectable TV (vLLM caps k at its --max-logprobs, 20 by default)", int, "K",
+                               group=_ENGINE_GROUP)
+    chunk: int = option(500, "--chunk", "continuations per request (the request's n)", int, "N", group=_ENGINE_GROUP)
+    concurrency: int = option(4, "--concurrency", "requests in flight at once", int, "N", group=_ENGINE_GROUP)
+    timeout_s: float = option(120.0, None, "seconds one request may take " + _CHECK_FLAG)
+    retries: int = option(4, "--retries", "retries on connection errors / 5xx / malformed JSON", int, "N",
+                          group=_ENGINE_GROUP)
+    out: str | None = option(None, "--out", "keep every response here (resumable for the same configuration)",
+                             metavar="DIR", group=_ENGINE_GROUP)
+    server_label: str | None = option(None, "--server-label", "with --out: key the kept responses by this name "
+                                      "instead of the endpoints' URLs, so a run resumes against the same servers "
+                                      "restarted on other ports (give each distinct pair of servers its own label)",
+                                      metavar="NAME", group=_ENGINE_GROUP)
+    prompt_texts: tuple[str, ...] | None = option(None, "--prompt-text", "a prompt as text instead of the pair's "
+                                                  "(repeatable; with --pair sent as a chat turn)", metavar="TEXT",
+                                                  action="append", group=_ENGINE_GROUP)
     extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
-    stop_on_fail: bool = True  # stop after the first cell with a test at p <= the per-test level (as CheckConfig)
-    time_budget_s: float | None = None  # no new cell after this many seconds (the cells not run are noted)
-    checks: tuple[str, ...] = ("tokens",)  # "tokens" (the law of the output), "logprobs" (harness.served.logprobs),
-    #   "api" (stops, limits, finish reasons, streams and seeds: harness.served.api)
-    logprobs_k: int = 5  # top-k asked of the engine by the logprobs check
-    logprobs_samples: int = 16  # continuations per logprobs cell (every value is compared: no plan)
-    logprob_tolerance: float = 1e-3  # nats: |reported − target| allowed (numerics)
-    logprobs_mode: str = "auto"  # raw | processed | auto (asked of the engine)
-    processing_order: str = "standard"  # the processing convention the engine declares (specdec_ref ORDERS)
-    seeded: bool = True  # False: sampling requests carry no seed (the engine's own RNG; responses not reproducible)
-    api: str = "openai"  # openai (vLLM-style routes) | llama-server | llama-server-processed (its native /completion)
-    #   | llama-cpp-python (its OpenAI route; ids recovered from text pieces with the local tokenizer)
-    contexts: str = "none"  # "catalogue": contexts cells as at the generation level (harness.contexts), local truth
+    stop_on_fail: bool = option(True, None, "stop after the first cell with a test at p <= the per-test level "
+                                + _CHECK_FLAG)
+    time_budget_s: float | None = option(None, None, "no new cell after this many seconds (the cells not run are "
+                                         "noted) " + _CHECK_FLAG)
+    checks: tuple[str, ...] = option(("tokens",), "--engine-checks", "tokens (the law of the output), logprobs (the "
+                                     "logprobs reported for it), api (stops, limits, finish reasons, streams and "
+                                     "seeds), or several: tokens,logprobs,api", _names, "CHECKS", group=_ENGINE_GROUP)
+    logprobs_k: int = option(5, "--logprobs-k", "logprobs check: top-k asked of the engine", int, "K",
+                             group=_ENGINE_GROUP)
+    logprobs_samples: int = option(16, "--logprobs-samples", "logprobs check: continuations per cell (every value "
+                                   "is compared: no plan)", int, "N", group=_ENGINE_GROUP)
+    logprob_tolerance: float = option(1e-3, "--logprob-tolerance", "logprobs check: nats allowed (numerics)", float,
+                                      "NATS", group=_ENGINE_GROUP)
+    logprobs_mode: str = option("auto", "--logprobs-mode", "logprobs check: what the engine reports (auto: asked)",
+                                choices=("auto", "raw", "processed"), group=_ENGINE_GROUP)
+    processing_order: str = option("standard", None, "the processing convention the engine declares (specdec_ref "
+                                   "ORDERS) " + _CHECK_FLAG)
+    seeded: bool = option(True, "--unseeded", "send sampling requests without a seed (the engine's own RNG; a rerun "
+                          "does not reproduce them)", action="store_false", group=_ENGINE_GROUP)
+    api: str = option("openai", "--api", "the engine's API: OpenAI/vLLM routes, llama-server's native /completion "
+                      "(raw or post-sampling probabilities), or llama-cpp-python's server (ids recovered from its text "
+                      "pieces with the local tokenizer: needs --pair/--target)",
+                      choices=("openai", "llama-server", "llama-server-processed", "llama-cpp-python"),
+                      group=_ENGINE_GROUP)
+    contexts: str = option("none", None, "\"catalogue\": contexts cells as at the generation level (harness.contexts), "
+                           "local truth; the command line's \"auto\" is resolved by harness.served.cli "
+                           + _CHECK_FLAG)
     api_seeds: int = option(4, "--api-seeds", "API check: seeded base continuations per prompt; each gives its stop, "
                             "cap and stream requests", int, group=_API_GROUP)
     api_length: int = option(32, "--api-length", "API check: max_tokens of the base continuations", int,
@@ -119,7 +163,14 @@ class EngineConfig:
     api_unseeded: int = option(4, "--api-unseeded", "API check: unseeded requests per prompt (must not all be one "
                                "sample)", int, group=_API_GROUP)
 
+    def __post_init__(self):
+        if self.prompt_texts is not None:  # --prompt-text appends to a list
+            self.prompt_texts = tuple(self.prompt_texts)
+        self.checks = tuple(self.checks)
+
     def validate(self) -> EngineConfig:
+        if not self.endpoint:
+            raise HarnessError("--level engine needs --endpoint URL (the server under test)")
         if self.ground_truth not in GROUND_TRUTHS:
             raise HarnessError(f"--ground-truth must be one of {', '.join(GROUND_TRUTHS)}, got {self.ground_truth!r}")
         for name, value in (("--false-alarm-rate", self.false_alarm_rate), ("--power", self.power),

@@ -10,46 +10,12 @@ from harness.errors import HarnessError
 
 
 def add_verify_arguments(parser) -> None:
-    """Flags `verify --level engine` adds to `specdec verify` (one per EngineConfig field)."""
-    g = parser.add_argument_group("engine level (--level engine)")
-    g.add_argument("--endpoint", help="the engine under test, e.g. http://127.0.0.1:8000/v1")
-    g.add_argument("--model", help="served model name (default: the server's only model)")
-    g.add_argument("--reference-endpoint", help="the same engine with speculation off (scorer b / sample c / greedy)")
-    g.add_argument("--reference-model", help="model name on --reference-endpoint")
-    g.add_argument("--ground-truth", default="auto", choices=["auto", "local", "score", "two-sample"],
-                   help="a: local (--pair/--target), b: score (reference logprobs), c: two-sample; auto: best available")
-    # --length (new tokens per continuation) is the generation level's flag (CheckConfig), shared
-    g.add_argument("--prompts", type=int, default=2, help="prompts to sample (from the pair, else the prompt set)")
-    g.add_argument("--prompt-text", action="append", dest="prompt_texts", metavar="TEXT",
-                   help="a prompt as text instead of the pair's (repeatable; with --pair sent as a chat turn)")
-    g.add_argument("--top-logprobs", type=int, default=20, help="k asked of the scorer (b); the mass outside it is added to every detectable TV "
-                   "(vLLM caps k at its --max-logprobs, 20 by default)")
-    g.add_argument("--chunk", type=int, default=500, help="continuations per request (the request's n)")
-    g.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
-    g.add_argument("--retries", type=int, default=4, help="retries on connection errors / 5xx / malformed JSON")
-    g.add_argument("--out", help="keep every response here (resumable for the same configuration)")
-    g.add_argument("--server-label", help="with --out: key the kept responses by this name instead of the endpoints' "
-                   "URLs, so a run resumes against the same servers restarted on other ports (give each distinct "
-                   "pair of servers its own label)")
-    g.add_argument("--engine-checks", default="tokens", type=lambda t: tuple(x for x in t.split(",") if x),
-                   help="tokens (the law of the output), logprobs (the logprobs reported for it), api (stops, "
-                   "limits, finish reasons, streams and seeds), or several: tokens,logprobs,api")
-    g.add_argument("--logprob-tolerance", type=float, default=1e-3, help="logprobs check: nats allowed (numerics)")
-    g.add_argument("--logprobs-k", type=int, default=5, help="logprobs check: top-k asked of the engine")
-    g.add_argument("--logprobs-samples", type=int, default=16, help="logprobs check: continuations per cell")
-    g.add_argument("--api", default="openai",
-                   choices=["openai", "llama-server", "llama-server-processed", "llama-cpp-python"],
-                   help="the engine's API: OpenAI/vLLM routes, llama-server's native /completion (raw or "
-                   "post-sampling probabilities), or llama-cpp-python's server (ids recovered from its text pieces "
-                   "with the local tokenizer: needs --pair/--target)")
-    g.add_argument("--unseeded", action="store_true",
-                   help="send sampling requests without a seed (the engine's own RNG; a rerun does not reproduce them)")
-    g.add_argument("--logprobs-mode", default="auto", choices=["auto", "raw", "processed"],
-                   help="logprobs check: what the engine reports (auto: asked)")
+    """Flags `verify --level engine` adds to `specdec verify`: one per EngineConfig field that declares one
+    (configs.option); the fields it shares with the generation level have CheckConfig's flags."""
     from harness.configs import add_arguments
     from harness.served.check import EngineConfig
 
-    add_arguments(parser, EngineConfig)  # the fields declared with their flags (configs.option)
+    add_arguments(parser, EngineConfig)
     _record_explicit_pair(parser)
 
 
@@ -68,30 +34,31 @@ def _record_explicit_pair(parser) -> None:
     action.__class__ = Given
 
 
+# The EngineConfig fields set from CheckConfig's flags of `specdec verify` (not given: EngineConfig's default).
+SHARED_FIELDS = ("target", "power", "inconclusive_tv", "seed", "samples", "length", "score_dtype", "timeout_s",
+                 "time_budget_s", "processing_order")
+
+
+def engine_config(args):
+    """The EngineConfig of a parsed `specdec verify --level engine` (validated)."""
+    from harness.configs import from_args, given
+    from harness.served.check import EngineConfig
+
+    shared = given(EngineConfig, args, SHARED_FIELDS)
+    if args.pair_given:
+        shared["pair"] = args.pair
+    shared["false_alarm_rate"] = getattr(args, "alpha", None) or args.false_alarm_rate
+    if args.prompt_texts:
+        shared["prompts"] = len(args.prompt_texts)
+    return from_args(EngineConfig, args, **shared, contexts=engine_contexts(getattr(args, "contexts", "none"), args),
+                     **_settings(args)).validate()
+
+
 def engine_report(args, progress_bar):
     """`verify --level engine`: the CheckReport of the engine at --endpoint (harness/cli prints it)."""
-    from harness.configs import cli_fields
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
 
-    if not args.endpoint:
-        raise HarnessError("--level engine needs --endpoint URL (the server under test)")
-    config = EngineConfig(endpoint=args.endpoint, model=args.model, reference_endpoint=args.reference_endpoint,
-                          reference_model=args.reference_model, pair=args.pair if args.pair_given else None,
-                          target=args.target, ground_truth=args.ground_truth, false_alarm_rate=args.alpha or args.false_alarm_rate,
-                          power=args.power, inconclusive_tv=args.inconclusive_tv, seed=args.seed,
-                          samples=args.samples or 2_000, length=args.length,
-                          score_dtype=args.score_dtype,
-                          prompts=len(args.prompt_texts) if args.prompt_texts else args.prompts,
-                          prompt_texts=tuple(args.prompt_texts) if args.prompt_texts else None, top_logprobs=args.top_logprobs, chunk=args.chunk,
-                          concurrency=args.concurrency, timeout_s=args.timeout_s or 120.0, retries=args.retries,
-                          out=args.out, server_label=args.server_label, time_budget_s=args.time_budget_s,
-                          checks=args.engine_checks,
-                          logprob_tolerance=args.logprob_tolerance,
-                          logprobs_k=args.logprobs_k, logprobs_samples=args.logprobs_samples,
-                          logprobs_mode=args.logprobs_mode, api=args.api, seeded=not args.unseeded,
-                          processing_order=getattr(args, "processing_order", "standard"),
-                          contexts=engine_contexts(getattr(args, "contexts", "none"), args), **_settings(args),
-                          **{f.name: getattr(args, f.name) for f in cli_fields(EngineConfig)}).validate()
+    config = engine_config(args)
     with progress_bar(None, "verify engine") as bar:
         report = run_engine_check(config, progress=bar.update)
     return report
