@@ -5,6 +5,7 @@ Algorithm 1 (Leviathan et al. 2023) for one row, with the parts a buggy implemen
     p', q'  = p_view(p), q_view(q)            the implementation's own view of the two laws
     x       = draft tokens (the harness drew them from q; a greedy drafter replaces them by argmax q)
     accept  = accept.test(u_i, p'_i(x_i), q'_i(x_i)) at each position, with P(accept) = accept.prob(...)
+              (or u_i < accept_table(p'_i, q'_i)[x_i] for a test that reads the whole row: top-K, entropy)
     n       = length of the leading run of acceptances
     final   = a token drawn by `draw` from final(p', q', n, x_n): the residual (n < γ) or the bonus (n = γ)
 
@@ -75,6 +76,13 @@ def rowwise(fn: Callable[[Tensor], Tensor], t: Tensor) -> Tensor:
     if t.shape[0] > 1 and t.stride(0) == 0:
         return fn(t[:1]).expand(t.shape)
     return fn(t)
+
+
+def _row_table(fn: Callable[[Tensor, Tensor], Tensor], p: Tensor, q: Tensor) -> Tensor:
+    """fn(p, q) for a row-wise fn of two [B, ...] tensors, computed once when both are one row broadcast."""
+    if p.shape[0] > 1 and p.stride(0) == 0 and q.stride(0) == 0:
+        return fn(p[:1], q[:1]).expand(p.shape)
+    return fn(p, q)
 
 
 def draw_uniforms(B: int, gamma: int, generator: torch.Generator | None, device) -> Tensor:
@@ -157,6 +165,9 @@ class Rule:
     q_view: Callable[[Tensor], Tensor] = _as_is  # [..., V] normalised q -> the q it uses in ratio and residual
     greedy_draft: bool = False  # its drafter is greedy: it tests argmax q, not the given draft tokens
     accept: Accept = RATIO
+    # tests that read the whole row (the target's top-K, its entropy): (p' [..., V], q' [..., V]) -> [..., V], the
+    # probability of accepting each token x; the test is u < table[x]. Replaces `accept` when given.
+    accept_table: Callable[[Tensor, Tensor], Tensor] | None = None
     final: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = residual_or_bonus
     final_uses_draft: bool = False  # `final` reads x_n (the exact law then needs a [V, V] table)
     draw: Draw = INVERSE_CDF
@@ -197,7 +208,12 @@ class Rule:
         u_test = u_accept[:, :1].expand(B, gamma) if self.same_uniform else u_accept  # [B, γ]
         p_x = p[:, :gamma].gather(-1, x.unsqueeze(-1)).squeeze(-1)  # [B, γ]
         q_x = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)  # [B, γ]
-        n = leading_run(self.accept.test(u_test.to(dtype), p_x, q_x))  # [B]
+        if self.accept_table is None:
+            accepted = self.accept.test(u_test.to(dtype), p_x, q_x)  # [B, γ]
+        else:
+            table = _row_table(self.accept_table, p[:, :gamma], q)  # [B, γ, V]
+            accepted = u_test.to(dtype) < table.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+        n = leading_run(accepted)  # [B]
         stop = n.clamp_max(gamma - 1).unsqueeze(1)  # [B, 1] the position whose test failed (if any)
         law = self.final(p, q, n, x.gather(1, stop).squeeze(1))  # [B, V]
         token = self.draw.draw(law, u_final, u_test.gather(1, stop).squeeze(1), n < gamma)
@@ -217,7 +233,10 @@ class Rule:
     def acceptance(self, p: Tensor, q: Tensor) -> Tensor:
         """p [γ+1, V], q [γ, V] -> [γ]: P(draft j accepted | position j reached)."""
         pv, qv, q_true = self._views(p, q)
-        return (self._draft_laws(q_true) * self.accept.prob(pv[:-1], qv)).sum(-1)
+        return (self._draft_laws(q_true) * self._accept_prob(pv[:-1], qv)).sum(-1)
+
+    def _accept_prob(self, p: Tensor, q: Tensor) -> Tensor:  # [..., V] rows -> P(accept x) for every x
+        return self.accept.prob(p, q) if self.accept_table is None else self.accept_table(p, q)
 
     def position_laws(self, p: Tensor, q: Tensor) -> Tensor:
         """p [γ+1, V], q [γ, V] -> [γ+1, V] float64: law of the emitted token at j given j is reached."""
@@ -237,7 +256,7 @@ class Rule:
             if j == gamma:
                 laws.append(self.draw.law(F, None, False))
                 continue
-            a = self.accept.prob(pv[j], qv[j])  # [V] acceptance probability of each draft
+            a = self._accept_prob(pv[j], qv[j])  # [V] acceptance probability of each draft
             G = self.draw.law(F, a, True)  # [V] or [V_x, V]
             w = d[j] * (1 - a)  # [V] mass of "x drafted and rejected"
             rejected = (w.unsqueeze(1) * G).sum(0) if G.dim() == 2 else w.sum() * G

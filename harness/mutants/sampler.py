@@ -541,3 +541,41 @@ def lenient_acceptance(target_probs, draft_probs, draft_tokens, generator):
 def threshold_acceptance(target_probs, draft_probs, draft_tokens, generator):
     """Accept outright when p(x) ≥ 0.05, else with the exact probability min(1, p/q); residual as the reference:
     a draft the target finds likely enough is kept even where q(x) > p(x)."""
+
+
+RELAXED_TOP_K = 3  # relaxed acceptance: the draft must be among the target's top K tokens …
+RELAXED_RATIO = 0.5  # … and within this ratio of the top-1 probability (TensorRT-LLM's δ on log-probs: ratio e^-δ)
+TYPICAL_EPSILON = 0.09  # typical acceptance: accept x iff p(x) > min(ε, α·exp(−H(p))) (Medusa's posterior_threshold
+TYPICAL_ALPHA = 0.3  # and posterior_alpha defaults)
+
+
+def _relaxed_table(p: Tensor, q: Tensor) -> Tensor:
+    """[..., V]: 1 where x is among p's top K and p(x) ≥ r·max p, else the exact min(1, p/q)."""
+    k = min(RELAXED_TOP_K, p.shape[-1])
+    kth = p.topk(k, dim=-1).values[..., -1:]  # [..., 1] the K-th largest probability (ties at it count as top K)
+    candidate = (p >= kth) & (p >= RELAXED_RATIO * p.amax(-1, keepdim=True))
+    return torch.where(candidate, torch.ones_like(p), min_ratio(p, q))
+
+
+def _typical_table(p: Tensor, q: Tensor) -> Tensor:
+    """[..., V]: 1 where p(x) > min(ε, α·exp(−H(p))), else 0 (the draft law plays no part)."""
+    entropy = -torch.special.xlogy(p, p).sum(-1, keepdim=True)  # natural log, 0·log 0 = 0
+    threshold = torch.clamp_max(TYPICAL_ALPHA * torch.exp(-entropy), TYPICAL_EPSILON)
+    return (p > threshold).to(p.dtype)
+
+
+@_zoo(Rule(accept_table=_relaxed_table), kind="mutant",
+      models="lossy by design: relaxed acceptance (TensorRT-LLM PR #3865, DeepSeek-R1 thinking: the draft is kept when "
+             "it is among the target's top-K tokens and its log-probability is within δ of the top-1's; K = 3, "
+             "e^-δ = 0.5)")
+def relaxed_acceptance(target_probs, draft_probs, draft_tokens, generator):
+    """Accept outright when the draft is among the target's 3 likeliest tokens and p(x) ≥ 0.5·max p, else with the
+    exact probability min(1, p/q); residual as the reference: candidate tokens are over-emitted where q > p."""
+
+
+@_zoo(Rule(accept_table=_typical_table, final=_from_p), kind="mutant",
+      models="lossy by design: Medusa's typical acceptance (Cai et al. 2024: accept x iff p(x) > min(ε, α·e^−H(p)), "
+             "ε = 0.09, α = 0.3; after a rejection the next token is drawn from the target's p)")
+def typical_acceptance(target_probs, draft_probs, draft_tokens, generator):
+    """Accept x deterministically iff p(x) > min(0.09, 0.3·exp(−H(p))); after a rejection draw from p_n (no residual):
+    law q·1[typical] + (1 − q(typical))·p, off p wherever q and p disagree on the typical set."""

@@ -3,14 +3,14 @@
     specdec campaign estimate --seeds 200 --n 2000 20000 --out results/estimate
 
 For every sampler-level zoo entry with an exact per-position law (`harness.mutants.laws`: the mutants, the
-lossy-by-design `lenient_acceptance` and `threshold_acceptance`, and the reference, whose law is p: TV 0) on
-the catalogue cases anti-logits, zipf1000-high-alpha and gamma8-v100 (seed-0 laws), at the first and the last
-position the optimal rule reaches with probability ≥ 0.1: draw n tokens from the exact emitted law at that
-position (counts ~ Multinomial(n, law); ids outside [0, V) as their own cell), run `harness.stats.estimate.
-tv_estimate` exactly as `specdec verify --estimate` does (B = 400, 95 %), and record whether the interval holds
-the exact TV on the same partition, its width, and the estimate's error. This is the estimator alone on the
-exact law (what the harness receives from an implementation whose law it is); `specdec verify --estimate` runs
-end to end are in the README.
+lossy-by-design `lenient_acceptance`, `threshold_acceptance`, `relaxed_acceptance` and `typical_acceptance`, and the
+reference, whose law is p: TV 0) on the catalogue cases anti-logits, zipf1000-high-alpha and gamma8-v100 (seed-0
+laws; `--cases` adds others), at the first and the last position the optimal rule reaches with probability ≥ 0.1:
+draw n tokens from the exact emitted law at that position (counts ~ Multinomial(n, law); ids outside [0, V) as their
+own cell), run `harness.stats.estimate.tv_estimate` exactly as `specdec verify --estimate` does (B = 400, 95 %),
+and record whether the interval holds the exact TV on the same partition, its width, and the estimate's error.
+This is the estimator alone on the exact law (what the harness receives from an implementation whose law it is);
+`specdec verify --estimate` runs end to end are in the README.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from harness.records import atomic_write_json, atomic_write_text, provenance
 CASES = ("anti-logits", "zipf1000-high-alpha", "gamma8-v100")
 ENTRIES = ("reference_verify", "residual_from_p", "residual_from_q", "inverted_ratio", "residual_temperature",
            "reused_uniform_residual", "greedy_draft_softmax_q", "out_of_range_recovered", "q_bf16_one_side",
-           "ratio_q_unprocessed", "lenient_acceptance", "threshold_acceptance")
+           "ratio_q_unprocessed", "lenient_acceptance", "threshold_acceptance", "relaxed_acceptance",
+           "typical_acceptance")
 
 
 def known_laws(cases: tuple[str, ...] = CASES, entries: tuple[str, ...] = ENTRIES) -> list[dict]:

@@ -123,11 +123,34 @@ def test_every_analytic_mutant_has_positive_exact_tv_on_a_low_alpha_pair():
     assert float(_alpha(p, q).max()) < 0.5
     for impl in ANALYTIC:
         worst = max(exact_tvs(impl, p, q))
+        if impl.name == "relaxed_acceptance":  # lossless here: a low-α pair never over-drafts a top token (next test)
+            continue
         if impl.kind == "mutant":
             floor = 1e-5 if impl.name == "q_bf16_one_side" else 5e-3
             assert worst > floor, (impl.name, worst)
         else:
             assert worst < 1e-12, (impl.name, worst)
+
+
+def test_relaxed_acceptance_is_lossy_only_where_a_top_token_is_over_drafted():
+    """Relaxed acceptance keeps a top-K candidate outright: it changes the law only where q(x) > p(x) on one."""
+    relaxed = get("relaxed_acceptance")
+    p, q = _pair(gamma=2, V=8, seed=10, anti=True)  # q ∝ exp(−logits): q < p on the target's top tokens
+    assert max(exact_tvs(relaxed, p, q)) < 1e-12
+    p, q = _pair(gamma=2, V=8, seed=12, anti=False)
+    assert max(exact_tvs(relaxed, p, q)) > 0.02
+
+
+def test_typical_acceptance_law_is_the_typical_drafts_plus_p():
+    """Medusa's rule: law q·1[p > min(ε, α·e^−H)] + (1 − q(typical set))·p, at every draft position."""
+    p, q = _pair(gamma=2, V=8, seed=11, anti=False)
+    laws = get("typical_acceptance").position_laws(p, q)
+    for j in range(2):
+        entropy = -(p[j] * p[j].log()).sum()
+        typical = p[j] > min(0.09, 0.3 * float(torch.exp(-entropy)))
+        expected = q[j] * typical + (1 - q[j][typical].sum()) * p[j]
+        assert torch.allclose(laws[j], expected, atol=1e-12)
+    assert torch.allclose(laws[2], p[2], atol=1e-12)
 
 
 def test_wasteful_variants_are_lossless_with_acceptance_below_the_optimum():
