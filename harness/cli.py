@@ -12,7 +12,7 @@ import sys
 
 from harness import preflight
 from harness.adapters.calling import ImplementationError
-from harness.defaults import DEFAULT_FALSE_ALARM_RATE, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE
+from harness.defaults import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE
 from harness.errors import HarnessError, describe_fault
 from harness.policy import results_folder
 from harness.progress import Progress
@@ -130,11 +130,9 @@ def _cmd_verify(args) -> int:
 
 def _report_and_exit(report, args) -> int:
     """Print a verify report (and write --json); its exit code: 0 pass, 3 INCONCLUSIVE, 1 not lossless."""
-    from harness.records import atomic_write_json
-
     print_check_report(report, verbose=args.verbose)
     if args.json:
-        atomic_write_json(args.json, report.to_dict())
+        report.write_json(args.json)
         print(f"  report written to {args.json}")
     if report.verdict == "inconclusive":
         return EXIT_OK if args.allow_inconclusive else EXIT_INCONCLUSIVE
@@ -151,7 +149,6 @@ def _verify_matrix(args, base) -> int:
     from harness.check.api import contract_of, planned_rows, resolve
     from harness.check.matrix import expand, parse_vary, run_matrix, write
     from harness.executor import Journal
-    from harness.records import atomic_write_json
 
     vary = parse_vary(args.vary)
     configs = expand(base, vary)
@@ -181,7 +178,7 @@ def _verify_matrix(args, base) -> int:
               + ("  (from the journal)" if cell["resumed"] else ""))
     print(f"  report: {path}")
     if args.json:
-        atomic_write_json(args.json, result.to_dict())
+        result.write_json(args.json, command)
         print(f"  report written to {args.json}")
     code = result.exit_code(args.allow_inconclusive)
     if code == EXIT_FAIL:
@@ -215,13 +212,15 @@ def _cmd_mutants(args) -> int:
     args.out = args.out or zoo.DEFAULT_OUT
     CampaignConfig, run_campaign, write_report = zoo.CampaignConfig, zoo.run_campaign, zoo.write_report  # noqa: N806
 
-    chosen = {k: v for k, v in (("seeds", args.seeds), ("control_seeds", args.control_seeds)) if v is not None}
-    make = CampaignConfig.quick if args.quick else CampaignConfig
+    from harness.configs import given
+
     if args.alpha is not None:
         print("specdec: warning: --alpha is deprecated, use --false-alarm-rate", file=sys.stderr)
-        args.false_alarm_rate = args.alpha
-    config = make(gate=args.false_alarm_rate, only=tuple(args.only or ()), levels=tuple(args.levels or ()),
-                  compare_plans=args.compare_plans, scheduler=args.scheduler, dask_workers=args.workers, **chosen)
+        args.gate = args.alpha
+    profile = "quick" if args.quick else (args.profile or "full")
+    chosen = given(CampaignConfig, args)  # the flags given; every other field: the profile's, else the default
+    chosen.pop("profile", None)
+    config = CampaignConfig.of_profile(profile, **chosen)
     if config.seeds < 1 or config.control_seeds < 1:
         raise HarnessError("--seeds and --control-seeds must be >= 1")
     if config.compare_plans and config.levels and "generation" not in config.levels:
@@ -255,6 +254,7 @@ def _cmd_numerics(args) -> int:
 
     from harness.check.api import load_pair, resolve
     from harness.check.numerics import NumericsConfig, run_numerics, write_numerics_report
+    from harness.configs import from_args
     from harness.models.hf_pair import resolve_dtype
 
     fn = resolve(args.impl, "generation")
@@ -262,7 +262,7 @@ def _cmd_numerics(args) -> int:
     low_dtype = resolve_dtype(args.dtype, device=args.device)
     if low_dtype not in (torch.bfloat16, torch.float16):
         raise HarnessError(f"--dtype must be a low precision (bfloat16 or float16), got {args.dtype!r}")
-    config = NumericsConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens, gamma=args.gamma, seed=args.seed)
+    config = from_args(NumericsConfig, args)
     for flag in ("prompts", "max_new_tokens", "gamma"):
         preflight.at_least(getattr(args, flag), "--" + flag.replace("_", "-"))
     preflight.common(args)
@@ -305,7 +305,17 @@ def _cmd_demo(args) -> int:
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, metavar="N", help="torch CPU threads (default: torch's own choice)")
+    from harness.configs import ThreadsOption, add_arguments
+
+    add_arguments(p, ThreadsOption)
+
+
+def command_config(name: str):
+    """suites/campaigns/_commands.py: the configs of the campaigns that are `specdec` commands (mutants, demo),
+    loaded by name like every policy module (light: their flags are built when the parser is)."""
+    from harness.policy import load
+
+    return load("campaigns._commands", "policy module")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -364,27 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "rejects, malformed output, or it raised); 2: the run could not be done (usage, input, "
                        "environment, outputs); 3: INCONCLUSIVE (nothing rejects, but the achieved detectable TV "
                        "is above --inconclusive-tv).")
-    from harness.check.config import CheckConfig
+    from harness.check.config import CheckConfig, MatrixOptions, NumericsConfig, VerifyOptions
     from harness.configs import add_arguments
 
     add_arguments(p, CheckConfig)
-    p.add_argument("--alpha", type=float, default=None, help="deprecated alias of --false-alarm-rate")
-    p.add_argument("--cases", nargs="+", help="sampler level: run only these configurations")
-    p.add_argument("--allow-inconclusive", action="store_true", help="exit 0 on an INCONCLUSIVE verdict")
+    add_arguments(p, VerifyOptions)
     add_threads(p)
-    p.add_argument("--json", help="write the machine-readable report here")
-    p.add_argument("-v", "--verbose", action="store_true", help="print every test, not only rejections")
-    g = p.add_argument_group("a matrix of configurations (harness.check.matrix)")
-    g.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
-                   help="run the cross product of these values of a verify field (repeatable), e.g. "
-                   "--vary impl=a:f,b:g --vary gamma=1,3; one --vary setting=... per sampling setting")
-    g.add_argument("--scheduler", metavar="ADDRESS", help="with --vary: run the cells on this dask scheduler's workers")
-    g.add_argument("--workers", type=int, metavar="N", help="with --vary: run the cells on a local dask cluster")
-    g.add_argument("--matrix-out", default=None, metavar="DIR",
-                   help="with --vary: report.md, matrix.json and the cell journal cells.jsonl (default: the "
-                   "policy's, suites/outputs.py)")
-    g.add_argument("--resume", action="store_true", help="with --vary: keep the finished cells of --matrix-out's "
-                   "journal (the report marks them)")
+    add_arguments(p, MatrixOptions)
     p.set_defaults(func=_cmd_verify)
     from harness.served import cli as engine_cli  # engine level: serve / probe subcommands, verify flags
 
@@ -406,9 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=run_bench)
 
     p = sub.add_parser("demo", help="the main job end to end on the embedded default pair -> results/")
-    p.add_argument("--out", default=None, help="results folder (default: suites/campaigns/demo.py's, untracked; the "
-                   "documented example lives in docs/example-demo)")
-    p.add_argument("--quick", action="store_true", help="smaller samples (a minute or two)")
+    commands = command_config("demo")
+    add_arguments(p, commands.DemoOptions)
     add_threads(p)
     p.set_defaults(func=_cmd_demo)
 
@@ -416,42 +411,18 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Greedy output of an implementation in low precision vs the target alone, with "
                        "each first divergence classified as numerics (near-tie within rounding) or logic (a bug). "
                        "Exit 0 if no divergence is logic.")
-    p.add_argument("--impl", default="specdec_ref.adapters:generate", help="MODULE:CALLABLE (generation level)")
-    p.add_argument("--pair", default="smollm2", help="registered pair (see `specdec pairs`)")
-    p.add_argument("--target", help="target checkpoint (hub id or local path), with --draft")
-    p.add_argument("--draft", help="draft checkpoint, with --target")
-    p.add_argument("--dtype", default="bfloat16", help="the low precision to examine (bfloat16 or float16)")
-    p.add_argument("--prompts", type=int, default=20)
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--gamma", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--out", default=None, help="results folder (default: the policy's, suites/outputs.py)")
+    add_arguments(p, NumericsConfig)
     add_threads(p)
     p.set_defaults(func=_cmd_numerics)
 
     p = sub.add_parser("mutants", help="run the mutant zoo and correct controls; detection / false-alarm report",
                        description="Exit 0 if every mutant is caught (>= 95% of seeds) and every control passes.")
-    p.add_argument("--seeds", type=int, help="seeds per mutant (detection rate); default: the zoo profile's")
-    p.add_argument("--control-seeds", type=int,
-                   help="seeds per correct control (false-alarm rate); default: the zoo profile's")
-    p.add_argument("--quick", action="store_true",
-                   help="the CI profile of `nox -s lossless`: fewer seeds, no detection-vs-samples curve (minutes)")
-    p.add_argument("--false-alarm-rate", type=float, default=DEFAULT_FALSE_ALARM_RATE,
-                   help="gate: family-wise false-alarm rate of every run")
-    p.add_argument("--alpha", type=float, default=None, help="deprecated alias of --false-alarm-rate")
-    p.add_argument("--only", nargs="+", help="run only these implementations")
-    p.add_argument("--level", dest="levels", nargs="+", choices=("sampler", "generation", "tree", "draft_step"),
-                   help="run only the implementations of these levels")
-    p.add_argument("--compare-plans", action="store_true",
-                   help="generation level: also run each mutant at the previous default plan (no contexts cells) "
-                        "and report its rate and time beside the default plan's")
-    p.add_argument("--out", default=None, help="results folder (default: suites/campaigns/zoo.py's)")
+    # every field a flag sets starts as None ("not given"): the profile's value, else the field's default, applies
+    add_arguments(p, commands.CampaignConfig, defaults={"seeds": None, "control_seeds": None, "gate": None,
+                                                        "scheduler": None, "dask_workers": None, "only": None,
+                                                        "levels": None, "profile": None})
+    add_arguments(p, commands.ZooOptions)
     add_threads(p)
-    p.add_argument("--scheduler", metavar="ADDRESS", help="run on the workers of this dask scheduler")
-    p.add_argument("--workers", type=int, metavar="N", help="run on a local dask cluster of N worker processes")
-    p.add_argument("--resume", action="store_true",
-                   help="skip runs already finished in OUT/cells.jsonl (each finished run is written there)")
     p.set_defaults(func=_cmd_mutants)
     return parser
 

@@ -198,6 +198,7 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
     report = CheckReport(impl_name, source.level, config.false_alarm_rate, config.tv, config.power, config.seed,
                          device=config.device)
     report.family = config.family
+    report.config = config
     report.inconclusive_tv = config.inconclusive_tv
     deadline = None if config.time_budget_s is None else time.monotonic() + config.time_budget_s
     for run in runs:

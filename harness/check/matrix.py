@@ -149,6 +149,7 @@ class MatrixResult:
     cells: list[dict]  # {"config": varied fields, "key", "resumed", **run_cell's record}, in matrix order
     seconds: float
     executor: str
+    configs: list = dataclasses.field(default_factory=list)  # every cell's whole CheckConfig, in matrix order
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -169,6 +170,21 @@ class MatrixResult:
     def to_dict(self) -> dict:
         return {"cells": self.cells, "seconds": self.seconds, "executor": self.executor, "counts": self.counts()}
 
+    def write_json(self, path: str | Path, command: str | None = None) -> Path:
+        """A result envelope of kind "check.matrix": one row per cell; `config` holds every cell's configuration."""
+        from harness.envelope import config_dict, write_result
+        from harness.records import provenance
+
+        seeds = sorted({c.seed for c in self.configs})
+        devices = sorted({c.device for c in self.configs}) or ["cpu"]
+        dtypes = sorted({c.dtype or "float64" for c in self.configs}) or ["float64"]
+        config = {"command": command, "configs": [config_dict(c) for c in self.configs]}
+        return write_result(path, "check.matrix", config=config,
+                            provenance=provenance(seed=seeds[0] if len(seeds) == 1 else seeds, device=devices[0],
+                                                  dtype=",".join(dtypes)),
+                            rows=self.cells, summary={"counts": self.counts(), "seconds": self.seconds,
+                                                      "executor": self.executor})
+
 
 def run_matrix(configs: list[CheckConfig], vary, *, scheduler: str | None = None, workers: int | None = None,
                journal=None, threads: int | None = None,
@@ -187,7 +203,7 @@ def run_matrix(configs: list[CheckConfig], vary, *, scheduler: str | None = None
     where = (f"the workers of the dask scheduler {scheduler}" if scheduler else
              f"a local dask cluster of {workers} workers" if workers else "this process")
     rows = [{"config": describe(c, vary), "key": k, "resumed": k in earlier, **done[k]} for k, c in zip(keys, configs, strict=True)]
-    return MatrixResult(rows, time.perf_counter() - started, where)
+    return MatrixResult(rows, time.perf_counter() - started, where, configs=list(configs))
 
 
 def markdown(result: MatrixResult, command: str) -> str:
@@ -209,8 +225,8 @@ def markdown(result: MatrixResult, command: str) -> str:
 
 
 def write(result: MatrixResult, out: str | Path, command: str) -> Path:
-    from harness.records import atomic_write_json, atomic_write_text
+    from harness.records import atomic_write_text
 
     out = Path(out)
-    atomic_write_json(out / "matrix.json", {**result.to_dict(), "command": command})
+    result.write_json(out / "matrix.json", command)
     return atomic_write_text(out / "report.md", markdown(result, command))

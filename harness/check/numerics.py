@@ -25,17 +25,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from harness.check.config import NumericsConfig  # its home: the light config module (the CLI's flags)
 from harness.check.generation import _divergence, first_difference, greedy_impl, greedy_target
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
-
-
-@dataclasses.dataclass
-class NumericsConfig:
-    prompts: int = 20
-    max_new_tokens: int = 48
-    gamma: int = 4
-    seed: int = 0
 
 
 def _compare(impl_pair: ModelPair, prompt, want, got) -> dict:
@@ -97,7 +90,8 @@ def write_numerics_report(result: dict, out_dir, *, impl_name: str, pair_name: s
 
     import pandas as pd
 
-    from harness.records import atomic_write_json, atomic_write_text, provenance
+    from harness.envelope import write_result
+    from harness.records import atomic_write_text, provenance
 
     out = Path(out_dir)
     s = result["summary"]
@@ -112,7 +106,8 @@ def write_numerics_report(result: dict, out_dir, *, impl_name: str, pair_name: s
                     row[f"{side}_{key}"] = value
         flat.append({**row, **{k: str(v) if isinstance(v, (dict, list)) else v for k, v in meta.items()}})
     atomic_write_text(out / "rows.csv", pd.DataFrame(flat).to_csv(index=False))
-    atomic_write_json(out / "numerics.json", {**result, "impl": impl_name, "pair": pair_name, "provenance": meta})
+    write_result(out / "numerics.json", "numerics", config={**result["config"], "impl": impl_name, "pair": pair_name},
+                 provenance=meta, rows=result["rows"], summary={**s, "seconds": result["seconds"]})
     cfg = result["config"]
     lo, fu = s["low_dtype"], s["full_dtype"]
     lines = [

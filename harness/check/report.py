@@ -1,9 +1,12 @@
-"""The result of a losslessness check: tests, verdict, plan, provenance (the `--json` schema)."""
+"""The result of a losslessness check: tests, verdict, plan; `write_json` writes it as a result envelope."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from pathlib import Path
+from typing import Any
 
 from harness.defaults import INCONCLUSIVE_TV
 from harness.records import provenance
@@ -31,6 +34,7 @@ class CheckReport:
     processing_order: str = "standard"  # generation level: the processing convention the ground truth used
     coverage: dict = dataclasses.field(default_factory=dict)  # generation level: parameters that acted / no-ops
     responses: str | None = None  # engine level: the resumable record of every response (under --out)
+    config: Any = None  # the CheckConfig / EngineConfig the run was asked with (the result file's `config`)
 
     def decide(self) -> CheckReport:
         """Holm across the gating tests; sets each test's `reject`."""
@@ -111,7 +115,7 @@ class CheckReport:
         return [c for c in self.cases if c.get("wasteful")]
 
     def to_dict(self) -> dict:
-        meta = provenance(seed=self.seed, device=self.device, dtype="float64")
+        """The report's body (the result file's `report`); provenance and configuration are the envelope's."""
         return {
             "verdict": self.verdict,
             "impl": self.impl,
@@ -119,17 +123,11 @@ class CheckReport:
             "tests": [t.to_dict() for t in self.tests],
             "advisories": [t.to_dict() for t in self.advisories],
             "samples": self.samples,
-            "alpha": self.false_alarm_rate,  # CONTRACT §2: the suite false-alarm rate
-            "false_alarm_rate": self.false_alarm_rate,
+            "false_alarm_rate": self.false_alarm_rate,  # CONTRACT §2: the family-wise false-alarm rate
             "detectable_tv": self.detectable_tv,
             "headline": self.headline,
             "target_tv": self.target_tv,
             "power": self.power,
-            "seed": self.seed,
-            "versions": meta["versions"],
-            "git_commit": meta["git_commit"],
-            "device": meta["device"],
-            "utc_time": meta["utc_time"],
             "seconds": self.seconds,
             "cases": self.cases,
             "wasteful": [c["name"] for c in self.wasteful],
@@ -143,6 +141,23 @@ class CheckReport:
             "coverage": self.coverage,
             "estimates": self.estimates,
         }
+
+    def summary(self) -> dict:
+        """The result file's `summary`: the verdict and the numbers that qualify it."""
+        return {"verdict": self.verdict, "detectable_tv": self.detectable_tv, "samples": self.samples,
+                "tests": len(self.tests), "declared_tests": self.declared_tests,
+                "rejected": sum(bool(t.reject) for t in self.tests), "seconds": self.seconds}
+
+    def provenance(self) -> dict:
+        dtype = getattr(self.config, "dtype", None) or "float64"  # the statistics' dtype where no model dtype
+        return provenance(seed=self.seed, device=self.device, dtype=dtype)
+
+    def write_json(self, path: str | os.PathLike) -> Path:
+        """The report as a result envelope of kind "check" (docs/RESULTS-FORMAT.md)."""
+        from harness.envelope import write_result
+
+        return write_result(path, "check", config=self.config, provenance=self.provenance(), report=self.to_dict(),
+                            summary=self.summary())
 
 
 def deterministic_result(name: str, ok: bool, *, n: int, message: str = "", **details) -> TestResult:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from harness.check.api import run_verify
 from harness.check.config import CheckConfig
-from harness.records import atomic_write_json, atomic_write_text, provenance
+from harness.records import atomic_write_text, provenance
 
 # The real pair's generation plan: greedy equality, and one sampling setting (temperature and nucleus truncation,
 # where processing bugs show) over the context catalogue (suites/catalogues/contexts.py: chat, code and summarize
@@ -134,11 +134,11 @@ def run_demo(out: str | Path = DEFAULT_OUT, *, quick: bool = False, progress=Non
     config = CheckConfig(impl="specdec_ref.adapters:verify", level="sampler", samples=3000 if quick else None)
     with _phase(progress, planned_rows(config), "demo 1/3: verify sampler") as bar:
         sampler = run_verify(config, progress=bar)
-    atomic_write_json(out / "verify_sampler.json", sampler.to_dict())
+    sampler.write_json(out / "verify_sampler.json")
     config = demo_generation_config(pair, quick=quick)
     with _phase(progress, None, "demo 2/3: verify generation", "samples") as bar:
         generation = run_verify(config, progress=bar)
-    atomic_write_json(out / "verify_generation.json", generation.to_dict())
+    generation.write_json(out / "verify_generation.json")
     bench = run_bench(demo_bench_config(pair, out, quick=quick), progress=progress is not None)
     regimes = [(label, run_bench(config, progress=progress is not None))
                for label, config in demo_regime_configs(pair, out, quick=quick)]

@@ -88,19 +88,22 @@ def test_bad_outputs_fail_the_verdict(impl, needle, capsys, tmp_path):
     assert code == 1
     assert needle in capsys.readouterr().out
     data = json.loads(out.read_text())
-    assert data["verdict"] == "fail"
+    assert data["kind"] == "check" and data["report"]["verdict"] == "fail" and data["summary"]["verdict"] == "fail"
 
 
 def test_json_schema(tmp_path):
     out = tmp_path / "r.json"
     assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--cases", "binary-gamma8", "--seed", "3",
                  "--json", str(out)]) == 0
-    data = json.loads(out.read_text())
-    for key in ("verdict", "impl", "level", "tests", "samples", "alpha", "detectable_tv", "seed", "versions"):
-        assert key in data
-    assert data["seed"] == 3 and data["level"] == "sampler" and data["verdict"] == "pass"
-    assert {"name", "statistic", "p_value", "reject"} <= set(data["tests"][0])
-    assert data["versions"]["torch"]
+    data = json.loads(out.read_text())  # a result envelope (docs/RESULTS-FORMAT.md)
+    report = data["report"]
+    for key in ("verdict", "impl", "level", "tests", "samples", "false_alarm_rate", "detectable_tv"):
+        assert key in report
+    assert "alpha" not in report  # α is the acceptance rate; the false-alarm rate has its own name
+    assert data["provenance"]["seed"] == 3 and data["config"]["seed"] == 3
+    assert report["level"] == "sampler" and report["verdict"] == "pass" == data["summary"]["verdict"]
+    assert {"name", "statistic", "p_value", "reject"} <= set(report["tests"][0])
+    assert data["provenance"]["versions"]["torch"]
 
 
 def test_bad_flags_exit_2(capsys):

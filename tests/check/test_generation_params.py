@@ -143,7 +143,7 @@ def test_top_p_before_temperature_is_reported_as_a_convention_and_passes_when_de
     args = ["verify", "--level", "generation", "--impl", impl, "--pair", "toy", "--setting", "T=0.7,top_p=0.9",
             "--samples", "6000", "--seed", "3", "--contexts", "none"]
     assert main(args + ["--json", str(tmp_path / "a.json")]) == 1
-    report = json.loads((tmp_path / "a.json").read_text())
+    report = json.loads((tmp_path / "a.json").read_text())["report"]
     notes = " ".join(report.get("notes", []))
     assert "consistent with the target under convention 'top_p_before_temperature'" in notes
     advice = "consistent with the target under top_p_before_temperature: declare it with --processing-order"
@@ -153,7 +153,7 @@ def test_top_p_before_temperature_is_reported_as_a_convention_and_passes_when_de
     fail = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specdec: FAIL")]
     assert len(fail) == 1 and advice in fail[0], fail
     assert main(args + ["--processing-order", "top_p_before_temperature", "--json", str(tmp_path / "b.json")]) == 0
-    passed = json.loads((tmp_path / "b.json").read_text())
+    passed = json.loads((tmp_path / "b.json").read_text())["report"]
     assert passed["verdict"] == "pass" and passed["processing_order"] == "top_p_before_temperature"
     assert "verdict: PASS under --processing-order top_p_before_temperature" in capsys.readouterr().out
 

@@ -209,10 +209,10 @@ def test_the_engine_level_honours_inconclusive_tv_from_the_command_line(referenc
               "local", "--samples", "400", "--prompts", "1", "--chunk", "400", "--setting", "T=1", "--seed", "3",
               "--contexts", "none"]  # the headline: the prompt's joint law (detectable TV ≈ 0.2 at 400 rows)
     assert main([*common, "--json", str(tmp_path / "a.json")]) == 0
-    first = json.loads((tmp_path / "a.json").read_text())
+    first = json.loads((tmp_path / "a.json").read_text())["report"]
     assert first["verdict"] == "pass" and first["inconclusive_tv"] == 0.25 and first["detectable_tv"] > 0.02
     assert main([*common, "--inconclusive-tv", "0.02", "--json", str(tmp_path / "b.json")]) == 3
-    second = json.loads((tmp_path / "b.json").read_text())
+    second = json.loads((tmp_path / "b.json").read_text())["report"]
     assert second["verdict"] == "inconclusive" and second["inconclusive_tv"] == 0.02
     assert second["detectable_tv"] == first["detectable_tv"]
 

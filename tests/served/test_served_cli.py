@@ -35,13 +35,13 @@ def toy_server():
 def test_reference_passes_on_the_command_line(toy_server, tmp_path, capsys):
     out = tmp_path / "report.json"
     assert main(verify("--endpoint", toy_server, "--pair", "toy", "--json", str(out))) == 0
-    report = json.loads(out.read_text())
+    report = json.loads(out.read_text())["report"]
     assert report["level"] == "engine" and report["verdict"] == "pass"
     contexts = [c for c in report["cases"] if c["name"].endswith("/contexts")]  # the catalogue: the local default
     assert contexts and all(c["samples"] == 300 for c in contexts)
     assert report["samples"] == 300 * len(contexts) + 600  # and the pair's prompt, 300 per sampling setting
     assert main(verify("--endpoint", toy_server, "--pair", "toy", "--contexts", "none", "--json", str(out))) == 0
-    assert json.loads(out.read_text())["samples"] == 600  # --contexts none: the prompt cells only
+    assert json.loads(out.read_text())["report"]["samples"] == 600  # --contexts none: the prompt cells only
 
 
 def test_unreachable_endpoint(capsys):

@@ -21,7 +21,7 @@ def test_specdec_verify_setting_takes_the_constraint(impl, code, capsys, tmp_pat
                 "--samples", "2000", "--seed", "1", "--threads", "1", "--contexts", "none", "--json", str(out_json)])
     out, err = capsys.readouterr()
     assert got == code, out[-2000:] + err[-2000:]
-    report = json.loads(out_json.read_text())
+    report = json.loads(out_json.read_text())["report"]
     fmt = [t for t in report["tests"] if t["name"].endswith("constraint_format")]
     if code == 0:  # one per prompt: the constraint reached every cell, and every output obeys it
         assert len(fmt) == 2 and all(t["p_value"] == 1.0 for t in fmt)

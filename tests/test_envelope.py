@@ -1,0 +1,69 @@
+"""The one result format (docs/RESULTS-FORMAT.md): the envelope, its committed JSON Schema, the check report."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from harness.envelope import (
+    NOT_RECORDED,
+    SCHEMA_PATH,
+    Envelope,
+    Provenance,
+    json_schema,
+    read_result,
+    write_result,
+)
+from harness.records import provenance
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _validator():
+    schema = json.loads((ROOT / SCHEMA_PATH).read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_committed_schema_is_generated_from_the_dataclasses():
+    committed = json.loads((ROOT / SCHEMA_PATH).read_text(encoding="utf-8"))
+    assert committed == json_schema(), "regenerate it: python tools/gen_result_schema.py"
+
+
+@dataclasses.dataclass
+class _Config:
+    seed: int = 1
+    impl: object = None
+
+
+def test_written_envelope_validates_and_reads_back(tmp_path):
+    path = write_result(tmp_path / "r.json", "campaign.example", config=_Config(impl=len),
+                        provenance=provenance(seed=1), rows=[{"a": float("nan")}], summary={"ok": True})
+    data = json.loads(path.read_text())
+    _validator().validate(data)
+    assert list(data) == ["schema_version", "kind", "config", "provenance", "rows", "summary"]
+    assert data["rows"] == [{"a": None}] and data["config"] == {"seed": 1, "impl": "builtins:len"}
+    assert set(data["provenance"]) == {f.name for f in dataclasses.fields(Provenance)}
+    assert read_result(path).summary == {"ok": True}
+
+
+def test_rows_or_report_exactly_one_and_provenance_complete(tmp_path):
+    meta = provenance(seed=None)
+    with pytest.raises(ValueError, match="exactly one"):
+        Envelope("check", {}, meta, {}, rows=[], report={})
+    with pytest.raises(ValueError, match="exactly one"):
+        Envelope("check", {}, meta, {})
+    with pytest.raises(ValueError, match="missing"):
+        write_result(tmp_path / "r.json", "check", config={}, provenance={"seed": 0}, report={})
+    with pytest.raises(ValueError, match="kind"):
+        Envelope("Not A Kind", {}, meta, {}, rows=[])
+    unknown = dict(meta, machine=NOT_RECORDED, versions=NOT_RECORDED, seed=NOT_RECORDED)
+    _validator().validate(Envelope("check", {}, unknown, {}, report={}).to_dict())
+    bad = Envelope("check", {}, unknown, {}, report={}).to_dict()
+    bad["provenance"]["seed"] = "guessed"
+    with pytest.raises(jsonschema.ValidationError):
+        _validator().validate(bad)
