@@ -12,6 +12,7 @@ import sys
 
 from harness import preflight
 from harness.adapters.calling import ImplementationError
+from harness.configs import Parser
 from harness.defaults import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE
 from harness.errors import HarnessError, describe_fault
 from harness.policy import results_folder
@@ -318,11 +319,7 @@ def command_config(name: str):
     return load("campaigns._commands", "policy module")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (exit 2), like every other error of specdec."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+_Parser = Parser  # argparse, but a usage error is one line on stderr (exit 2)
 
 
 def policy(name: str):
@@ -346,7 +343,11 @@ def campaign_names() -> list[str]:
 
 
 def _cmd_campaign(args) -> int:
+    from harness.runner import is_campaign, run
+
     module = policy(args.name)
+    if is_campaign(module):  # built on the campaign runner (harness.runner)
+        return run(args.name, args.args, module)
     return int(module.main(args.args) or 0)
 
 

@@ -44,6 +44,13 @@ def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), like every other error of specdec."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def cli_fields(cls) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if f.metadata.get("flag")]
 
@@ -77,8 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls
             kwargs["metavar"] = meta["metavar"]
             if meta["parse"] is not None:
                 kwargs["type"] = _argparse_type(meta["parse"])
-            if meta["choices"]:
-                kwargs["choices"] = meta["choices"]
+            if meta["choices"]:  # a callable: the choices are computed when the parser is built (a heavy module)
+                kwargs["choices"] = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
             if meta.get("nargs") is not None:
                 kwargs["nargs"] = meta["nargs"]
         action = target.add_argument(meta["flag"], *meta["aliases"], **kwargs)
@@ -120,3 +127,10 @@ def undeclared_flags(parser: argparse.ArgumentParser) -> list[str]:
 
     walk(parser)
     return found
+
+
+@dataclasses.dataclass
+class ThreadsOption:
+    """--threads, on every command that runs torch work in this process."""
+
+    threads: int | None = option(None, "--threads", "torch CPU threads (default: torch's own choice)", int, "N")

@@ -72,7 +72,8 @@ class CheckConfig:
     seed: int = option(0, "--seed", "seed of every random draw of the run", int, "S", group='statistics: false alarms, power, sample size (every level)')
     samples: int | None = option(None, "--samples", "override the planned trials (per case / per prompt and "
                                  "setting)", int, "N", group='statistics: false alarms, power, sample size (every level)')
-    cases: list[str] | None = option(None, None, "sampler level: run only these configurations")
+    cases: list[str] | None = option(None, "--cases", "sampler level: run only these configurations", metavar="CASE",
+                                     nargs="+")
     gamma: int = option(DEFAULT_GAMMA, "--gamma", "generation level: drafted tokens per step", int, "G", group="generation level (--level generation; the engine level's local ground truth too)")
     length: int | None = option(None, "--length", "generation and engine levels: new tokens per sample (default "
                                 "3 for V <= 64, where the exact joint law is enumerated, else 16)", int, "N", group="generation level (--level generation; the engine level's local ground truth too)")
@@ -163,3 +164,56 @@ class CheckConfig:
         if bool(self.target) != bool(self.draft):
             raise HarnessError("give both --target and --draft (or neither, and --pair)")
         return self
+
+
+@dataclasses.dataclass
+class VerifyOptions:
+    """`specdec verify`'s own options: what it prints and writes, and its exit code (not the check's settings)."""
+
+    allow_inconclusive: bool = option(False, "--allow-inconclusive", "exit 0 on an INCONCLUSIVE verdict",
+                                      action="store_true")
+    json: str | None = option(None, "--json", "write the machine-readable report here", metavar="PATH")
+    verbose: bool = option(False, "--verbose", "print every test, not only rejections", action="store_true",
+                           aliases=("-v",))
+    alpha: float | None = option(None, "--alpha", "deprecated alias of --false-alarm-rate", float, "A")
+
+
+_MATRIX = "a matrix of configurations (harness.check.matrix)"
+
+
+@dataclasses.dataclass
+class MatrixOptions:
+    """`specdec verify --vary`: the cross product of configurations, here or on dask workers."""
+
+    vary: list[str] | None = option(None, "--vary", "run the cross product of these values of a verify field "
+                                    "(repeatable), e.g. --vary impl=a:f,b:g --vary gamma=1,3; one --vary setting=... "
+                                    "per sampling setting", metavar="FIELD=V1,V2", action="append", group=_MATRIX)
+    scheduler: str | None = option(None, "--scheduler", "with --vary: run the cells on this dask scheduler's workers",
+                                   metavar="ADDRESS", group=_MATRIX)
+    workers: int | None = option(None, "--workers", "with --vary: run the cells on a local dask cluster", int, "N",
+                                 group=_MATRIX)
+    matrix_out: str | None = option(None, "--matrix-out", "with --vary: report.md, matrix.json and the cell journal "
+                                    "cells.jsonl (default: the policy's, suites/outputs.py)", metavar="DIR",
+                                    group=_MATRIX)
+    resume: bool = option(False, "--resume", "with --vary: keep the finished cells of --matrix-out's journal (the "
+                          "report marks them)", action="store_true", group=_MATRIX)
+
+
+@dataclasses.dataclass
+class NumericsConfig:
+    """`specdec numerics`: greedy output with vs without speculation in low precision, divergences classified."""
+
+    impl: str = option("specdec_ref.adapters:generate", "--impl", "MODULE:CALLABLE (generation level)",
+                       metavar="MODULE:CALLABLE")
+    pair: str = option("smollm2", "--pair", "registered pair (see `specdec pairs`)", metavar="NAME")
+    target: str | None = option(None, "--target", "target checkpoint (hub id or local path), with --draft",
+                                metavar="PATH")
+    draft: str | None = option(None, "--draft", "draft checkpoint, with --target", metavar="PATH")
+    dtype: str = option("bfloat16", "--dtype", "the low precision to examine (bfloat16 or float16)", metavar="DT")
+    prompts: int = option(20, "--prompts", "prompts of the pair to run", int, "N")
+    max_new_tokens: int = option(48, "--max-new-tokens", "new tokens per prompt", int, "N")
+    gamma: int = option(4, "--gamma", "drafted tokens per step", int, "G")
+    seed: int = option(0, "--seed", "seed of the implementation's draws", int, "S")
+    device: str = option("cpu", "--device", "torch device", metavar="DEV")
+    out: str | None = option(None, "--out", "results folder (default: the policy's, suites/outputs.py)",
+                             metavar="DIR")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
+from harness.configs import option
 from harness.defaults import EXIT_OK
 from harness.errors import HarnessError
 
@@ -84,34 +86,59 @@ def _settings(args) -> dict:
     return {"settings": tuple(s for text in args.settings for s in parse_setting(text))}
 
 
-def add_serve_arguments(parser) -> None:
-    parser.add_argument("--impl", default="specdec_ref.adapters:generate", help="MODULE:CALLABLE (generation level)")
-    parser.add_argument("--pair", default="toy", help="registered pair (see `specdec pairs`)")
-    parser.add_argument("--host", default="127.0.0.1", help="localhost only")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--model-name", help="served model name (default: the pair's name)")
-    parser.add_argument("--gamma", type=int, default=3)
-    parser.add_argument("--no-speculation", action="store_true",
-                        help="serve the target alone (harness.adapters.control:target_only_generate)")
-    parser.add_argument("--max-logprobs", type=int, default=20, help="largest top-k a request may ask for")
-    parser.add_argument("--logprobs-mode", default="raw_logprobs", choices=["raw_logprobs", "processed_logprobs"])
-    parser.add_argument("--prompt-logprobs-mode", default="raw_logprobs", choices=["raw_logprobs", "processed_logprobs"],
-                        help="prompt scores (prompt_logprobs, echo): raw whatever --logprobs-mode, as vLLM writes "
-                             "them (default), or processed with the request's sampling parameters")
-    parser.add_argument("--max-requests", type=int, help="stop after this many requests (default: until Ctrl-C)")
-    import argparse
+def _dialects() -> tuple[str, ...]:
+    from harness.served.serve import DIALECTS
 
-    from harness.served.serve import DIALECTS, LOGPROBS_MUTANTS
+    return DIALECTS
 
-    parser.add_argument("--dialect", default="openai", choices=DIALECTS,
-                        help="llama-cpp-python: answer as its server does (text pieces, no token ids, n = 1, "
-                             "/extras/tokenize), to test `specdec verify --api llama-cpp-python`; the pair needs a "
-                             "real tokenizer (toy-pieces, smollm2)")
 
+def _logprobs_mutants() -> tuple[str, ...]:
+    from harness.served.serve import LOGPROBS_MUTANTS
+
+    return tuple(sorted(LOGPROBS_MUTANTS))
+
+
+_LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+
+
+@dataclasses.dataclass
+class ServeConfig:
+    """`specdec serve`: an OpenAI-compatible server around a generation-level implementation."""
+
+    impl: str = option("specdec_ref.adapters:generate", "--impl", "MODULE:CALLABLE (generation level)",
+                       metavar="MODULE:CALLABLE")
+    pair: str = option("toy", "--pair", "registered pair (see `specdec pairs`)", metavar="NAME")
+    host: str = option("127.0.0.1", "--host", "localhost only", metavar="HOST")
+    port: int = option(8000, "--port", "TCP port", int, "PORT")
+    model_name: str | None = option(None, "--model-name", "served model name (default: the pair's name)",
+                                    metavar="NAME")
+    gamma: int = option(3, "--gamma", "drafted tokens per step", int, "G")
+    no_speculation: bool = option(False, "--no-speculation", "serve the target alone "
+                                  "(harness.adapters.control:target_only_generate)", action="store_true")
+    max_logprobs: int = option(20, "--max-logprobs", "largest top-k a request may ask for", int, "K")
+    logprobs_mode: str = option("raw_logprobs", "--logprobs-mode", "what the logprobs of the output are: raw (the "
+                                "target's law) or processed (after the request's sampling parameters)",
+                                choices=_LOGPROBS_MODES)
+    prompt_logprobs_mode: str = option("raw_logprobs", "--prompt-logprobs-mode", "prompt scores (prompt_logprobs, "
+                                       "echo): raw whatever --logprobs-mode, as vLLM writes them (default), or "
+                                       "processed with the request's sampling parameters", choices=_LOGPROBS_MODES)
+    max_requests: int | None = option(None, "--max-requests", "stop after this many requests (default: until "
+                                      "Ctrl-C)", int, "N")
+    dialect: str = option("openai", "--dialect", "llama-cpp-python: answer as its server does (text pieces, no token "
+                          "ids, n = 1, /extras/tokenize), to test `specdec verify --api llama-cpp-python`; the pair "
+                          "needs a real tokenizer (toy-pieces, smollm2)", choices=_dialects)
     # a planted logprob bug, for testing the logprobs honesty check (not for users: hidden from --help)
-    parser.add_argument("--logprobs-mutant", choices=sorted(LOGPROBS_MUTANTS), help=argparse.SUPPRESS)
+    logprobs_mutant: str | None = option(None, "--logprobs-mutant", "a planted logprob bug (tests only)",
+                                         choices=_logprobs_mutants, hidden=True)
     # a planted API bug (harness.mutants.api), for testing the API check (hidden from --help as well)
-    parser.add_argument("--api-mutant", help=argparse.SUPPRESS)
+    api_mutant: str | None = option(None, "--api-mutant", "a planted API bug (tests only)", metavar="NAME",
+                                    hidden=True)
+
+
+def add_serve_arguments(parser) -> None:
+    from harness.configs import add_arguments
+
+    add_arguments(parser, ServeConfig)
 
 
 def run_serve(args) -> int:
@@ -133,17 +160,30 @@ def run_serve(args) -> int:
     return EXIT_OK
 
 
+@dataclasses.dataclass
+class ProbeConfig:
+    """`specdec probe`: what an OpenAI-compatible server returns; which ground truth it allows."""
+
+    endpoint: str | None = option(None, "--endpoint", "e.g. http://127.0.0.1:8000/v1 (required)", metavar="URL")
+    model: str | None = option(None, "--model", "served model name (default: the server's only model)",
+                               metavar="NAME")
+    timeout: float = option(60.0, "--timeout", "seconds one request may take", float, "SECONDS")
+    json: bool = option(False, "--json", "print JSON instead of a table", action="store_true")
+    api: str = option("openai", "--api", "the route probed: OpenAI/vLLM routes, or llama-server's native /completion",
+                      choices=("openai", "llama-server", "llama-server-processed"))
+
+
 def add_probe_arguments(parser) -> None:
-    parser.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument("--model", help="served model name (default: the server's only model)")
-    parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--api", default="openai", choices=["openai", "llama-server", "llama-server-processed"],
-                        help="the route probed: OpenAI/vLLM routes, or llama-server's native /completion")
+    from harness.configs import add_arguments
+
+    add_arguments(parser, ProbeConfig)
 
 
 def run_probe(args) -> int:
     from harness.served.probe import probe
+
+    if not args.endpoint:
+        raise HarnessError("specdec probe needs --endpoint URL (the server to probe)")
 
     info = probe(args.endpoint, args.model, api=args.api, timeout_s=args.timeout, retries=2)
     if args.json:

@@ -25,55 +25,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from harness.check.config import DEFAULT_FALSE_ALARM_RATE
 from harness.check.generation import run_generation_check
 from harness.check.sampler import run_sampler_check
 from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.pairs import get_pair
 from harness.stats.rates import clopper_pearson, family_p  # noqa: F401 - family_p: public here too
+from suites.campaigns._commands import CampaignConfig  # noqa: F401 - public here too (its flags: specdec mutants)
 
 DEFAULT_OUT = "results/lossless"
-
-
-@dataclasses.dataclass
-class CampaignConfig:
-    seeds: int = 20  # detection seeds per mutant (and runs per equivalent / wasteful variant)
-    control_seeds: int = 200  # false-alarm runs per control
-    gate: float = DEFAULT_FALSE_ALARM_RATE  # the suite false-alarm rate the verdicts use
-    nominal_alpha: float = 0.05
-    calibration_rows: int = 1_000  # rows per case in calibration runs
-    slow_control_rows: int = 300  # ... for pure-Python controls
-    curve_rows: tuple[int, ...] = (100, 400, 1_600)
-    # Generation level: every fast entry runs the default plan (greedy, the prompt cells, the contexts cells of the
-    # catalogue), the regression test of the default plan's power; `compare_plans` also runs each mutant at the
-    # previous default (prompt cells only, no contexts), its time and rate beside the default's.
-    compare_plans: bool = False
-    generation_control_samples: int = 100  # per cell, generation-level controls (their false-alarm runs)
-    slow_generation_samples: int = 200  # ... for implementations that run rows one at a time
-    slow_generation_seeds: int = 5
-    below_resolution_seeds: int = 5  # mutants whose exact TV is below the planned ε: reported, not gated
-    generation_control_seeds: int = 10  # runs per generation-level equivalent / wasteful variant
-    # tree / draft-and-verify controls at their full default plans (their 200-seed calibrations on small case
-    # sets: results/tree, results/families)
-    step_control_seeds: int = 20
-    generation_pair: str = "toy-low"
-    curve_seeds: int = 10  # seeds per point of the detection-vs-samples curve
-    workers: int = 2  # processes on this machine (runs are independent); with `dask_workers`, ignored
-    scheduler: str | None = None  # dask scheduler address: run on its workers (harness.executor)
-    dask_workers: int | None = None  # ... or on a local dask cluster of this many worker processes
-    only: tuple[str, ...] = ()  # run only these implementations (names)
-    levels: tuple[str, ...] = ()  # ... and only these levels
-    profile: str = "full"
-
-    @classmethod
-    def quick(cls, **overrides) -> CampaignConfig:
-        """The `nox -s lossless` profile (a few minutes): every mutant still runs at the default plan and
-        must be caught in every seed, every control and variant must pass, but with fewer seeds, no
-        detection-vs-samples curve and one run per below-resolution mutant. Its rates are a smoke test;
-        the published calibration is the full profile (`specdec mutants`)."""
-        base = dict(seeds=8, control_seeds=20, curve_seeds=0, below_resolution_seeds=1, generation_control_seeds=3,
-                    slow_generation_seeds=2, step_control_seeds=3, profile="quick")
-        return cls(**{**base, **overrides})
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,195 @@
+"""The campaign runner: `specdec campaign NAME` for every campaign of suites/campaigns built on it.
+
+A campaign (suites/campaigns/NAME.py) is its cells, its tests and its report:
+
+    Config                        a dataclass whose fields declare the campaign's flags (harness.configs.option)
+    cells(config) -> {key: args}  the cells, in the order they run (a key names one cell for the journal)
+    run_cell(*args) -> record     one cell: a JSON-able record (module level: it may run in another process)
+    report(run) -> int            the report from the finished cells (`run.done`); the exit code (0 as expected)
+
+and, where it needs them,
+
+    validate(config)              raise HarnessError on a bad setting (exit 2) before any cell runs
+    provenance(config) -> dict    the record's seed / device / dtype (default: seed None, cpu, float32)
+    WHERE = "local"               the cells run in this process, in order (a server it holds, a timing): the
+                                  campaign has no --local-workers / --scheduler / --workers
+    journaled(config) -> bool     False: never resume (a timing ratio must come from one run)
+    LOCAL_WORKERS = N             the default of --local-workers
+
+The runner owns the rest, once for every campaign (`RunnerConfig`, `WhereConfig`): the output folder (default:
+suites/outputs.py, "campaign.NAME"), fresh/resume (one rule: OUT/journal.jsonl is resumed unless --fresh),
+--stop-at / --budget-s (no cell starts after them), --report-only, where the cells run, the provenance of the
+records, and the exit code (a bad setting: 2 in one line, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from harness.configs import Parser, add_arguments, cli_fields, field_default, from_args, option
+from harness.errors import HarnessError
+
+JOURNAL = "journal.jsonl"  # the one journal name: OUT/journal.jsonl
+_RUNNER = "campaign runner (output, journal, resume, when to stop)"
+_WHERE = "campaign runner: where the cells run"
+
+
+@dataclasses.dataclass
+class RunnerConfig:
+    """The options every campaign has: where it writes, resuming, and when no new cell starts."""
+
+    out: str | None = option(None, "--out", "results folder: report, records and the journal OUT/journal.jsonl "
+                             "(default: the campaign's, suites/outputs.py)", metavar="DIR", group=_RUNNER)
+    fresh: bool = option(False, "--fresh", "forget the journal: run every cell again (default: a rerun resumes, "
+                         "keeping every finished cell)", action="store_true", group=_RUNNER)
+    stop_at: str | None = option(None, "--stop-at", "start no cell after this time: a Unix time or HH:MM (UTC, today)",
+                                 metavar="WHEN", group=_RUNNER)
+    budget_s: float | None = option(None, "--budget-s", "start no cell after S seconds", float, "S", group=_RUNNER)
+    report_only: bool = option(False, "--report-only", "run no cell: write the report from the journal",
+                               action="store_true", group=_RUNNER)
+
+
+@dataclasses.dataclass
+class WhereConfig:
+    """Where the cells run: this process, a pool of local processes, or dask workers (harness.executor)."""
+
+    local_workers: int = option(1, "--local-workers", "processes on this machine (1: in this process)", int, "N",
+                                group=_WHERE)
+    scheduler: str | None = option(None, "--scheduler", "run the cells on this dask scheduler's workers",
+                                   metavar="ADDRESS", group=_WHERE)
+    workers: int | None = option(None, "--workers", "run the cells on a local dask cluster of N processes", int, "N",
+                                 group=_WHERE)
+
+
+@dataclasses.dataclass
+class Run:
+    """What a campaign's `report` gets: its config, the cells planned and finished, where to write."""
+
+    name: str
+    config: Any
+    runner: RunnerConfig
+    out: Path
+    cells: dict[str, tuple]
+    done: dict[str, Any]  # key -> record of every finished cell, in the cells' order
+    provenance: dict
+    seconds: float
+    command: str  # the command line that reproduces the run (flags that differ from their defaults)
+
+    @property
+    def records(self) -> list[Any]:
+        return list(self.done.values())
+
+    @property
+    def complete(self) -> bool:
+        return len(self.done) == len(self.cells)
+
+    def write_json(self, name: str, data: dict) -> Path:
+        from harness.records import atomic_write_json
+
+        return atomic_write_json(self.out / name, data)
+
+    def write_text(self, name: str, text: str) -> Path:
+        from harness.records import atomic_write_text
+
+        return atomic_write_text(self.out / name, text)
+
+
+def is_campaign(module: ModuleType) -> bool:
+    """A campaign built on the runner (its Config, cells, run_cell and report)."""
+    return all(hasattr(module, n) for n in ("Config", "cells", "run_cell", "report"))
+
+
+def _load(name: str) -> ModuleType:
+    from harness.policy import load
+
+    return load(f"campaigns.{name}", "campaign")
+
+
+def parser_for(name: str, module: ModuleType) -> argparse.ArgumentParser:
+    """`specdec campaign NAME`'s parser: the campaign's Config, then the runner's options."""
+    doc = (module.__doc__ or name).strip()
+    parser = Parser(prog=f"specdec campaign {name}", description=doc.split("\n\n")[0].replace("\n", " "),
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser, module.Config)
+    add_arguments(parser, RunnerConfig)
+    if getattr(module, "WHERE", None) != "local":
+        add_arguments(parser, WhereConfig, defaults={"local_workers": getattr(module, "LOCAL_WORKERS", 1)})
+    return parser
+
+
+def campaign_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of `specdec campaign NAME`: the runner's for a campaign built on it, else the campaign's own
+    `parser()` (every flag declared by a config either way: tests/test_cli_flags.py)."""
+    module = _load(name)
+    if is_campaign(module):
+        return parser_for(name, module)
+    return module.parser()
+
+
+def command_line(name: str, *configs: Any) -> str:
+    """`specdec campaign NAME` with every flag whose value differs from its field's default."""
+    words = ["specdec", "campaign", name]
+    for config in configs:
+        for field in cli_fields(type(config)):
+            value, meta = getattr(config, field.name), field.metadata
+            if value == field_default(field) or meta.get("hidden"):
+                continue
+            if meta["action"] in ("store_true", "store_false"):
+                words.append(meta["flag"])
+            elif meta["action"] == "append" or meta.get("nargs"):
+                values = [str(v) for v in value]
+                words += [meta["flag"], *values] if meta.get("nargs") else [w for v in values for w in (meta["flag"], v)]
+            else:
+                words += [meta["flag"], str(value)]
+    return shlex.join(words)
+
+
+def _progress(name: str):
+    def report(done: int, total: int) -> None:
+        print(f"campaign {name}: {done}/{total} cells", file=sys.stderr, flush=True)
+
+    return report
+
+
+def run(name: str, argv: list[str] | None = None, module: ModuleType | None = None) -> int:
+    """Parse `argv` for campaign `name`, run its cells (journaled, resumable) and its report; the exit code."""
+    from harness.executor import Journal, deadline, make_executor, run_cells
+    from harness.policy import results_folder
+    from harness.records import provenance
+
+    module = module or _load(name)
+    args = parser_for(name, module).parse_args(argv)
+    config = from_args(module.Config, args)
+    runner = from_args(RunnerConfig, args)
+    where = from_args(WhereConfig, args) if getattr(module, "WHERE", None) != "local" else WhereConfig()
+    if hasattr(module, "validate"):
+        module.validate(config)
+    if where.local_workers < 1 or (where.workers is not None and where.workers < 1):
+        raise HarnessError("--local-workers and --workers must be >= 1")
+    if runner.budget_s is not None and not runner.budget_s > 0:
+        raise HarnessError(f"--budget-s must be > 0 seconds, got {runner.budget_s}")
+    stop = deadline(runner.stop_at, runner.budget_s)  # a bad --stop-at: exit 2 before anything runs
+    out = Path(runner.out or results_folder(f"campaign.{name}"))
+    journaled = getattr(module, "journaled", lambda c: True)(config)
+    if runner.report_only and not journaled:
+        raise HarnessError(f"campaign {name} keeps no journal (every run is fresh): --report-only has nothing to report")
+    journal = Journal(out / JOURNAL, fresh=runner.fresh and not runner.report_only) if journaled else None
+    cells = module.cells(config)
+    started = time.perf_counter()
+    with make_executor(where.scheduler, where.workers, local_workers=where.local_workers) as executor:
+        done = run_cells(executor, module.run_cell, cells, journal=journal, progress=_progress(name),
+                         stop=(lambda: True) if runner.report_only else stop)
+    done = {k: done[k] for k in cells if k in done}
+    fields = {"seed": None, "device": "cpu", "dtype": "float32",
+              **(module.provenance(config) if hasattr(module, "provenance") else {})}
+    result = Run(name=name, config=config, runner=runner, out=out, cells=cells, done=done,
+                 provenance=provenance(**fields), seconds=time.perf_counter() - started,
+                 command=command_line(name, config, dataclasses.replace(runner, fresh=False, report_only=False)))
+    return int(module.report(result) or 0)

@@ -1,0 +1,92 @@
+"""The configs of the campaigns that are also `specdec` commands (`specdec mutants` is the zoo, `specdec demo` the
+demo): their flags are built from these fields (harness.configs.option) when `specdec` builds its parser, so this
+module stays light (no torch); the campaigns import them from here."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.configs import option
+from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+from suites.profiles import ZOO
+
+ZOO_LEVELS = ("sampler", "generation", "tree", "draft_step")
+
+
+def _names(values) -> tuple[str, ...]:
+    return tuple(values or ())
+
+
+@dataclasses.dataclass
+class CampaignConfig:
+    """The mutant zoo's run (`specdec mutants`); `quick()` is suites/profiles.py's quick profile."""
+
+    seeds: int = option(20, "--seeds", "seeds per mutant (detection rate); default: the profile's", int, "N")
+    control_seeds: int = option(200, "--control-seeds", "seeds per correct control (false-alarm rate); default: the "
+                                "profile's", int, "N")
+    gate: float = option(DEFAULT_FALSE_ALARM_RATE, "--false-alarm-rate", "gate: family-wise false-alarm rate of every "
+                         "run", float, "A")
+    nominal_alpha: float = 0.05
+    calibration_rows: int = 1_000  # rows per case in calibration runs
+    slow_control_rows: int = 300  # ... for pure-Python controls
+    curve_rows: tuple[int, ...] = (100, 400, 1_600)
+    # Generation level: every fast entry runs the default plan (greedy, the prompt cells, the contexts cells of the
+    # catalogue), the regression test of the default plan's power; `compare_plans` also runs each mutant at the
+    # previous default (prompt cells only, no contexts), its time and rate beside the default's.
+    compare_plans: bool = option(False, "--compare-plans", "generation level: also run each mutant at the previous "
+                                 "default plan (no contexts cells) and report its rate and time beside the default "
+                                 "plan's", action="store_true")
+    generation_control_samples: int = 100  # per cell, generation-level controls (their false-alarm runs)
+    slow_generation_samples: int = 200  # ... for implementations that run rows one at a time
+    slow_generation_seeds: int = 5
+    below_resolution_seeds: int = 5  # mutants whose exact TV is below the planned ε: reported, not gated
+    generation_control_seeds: int = 10  # runs per generation-level equivalent / wasteful variant
+    # tree / draft-and-verify controls at their full default plans (their 200-seed calibrations on small case
+    # sets: results/tree, results/families)
+    step_control_seeds: int = 20
+    generation_pair: str = "toy-low"
+    curve_seeds: int = 10  # seeds per point of the detection-vs-samples curve
+    workers: int = 2  # processes on this machine (runs are independent); with `dask_workers`, ignored
+    scheduler: str | None = option(None, "--scheduler", "run on the workers of this dask scheduler",
+                                   metavar="ADDRESS")
+    dask_workers: int | None = option(None, "--workers", "run on a local dask cluster of N worker processes", int,
+                                      "N")
+    only: tuple[str, ...] = option((), "--only", "run only these implementations", metavar="NAME", nargs="+")
+    levels: tuple[str, ...] = option((), "--level", "run only the implementations of these levels",
+                                     choices=ZOO_LEVELS, nargs="+")
+    profile: str = option("full", "--profile", "named sizes of suites/profiles.py (quick: the CI profile of `nox -s "
+                          "lossless`, minutes)", choices=tuple(ZOO))
+
+    def __post_init__(self):
+        self.only, self.levels = _names(self.only), _names(self.levels)
+
+    @classmethod
+    def quick(cls, **overrides) -> CampaignConfig:
+        """The `nox -s lossless` profile (suites/profiles.py ZOO["quick"]): a few minutes. Its rates are a smoke
+        test; the published calibration is the full profile (`specdec mutants`)."""
+        return cls.of_profile("quick", **overrides)
+
+    @classmethod
+    def of_profile(cls, profile: str, **overrides) -> CampaignConfig:
+        return cls(**{**ZOO[profile], "profile": profile, **overrides})
+
+
+@dataclasses.dataclass
+class ZooOptions:
+    """`specdec mutants`' own options (where it writes, resuming), beside the run's CampaignConfig."""
+
+    quick: bool = option(False, "--quick", "the quick profile (= --profile quick): fewer seeds, no detection-vs-samples "
+                         "curve (minutes)", action="store_true")
+    out: str | None = option(None, "--out", "results folder (default: suites/campaigns/zoo.py's)", metavar="DIR")
+    resume: bool = option(False, "--resume", "skip runs already finished in OUT/cells.jsonl (each finished run is "
+                          "written there)", action="store_true")
+    alpha: float | None = option(None, "--alpha", "deprecated alias of --false-alarm-rate", float, "A")
+
+
+@dataclasses.dataclass
+class DemoOptions:
+    """`specdec demo`."""
+
+    out: str | None = option(None, "--out", "results folder (default: suites/campaigns/demo.py's, untracked; the "
+                             "documented example lives in docs/example-demo)", metavar="DIR")
+    quick: bool = option(False, "--quick", "smaller samples (a minute or two)", action="store_true")
