@@ -80,7 +80,7 @@ def regime_lines(rows: list[dict]) -> list[str]:
             + (f", per prompt [{b['speedup_prompt_min']:.3f}, {b['speedup_prompt_max']:.3f}] over "
                f"{n} prompt{'s' if n != 1 else ''}" if "speedup_prompt_min" in b else "")
             + f"; cost model E[tokens/call] {b['predicted_tokens_per_call']:.2f} / (r {b['r']:.2f} + γc "
-            f"{b['gamma'] * b['c']:.2f}) = {b['predicted_speedup_cost_model']:.3f} at α = {b['alpha']:.2f} "
+            f"{b['gamma'] * b['c']:.2f}) = {b['predicted_speedup_cost_model']:.3f} at α = {b['acceptance_rate']:.2f} "
             f"(measured / cost model {b['cost_model_ratio']:.3f}); break-even α at these costs: "
             + ("none (even α = 1 loses)" if star is None else f"{star:.2f}")
             + f"; Leviathan (r = 1) would predict {b['predicted_speedup']:.3f}")

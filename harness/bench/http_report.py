@@ -103,7 +103,8 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
                       clipped: list[str] | None = None) -> dict[str, Path]:
     import matplotlib.pyplot as plt
 
-    files = write_rows(out_dir, rows)
+    files = write_rows(out_dir, rows, kind="bench.http", config=config,
+                       summary={"models": models, "clipped": list(clipped or [])})
     for name, make in FIGURES.items():
         fig = make(rows)
         if fig is None:

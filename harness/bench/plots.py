@@ -43,7 +43,7 @@ def _mean(rows: list[dict], key: str) -> float:
 
 
 def _label(name: str, members: list[dict], with_c: bool) -> str:
-    alpha = _mean(members, "alpha")
+    alpha = _mean(members, "acceptance_rate")
     text = f"{name}  α={alpha:.2f}"
     return text + (f", c={_mean(members, 'c'):.3f}" if with_c else "")
 
@@ -72,7 +72,7 @@ def speedup_vs_gamma(rows: list[dict]):
         err = [[m - r.get("speedup_min", m) for m, r in zip(med, members, strict=True)],
                [r.get("speedup_max", m) - m for m, r in zip(med, members, strict=True)]]
         ax.errorbar(gammas, med, yerr=err, fmt="o-", color="tab:blue", capsize=3, label="measured")
-        alpha, c = _mean(members, "alpha"), _mean(members, "c")
+        alpha, c = _mean(members, "acceptance_rate"), _mean(members, "c")
         if math.isfinite(alpha) and math.isfinite(c):
             grid = list(range(1, max(gammas) + 1))
             ax.plot(grid, [theory.predicted_speedup(alpha, g, c) for g in grid], "--", color="black",
@@ -135,7 +135,7 @@ def tokens_vs_gamma(rows: list[dict]):
         left.errorbar(gammas, [r["tokens_per_call"] for r in members],
                       yerr=[2 * r["tokens_per_call_se"] for r in members], fmt="o", color=color, capsize=2,
                       label=_label(name, members, False))
-        alpha = _mean(members, "alpha")
+        alpha = _mean(members, "acceptance_rate")
         if math.isfinite(alpha):
             grid = list(range(0, max(gammas) + 1))
             left.plot(grid, [theory.expected_tokens_per_call(alpha, g) for g in grid], "-", color=color, alpha=0.6)
@@ -177,9 +177,9 @@ def accepted_histograms(rows: list[dict]):
         total = sum(hist) or 1
         ks = list(range(len(hist)))
         ax.bar(ks, [h / total for h in hist], color="tab:blue", alpha=0.7, label="measured")
-        if math.isfinite(row["alpha"]):
-            ax.plot(ks, theory.accepted_count_pmf(row["alpha"], row["gamma"]), "ko", ms=4, label="truncated geometric at α")
-        ax.set_title(f"{name}\nγ={row['gamma']}, α={row['alpha']:.3f}, {total:,} steps", fontsize=8)
+        if math.isfinite(row["acceptance_rate"]):
+            ax.plot(ks, theory.accepted_count_pmf(row["acceptance_rate"], row["gamma"]), "ko", ms=4, label="truncated geometric at α")
+        ax.set_title(f"{name}\nγ={row['gamma']}, α={row['acceptance_rate']:.3f}, {total:,} steps", fontsize=8)
         ax.set_xlabel("drafts accepted in a step")
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(picked):]:
@@ -209,8 +209,8 @@ def acceptance_per_position(rows: list[dict]):
             xs, rates, ns = zip(*points, strict=True)
             se = [2 * math.sqrt(max(r * (1 - r), 0.0) / n) for r, n in zip(rates, ns, strict=True)]
             ax.errorbar(xs, rates, yerr=se, fmt="o-", color=color, capsize=2, label=f"{name} (γ={row['gamma']})")
-        if math.isfinite(row["alpha"]):
-            ax.axhline(row["alpha"], color=color, ls="--", lw=0.8)
+        if math.isfinite(row["acceptance_rate"]):
+            ax.axhline(row["acceptance_rate"], color=color, ls="--", lw=0.8)
     ax.set_xlabel("draft position i")
     ax.set_ylabel("acceptance rate at position i")
     ax.set_ylim(0, 1.05)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from harness.bench import plots
 from harness.bench.summarize import COST_MODEL_BAND, LOAD_DRIFT_R, SPEEDUP_FLOOR, TOKEN_TOLERANCE, best_gammas
-from harness.records import atomic_write_json, atomic_write_text, save_figure
+from harness.envelope import write_result
+from harness.records import atomic_write_text, provenance, save_figure
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -25,13 +26,29 @@ def _table(header: list[str], body: list[list]) -> str:
     return "\n".join(lines)
 
 
-def write_rows(out_dir: Path, rows: list[dict]) -> dict[str, Path]:
+def run_provenance(rows: list[dict]) -> dict:
+    """The run's provenance: this write's commit, machine, versions and time; the cells' seeds, devices and dtypes
+    (each row keeps its own cell's provenance)."""
+    meta = provenance(seed=None)
+    seeds = sorted({r["seed"] for r in rows if isinstance(r.get("seed"), int)})
+    meta["seed"] = seeds[0] if len(seeds) == 1 else (seeds or None)
+    for key in ("device", "dtype"):
+        values = sorted({str(r[key]) for r in rows if r.get(key)})
+        if values:
+            meta[key] = ", ".join(values)
+    return meta
+
+
+def write_rows(out_dir: Path, rows: list[dict], *, kind: str = "bench", config=None,
+               summary: dict | None = None) -> dict[str, Path]:
+    """rows.csv, and rows.json: a result envelope (docs/RESULTS-FORMAT.md) of `kind` holding the rows."""
     import pandas as pd
 
     flat = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()} for row in rows]
     csv = pd.DataFrame(flat).to_csv(index=False)
     return {"rows.csv": atomic_write_text(out_dir / "rows.csv", csv),
-            "rows.json": atomic_write_json(out_dir / "rows.json", rows)}
+            "rows.json": write_result(out_dir / "rows.json", kind, config=config, provenance=run_provenance(rows),
+                                      rows=rows, summary=summary)}
 
 
 def write_figures(out_dir: Path, rows: list[dict]) -> dict[str, Path]:
@@ -68,7 +85,7 @@ def _tokens_section(rows: list[dict]) -> list[str]:
         return []
     ok = sum(r["within_tolerance"] for r in cells)
     worst = max(cells, key=lambda r: abs(r["tokens_ratio"] - 1))
-    body = [[r["pair"], r["sampling"], str(r["gamma"]), f"{r['full_row_steps']:,}", r["alpha"], r["tokens_per_call"],
+    body = [[r["pair"], r["sampling"], str(r["gamma"]), f"{r['full_row_steps']:,}", r["acceptance_rate"], r["tokens_per_call"],
              r["predicted_tokens_per_call"], r["tokens_ratio"], f"{r['tokens_z']:+.2f}",
              "yes" if r["within_tolerance"] else "**no**"] for r in cells]
     return [
@@ -160,7 +177,7 @@ def _group_tables(members: list[dict]) -> list[str]:
           r.get("predicted_speedup"), r.get("predicted_speedup_cost_model"),
           (("⚠ " if r.get("cost_model_flag") else "") + _fmt(r.get("cost_model_ratio"))),
           _fmt(100 * r.get("speedup_ratio_se", math.nan), 1) + "%", r.get("cost_model_ratio_realized_median"),
-          r.get("speedup_ratio"), r["alpha"], r["c"], ("⚠ " if r.get("load_drift_flag") else "") + _fmt(r.get("r")),
+          r.get("speedup_ratio"), r["acceptance_rate"], r["c"], ("⚠ " if r.get("load_drift_flag") else "") + _fmt(r.get("r")),
           r["tokens_per_call"],
           r.get("predicted_tokens_per_call")] for r in members])
     accept = _table(
@@ -312,11 +329,14 @@ def _acceptance_section(figures: dict) -> list[str]:
 
 
 def write_report(out_dir: Path, plan_name: str, suite: str, rows: list[dict], *, command: str | None = None,
-                 unfinished: int = 0, notes: list[str] | None = None) -> dict[str, Path]:
+                 unfinished: int = 0, notes: list[str] | None = None, config=None) -> dict[str, Path]:
     """rows.csv, rows.json, figures and report.md in out_dir; returns {file name: path}.
 
-    `notes` (freshness of the cells: measured now vs resumed and when; clamped lengths) go first."""
-    files = write_rows(out_dir, rows)
+    `notes` (freshness of the cells: measured now vs resumed and when; clamped lengths) go first; `config` is
+    the BenchConfig the run was asked with (rows.json's `config`)."""
+    summary = {"plan": plan_name, "suite": suite, "cells": len(rows), "unfinished": unfinished,
+               "notes": list(notes or []), "command": command}
+    files = write_rows(out_dir, rows, config=config, summary=summary)
     figures = write_figures(out_dir, rows)
     files.update(figures)
     lines = _header(plan_name, suite, rows, command)

@@ -150,7 +150,7 @@ def run_bench(config: BenchConfig, *, progress: bool = False) -> BenchRun:
     rows = summarize(plan.cells, records)
     notes = [freshness_note(records, computed, resumed, remeasured)] + clamp_notes(plan.cells, records)
     files = {"rows.jsonl": store.path}
-    files.update(_write(out_dir, plan, rows, command_line(config), len(unfinished), notes))
+    files.update(_write(out_dir, plan, rows, command_line(config), len(unfinished), notes, config))
     return BenchRun(plan, out_dir, rows, computed, resumed, unfinished, files, time.perf_counter() - started,
                     remeasured, notes)
 
@@ -191,7 +191,8 @@ def clamp_notes(cells: list[Cell], records: dict[str, dict]) -> list[str]:
 
 
 def _write(out_dir: Path, plan: Plan, rows: list[dict], command: str | None, unfinished: int,
-           notes: list[str]) -> dict[str, Path]:
+           notes: list[str], config=None) -> dict[str, Path]:
     from harness.bench.report import write_report
 
-    return write_report(out_dir, plan.name, plan.suite, rows, command=command, unfinished=unfinished, notes=notes)
+    return write_report(out_dir, plan.name, plan.suite, rows, command=command, unfinished=unfinished, notes=notes,
+                        config=config)

@@ -84,7 +84,7 @@ def cost_model(row: dict, gamma: int, ar_target_ms: float, speedup_median: float
     does): r = T(γ+1) / T(1), c = draft / T(1). Leviathan's prediction is the cost model at r = 1."""
     out = {"r": _div(row["target_ms_per_call"], ar_target_ms), "c_verify": row["c"],
            "c": _div(row["draft_ms_per_call"], ar_target_ms)}
-    alpha = row["alpha"]
+    alpha = row["acceptance_rate"]
     if not (math.isfinite(alpha) and 0 <= alpha <= 1 and math.isfinite(out["c"]) and out["r"] > 0):
         return out
     out["predicted_speedup"] = theory.predicted_speedup(alpha, gamma, out["c"])
@@ -144,7 +144,7 @@ def stats_summary(s: dict, gamma: int) -> dict:
     target_ms = 1e3 * _div(s["target_seconds"], s["target_calls"])
     draft_ms = 1e3 * _div(s["draft_seconds"], s["draft_calls"])
     out = {
-        "alpha": alpha,
+        "acceptance_rate": alpha,
         "row_steps": s["row_steps"],
         "full_row_steps": full,
         "target_calls": s["target_calls"],
@@ -289,7 +289,7 @@ def _mark_best_gamma(rows: list[dict]) -> None:
             groups.setdefault(row["group"], []).append(row)
     for members in groups.values():
         best = max(members, key=lambda r: r["speedup_median"])
-        alphas = [r["alpha"] for r in members if math.isfinite(r["alpha"])]
+        alphas = [r["acceptance_rate"] for r in members if math.isfinite(r["acceptance_rate"])]
         cs = [r["c"] for r in members if math.isfinite(r["c"])]
         predicted = (theory.optimal_gamma(statistics.mean(alphas), statistics.mean(cs), max(r["gamma"] for r in members))
                      if alphas and cs else None)

@@ -71,6 +71,6 @@ def test_walltime_speedup_at_measured_alpha_reaches_0_9_of_predicted_within_acce
 
 def test_measured_alpha_and_cost_ratio_are_what_the_pairs_promise(synthetic_rows):
     for r in _cells(synthetic_rows, "spec") + _cells(synthetic_rows, "tokens"):
-        assert r["alpha"] == pytest.approx(float(r["pair"].removeprefix("const-a")), abs=1e-5)
+        assert r["acceptance_rate"] == pytest.approx(float(r["pair"].removeprefix("const-a")), abs=1e-5)
     for r in _cells(synthetic_rows, "spec"):
         assert 0.05 < r["c"] < 0.3  # 4 ms / 40 ms padding plus the runners' own overhead

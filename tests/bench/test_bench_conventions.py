@@ -122,7 +122,7 @@ def _records(speedup: float) -> tuple[list[Cell], dict]:
 def test_a_spec_row_carries_both_predictions_and_the_headline_ratio():
     cells, records = _records(speedup=0.9)
     row = next(r for r in summarize(cells, records) if r["kind"] == "spec")
-    assert row["r"] == pytest.approx(1.5) and row["c"] == pytest.approx(0.2) and row["alpha"] == pytest.approx(0.5)
+    assert row["r"] == pytest.approx(1.5) and row["c"] == pytest.approx(0.2) and row["acceptance_rate"] == pytest.approx(0.5)
     assert row["predicted_speedup"] == pytest.approx(1.25)  # Leviathan, r = 1
     assert row["predicted_speedup_cost_model"] == pytest.approx(1.75 / 1.9)
     assert row["speedup_median"] == pytest.approx(0.9)

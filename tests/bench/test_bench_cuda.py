@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.cuda,
 def test_tiny_grid_on_cuda(tmp_path):
     result = run_bench(BenchConfig(pairs=("toy",), device="cuda", gammas=(1, 2), temperatures=(0.0, 1.0),
                                    repeats=2, prompts=1, max_new_tokens=8, compare_hf=True, out=str(tmp_path)))
-    rows = json.loads((result.out_dir / "rows.json").read_text())
+    rows = json.loads((result.out_dir / "rows.json").read_text())["rows"]
     assert {r["kind"] for r in rows} == {"ar", "spec", "compare"}
     assert all(r["device"].startswith("cuda") for r in rows)
     assert all(r["speedup_median"] > 0 for r in rows if r["kind"] == "spec")

@@ -25,7 +25,7 @@ def test_tiny_bench_against_specdec_serve_writes_the_report_with_plots(tmp_path,
     for name in ("report.md", "rows.json", "rows.csv", "requests.jsonl", "throughput_vs_concurrency.png",
                  "latency_vs_concurrency.png", "speedup_by_category.png"):
         assert (run / name).stat().st_size > 0, name
-    rows = json.loads((run / "rows.json").read_text())
+    rows = json.loads((run / "rows.json").read_text())["rows"]
     levels = [r for r in rows if r["kind"] == "level"]
     assert sorted({(r["role"], r["concurrency"]) for r in levels}) == [("nospec", 1), ("nospec", 2), ("spec", 1),
                                                                         ("spec", 2)]

@@ -59,7 +59,7 @@ def test_tiny_sweep_writes_rows_report_and_figures(tmp_path, tiny_suite):
     for figure in ("speedup_vs_gamma.png", "tokens_per_call_vs_gamma.png", "accepted_hist.png",
                    "acceptance_per_position.png", "reference_vs_assisted.png"):
         assert f"]({figure})" in report
-    rows = json.loads((out / "rows.json").read_text())
+    rows = json.loads((out / "rows.json").read_text())["rows"]
     assert {r["kind"] for r in rows} == {"tokens", "ar", "spec", "compare"}
     assert len(rows) == len(result.plan.cells) == 2 + 3 + 1
     for row in rows:  # provenance in every record
@@ -67,7 +67,7 @@ def test_tiny_sweep_writes_rows_report_and_figures(tmp_path, tiny_suite):
         assert row["seed"] == 0
     spec = [r for r in rows if r["kind"] == "spec"]
     for row in spec:
-        assert row["alpha"] == pytest.approx(0.8, abs=1e-6)  # const pair: α is exact
+        assert row["acceptance_rate"] == pytest.approx(0.8, abs=1e-6)  # const pair: α is exact
         assert row["speedup_median"] > 0 and row["predicted_speedup"] > 0 and row["c"] > 0
         assert len(row["speedup_per_repeat"]) == 2
         assert sum(row["accepted_hist"]) == row["full_row_steps"]
@@ -111,7 +111,7 @@ def test_token_formula_holds_on_a_constant_alpha_pair():
     m = measure.measure_tokens(get_pair(cell.pair), cell)
     row = stats_summary(m["stats"]["ref"], cell.gamma)
     assert row["full_row_steps"] >= 3000
-    assert row["alpha"] == pytest.approx(0.6, abs=1e-6)
+    assert row["acceptance_rate"] == pytest.approx(0.6, abs=1e-6)
     predicted = (1 - 0.6**4) / 0.4
     assert row["predicted_tokens_per_call"] == pytest.approx(predicted)
     assert abs(row["tokens_per_call"] - predicted) <= 4 * row["tokens_per_call_se"]

@@ -104,7 +104,7 @@ def test_empty_acceptance_figure_is_neither_written_nor_embedded(tmp_path, monke
     from harness.bench.report import write_figures
 
     monkeypatch.setattr(plots, "FIGURES", {"acceptance_per_position.png": plots.acceptance_per_position})
-    row = {"kind": "spec", "group": "g", "pair": "p", "sampling": "greedy", "gamma": 2, "alpha": 0.5,
+    row = {"kind": "spec", "group": "g", "pair": "p", "sampling": "greedy", "gamma": 2, "acceptance_rate": 0.5,
            "acceptance_per_position": [0.5, 0.5], "reached_per_position": [1, 1]}  # below MIN_REACHED
     assert plots.acceptance_per_position([row]) is None
     (tmp_path / "acceptance_per_position.png").write_bytes(b"stale")
