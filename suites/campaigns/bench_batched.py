@@ -35,7 +35,7 @@ def reference_tokens_per_s(pair, ids: torch.Tensor, *, length: int, gamma: int, 
     seconds = time.perf_counter() - started
     s = out.stats
     return {"rows": ids.shape[0], "tokens": s.new_tokens, "seconds": seconds, "tokens_per_s": s.new_tokens / seconds,
-            "target_calls": s.target_calls, "draft_calls": s.draft_calls, "alpha": s.alpha,
+            "target_calls": s.target_calls, "draft_calls": s.draft_calls, "acceptance_rate": s.alpha,
             "target_seconds": s.target_seconds, "draft_seconds": s.draft_seconds}
 
 
@@ -120,7 +120,7 @@ def _throughput_lines(result: dict, t: dict) -> list[str]:
             lines.append(f"| {label} | {r['rows']} | {r['tokens']} | {r['seconds']:.1f} | {r['tokens_per_s']:.1f} | "
                          f"{r.get('target_calls', '—')} | {r.get('draft_calls', '—')} |")
     ratio = t["ratio_transformers_over_batched"]
-    alpha = t["batched"].get("alpha")
+    alpha = t["batched"].get("acceptance_rate")
     lines += ["", f"transformers tokens/s ÷ reference tokens/s = **{ratio:.2f}** (target: ≤ 2)."
               + (f" Measured α = {alpha:.2f}." if alpha == alpha else "")]
     return lines
@@ -178,9 +178,13 @@ def _write(result: dict, out: str) -> None:
     taken from an earlier run)."""
     from pathlib import Path
 
-    from harness.records import atomic_write_json, atomic_write_text
+    from harness.envelope import write_result
+    from harness.records import atomic_write_text
 
-    atomic_write_json(Path(out) / "batched.json", result)  # with the check's whole report (every test)
+    parts = {k: v for k, v in result.items() if k not in ("provenance", "command", "pair", "threads")}
+    write_result(Path(out) / "batched.json", "campaign.bench_batched",  # with the check's whole report (every test)
+                 config={k: result.get(k) for k in ("command", "pair", "threads")}, provenance=result["provenance"],
+                 report=parts, summary={"parts": sorted(parts)})
     atomic_write_text(Path(out) / "report.md", markdown(result))
 
 

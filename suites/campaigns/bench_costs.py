@@ -109,9 +109,10 @@ def _markdown(result: dict, pair: str, meta: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.envelope import write_result
     from harness.errors import HarnessError
     from harness.pairs import get_pair
-    from harness.records import atomic_write_json, atomic_write_text, provenance
+    from harness.records import atomic_write_text, provenance
 
     parser = argparse.ArgumentParser(prog="specdec campaign bench_costs", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="smollm2", help="registered pair; its target and every draft family")
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"costs: error: {exc}", file=sys.stderr)
         return 2
     meta = provenance(seed=0, dtype=str(base.target.dtype).removeprefix("torch."))
-    atomic_write_json(f"{args.out}/costs.json", {**result, "pair": args.pair, "provenance": meta})
+    write_result(f"{args.out}/costs.json", "campaign.bench_costs", config=args, provenance=meta, rows=result["rows"],
+                 summary={k: v for k, v in result.items() if k != "rows"})
     atomic_write_text(f"{args.out}/report.md", _markdown(result, args.pair, meta))
     print(_markdown(result, args.pair, meta))
     return 0

@@ -24,9 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.envelope import write_result
 from harness.errors import HarnessError
 from harness.executor import LocalExecutor, run_cells
-from harness.records import atomic_write_json, atomic_write_text, provenance
+from harness.records import atomic_write_text, provenance
 
 SNIPPET = """
 import json, time, torch
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     med = {w: statistics.median(x["seconds"] for x in runs if x["which"] == w) for w in ("old", "new")}
     meta = provenance(seed=0)
     out = Path(args.out)
-    atomic_write_json(out / "runs.json", {"old_commit": args.old, "runs": runs, "median_seconds": med, **meta})
+    write_result(out / "runs.json", "campaign.check_time", config=args, provenance=meta, rows=runs,
+                 summary={"old_commit": args.old, "median_seconds": med})
     lines = ["# Sampler-check time of a vectorized implementation: this commit against an earlier one", "",
              f"Measured {meta['utc_time']} · this commit `{meta['git_commit']}` · old commit `{args.old}` · "
              f"{meta['device']}", "",

@@ -13,10 +13,11 @@ import argparse
 import torch
 
 from harness.check.generation import continuation_law, total_variation
+from harness.envelope import write_result
 from harness.models.toy_pairs import _prompts, _toy_models
 from harness.mutants import get
 from harness.mutants.generation import exact_output_law
-from harness.records import atomic_write_json
+from harness.records import provenance
 from specdec_ref.generate import default_eos, eos_set
 from suites.campaigns.zoo import CampaignConfig, run_campaign, write_report
 
@@ -53,7 +54,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     tvs = exact_tvs()
-    atomic_write_json(f"{args.out}/exact_tv.json", tvs)
+    write_result(f"{args.out}/exact_tv.json", "campaign.params.exact_tv", config=args,
+                 provenance=provenance(seed=None, dtype="float64"), report=tvs, summary={"entries": len(tvs)})
     config = CampaignConfig(seeds=args.seeds, generation_control_seeds=args.control_seeds,
                             generation_samples=args.samples, only=MUTANTS + (CONTROL,), curve_seeds=0)
     summary = write_report(run_campaign(config), args.out)

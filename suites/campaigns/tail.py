@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.envelope import write_result
 from harness.executor import Journal, LocalExecutor, run_cells
-from harness.records import atomic_write_json, atomic_write_text, provenance
+from harness.records import atomic_write_text, provenance
 
 CASE = "tail-v131072"
 MUTANTS = ("fp32_exponential_race", "floored_uniform_race", "fp32_cumsum_inverse_cdf")
@@ -153,7 +154,7 @@ def write_report(out: Path, done: dict, args) -> None:
         summary["exact_power"] = exact_power(rows, level)
         summary["plan_level"] = level
     summary["retention"] = retention()
-    atomic_write_json(out / "campaign.json", {"records": records, "summary": summary, **meta})
+    write_result(out / "campaign.json", "campaign.tail", config=args, provenance=meta, rows=records, summary=summary)
     lines = ["# Deep-tail probes: RNG-resolution bugs (issue 46)", "",
              f"Measured {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
              f"Command: `specdec campaign tail --reference-seeds {args.reference_seeds} --mutant-seeds "

@@ -298,7 +298,8 @@ def write_report(result: dict, out_dir) -> dict:
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from harness.records import atomic_write_json, atomic_write_text, provenance, save_figure
+    from harness.envelope import write_result
+    from harness.records import atomic_write_text, provenance, save_figure
 
     out = Path(out_dir)
     meta = provenance(seed=list(range(result["config"]["seeds"])), dtype="float32")
@@ -306,7 +307,10 @@ def write_report(result: dict, out_dir) -> dict:
     for key, value in meta.items():
         rows[key] = str(value) if isinstance(value, (dict, list)) else value
     atomic_write_text(out / "campaign.csv", rows.to_csv(index=False))
-    atomic_write_json(out / "campaign.json", {**result, "provenance": meta})
+    ok, problems = campaign_ok(result["rows"])
+    write_result(out / "campaign.json", "mutants", config=result["config"], provenance=meta, rows=result["rows"],
+                 summary={"ok": ok, "problems": problems, "curve": result["curve"], "seconds": result.get("seconds"),
+                          "resumed_runs": result.get("resumed_runs"), "total_runs": result.get("total_runs")})
     fig, ax = plt.subplots(figsize=(8, 5))
     curve = pd.DataFrame(result["curve"])
     if not curve.empty:
@@ -324,7 +328,6 @@ def write_report(result: dict, out_dir) -> dict:
     ax.set_title("Sampler-level mutants: detection vs samples")
     save_figure(fig, out / "detection_vs_samples.png")
     plt.close(fig)
-    ok, problems = campaign_ok(result["rows"])
     atomic_write_text(out / "report.md", _markdown(result, meta, ok, problems))
     return {"ok": ok, "problems": problems, "out": str(out)}
 

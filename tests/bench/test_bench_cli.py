@@ -119,10 +119,10 @@ def test_batched_bench_reports_the_checks_achieved_tv(tmp_path):
 
     assert batched.main(["--pair", "toy", "--rows", "0", "--samples", "300", "--length", "3", "--threads", "1",
                          "--out", str(tmp_path)]) == 0
-    data = json.loads((tmp_path / "batched.json").read_text())
+    data = json.loads((tmp_path / "batched.json").read_text())["report"]
     tv = data["check"]["detectable_tv"]
     assert tv == tv and 0 < tv < 1 and data["check"]["report"]["tests"]
     assert "throughput" not in data and "nan" not in (tmp_path / "report.md").read_text()
     assert batched.main(["--pair", "toy", "--rows", "4", "--samples", "0", "--length", "3", "--threads", "1",
                          "--out", str(tmp_path)]) == 0
-    assert "check" not in json.loads((tmp_path / "batched.json").read_text())  # not merged from the last run
+    assert "check" not in json.loads((tmp_path / "batched.json").read_text())["report"]  # not merged from the last run

@@ -38,7 +38,7 @@ def test_cost_model_on_toy(tmp_path):
 def test_costs_cli_writes_report(tmp_path):
     assert main(["--pair", "toy", "--repeats", "1", "--threads", "1", "--out", str(tmp_path)]) == 0
     assert "Break-even" in (tmp_path / "report.md").read_text()
-    assert json.loads((tmp_path / "costs.json").read_text())["pair"] == "toy"
+    assert json.loads((tmp_path / "costs.json").read_text())["config"]["pair"] == "toy"
     assert main(["--pair", "nope", "--out", str(tmp_path)]) == 2
 
 
