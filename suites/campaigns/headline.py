@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.records import atomic_write_json, atomic_write_text, provenance
+from harness.envelope import write_result
+from harness.records import atomic_write_text, provenance
 from harness.stats import (
     probit_mean_test,
     probit_per_stratum_test,
@@ -213,14 +214,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sims must be ≥ 1")
     if args.timing:
         rows = timing(args.timing)
-        atomic_write_json(Path(args.out) / "timing.json", {"rows": rows, "provenance": provenance(seed=2000)})
+        write_result(Path(args.out) / "timing.json", "campaign.headline.timing", config=args,
+                     provenance=provenance(seed=2000), rows=rows, summary={"runs": len(rows)})
         for row in rows:
             print(row)
         return 0
     result = run(args.sims, args.seed, progress=lambda line: print(line, flush=True))
     meta = provenance(seed=args.seed, dtype="float64")
     out = Path(args.out)
-    atomic_write_json(out / "power.json", {**result, "provenance": meta})
+    write_result(out / "power.json", "campaign.headline", config=args, provenance=meta, rows=result["rows"],
+                 summary={k: v for k, v in result.items() if k != "rows"})
     atomic_write_text(out / "README.md", markdown(result, meta))
     print(f"wrote {out / 'README.md'}")
     return 0

@@ -26,9 +26,10 @@ from harness.check.config import DEFAULT_FALSE_ALARM_RATE, CheckConfig
 from harness.check.draft_step import run_draft_step_check
 from harness.check.sampler import run_sampler_check
 from harness.check.tree import chain_as_tree, custom_tree_case, run_tree_check
+from harness.envelope import write_result
 from harness.executor import Journal, add_runner_arguments, run_cells, runner_from_arguments
 from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step, as_generate
-from harness.records import atomic_write_json, atomic_write_text, provenance
+from harness.records import atomic_write_text, provenance
 from harness.stats.rates import clopper_pearson, rate_text
 
 CASES = ["rows-differ", "anti-logits", "binary-gamma8"]
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     missed = [s for s in slips if s["verdict"] != "fail"]
     ok &= not missed and unrun == 0  # a run cut short by --stop-at / --budget-s is not "as expected"
     meta = provenance(seed=None)
-    atomic_write_json(out / "runs.json", {"runs": runs, "slips": slips, **meta})
+    write_result(out / "runs.json", "campaign.invariance", config=args, provenance=meta, rows=runs,
+                 summary={"ok": ok, "slips": slips})
     lines = ["# Verdicts invariant to the path: generated lossless rules and planted slips", "",
              f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {time.perf_counter() - started:.0f} s "
              f"on {meta['device']}", "",

@@ -165,11 +165,13 @@ def power_ok(power_rows: list[dict]) -> list[str]:
 def write_report(result: dict, out_dir: str | Path, command: str) -> Path:
     import pandas as pd
 
-    from harness.records import atomic_write_json, atomic_write_text, provenance
+    from harness.envelope import write_result
+    from harness.records import atomic_write_text, provenance
 
     out = Path(out_dir)
     meta = provenance(seed=None, dtype="float32")
-    atomic_write_json(out / "runs.json", {**result, "provenance": meta})
+    write_result(out / "runs.json", "campaign.sequential", config={"command": command}, provenance=meta,
+                 rows=result["runs"], summary={k: v for k, v in result.items() if k != "runs"})
     for key in ("calibration", "power"):
         if result["summary"][key]:
             atomic_write_text(out / f"{key}.csv", pd.DataFrame(result["summary"][key]).to_csv(index=False))

@@ -15,10 +15,10 @@ def test_invariance_campaign_journals_every_run_and_resumes(tmp_path):
     journal = (out / "journal.jsonl").read_text().splitlines()
     assert len(journal) == len(cells) + len(slips)
     first = json.loads((out / "runs.json").read_text())
-    assert all(s["verdict"] == "fail" for s in first["slips"]) and len(first["runs"]) == 2
+    assert all(s["verdict"] == "fail" for s in first["summary"]["slips"]) and len(first["rows"]) == 2
     main(["--rules", "2", "--sources", "sampler", "--out", str(out), "--budget-s", "0"])  # nothing may start
     again = json.loads((out / "runs.json").read_text())
-    assert again["runs"] == first["runs"] and again["slips"] == first["slips"]
+    assert again["rows"] == first["rows"] and again["summary"]["slips"] == first["summary"]["slips"]
     assert (out / "journal.jsonl").read_text().splitlines() == journal
 
 
