@@ -180,14 +180,14 @@ def add_probe_arguments(parser) -> None:
 
 
 def run_probe(args) -> int:
-    from harness.served.probe import probe
+    from harness.served.probe import probe, probe_result
 
     if not args.endpoint:
         raise HarnessError("specdec probe needs --endpoint URL (the server to probe)")
 
     info = probe(args.endpoint, args.model, api=args.api, timeout_s=args.timeout, retries=2)
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps(probe_result(info, {k: v for k, v in vars(args).items() if k != "func"}), indent=2))
         return EXIT_OK
     print(probe_table(info))
     return EXIT_OK

@@ -226,6 +226,18 @@ def probe(endpoint: str, model: str | None = None, *, api: str = "openai", **cli
     return info
 
 
+def probe_result(info: dict, config=None) -> dict:
+    """`specdec probe --json`: the probe as a result envelope of kind "probe" (docs/RESULTS-FORMAT.md). The
+    engine's device and dtype are the server's own, which a client cannot see: recorded as not recorded."""
+    from harness.envelope import NOT_RECORDED, Envelope, config_dict
+    from harness.records import git_commit, json_safe, machine, utc_now, versions
+
+    meta = {"seed": None, "git_commit": git_commit(), "machine": machine(), "versions": versions(),
+            "device": NOT_RECORDED, "dtype": NOT_RECORDED, "utc_time": utc_now()}
+    summary = {"ground_truths": info.get("ground_truths"), "speculative": info.get("speculative")}
+    return json_safe(Envelope("probe", config_dict(config), meta, summary, report=info).to_dict())
+
+
 def _speculative(metrics: dict) -> bool | None:
     for name, value in metrics.items():
         if name.endswith("speculative_decoding_enabled"):

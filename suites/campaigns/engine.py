@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+from harness.envelope import write_result
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.pairs import get_pair
 from harness.records import atomic_write_json, provenance
@@ -189,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "specdec campaign engine " + " ".join(argv if argv is not None else sys.argv[1:])
 
     def write(result: dict, final: bool = False) -> None:
-        atomic_write_json(out / "calibration.json", json.loads(json.dumps(result, default=_plain)))
+        plain = json.loads(json.dumps(result, default=_plain))
+        write_result(out / "calibration.json", "campaign.engine", config=plain["config"],
+                     provenance=plain["provenance"], rows=plain["rows"],
+                     summary={k: v for k, v in plain.items() if k not in ("config", "provenance", "rows")})
         text = report_md(result, command.strip())
         if not final:
             text = text.replace("\n\n", "\n\n**Partial: the calibration is still running (rows so far).**\n\n", 1)
@@ -200,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                        journal=Journal(out / "journal.jsonl", fresh=args.fresh),  # every run kept: a rerun resumes
                        stop=deadline(args.stop_at, args.budget_s))
     write(result, final=True)
-    (out / "probe-serve.json").write_text(json.dumps(result["probe"], indent=2) + "\n", encoding="utf-8")
+    from harness.served.probe import probe_result
+
+    atomic_write_json(out / "probe-serve.json", probe_result(result["probe"], {"endpoint": "specdec serve (this campaign's)",
+                                                                             "pair": PAIR}))
     for r in result["rows"]:
         print(f"{r['name']:<34} {r['ground_truth']:<10} {r['kind']:<8} {100 * r['rate_at_gate']:5.1f}% of {r['runs']}")
     return 0

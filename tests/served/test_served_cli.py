@@ -86,7 +86,9 @@ def test_tokenizer_differs_between_server_and_local_model(capsys):
 
 def test_probe_table_and_json(toy_server, capsys):
     assert main(["probe", "--endpoint", toy_server, "--json"]) == 0
-    info = json.loads(capsys.readouterr().out)
+    result = json.loads(capsys.readouterr().out)  # a result envelope of kind "probe"
+    assert result["kind"] == "probe" and result["provenance"]["seed"] is None and result["config"]["endpoint"]
+    info = result["report"]
     # V = 16: asked for 20, the server lists the whole vocabulary
     assert info["token_ids"] and info["top_logprobs_k"] == 16 and info["prompt_scoring"] == "prompt_logprobs"
     assert info["logprobs_mode"] == "raw" and info["seed_honoured"] and info["speculative"] is True
