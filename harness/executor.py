@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import calendar
+import dataclasses
 import json
 import os
 import time
@@ -33,6 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.configs import add_arguments, option
 from harness.errors import HarnessError
 
 
@@ -213,21 +215,40 @@ def run_cells(
 
 # --- the campaign runner's options, one spelling for every campaign of suites/campaigns -------------------------
 
+_WHEN = "campaign runner (journal, resume, when to stop)"
+_WHERE = "campaign runner: where the cells run"
+
+
+@dataclasses.dataclass
+class ScheduleConfig:
+    """When no new cell starts, and whether the journal is kept: the same options on every campaign."""
+
+    fresh: bool = option(False, "--fresh", "forget the journal: run every cell again (default: a rerun resumes, "
+                         "keeping every finished cell)", action="store_true", group=_WHEN)
+    stop_at: str | None = option(None, "--stop-at", "start no cell after this time: a Unix time or HH:MM (UTC, today)",
+                                 metavar="WHEN", group=_WHEN)
+    budget_s: float | None = option(None, "--budget-s", "start no cell after S seconds", float, "S", group=_WHEN)
+
+
+@dataclasses.dataclass
+class WhereConfig:
+    """Where the cells run: this process, a pool of local processes, or dask workers."""
+
+    local_workers: int = option(1, "--local-workers", "processes on this machine (1: in this process)", int, "N",
+                                group=_WHERE)
+    scheduler: str | None = option(None, "--scheduler", "run the cells on this dask scheduler's workers",
+                                   metavar="ADDRESS", group=_WHERE)
+    workers: int | None = option(None, "--workers", "run the cells on a local dask cluster of N processes", int, "N",
+                                 group=_WHERE)
+
+
 def add_runner_arguments(parser: argparse.ArgumentParser, *, local_workers: int = 1, where: bool = True) -> None:
-    """--local-workers / --scheduler / --workers (where the cells run; `where=False` for campaigns whose cells
-    must run in this process, e.g. against a server it holds), --stop-at / --budget-s (when no new cell starts),
-    --fresh (ignore the journal): the same options on every campaign that runs through `run_cells`."""
-    g = parser.add_argument_group("campaign runner (journal, resume, where and how long)")
-    g.add_argument("--stop-at", default=None, metavar="WHEN",
-                   help="start no cell after this time: a Unix time or HH:MM (UTC, today)")
-    g.add_argument("--budget-s", type=float, default=None, metavar="S", help="start no cell after S seconds")
-    g.add_argument("--fresh", action="store_true", help="forget the journal: run every cell again")
-    if not where:
-        return
-    g.add_argument("--local-workers", type=int, default=local_workers, metavar="N",
-                   help=f"processes on this machine (default {local_workers}; 1: in this process)")
-    g.add_argument("--scheduler", metavar="ADDRESS", default=None, help="run the cells on this dask scheduler's workers")
-    g.add_argument("--workers", type=int, metavar="N", default=None, help="run the cells on a local dask cluster of N")
+    """The ScheduleConfig flags (--stop-at / --budget-s: when no new cell starts, --fresh: ignore the journal) and,
+    unless `where=False` (campaigns whose cells must run in this process, e.g. against a server it holds), the
+    WhereConfig flags (--local-workers / --scheduler / --workers), for a campaign not yet on harness.runner."""
+    add_arguments(parser, ScheduleConfig)
+    if where:
+        add_arguments(parser, WhereConfig, defaults={"local_workers": local_workers})
 
 
 def parse_stop_at(value: str | float | None, now: float | None = None) -> float | None:

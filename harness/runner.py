@@ -10,7 +10,7 @@ A campaign (suites/campaigns/NAME.py) is its cells, its tests and its report:
 and, where it needs them,
 
     validate(config)              raise HarnessError on a bad setting (exit 2) before any cell runs
-    provenance(config) -> dict    the record's seed / device / dtype (default: seed None, cpu, float32)
+    provenance_fields(config)     the record's seed / device / dtype (default: seed None, cpu, float32)
     WHERE = "local"               the cells run in this process, in order (a server it holds, a timing): the
                                   campaign has no --local-workers / --scheduler / --workers
     journaled(config) -> bool     False: never resume (a timing ratio must come from one run)
@@ -35,37 +35,20 @@ from typing import Any
 
 from harness.configs import Parser, add_arguments, cli_fields, field_default, from_args, option
 from harness.errors import HarnessError
+from harness.executor import Journal, ScheduleConfig, WhereConfig, deadline, make_executor, run_cells
 
 JOURNAL = "journal.jsonl"  # the one journal name: OUT/journal.jsonl
-_RUNNER = "campaign runner (output, journal, resume, when to stop)"
-_WHERE = "campaign runner: where the cells run"
+_OUTPUT = "campaign runner (journal, resume, when to stop)"
 
 
 @dataclasses.dataclass
-class RunnerConfig:
-    """The options every campaign has: where it writes, resuming, and when no new cell starts."""
+class RunnerConfig(ScheduleConfig):
+    """The options every campaign has: when no new cell starts and resuming (ScheduleConfig), where it writes."""
 
     out: str | None = option(None, "--out", "results folder: report, records and the journal OUT/journal.jsonl "
-                             "(default: the campaign's, suites/outputs.py)", metavar="DIR", group=_RUNNER)
-    fresh: bool = option(False, "--fresh", "forget the journal: run every cell again (default: a rerun resumes, "
-                         "keeping every finished cell)", action="store_true", group=_RUNNER)
-    stop_at: str | None = option(None, "--stop-at", "start no cell after this time: a Unix time or HH:MM (UTC, today)",
-                                 metavar="WHEN", group=_RUNNER)
-    budget_s: float | None = option(None, "--budget-s", "start no cell after S seconds", float, "S", group=_RUNNER)
+                             "(default: the campaign's, suites/outputs.py)", metavar="DIR", group=_OUTPUT)
     report_only: bool = option(False, "--report-only", "run no cell: write the report from the journal",
-                               action="store_true", group=_RUNNER)
-
-
-@dataclasses.dataclass
-class WhereConfig:
-    """Where the cells run: this process, a pool of local processes, or dask workers (harness.executor)."""
-
-    local_workers: int = option(1, "--local-workers", "processes on this machine (1: in this process)", int, "N",
-                                group=_WHERE)
-    scheduler: str | None = option(None, "--scheduler", "run the cells on this dask scheduler's workers",
-                                   metavar="ADDRESS", group=_WHERE)
-    workers: int | None = option(None, "--workers", "run the cells on a local dask cluster of N processes", int, "N",
-                                 group=_WHERE)
+                               action="store_true", group=_OUTPUT)
 
 
 @dataclasses.dataclass
@@ -160,7 +143,6 @@ def _progress(name: str):
 
 def run(name: str, argv: list[str] | None = None, module: ModuleType | None = None) -> int:
     """Parse `argv` for campaign `name`, run its cells (journaled, resumable) and its report; the exit code."""
-    from harness.executor import Journal, deadline, make_executor, run_cells
     from harness.policy import results_folder
     from harness.records import provenance
 
@@ -188,7 +170,7 @@ def run(name: str, argv: list[str] | None = None, module: ModuleType | None = No
                          stop=(lambda: True) if runner.report_only else stop)
     done = {k: done[k] for k in cells if k in done}
     fields = {"seed": None, "device": "cpu", "dtype": "float32",
-              **(module.provenance(config) if hasattr(module, "provenance") else {})}
+              **(module.provenance_fields(config) if hasattr(module, "provenance_fields") else {})}
     result = Run(name=name, config=config, runner=runner, out=out, cells=cells, done=done,
                  provenance=provenance(**fields), seconds=time.perf_counter() - started,
                  command=command_line(name, config, dataclasses.replace(runner, fresh=False, report_only=False)))

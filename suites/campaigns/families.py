@@ -1,22 +1,46 @@
-"""Calibration of the verifier families' mutants and controls (draft-and-verify, block): detection of the
-family mutants over seeds and false alarms of the controls -> results/families (`specdec campaign families`).
-Every run is a cell of `harness.executor.run_cells` (with `--journal FILE`, a rerun resumes)."""
+"""Calibration of the verifier families' mutants and controls (draft-and-verify, block) -> results/families.
+
+`specdec campaign families --names NAME ...`: detection of the family mutants over seeds and false alarms of the
+controls. Every run is a cell of the campaign runner (harness.runner), journaled in OUT/journal.jsonl: a rerun
+resumes; the rates are printed as JSON and written to OUT/calibration.json."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 
 from harness.check.config import DEFAULT_FALSE_ALARM_RATE
-from harness.executor import (
-    Executor,
-    Journal,
-    LocalExecutor,
-    add_runner_arguments,
-    run_cells,
-    runner_from_arguments,
-)
+from harness.configs import option
+from harness.executor import Executor, Journal, LocalExecutor, run_cells
 
 CALIBRATION_CASES = ["anti-logits", "q-zero-where-p-positive", "binary-gamma8"]
+
+
+@dataclasses.dataclass
+class Config:
+    names: list[str] = option([], "--names", "registered implementation names (required)", metavar="NAME", nargs="+")
+    seeds: int = option(20, "--seeds", "seeds per implementation", int, "N")
+    first_seed: int = option(0, "--first-seed", "the first seed", int, "S")
+    rows: int | None = option(None, "--rows", "rows per case (default: the planner)", int, "N")
+    cases: list[str] | None = option(None, "--cases", "catalogue cases (default: " + ", ".join(CALIBRATION_CASES)
+                                     + ")", metavar="CASE", nargs="+")
+    false_alarm_rate: float = option(DEFAULT_FALSE_ALARM_RATE, "--false-alarm-rate", "family-wise false-alarm rate "
+                                     "of every run", float, "A")
+    calibrate: bool = option(False, "--calibrate", "accepted for the commands of results/families/README.md (the "
+                             "campaign always calibrates)", action="store_true", hidden=True)
+
+
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+    from harness.mutants.registry import get
+
+    if not config.names:
+        raise HarnessError("give the implementations to calibrate: --names NAME [NAME ...]")
+    if config.seeds < 1:
+        raise HarnessError(f"--seeds must be >= 1, got {config.seeds}")
+    for name in config.names:
+        get(name)  # an unknown name: "Did you mean ...?" (exit 2)
 
 
 def family_run(name: str, seed: int, cases: list, false_alarm_rate: float, rows: int | None) -> dict:
@@ -41,13 +65,23 @@ def calibrate(names: list[str], seeds: int, *, cases=None, false_alarm_rate: flo
               journal: Journal | None = None, stop=None) -> dict[str, dict]:
     """{name: {"runs", "failed", "rate", "seconds"}} over `seeds` seeds of the registered implementations
     `names` (draft-step or sampler level), each run on `cases` at `false_alarm_rate`."""
-    from harness.mutants.registry import get
-
-    cases = list(cases or CALIBRATION_CASES)
-    cells = {f"{n}/{s}/{','.join(map(str, cases))}/{rows}/{false_alarm_rate:g}": (n, s, cases, false_alarm_rate, rows)
-             for n in names for s in range(first_seed, first_seed + seeds)}
+    cells = calibration_cells(names, seeds, cases=cases, false_alarm_rate=false_alarm_rate, rows=rows,
+                              first_seed=first_seed)
     with executor or LocalExecutor() as ex:
         done = run_cells(ex, family_run, cells, journal=journal, stop=stop)
+    return rates(names, cells, done)
+
+
+def calibration_cells(names: list[str], seeds: int, *, cases=None, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
+                      rows: int | None = None, first_seed: int = 0) -> dict[str, tuple]:
+    cases = list(cases or CALIBRATION_CASES)
+    return {f"{n}/{s}/{','.join(map(str, cases))}/{rows}/{false_alarm_rate:g}": (n, s, cases, false_alarm_rate, rows)
+            for n in names for s in range(first_seed, first_seed + seeds)}
+
+
+def rates(names: list[str], cells: dict[str, tuple], done: dict) -> dict[str, dict]:
+    from harness.mutants.registry import get
+
     out = {}
     for name in names:
         impl = get(name)
@@ -59,25 +93,17 @@ def calibrate(names: list[str], seeds: int, *, cases=None, false_alarm_rate: flo
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
+def cells(config: Config) -> dict[str, tuple]:
+    return calibration_cells(config.names, config.seeds, cases=config.cases, false_alarm_rate=config.false_alarm_rate,
+                             rows=config.rows, first_seed=config.first_seed)
 
-    parser = argparse.ArgumentParser(prog="specdec campaign families",
-                                     description="detection of the family mutants / false alarms of the controls")
-    parser.add_argument("--calibrate", action="store_true", required=True)
-    parser.add_argument("--names", nargs="+", required=True, help="registered implementation names")
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--rows", type=int, default=None, help="rows per case (default: the planner)")
-    parser.add_argument("--cases", nargs="+", default=None)
-    parser.add_argument("--false-alarm-rate", type=float, default=DEFAULT_FALSE_ALARM_RATE)
-    parser.add_argument("--journal", default=None, metavar="FILE", help="jsonl of finished runs: a rerun resumes")
-    add_runner_arguments(parser)
-    args = parser.parse_args(argv)
-    executor, stop = runner_from_arguments(args)
-    journal = Journal(args.journal, fresh=args.fresh) if args.journal else None
-    result = calibrate(args.names, args.seeds, cases=args.cases, false_alarm_rate=args.false_alarm_rate,
-                       rows=args.rows, first_seed=args.first_seed, executor=executor, journal=journal, stop=stop)
+
+run_cell = family_run
+
+
+def report(run) -> int:
+    """The rates as JSON on stdout and in OUT/calibration.json (with provenance)."""
+    result = rates(run.config.names, run.cells, run.done)
+    run.write_json("calibration.json", {"rates": result, "command": run.command, "provenance": run.provenance})
     print(json.dumps(result, indent=1))
     return 0

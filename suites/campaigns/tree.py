@@ -1,24 +1,18 @@
-"""The tree-level zoo: detection of the tree mutants and false alarms of the tree controls -> results/tree
-(`specdec campaign tree --out results/tree`). Every run is a cell of `harness.executor.run_cells`, journaled in
-OUT/journal.jsonl: a rerun resumes, `--local-workers` / `--workers` / `--scheduler` spread the runs."""
+"""The tree-level zoo: detection of the tree mutants and false alarms of the tree controls -> results/tree.
+
+`specdec campaign tree` (harness.runner: every run is a cell journaled in OUT/journal.jsonl, so a rerun resumes;
+`--local-workers` / `--workers` / `--scheduler` spread the runs, `--budget-s` / `--stop-at` end them)."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import time
 from pathlib import Path
 
 from harness.check.config import DEFAULT_FALSE_ALARM_RATE
 from harness.check.tree import run_tree_check
-from harness.executor import (
-    Executor,
-    Journal,
-    LocalExecutor,
-    add_runner_arguments,
-    deadline,
-    run_cells,
-    runner_from_arguments,
-)
+from harness.configs import option
+from harness.executor import Executor, Journal, LocalExecutor, deadline, run_cells
 from harness.mutants.registry import get, implementations
 from harness.mutants.tree import TREE_RULES, exact_tree_tv_table
 from harness.records import atomic_write_json, atomic_write_text, provenance
@@ -26,6 +20,28 @@ from harness.stats.rates import family_p, rate_text
 from suites.catalogues.tree import EXACT_CASES
 
 MUTANT_FIRST_SEED, CONTROL_FIRST_SEED = 0, 1000
+
+
+@dataclasses.dataclass
+class Config:
+    mutant_seeds: int = option(20, "--mutant-seeds", "seeds per mutant, each at the default plan (a run stops once "
+                               "decided)", int, "N")
+    control_seeds: int = option(200, "--control-seeds", "seeds per control (false alarms)", int, "N")
+    control_rows: int = option(10_000, "--control-rows", "rows per case of a control run (every case, no early stop)",
+                               int, "N")
+    gate: float = option(DEFAULT_FALSE_ALARM_RATE, "--false-alarm-rate", "gate: family-wise false-alarm rate of "
+                         "every run", float, "A")
+    names: list[str] | None = option(None, "--only", "run only these tree entries (default: every one)",
+                                     metavar="NAME", nargs="+")
+
+
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+
+    if min(config.mutant_seeds, config.control_seeds, config.control_rows) < 0:
+        raise HarnessError("--mutant-seeds, --control-seeds and --control-rows must be >= 0")
+    for name in config.names or ():
+        get(name)  # an unknown name: "Did you mean ...?" (exit 2)
 
 
 def tree_run(name: str, seed: int, rows: int | None, gate: float, stop_on_fail: bool) -> dict:
@@ -51,6 +67,46 @@ def tree_cells(names: list[str], *, mutant_seeds: int, control_seeds: int, contr
     return cells
 
 
+def cells(config: Config) -> dict[str, tuple]:
+    return tree_cells(config.names or [i.name for i in implementations(level="tree")],
+                      mutant_seeds=config.mutant_seeds, control_seeds=config.control_seeds,
+                      control_rows=config.control_rows, gate=config.gate)
+
+
+run_cell = tree_run
+
+
+def summarize(names: list[str], cells: dict[str, tuple], done: dict, config: dict) -> dict:
+    """The campaign's result from the finished cells: per entry the runs, failures at the gate, each run's family
+    p (smallest Holm-adjusted p-value) and the exact TV on small trees."""
+    gate = config["gate"]
+    finished = [done[k] for k in cells if k in done]  # schedule order
+    exact = exact_tree_tv_table([n for n in names if n in TREE_RULES], EXACT_CASES)
+    rows = []
+    for i in (get(n) for n in names):
+        mine = [r for r in finished if r["name"] == i.name]
+        fam = [r["family_p"] for r in mine]
+        rows.append({"name": i.name, "kind": i.kind, "models": i.models, "runs": len(mine),
+                     "fails_at_gate": sum(p <= gate for p in fam), "family_p": fam,
+                     "exact_tv": exact.get(i.name, {}), "seconds": sum(r["seconds"] for r in mine)})
+    return {"rows": rows, "config": config, "cells": len(cells), "cells_run": len(finished)}
+
+
+def report(run) -> int:
+    """campaign.json and report.md; exit 1 if a mutant is caught in < 95 % of its seeds or a control fails often."""
+    c = run.config
+    names = c.names or [i.name for i in implementations(level="tree")]
+    result = summarize(names, run.cells, run.done, {
+        "mutant_seeds": c.mutant_seeds, "control_seeds": c.control_seeds, "control_rows": c.control_rows,
+        "gate": c.gate, "time_budget_s": run.runner.budget_s})
+    write_tree_campaign(result, run.out, run.provenance)
+    bad = [r["name"] for r in result["rows"]
+           if (r["kind"] == "mutant" and r["fails_at_gate"] < 0.95 * r["runs"])  # a mutant caught in < 95 % of seeds
+           or (r["kind"] != "mutant" and r["fails_at_gate"] > max(1, 0.01 * r["runs"]))]  # a control failing often
+    print(f"tree campaign -> {run.out}/report.md" + (f"; not as expected: {', '.join(bad)}" if bad else ""))
+    return 1 if bad else 0
+
+
 def run_tree_campaign(*, mutant_seeds: int = 20, control_seeds: int = 200, control_rows: int = 20_000,
                       gate: float = DEFAULT_FALSE_ALARM_RATE, names: list[str] | None = None,
                       time_budget_s: float | None = None, executor: Executor | None = None,
@@ -61,24 +117,13 @@ def run_tree_campaign(*, mutant_seeds: int = 20, control_seeds: int = 200, contr
     what is reported). Returns {"rows": [...], "config": {...}}: per entry the runs, failures at the gate, and
     each run's family p (smallest Holm-adjusted p-value)."""
     names = names or [i.name for i in implementations(level="tree")]
-    impls = [get(n) for n in names]
     cells = tree_cells(names, mutant_seeds=mutant_seeds, control_seeds=control_seeds, control_rows=control_rows,
                        gate=gate)
     stop = stop or deadline(budget_s=time_budget_s)
     with executor or LocalExecutor() as ex:
         done = run_cells(ex, tree_run, cells, journal=journal, stop=stop)
-    finished = [done[k] for k in cells if k in done]  # schedule order
-    exact = exact_tree_tv_table([n for n in names if n in TREE_RULES], EXACT_CASES)
-    rows = []
-    for i in impls:
-        mine = [r for r in finished if r["name"] == i.name]
-        fam = [r["family_p"] for r in mine]
-        rows.append({"name": i.name, "kind": i.kind, "models": i.models, "runs": len(mine),
-                     "fails_at_gate": sum(p <= gate for p in fam), "family_p": fam,
-                     "exact_tv": exact.get(i.name, {}), "seconds": sum(r["seconds"] for r in mine)})
-    return {"rows": rows, "config": {"mutant_seeds": mutant_seeds, "control_seeds": control_seeds,
-                                     "control_rows": control_rows, "gate": gate, "time_budget_s": time_budget_s},
-            "cells": len(cells), "cells_run": len(finished)}
+    return summarize(names, cells, done, {"mutant_seeds": mutant_seeds, "control_seeds": control_seeds,
+                                          "control_rows": control_rows, "gate": gate, "time_budget_s": time_budget_s})
 
 
 def tree_campaign_markdown(result: dict, meta: dict) -> str:
@@ -102,33 +147,8 @@ def tree_campaign_markdown(result: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tree_campaign(result: dict, out_dir: str) -> None:
+def write_tree_campaign(result: dict, out_dir: str | Path, meta: dict | None = None) -> None:
     """campaign.json (with provenance) and report.md under out_dir, written atomically."""
-    meta = provenance(seed=None)
+    meta = meta or provenance(seed=None)
     atomic_write_json(Path(out_dir) / "campaign.json", {**result, **meta})
     atomic_write_text(Path(out_dir) / "report.md", tree_campaign_markdown(result, meta))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec campaign tree", description=__doc__.splitlines()[0])
-    parser.add_argument("--mutant-seeds", type=int, default=20)
-    parser.add_argument("--control-seeds", type=int, default=200)
-    parser.add_argument("--control-rows", type=int, default=10_000)
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds; no run starts after it "
-                        "(the same as --budget-s)")
-    parser.add_argument("--out", default="results/tree")
-    add_runner_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.time_budget is not None and args.budget_s is None:
-        args.budget_s = args.time_budget
-    executor, stop = runner_from_arguments(args)
-    journal = Journal(Path(args.out) / "journal.jsonl", fresh=args.fresh)
-    result = run_tree_campaign(mutant_seeds=args.mutant_seeds, control_seeds=args.control_seeds,
-                               control_rows=args.control_rows, time_budget_s=args.budget_s, executor=executor,
-                               journal=journal, stop=stop)
-    write_tree_campaign(result, args.out)
-    bad = [r["name"] for r in result["rows"]
-           if (r["kind"] == "mutant" and r["fails_at_gate"] < 0.95 * r["runs"])  # a mutant caught in < 95 % of seeds
-           or (r["kind"] != "mutant" and r["fails_at_gate"] > max(1, 0.01 * r["runs"]))]  # a control failing often
-    print(f"tree campaign -> {args.out}/report.md" + (f"; not as expected: {', '.join(bad)}" if bad else ""))
-    return 1 if bad else 0

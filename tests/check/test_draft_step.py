@@ -117,12 +117,17 @@ def test_argmax_exact_law_is_the_greedy_drafter_rule():
     assert float((freq - laws[0]).abs().sum()) / 2 < 0.006
 
 
-def test_calibration_entry_point_counts_failures(capsys):
+def test_calibration_entry_point_counts_failures(tmp_path, capsys):
     import json
 
-    from suites.campaigns.families import main as _main
+    from harness.cli import main
 
-    assert _main(["--calibrate", "--names", "draft_noise_reused", "draft_step_reference", "--seeds", "2",
-                  "--rows", "20000", "--cases", "q-zero-where-p-positive"]) == 0
+    argv = ["campaign", "families", "--names", "draft_noise_reused", "draft_step_reference", "--seeds", "2",
+            "--rows", "20000", "--cases", "q-zero-where-p-positive", "--out", str(tmp_path)]
+    assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["draft_noise_reused"]["failed"] == 2 and result["draft_step_reference"]["failed"] == 0
+    assert json.loads((tmp_path / "calibration.json").read_text())["rates"] == result
+    # a rerun resumes from OUT/journal.jsonl: the same rates, nothing run again
+    assert main([*argv, "--report-only"]) == 0
+    assert json.loads(capsys.readouterr().out) == result

@@ -1,0 +1,119 @@
+"""The campaign runner (harness.runner): one rule for resume, --report-only, when to stop, provenance, the output
+folder and the exit code, shown on a small campaign defined here and on the tree campaign."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+
+import pytest
+
+from harness.configs import option
+from harness.errors import HarnessError
+from harness.runner import JOURNAL, campaign_parser, command_line, run
+
+CALLS: list[int] = []
+
+
+@dataclasses.dataclass
+class _Config:
+    n: int = option(3, "--n", "cells", int, "N")
+    bad: int = option(0, "--bad", "cells whose record says FAIL", int, "N")
+
+
+def _cell(i: int) -> dict:
+    CALLS.append(i)
+    return {"i": i, "square": i * i}
+
+
+def _report(run_) -> int:
+    run_.write_json("records.json", {"records": run_.records, "provenance": run_.provenance, "command": run_.command,
+                                     "complete": run_.complete})
+    return 1 if any(r["i"] < run_.config.bad for r in run_.records) else 0
+
+
+def _validate(config) -> None:
+    if config.n < 0:
+        raise HarnessError("--n must be >= 0")
+
+
+def _campaign() -> types.ModuleType:
+    module = types.ModuleType("small")
+    module.__doc__ = "A small campaign: the squares of 0..n-1."
+    module.Config, module.run_cell, module.report, module.validate = _Config, _cell, _report, _validate
+    module.cells = lambda c: {f"i{i}": (i,) for i in range(c.n)}
+    module.provenance_fields = lambda c: {"seed": 7, "dtype": "float64"}
+    return module
+
+
+def _records(out) -> dict:
+    return json.loads((out / "records.json").read_text())
+
+
+def test_a_rerun_resumes_from_the_journal_and_fresh_runs_every_cell_again(tmp_path):
+    CALLS.clear()
+    assert run("small", ["--out", str(tmp_path)], _campaign()) == 0
+    assert CALLS == [0, 1, 2] and (tmp_path / JOURNAL).exists()
+    assert run("small", ["--out", str(tmp_path), "--n", "4"], _campaign()) == 0
+    assert CALLS == [0, 1, 2, 3]  # only the new cell ran
+    assert [r["square"] for r in _records(tmp_path)["records"]] == [0, 1, 4, 9]
+    assert run("small", ["--out", str(tmp_path), "--n", "4", "--fresh"], _campaign()) == 0
+    assert CALLS == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_report_only_and_a_spent_budget_run_nothing_and_report_what_is_journaled(tmp_path):
+    CALLS.clear()
+    assert run("small", ["--out", str(tmp_path), "--n", "2"], _campaign()) == 0
+    assert run("small", ["--out", str(tmp_path), "--n", "5", "--report-only"], _campaign()) == 0
+    assert run("small", ["--out", str(tmp_path), "--n", "5", "--stop-at", "1"], _campaign()) == 0  # 1970: passed
+    assert CALLS == [0, 1]
+    record = _records(tmp_path)
+    assert len(record["records"]) == 2 and record["complete"] is False
+
+
+def test_the_exit_code_is_the_reports_and_the_record_carries_provenance_and_the_command(tmp_path):
+    assert run("small", ["--out", str(tmp_path), "--bad", "1"], _campaign()) == 1
+    record = _records(tmp_path)
+    assert {"seed", "git_commit", "machine", "versions", "device", "dtype", "utc_time"} <= set(record["provenance"])
+    assert record["provenance"]["seed"] == 7 and record["provenance"]["dtype"] == "float64"
+    assert record["command"] == f"specdec campaign small --bad 1 --out {tmp_path}"
+
+
+def test_bad_settings_raise_before_any_cell_runs(tmp_path):
+    CALLS.clear()
+    with pytest.raises(HarnessError, match="--n must be"):
+        run("small", ["--out", str(tmp_path), "--n", "-1"], _campaign())
+    with pytest.raises(HarnessError, match="--stop-at"):
+        run("small", ["--out", str(tmp_path), "--stop-at", "noon"], _campaign())
+    with pytest.raises(SystemExit) as usage:  # argparse: one line, exit 2 (specdec main returns the code)
+        run("small", ["--n", "x"], _campaign())
+    assert usage.value.code == 2 and CALLS == []
+
+
+def test_the_output_folder_default_is_declared_in_suites_outputs():
+    from suites.outputs import FOLDERS
+
+    parser = campaign_parser("tree")
+    assert parser.get_default("out") is None  # resolved by the runner from suites/outputs.py
+    assert FOLDERS["campaign.tree"] == "results/tree"
+
+
+def test_command_line_lists_the_flags_that_differ_from_their_defaults():
+    assert command_line("small", _Config(n=5)) == "specdec campaign small --n 5"
+
+
+def test_the_tree_campaign_on_the_command_line_resumes(tmp_path, capsys):
+    from harness.cli import main
+
+    argv = ["campaign", "tree", "--mutant-seeds", "1", "--control-seeds", "1", "--control-rows", "2000", "--only",
+            "residual_wrong_sibling", "tree_single_coin", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "campaign.json").read_text())
+    assert {r["name"]: r["fails_at_gate"] for r in first["rows"]} == {"residual_wrong_sibling": 1,
+                                                                        "tree_single_coin": 0}
+    assert main([*argv, "--report-only"]) == 0
+    again = json.loads((tmp_path / "campaign.json").read_text())
+    assert [r["family_p"] for r in again["rows"]] == [r["family_p"] for r in first["rows"]]
+    assert main(["campaign", "tree", "--only", "no_such_entry", "--out", str(tmp_path)]) == 2
+    assert "no_such_entry" in capsys.readouterr().err
