@@ -36,10 +36,11 @@ import torch
 
 from harness.check.generation import run_generation_check
 from harness.contexts import coverage, plan
+from harness.envelope import read_result, write_result
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.mutants import get
 from harness.pairs import get_pair
-from harness.records import atomic_write_json, provenance
+from harness.records import provenance
 from specdec_ref.adapters import generate as reference_generate
 
 GATE = 1e-3  # the family-wise false-alarm rate of `specdec verify` (its default)
@@ -163,13 +164,12 @@ def demo_timing(threads: int = 2) -> dict:
 
 
 def load_journal(path: str) -> dict | None:
-    """The campaign.json of an earlier chunk (resumed: the seeds it ran are not run again), or None."""
-    import json
-
+    """An earlier chunk's OUT/PART.json (resumed: the seeds it ran are not run again): its report with the
+    chunks of its summary, or None."""
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    envelope = read_result(path)
+    return {**envelope.report, "chunks": envelope.summary.get("chunks", [])}
 
 
 def _migrate(journal: Journal, journals: dict) -> None:
@@ -218,7 +218,8 @@ def main(argv=None) -> int:
     if args.exact_only:
         os.makedirs(args.out, exist_ok=True)
         tvs = exact_tvs()
-        atomic_write_json(f"{args.out}/exact_tv.json", tvs)
+        write_result(f"{args.out}/exact_tv.json", "campaign.contexts.exact_tv", config=args,
+                     provenance=provenance(seed=None, dtype="float64"), report=tvs, summary={"entries": len(tvs)})
         for name, row in tvs.items():
             print(f"{name:40s} {row['pair']:8s} {row['setting']:28s} exact TV "
                   + ", ".join(f"{t:.4f}" for t in row["tv_per_prompt"]))
@@ -230,7 +231,9 @@ def main(argv=None) -> int:
         if "error" in record:  # the run could not be done: exit 2, one line, nothing written
             print(record["error"], file=__import__("sys").stderr)
             return 2
-        atomic_write_json(f"{args.out}/demo.json", record)
+        write_result(f"{args.out}/demo.json", "campaign.contexts.demo", config=args, provenance=record["provenance"],
+                     report={k: v for k, v in record.items() if k != "provenance"},
+                     summary={"ratio_new_over_old": record["ratio_new_over_old"]})
         print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in record.items() if isinstance(v, dict)
                and "seconds" in v}, record["ratio_new_over_old"], flush=True)
         parts.discard("demo")
@@ -250,6 +253,8 @@ def main(argv=None) -> int:
     for part in parts:
         journals[part]["chunks"].append(chunk)
 
+    meta = provenance(seed=0, device="cpu", dtype="float64")
+
     def save(part: str, done: dict | None = None):
         done = journal.load() if done is None else done
         if part in ("mutant", "control"):
@@ -257,17 +262,19 @@ def main(argv=None) -> int:
         if part == "engine":
             journals["engine"]["mutant_runs"] = _rows(done, "engine-mutant")
             journals["engine"]["control_runs"] = _rows(done, "engine-control")
-        atomic_write_json(f"{args.out}/{part}.json", journals[part])
+        record = journals[part]
+        write_result(f"{args.out}/{part}.json", f"campaign.contexts.{part}", config=args, provenance=meta,
+                     report={k: v for k, v in record.items() if k != "chunks"}, summary={"chunks": record["chunks"]})
         merged = {part: load_journal(f"{args.out}/{part}.json") or {"runs": []} for part in PARTS}
         m, c = merged["mutant"]["runs"], merged["control"]["runs"]
         timing = merged["timing"].get("pair", {})
-        atomic_write_json(f"{args.out}/campaign.json", {
-            "gate": GATE, "pair": "toy", "mutant": MUTANT, "provenance": provenance(seed=0, device="cpu", dtype="float64"),
+        summary = {"mutant_detected": sum(r["fail"] for r in m), "mutant_seeds": len(m),
+                   "control_false_alarms": sum(r["fail"] for r in c), "control_seeds": len(c),
+                   "control_samples_per_cell": sorted({str(r.get("declared_samples")) for r in c}),
+                   "timing_ratio_new_over_old": timing.get("ratio_new_over_old")}
+        write_result(f"{args.out}/campaign.json", "campaign.contexts", config=args, provenance=meta, summary=summary, report={
+            "gate": GATE, "pair": "toy", "mutant": MUTANT,
             "coverage": {str(k): v for k, v in coverage(plan(pair)["contexts"]).items()},
-            "summary": {"mutant_detected": sum(r["fail"] for r in m), "mutant_seeds": len(m),
-                        "control_false_alarms": sum(r["fail"] for r in c), "control_seeds": len(c),
-                        "control_samples_per_cell": sorted({str(r.get("declared_samples")) for r in c}),
-                        "timing_ratio_new_over_old": timing.get("ratio_new_over_old")},
             "engine": {"mutant_detected": sum(r["fail"] for r in merged["engine"].get("mutant_runs", [])),
                        "mutant_seeds": len(merged["engine"].get("mutant_runs", [])),
                        "control_false_alarms": sum(r["fail"] for r in merged["engine"].get("control_runs", [])),
@@ -324,7 +331,7 @@ def main(argv=None) -> int:
                         progress=report(f"engine-{kind}", "engine"))
     for part in parts:
         save(part)
-    print({k: v for k, v in load_journal(f"{args.out}/campaign.json")["summary"].items()})
+    print(read_result(f"{args.out}/campaign.json").summary)
     return 0
 
 

@@ -239,8 +239,8 @@ def test_contexts_campaign_resumes_per_part_and_merges(tmp_path, monkeypatch, ca
     merged = json.loads((tmp_path / "c" / "campaign.json").read_text())
     assert merged["summary"]["control_seeds"] == 3 and merged["summary"]["control_false_alarms"] == 0
     assert merged["summary"]["mutant_seeds"] == 2 and merged["summary"]["mutant_detected"] == 2
-    assert {r["declared_samples"] for r in merged["control_runs"]} == {50}
-    assert len(merged["chunks"]["control"]) == 2 and len(merged["chunks"]["mutant"]) == 1
+    assert {r["declared_samples"] for r in merged["report"]["control_runs"]} == {50}
+    assert len(merged["report"]["chunks"]["control"]) == 2 and len(merged["report"]["chunks"]["mutant"]) == 1
     assert campaign.main(base + ["--parts", "controls"]) == 2
     assert "valid: mutant, timing, control" in capsys.readouterr().err
 

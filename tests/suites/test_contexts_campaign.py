@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from harness.envelope import write_result
+from harness.records import provenance
 from suites.campaigns.contexts import main
 
 
@@ -12,10 +14,11 @@ def test_contexts_campaign_resumes_the_part_journals_and_journals_new_runs(tmp_p
     out = tmp_path / "contexts"
     out.mkdir()
     earlier = {"seed": 1000, "verdict": "pass", "fail": False, "seconds": 1.0, "declared_samples": 100}
-    (out / "control.json").write_text(json.dumps({"runs": [earlier], "chunks": []}))
+    write_result(out / "control.json", "campaign.contexts.control", config={}, provenance=provenance(seed=0),
+                 report={"runs": [earlier]}, summary={"chunks": []})
     args = ["--out", str(out), "--parts", "control", "--control-seeds", "2", "--control-samples", "100"]
     assert main(args) == 0
-    runs = json.loads((out / "control.json").read_text())["runs"]
+    runs = json.loads((out / "control.json").read_text())["report"]["runs"]
     assert [r["seed"] for r in runs] == [1000, 1001] and runs[0] == earlier  # 1000 resumed, only 1001 ran
     # 100 samples per cell: no false alarm; the one-law headline (a prompt's joint law at 100 rows, TV ≈ 0.33)
     # promises too little for PASS, so the control run is INCONCLUSIVE, never PASS on too little data
@@ -23,7 +26,7 @@ def test_contexts_campaign_resumes_the_part_journals_and_journals_new_runs(tmp_p
     keys = [json.loads(line)["key"] for line in (out / "journal.jsonl").read_text().splitlines()]
     assert keys == ["control/1000", "control/1001"]
     assert main([*args, "--control-seeds", "3", "--budget-s", "0"]) == 0  # out of time: nothing new starts
-    assert len(json.loads((out / "control.json").read_text())["runs"]) == 2
+    assert len(json.loads((out / "control.json").read_text())["report"]["runs"]) == 2
     summary = json.loads((out / "campaign.json").read_text())["summary"]
     assert summary["control_seeds"] == 2 and summary["control_false_alarms"] == 0
 
@@ -53,7 +56,7 @@ def test_demo_part_times_the_old_and_the_new_demo_plan_in_one_process(tmp_path, 
     assert (old.contexts, old.length, old.samples, old.settings) == ("none", 4, 480, None)
     assert new.contexts == "catalogue" and new.length == 16 and new.samples is None
     assert sum(not s.startswith("T=0,") and s != "T=0" for s in new.settings) == 1  # one sampling setting
-    record = json.loads((tmp_path / "demo.json").read_text())
+    record = json.loads((tmp_path / "demo.json").read_text())["report"]
     assert record["old_plan"]["plan"]["contexts"] == "none" and record["new_plan"]["tokens"] == {"c/contexts": 70}
     assert record["ratio_new_over_old"] > 0 and record["old_plan"]["verdict"] == record["new_plan"]["verdict"] == "pass"
 
