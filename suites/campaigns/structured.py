@@ -35,13 +35,14 @@ import torch
 
 from harness.check.generation import Setting, continuation_law, run_generation_check, total_variation
 from harness.check.structured import ConstraintSpec, bind_constraints
+from harness.envelope import write_result
 from harness.executor import Journal
 from harness.models.toy_pairs import _prompts, _toy_models
 from harness.mutants import get, implementations
 from harness.mutants.generation import exact_output_law
 from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED
 from harness.pairs import get_pair
-from harness.records import atomic_write_json
+from harness.records import provenance
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
 from suites.campaigns.zoo import CampaignConfig, run_campaign, write_report
 
@@ -286,7 +287,20 @@ def step_campaign(control_seeds: int, seeds: int, gate: float = 1e-3) -> dict:
 
 
 def _load(path: Path):
+    """A record of this folder (a result envelope), or None."""
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def _report(path: Path):
+    """The report of a record of this folder, or None."""
+    record = _load(path)
+    return None if record is None else record["report"]
+
+
+def _save(out: Path, name: str, body: dict, args, seed) -> None:
+    """OUT/NAME.json: a result envelope of kind campaign.structured.NAME holding `body` as its report."""
+    write_result(out / f"{name}.json", f"campaign.structured.{name}", config=args, report=body,
+                 provenance=provenance(seed=seed, dtype="float64"), summary={})
 
 
 def _cell(text: str) -> str:
@@ -299,7 +313,7 @@ def readme(out: Path) -> str:
              "Produced by `specdec campaign structured --out results/structured` (suites/campaigns/structured.py; "
              "the parts and their options are in its docstring). Every number below is read from the records in "
              "this folder; a part that has no record did not run.", ""]
-    tvs = _load(out / "exact_tv.json")
+    tvs = _report(out / "exact_tv.json")
     lines += ["## Exact output laws (`exact_tv.json`)", ""]
     if tvs:
         lines += ["TV between the exact output law (3 new tokens, γ = 3, float64 enumeration of the batched loop with "
@@ -319,7 +333,7 @@ def readme(out: Path) -> str:
     zoo = _load(out / "campaign.json")
     if zoo:
         cfg = zoo["config"]
-        lines += [f"{cfg['generation_samples']} samples per prompt × setting, gate {cfg.get('gate', cfg.get('gate_alpha'))}; "
+        lines += [f"{cfg['generation_samples']} samples per prompt × setting, gate {cfg['gate']}; "
                   "each entry on its own pair and constrained setting.", "",
                   "| entry | kind | failed / runs at the gate | 95% CI |", "|---|---|---|---|"]
         for row in zoo["rows"]:
@@ -337,7 +351,7 @@ def readme(out: Path) -> str:
                   f"{row['worker_seconds']:.0f} s of runs, {ref['config']['generation_samples']} samples per prompt × "
                   f"setting, pair `{get(row['name']).pair}`."]
     lines += ["", "## Sampler level: the masked step (`step.json`)", ""]
-    step = _load(out / "step.json")
+    step = _report(out / "step.json")
     if step:
         lines += ["| implementation | kind | failed / seeds |", "|---|---|---|"]
         lines += [f"| `{name}` | {row['kind']} | {row['fail']}/{row['seeds']} |" for name, row in step.items()]
@@ -345,7 +359,7 @@ def readme(out: Path) -> str:
         lines.append("not run")
     lines += ["", "## Third-party: transformers assisted generation with `prefix_allowed_tokens_fn`", ""]
     for name, label in (("transformers_assisted.json", "toy"), ("smollm2.json", "SmolLM2")):
-        rec = _load(out / name)
+        rec = _report(out / name)
         if rec is None:
             lines.append(f"- {label}: not run")
             continue
@@ -356,7 +370,7 @@ def readme(out: Path) -> str:
                          f"allow per prompt {r['constraint_violations']}, detectable TV "
                          f"{'–' if tv is None else f'{tv:.3g}'}, {r['seconds']:.0f} s")
     lines += ["", "## Third-party: llama.cpp's llama-server under a GBNF grammar (`llama_server.json`)", ""]
-    engine = _load(out / "llama_server.json")
+    engine = _report(out / "llama_server.json")
     lines += _engine_lines(engine, lambda e: (
         f"`{e['version']}`; SmolLM2-135M-Instruct F32 target, its Q4_1 GGUF as the draft when speculation is on; "
         f"grammar `{_cell(e['grammar_gbnf'])}` sent as `grammar` to `/completion` (ground truth: llguidance's Lark "
@@ -364,13 +378,13 @@ def readme(out: Path) -> str:
         f"truncation off; {e['samples_per_prompt']} continuations per prompt, {len(e['prompts'])} prompts, "
         f"{e['length']} new tokens."))
     lines += ["", "## Third-party: vLLM (CPU build) with n-gram speculation under a regex (`vllm.json`)", ""]
-    lines += _engine_lines(_load(out / "vllm.json"), lambda e: (
+    lines += _engine_lines(_report(out / "vllm.json"), lambda e: (
         f"vLLM's OpenAI server on SmolLM2-135M-Instruct (float32), `--speculative-config "
         f"{json.dumps(e['speculative_config'])}` on the `ngram` side; regex `{_cell(e['regex'])}` sent as "
         "`structured_outputs.regex` (ground truth: llguidance's compile of the same regex, the local float64 target, "
         f"PIT of the masked law); T = 1; {e['samples_per_prompt']} continuations per prompt, {len(e['prompts'])} "
         f"prompts, {e['length']} new tokens."))
-    if _load(out / "vllm.json"):
+    if _report(out / "vllm.json"):
         lines += ["", "The same server and pair without a constraint: [results/findings/vllm-cpu](../findings/vllm-cpu/README.md) "
                   "(n-gram speculation and speculation off, the local target). The format test says whether the "
                   "regex was ever broken; the law test whether the constrained law is the target's; with speculation "
@@ -440,19 +454,19 @@ def main(argv=None) -> int:
 
     tvs = exact_tvs() if "exact" in parts else {}
     if tvs:
-        atomic_write_json(out / "exact_tv.json", tvs)
+        _save(out, "exact_tv", tvs, args, None)
     journal = Journal(out / "journal.jsonl")
     names = tuple(structured_names())
     ok = True
     # 1. the third-party finding and the sampler-level step (short)
     if "transformers" in parts:
         finding = transformers_finding(args.finding_samples)
-        atomic_write_json(out / "transformers_assisted.json", finding)
+        _save(out, "transformers_assisted", finding, args, finding.get("seed", 0))
         print(f"transformers assisted generation + prefix_allowed_tokens_fn: {finding['verdict']} "
               f"(min p {finding['min_p_value']:.3g}, violations {finding['constraint_violations']})", flush=True)
     if "step" in parts:
         step = step_campaign(args.step_seeds, args.seeds)
-        atomic_write_json(out / "step.json", step)
+        _save(out, "step", step, args, [5000 + s for s in range(max(args.step_seeds, args.seeds))])
         for name, row in step.items():
             print(f"step {name:32s} {row['kind']:8s} fail {row['fail']}/{row['seeds']}", flush=True)
             ok &= (row["fail"] == 0) if row["kind"] == "control" else (row["fail"] == row["seeds"])
@@ -468,7 +482,7 @@ def main(argv=None) -> int:
     # 3. the real pair
     if "real" in parts and args.real_samples and time_left():
         real = real_pair_runs(args.real_samples)
-        atomic_write_json(out / "smollm2.json", real)
+        _save(out, "smollm2", real, args, 0)
         for who, row in real.items():
             print(f"smollm2 {who}: {row['verdict']} (min p {row['min_p_value']:.3g}, violations "
                   f"{row['constraint_violations']}, {row['seconds']:.0f} s)", flush=True)
@@ -481,10 +495,10 @@ def main(argv=None) -> int:
             print("llama-server: not run (no binary: `nox -s engines` builds one, or set $SPECDEC_LLAMA_SERVER)")
     if "llama-server" in parts and time_left():
         engine = llama_server_finding(out, args.engine_samples, tuple(args.engine_sides.split(",")))
-        earlier = _load(out / "llama_server.json")  # the other side from an earlier run (same plan) is kept
+        earlier = _report(out / "llama_server.json")  # the other side from an earlier run (same plan) is kept
         if earlier and all(earlier.get(k) == engine[k] for k in ("grammar_gbnf", "prompts", "samples_per_prompt")):
             engine["sides"] = {**earlier["sides"], **engine["sides"]}
-        atomic_write_json(out / "llama_server.json", engine)
+        _save(out, "llama_server", engine, args, 0)
         for side, row in engine["sides"].items():
             print(f"llama-server speculation {side}: {row['check']['verdict']} (min p {row['check']['min_p_value']:.3g}, "
                   f"detectable TV {row['check']['detectable_tv']}), format "
@@ -495,10 +509,10 @@ def main(argv=None) -> int:
         print(f"vllm: not run (no vLLM venv at {args.vllm_python}: `nox -s vllm` builds it)")
     if "vllm" in parts and time_left():
         engine = vllm_finding(out, args.vllm_samples, args.vllm_python, tuple(args.vllm_sides.split(",")))
-        earlier = _load(out / "vllm.json")
+        earlier = _report(out / "vllm.json")
         if earlier and all(earlier.get(k) == engine[k] for k in ("regex", "prompts", "samples_per_prompt")):
             engine["sides"] = {**earlier["sides"], **engine["sides"]}
-        atomic_write_json(out / "vllm.json", engine)
+        _save(out, "vllm", engine, args, 0)
         for side, row in engine["sides"].items():
             print(f"vllm {side}: {row['check']['verdict']} (min p {row['check']['min_p_value']:.3g}), format "
                   f"{'pass' if row['format']['pass'] else 'FAIL: ' + row['format']['message']}, "

@@ -7,6 +7,8 @@ import json
 import pytest
 
 from harness.cli import main
+from harness.envelope import write_result
+from harness.records import provenance
 
 pytest.importorskip("llguidance")
 
@@ -42,7 +44,8 @@ def test_campaign_readme_is_written_from_the_records_present_only(tmp_path, caps
                                "stopped_on_eos": 2, "metrics": {"spec_decode_num_draft_tokens_total": 40,
                                                                 "spec_decode_num_accepted_tokens_total": 30},
                                "seconds": 12.0, "load_at_start": [1.5, 1.0, 1.0]}}}
-    (tmp_path / "llama_server.json").write_text(json.dumps(engine))
+    write_result(tmp_path / "llama_server.json", "campaign.structured.llama_server", config={},
+                 provenance=provenance(seed=0), report=engine, summary={})
     assert main(["campaign", "structured", "--out", str(tmp_path), "--parts", "readme"]) == 0
     text = (tmp_path / "README.md").read_text()
     assert "| on | **fail** | 5 | 0.5 | 0 | FAIL (1 of 5: 1 of 5 outputs break the constraint; first: row 3: token 7)" \
