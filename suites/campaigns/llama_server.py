@@ -472,8 +472,9 @@ def report_md(record: dict, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.envelope import NOT_RECORDED, write_result
     from harness.errors import HarnessError
-    from harness.records import atomic_write_json, atomic_write_text
+    from harness.records import atomic_write_text, provenance
 
     parser = argparse.ArgumentParser(prog="specdec campaign llama_server", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/findings/llama-server")
@@ -492,7 +493,9 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         runner = {"journal": campaign_journal(out, args.fresh), "stop": deadline(args.stop_at, args.budget_s)}
         record = run(out, quick=args.quick, samples=args.samples, **runner)
-        atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
+        write_result(out / "finding.json", "campaign.llama_server", config=args,  # the GGUF dtype is the server's
+                     provenance={**provenance(seed=0), "dtype": NOT_RECORDED},
+                     report=json.loads(json.dumps(record, default=str)), summary={"not_run": record["not_run"]})
         command = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
         atomic_write_text(out / "README.md", report_md(record, command.strip()))
         print(f"wrote {out / 'README.md'}: " + ", ".join(f"{k} {v['verdict']}" for k, v in record["checks"].items())

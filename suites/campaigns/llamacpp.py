@@ -346,10 +346,12 @@ def _write_probe(side: str, info: dict) -> None:
     from pathlib import Path
 
     from harness.served.cli import probe_table
+    from harness.served.probe import probe_result
 
     out = Path("results/engine")
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"probe-llamacpp-{side}.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    result = probe_result(info, {"server": f"llama-cpp-python, speculation {side}"})
+    (out / f"probe-llamacpp-{side}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     (out / f"probe-llamacpp-{side}.txt").write_text(probe_table(info) + "\n", encoding="utf-8")
 
 
@@ -357,7 +359,13 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     from pathlib import Path
 
-    from harness.records import atomic_write_json
+    from harness.envelope import NOT_RECORDED, write_result
+    from harness.records import provenance
+
+    def save(path, record: dict) -> None:  # the GGUF's dtype is the server's own: not recorded by this campaign
+        write_result(path, f"campaign.llamacpp.{path.stem.replace('-', '_')}", config=args,
+                     provenance={**provenance(seed=0), "dtype": NOT_RECORDED},
+                     report=json.loads(json.dumps(record, default=str)), summary={"not_run": record.get("not_run", [])})
 
     parser = argparse.ArgumentParser(prog="specdec campaign llamacpp", description="llama.cpp finding: prompt-lookup speculation on vs off")
     parser.add_argument("--out", default="results/findings/llamacpp")
@@ -379,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         name = "ids-control" if args.control else "ids"
         record = run_ids(out, journal=Journal(out / f"{name}-journal.jsonl", fresh=args.fresh),
                          stop=deadline(args.stop_at, args.budget_s), speculative=not args.control)
-        atomic_write_json(out / f"{name}.json", json.loads(json.dumps(record, default=str)))
+        save(out / f"{name}.json", record)
         command = "specdec campaign llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
         (out / f"{name}.md").write_text(ids_md(record, command.strip()), encoding="utf-8")
         print(f"wrote {out / f'{name}.md'}: " + ", ".join(f"{c['setting']} {c['report']['verdict']}"
@@ -392,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         _write_probe(side, info)
     if args.probe_only:
         return 0
-    atomic_write_json(out / "finding.json", json.loads(json.dumps(record, default=str)))
+    save(out / "finding.json", record)
     command = "specdec campaign llamacpp " + " ".join(argv if argv is not None else sys.argv[1:])
     (out / "report.md").write_text(finding_md(record, command.strip()), encoding="utf-8")
     print(f"wrote {out / 'report.md'}: " + ", ".join([f"{g['name']} {g['report']['verdict']}" for g in record["generation"]]

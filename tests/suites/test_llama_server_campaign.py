@@ -88,7 +88,7 @@ def test_llama_server_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_se
     assert campaign.main(["--out", str(out), "--samples", "30"]) == 0
     assert _keys(out) == KEYS and fake["calls"] == EVERY_CALL
     assert sorted(fake["started"]) == ["off", "on"]
-    finding = json.loads((out / "finding.json").read_text())
+    finding = json.loads((out / "finding.json").read_text())["report"]
     assert finding["tolerance_nats"] == 0.08 and finding["version"] == "fake 1" and finding["not_run"] == []
     assert list(finding["checks"]) == [f"logprobs/{m}/speculation-{s}" for s in ("off", "on") for m in ("raw", "processed")] \
         + [f"tokens/{run[0]}" for run in campaign.TOKEN_RUNS]
@@ -101,7 +101,7 @@ def test_llama_server_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_se
     assert campaign.main(["--out", str(out), "--samples", "30"]) == 0  # complete: README again, no engine
     assert fake["calls"] == [] and fake["started"] == [] and _keys(out) == KEYS
     assert (out / "README.md").read_text() == readme
-    assert json.loads((out / "finding.json").read_text()) == finding
+    assert json.loads((out / "finding.json").read_text())["report"] == finding
     assert finding["load_at_start"] == finding["load_at_end"] == [1.0, 1.0, 1.0]
 
 
@@ -109,14 +109,14 @@ def test_llama_server_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs
     out = tmp_path / "finding"
     assert campaign.main(["--out", str(out), "--samples", "30", "--budget-s", "55"]) == 0  # 6 cells, then out of time
     assert _keys(out) == KEYS[:6] and fake["calls"] == EVERY_CALL[:6]
-    finding = json.loads((out / "finding.json").read_text())
+    finding = json.loads((out / "finding.json").read_text())["report"]
     assert "tolerance_nats" not in finding and finding["checks"] == {}  # the calibration was cut: no tolerance
     assert finding["not_run"][:1] == ["calibration/processed/n=8"] and len(finding["not_run"]) == len(KEYS) - 6
     assert "**Not run** (13 cells" in (out / "README.md").read_text()
     fake["calls"].clear()
     assert campaign.main(["--out", str(out), "--samples", "30"]) == 0
     assert fake["calls"] == EVERY_CALL[6:] and _keys(out) == KEYS
-    assert json.loads((out / "finding.json").read_text())["not_run"] == []
+    assert json.loads((out / "finding.json").read_text())["report"]["not_run"] == []
     fake["calls"].clear()
     fake["started"].clear()
     assert campaign.main(["--out", str(out), "--samples", "30", "--fresh"]) == 0
@@ -143,7 +143,7 @@ def test_llama_server_runs_expected_to_pass_are_at_the_power_plan_and_every_toke
     assert plans == {(("T=0", "T=0.7", "T=1"), 200, 4, "standard"), (("T=0.7", "T=1"), 480, 16, "llama_cpp"),
                      (("T=1",), 480, 16, "standard"), (("T=1",), 480, 16, "llama_cpp")}
     assert {c.inconclusive_tv for c in tokens} == {campaign.ENGINE_TV_BAR} == {0.05}
-    finding = json.loads((out / "finding.json").read_text())
+    finding = json.loads((out / "finding.json").read_text())["report"]
     assert finding["tv_bar"] == 0.05 and finding["plans"][campaign.TOKEN_RUNS[1][0]] == {"samples": 480, "length": 16}
     readme = (out / "README.md").read_text()
     assert "Power: 0 of 4 sampling cells reached detectable TV ≤ 0.05" in readme  # the fake reports 0.1 per cell

@@ -67,7 +67,7 @@ def test_llamacpp_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server
     assert _keys(out) == KEYS
     assert fake["calls"] == ["probe", "probe", "generation", "generation", "check", "check", "greedy", "paired"]
     assert sorted(fake["started"]) == ["off", "on"]
-    finding = json.loads((out / "finding.json").read_text())
+    finding = json.loads((out / "finding.json").read_text())["report"]
     assert [c["setting"] for c in finding["checks"]] == ["T=1", "T=0.7,top_p=0.9"] and finding["not_run"] == []
     assert finding["paired_same_seed_identical"] == 1.0 and set(finding["probe"]) == {"on", "off"}
     report = (out / "report.md").read_text()
@@ -84,14 +84,14 @@ def test_llamacpp_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server
     assert campaign.main(["--out", str(out), *ARGS]) == 0  # complete: the report again, from the journal only
     assert fake["calls"] == [] and fake["started"] == [] and _keys(out) == KEYS
     assert (out / "report.md").read_text() == first
-    assert json.loads((out / "finding.json").read_text()) == finding
+    assert json.loads((out / "finding.json").read_text())["report"] == finding
 
 
 def test_llamacpp_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs_all(fake, tmp_path):
     out = tmp_path / "finding"
     assert campaign.main(["--out", str(out), *ARGS, "--budget-s", "45"]) == 0  # cut: exit 0, as engine/contexts
     assert _keys(out) == KEYS[:5] and fake["calls"] == ["probe", "probe", "generation", "generation", "check"]
-    finding = json.loads((out / "finding.json").read_text())
+    finding = json.loads((out / "finding.json").read_text())["report"]
     assert finding["not_run"] == KEYS[5:] and "greedy" not in finding
     report = (out / "report.md").read_text()
     assert "**Not run** (3 cells" in report and "`greedy/tokens=24`" in report
@@ -99,7 +99,7 @@ def test_llamacpp_run_cut_by_its_budget_resumes_only_the_rest_and_fresh_runs_all
     fake["started"].clear()
     assert campaign.main(["--out", str(out), *ARGS]) == 0
     assert fake["calls"] == ["check", "greedy", "paired"] and _keys(out) == KEYS
-    assert json.loads((out / "finding.json").read_text())["not_run"] == []
+    assert json.loads((out / "finding.json").read_text())["report"]["not_run"] == []
     fake["calls"].clear()
     fake["started"].clear()
     assert campaign.main(["--out", str(out), *ARGS, "--budget-s", "0"]) == 0  # nothing left: nothing starts
