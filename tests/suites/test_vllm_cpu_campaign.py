@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from harness import executor
+from harness.envelope import write_result
+from harness.records import provenance
 from harness.served import vllm_server as served
 from suites.campaigns import vllm_cpu as campaign
 
@@ -58,10 +60,11 @@ def fake(monkeypatch):
 
     def report(path, verdict):
         logprobs = path.stem.startswith("logprobs_")
-        path.write_text(json.dumps({"verdict": verdict, "samples": 50, "detectable_tv": None if logprobs else 0.1,
-                                    "seconds": 1.0, "tests": [{"p_value": None if logprobs else 0.5}],
-                                    "cases": [{"max_abs_diff": 0.02}, {"name": "greedy"}] if logprobs else [],
-                                    "versions": {"vllm": "fake"}}))
+        write_result(path, "check", config={}, provenance={**provenance(seed=0), "versions": {"vllm": "fake"}},
+                     report={"verdict": verdict, "samples": 50, "detectable_tv": None if logprobs else 0.1,
+                             "seconds": 1.0, "tests": [{"p_value": None if logprobs else 0.5}],
+                             "cases": [{"max_abs_diff": 0.02}, {"name": "greedy"}] if logprobs else []},
+                     summary={"verdict": verdict})
 
     def specdec(args):
         state["now"] += 10
@@ -135,7 +138,7 @@ def test_vllm_cpu_cells_are_journaled_and_a_rerun_runs_none_and_starts_no_server
     assert _keys(out) == KEYS and _commands(out) == COMMANDS
     assert fake["calls"] == [c if c.startswith(("sampler", "engine", "logprobs", "bench", "sweep", "refused")) else "probe" for c in COMMANDS]
     assert fake["started"] == SERVERS
-    assert json.loads((out / "servers_alive_at_end.json").read_text()) == {"ngram": True, "off": True}
+    assert json.loads((out / "servers_alive_at_end.json").read_text())["report"] == {"ngram": True, "off": True}
     summary = (out / "summary.md").read_text()
     assert "| engine_ngram_local | FAIL |" in summary and "Not run" not in summary
     fake["calls"].clear()
@@ -215,8 +218,8 @@ def test_vllm_cpu_summary_leaves_out_reports_no_journaled_cell_wrote(fake, tmp_p
     """A report an earlier run left (here: before --fresh) is named, never summarized as this run's numbers."""
     out = tmp_path / "v"
     out.mkdir()
-    (out / "isolate_old.json").write_text(json.dumps({"verdict": "fail", "samples": 200, "detectable_tv": 0.08,
-                                                      "seconds": 1, "tests": []}))
+    write_result(out / "isolate_old.json", "check", config={}, provenance=provenance(seed=0), summary={},
+                 report={"verdict": "fail", "samples": 200, "detectable_tv": 0.08, "seconds": 1, "tests": []})
     assert campaign.main(["--out", str(out), "--only", "control", "--model-dir", "/fake/model", "--fresh"]) == 0
     summary = (out / "summary.md").read_text()
     assert "| isolate_old |" not in summary and "not summarized): `isolate_old`" in summary
@@ -275,7 +278,7 @@ def test_vllm_cpu_model_draft_parts_serve_their_draft_and_check_it_at_the_defaul
     assert _commands(out) == [f"probe_{part}", f"engine_{part}_local", f"probe_{part}_after"]
     assert fake["started"] == [(f"server_{part}.log",)]
     assert fake["speculative"] == [{"method": method, "num_speculative_tokens": 3, "model": f"/fake/{part}"}]
-    assert json.loads((out / f"servers_{part}.json").read_text())[part]["speculative_config"]["model"] == f"/fake/{part}"
+    assert json.loads((out / f"servers_{part}.json").read_text())["report"][part]["speculative_config"]["model"] == f"/fake/{part}"
     (check,) = [a for a in fake["args"] if a[0] == "verify"]
     assert check[check.index("--pair") + 1] == pair and check[check.index("--endpoint") + 1] == f"http://server_{part}/v1"
     assert check[check.index("--inconclusive-tv") + 1] == str(campaign.ENGINE_TV_BAR)
