@@ -129,6 +129,35 @@ def _cmd_verify(args) -> int:
     return _report_and_exit(report, args)
 
 
+def _cmd_run(args) -> int:
+    """`specdec run --config FILE`: run again what a result file records (harness.rerun)."""
+    from harness import rerun
+
+    kind, recorded = rerun.load(args.config)
+    if kind == "check":
+        from harness.check.api import contract_of, planned_rows, resolve, run_verify
+
+        config = rerun.check_config(recorded).validate()
+        if args.out:
+            preflight.output_file(args.out, "--out")
+        preflight.device(config.device)
+        if config.level == "generation":
+            preflight.pair(config.pair, config.target, config.draft)
+        resolve(config.impl, contract_of(config))
+        with Progress(planned_rows(config), f"rerun {config.level}",
+                      unit="rows" if config.level == "sampler" else "samples") as bar:
+            report = run_verify(config, progress=bar)
+        return _report_and_exit(report, argparse.Namespace(json=args.out, verbose=False, allow_inconclusive=False))
+    if kind.startswith("campaign."):
+        from harness.runner import run
+
+        name = kind.split(".")[1]
+        policy(name)  # an unknown campaign: exit 2 naming the ones there are
+        return run(name, rerun.campaign_argv(name, recorded, args.out))
+    raise HarnessError(f"specdec run cannot rerun a result of kind {kind!r} (it reruns: check, campaign.NAME of a "
+                       "campaign on the runner)")
+
+
 def _report_and_exit(report, args) -> int:
     """Print a verify report (and write --json); its exit code: 0 pass, 3 INCONCLUSIVE, 1 not lossless."""
     print_check_report(report, verbose=args.verbose)
@@ -367,6 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAME", help="one of: " + ", ".join(campaign_names()))
     p.add_argument("args", nargs=argparse.REMAINDER, help="the campaign's own options")
     p.set_defaults(func=_cmd_campaign)
+    p = sub.add_parser("run", help="run again what a result file records (its config): specdec run --config FILE",
+                       description="Reruns a result file's config (docs/RESULTS-FORMAT.md): a check report of "
+                       "`specdec verify --json` (sampler, generation level), or a campaign on the runner.")
+    from harness.configs import add_arguments
+    from harness.rerun import RunOptions
+
+    add_arguments(p, RunOptions)
+    p.set_defaults(func=_cmd_run)
     p = sub.add_parser("pairs", help="list registered model pairs and whether each is available here")
     p.set_defaults(func=_cmd_pairs)
 

@@ -1,0 +1,81 @@
+"""`specdec run --config FILE`: run again what a result file records (docs/RESULTS-FORMAT.md).
+
+FILE is a result envelope, or any JSON object with its `kind` and `config`. The kinds that rerun:
+
+- `check` (`specdec verify --json`) at the sampler and generation levels: the recorded `CheckConfig`;
+- `campaign.NAME` for a campaign built on the campaign runner (harness.runner): its recorded `Config`, run as
+  `specdec campaign NAME` with the flags that differ from their defaults.
+
+A configuration that was never recorded (results converted from the earlier formats carry
+`{"not_recorded": ...}`) or a kind not listed is a usage error (exit 2), never a guess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from harness.configs import option
+from harness.errors import HarnessError
+
+NOT_RECORDED_KEY = "not_recorded"  # a converted result's config: what is missing from it
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """`specdec run`'s options."""
+
+    config: str | None = option(None, "--config", "a result file (a result envelope), or a JSON object with its "
+                                "kind and config, to run again", metavar="PATH")
+    out: str | None = option(None, "--out", "where the rerun writes: a check's JSON report (default: none), a "
+                             "campaign's folder (default: the campaign's)", metavar="PATH")
+
+
+def load(path: str | None) -> tuple[str, dict[str, Any]]:
+    """(kind, config) of a result file; HarnessError where it has none that can run."""
+    if not path:
+        raise HarnessError("specdec run needs --config PATH (a result file, docs/RESULTS-FORMAT.md)")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"--config {path}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or not isinstance(data.get("config"), dict):
+        raise HarnessError(f"--config {path}: no kind and config (a result envelope has both)")
+    if NOT_RECORDED_KEY in data["config"]:
+        raise HarnessError(f"--config {path}: the run's configuration was not recorded "
+                           f"({data['config'][NOT_RECORDED_KEY]}): nothing to rerun")
+    return data["kind"], data["config"]
+
+
+def _build(cls, config: dict[str, Any]):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(config) - names)
+    if unknown:
+        raise HarnessError(f"the recorded config has fields {cls.__name__} does not know: {', '.join(unknown)}")
+    return cls(**config)
+
+
+def check_config(config: dict[str, Any]):
+    """The CheckConfig a check report recorded (sampler and generation levels)."""
+    from harness.check.config import CheckConfig
+
+    if config.get("level") == "engine":
+        raise HarnessError("specdec run does not rerun engine-level reports yet (their sampling settings are recorded "
+                           "parsed): rerun the specdec verify --level engine command")
+    return _build(CheckConfig, config)
+
+
+def campaign_argv(name: str, config: dict[str, Any], out: str | None) -> list[str]:
+    """The `specdec campaign NAME` arguments that rerun a campaign built on the runner with `config`."""
+    from harness.policy import load as load_policy
+    from harness.runner import command_line, is_campaign
+
+    module = load_policy(f"campaigns.{name}", "campaign")
+    if not is_campaign(module):
+        raise HarnessError(f"campaign {name} is not built on the campaign runner: its results do not rerun from "
+                           "their config; run its command line (in its report)")
+    argv = shlex.split(command_line(name, _build(module.Config, config)))[3:]
+    return argv + (["--out", out] if out else [])
