@@ -14,6 +14,7 @@ and, where it needs them,
     WHERE = "local"               the cells run in this process, in order (a server it holds, a timing): the
                                   campaign has no --local-workers / --scheduler / --workers
     journaled(config) -> bool     False: never resume (a timing ratio must come from one run)
+    session(config)               a context manager around the cells and the report (e.g. a checkout they use)
     LOCAL_WORKERS = N             the default of --local-workers
 
 The runner owns the rest, once for every campaign (`RunnerConfig`, `WhereConfig`): the output folder (default:
@@ -25,6 +26,7 @@ records, and the exit code (a bad setting: 2 in one line, never a traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import shlex
 import sys
@@ -64,6 +66,8 @@ class Run:
     provenance: dict
     seconds: float
     command: str  # the command line that reproduces the run (flags that differ from their defaults)
+    journal: dict[str, Any] = dataclasses.field(default_factory=dict)  # every record of OUT/journal.jsonl (key ->
+    #   record), also cells of other configurations: a report may cover runs split over several processes
 
     @property
     def records(self) -> list[Any]:
@@ -72,6 +76,14 @@ class Run:
     @property
     def complete(self) -> bool:
         return len(self.done) == len(self.cells)
+
+    def write_result(self, name: str, kind: str, *, rows: list | None = None, report: dict | None = None,
+                     summary: dict | None = None) -> Path:
+        """OUT/NAME as a result envelope (harness.envelope.write_result) with this run's config and provenance."""
+        from harness.envelope import write_result
+
+        return write_result(self.out / name, kind, config=self.config, provenance=self.provenance, rows=rows,
+                            report=report, summary=summary)
 
     def write_json(self, name: str, data: dict) -> Path:
         from harness.records import atomic_write_json
@@ -163,15 +175,18 @@ def run(name: str, argv: list[str] | None = None, module: ModuleType | None = No
     if runner.report_only and not journaled:
         raise HarnessError(f"campaign {name} keeps no journal (every run is fresh): --report-only has nothing to report")
     journal = Journal(out / JOURNAL, fresh=runner.fresh and not runner.report_only) if journaled else None
-    cells = module.cells(config)
-    started = time.perf_counter()
-    with make_executor(where.scheduler, where.workers, local_workers=where.local_workers) as executor:
-        done = run_cells(executor, module.run_cell, cells, journal=journal, progress=_progress(name),
-                         stop=(lambda: True) if runner.report_only else stop)
-    done = {k: done[k] for k in cells if k in done}
-    fields = {"seed": None, "device": "cpu", "dtype": "float32",
-              **(module.provenance_fields(config) if hasattr(module, "provenance_fields") else {})}
-    result = Run(name=name, config=config, runner=runner, out=out, cells=cells, done=done,
-                 provenance=provenance(**fields), seconds=time.perf_counter() - started,
-                 command=command_line(name, config, dataclasses.replace(runner, fresh=False, report_only=False)))
-    return int(module.report(result) or 0)
+    session = module.session(config) if hasattr(module, "session") else contextlib.nullcontext()
+    with session:
+        cells = module.cells(config)
+        started = time.perf_counter()
+        with make_executor(where.scheduler, where.workers, local_workers=where.local_workers) as executor:
+            done = run_cells(executor, module.run_cell, cells, journal=journal, progress=_progress(name),
+                             stop=(lambda: True) if runner.report_only else stop)
+        done = {k: done[k] for k in cells if k in done}
+        fields = {"seed": None, "device": "cpu", "dtype": "float32",
+                  **(module.provenance_fields(config) if hasattr(module, "provenance_fields") else {})}
+        result = Run(name=name, config=config, runner=runner, out=out, cells=cells, done=done,
+                     provenance=provenance(**fields), seconds=time.perf_counter() - started,
+                     command=command_line(name, config, dataclasses.replace(runner, fresh=False, report_only=False)),
+                     journal=journal.load() if journal else dict(done))
+        return int(module.report(result) or 0)

@@ -9,13 +9,14 @@ the load average. The old commit is checked out into a temporary git worktree (r
 Run it alone (`nice`-free, nothing else heavy on the machine): the ratio of neighbouring runs is the
 measurement; the report states the load average beside every line.
 
-The runs are cells of `harness.executor.run_cells`, the one campaign runner, with no journal (`journal=None`):
-a timing ratio must come from one run, so this campaign never resumes from an earlier one (always fresh).
+The runs are cells of the campaign runner (harness.runner), in this process and in order, with no journal: a
+timing ratio must come from one run, so this campaign never resumes from an earlier one (always fresh).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -24,10 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.envelope import write_result
+from harness.configs import option
 from harness.errors import HarnessError
-from harness.executor import LocalExecutor, run_cells
-from harness.records import atomic_write_text, provenance
 
 SNIPPET = """
 import json, time, torch
@@ -39,6 +38,58 @@ r = run_sampler_check(verify, seed=0)
 print(json.dumps({"verdict": r.verdict, "rows": r.samples, "seconds": time.perf_counter() - t}))
 """
 ROOT = Path(__file__).resolve().parents[2]
+CHECKOUTS: dict[str, Path] = {"new": ROOT}  # "old": the temporary worktree of --old, while the campaign runs
+WHERE = "local"  # one process, one run at a time, in the cells' order
+
+
+@dataclasses.dataclass
+class Config:
+    old: str | None = option(None, "--old", "the commit to compare against, e.g. the previous release (required)",
+                             metavar="COMMIT")
+    rounds: int = option(3, "--rounds", "rounds; each runs both checkouts, the order alternating", int, "N")
+
+
+def validate(config: Config) -> None:
+    if not config.old:
+        raise HarnessError("give the commit to compare against: --old COMMIT")
+    if config.rounds < 1:
+        raise HarnessError(f"--rounds must be >= 1, got {config.rounds}")
+
+
+def journaled(config: Config) -> bool:
+    return False  # a timing ratio comes from one run: always fresh
+
+
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0}
+
+
+@contextlib.contextmanager
+def session(config: Config):
+    """The --old commit checked out into a temporary git worktree while the cells run (removed afterwards)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "old"
+        added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), config.old],
+                               capture_output=True, text=True)
+        if added.returncode != 0:  # not a git checkout, or no such commit: the run cannot be done (exit 2)
+            raise HarnessError(f"--old {config.old}: cannot check it out ({added.stderr.strip().splitlines()[-1:]})")
+        CHECKOUTS["old"] = old
+        try:
+            yield
+        finally:
+            CHECKOUTS.pop("old", None)
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], capture_output=True)
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    return {f"round{r + 1}/{name}": (r, name) for r in range(config.rounds)
+            for name in (("old", "new") if r % 2 == 0 else ("new", "old"))}
+
+
+def run_cell(r: int, name: str) -> dict:
+    run = {"round": r + 1, "which": name, **one_run(CHECKOUTS[name])}
+    print(json.dumps(run), flush=True)
+    return run
 
 
 def _load() -> list[float]:
@@ -55,47 +106,22 @@ def one_run(checkout: Path) -> dict:
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_before": load}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec campaign check_time", description=__doc__.splitlines()[0])
-    parser.add_argument("--old", required=True, help="the commit to compare against (e.g. the previous release)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default="results/bench/check-time")
-    args = parser.parse_args(argv)
-    runs: list[dict] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "old"
-        added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.old],
-                               capture_output=True, text=True)
-        if added.returncode != 0:  # not a git checkout, or no such commit: the run cannot be done (exit 2)
-            raise HarnessError(f"--old {args.old}: cannot check it out ({added.stderr.strip().splitlines()[-1:]})")
-
-        def measure(r: int, name: str, checkout: Path) -> dict:
-            run = {"round": r + 1, "which": name, **one_run(checkout)}
-            print(json.dumps(run), flush=True)
-            return run
-
-        cells = {f"round{r + 1}/{name}": (r, name, checkout) for r in range(args.rounds)
-                 for name, checkout in ([("old", old), ("new", ROOT)] if r % 2 == 0 else [("new", ROOT), ("old", old)])}
-        try:
-            with LocalExecutor() as here:  # one process, one run at a time, in this order: no journal, never resumed
-                done = run_cells(here, measure, cells, journal=None)
-            runs += [done[k] for k in cells]
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], capture_output=True)
+def report(run) -> int:
+    config, runs, meta, out = run.config, run.records, run.provenance, run.out
+    if not run.complete:
+        raise HarnessError(f"{len(runs)} of {len(run.cells)} runs made (--budget-s / --stop-at): no ratio to report")
     med = {w: statistics.median(x["seconds"] for x in runs if x["which"] == w) for w in ("old", "new")}
-    meta = provenance(seed=0)
-    out = Path(args.out)
-    write_result(out / "runs.json", "campaign.check_time", config=args, provenance=meta, rows=runs,
-                 summary={"old_commit": args.old, "median_seconds": med})
+    run.write_result("runs.json", "campaign.check_time", rows=runs,
+                     summary={"old_commit": config.old, "median_seconds": med})
     lines = ["# Sampler-check time of a vectorized implementation: this commit against an earlier one", "",
-             f"Measured {meta['utc_time']} · this commit `{meta['git_commit']}` · old commit `{args.old}` · "
+             f"Measured {meta['utc_time']} · this commit `{meta['git_commit']}` · old commit `{config.old}` · "
              f"{meta['device']}", "",
-             f"Command: `specdec campaign check_time --old {args.old} --rounds {args.rounds} --out {args.out}` "
+             f"Command: `specdec campaign check_time --old {config.old} --rounds {config.rounds} --out {out}` "
              "(suites/campaigns/check_time.py: `run_sampler_check(specdec_ref.adapters:verify, seed=0)` at the "
              "default plan, a fresh process per run, 1 thread, the order alternating per round).", "",
              "| round | which | verdict | rows | seconds | load average before |", "|---|---|---|---|---|---|"]
     lines += [f"| {x['round']} | {x['which']} | {x['verdict']} | {x['rows']:,} | {x['seconds']:.2f} | "
               f"{' '.join(f'{v:.2f}' for v in x['load_before'])} |" for x in runs]
     lines += ["", f"Median: old {med['old']:.2f} s, new {med['new']:.2f} s (new / old = {med['new'] / med['old']:.2f})."]
-    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    run.write_text("report.md", "\n".join(lines) + "\n")
     return 0 if all(x["verdict"] == "pass" for x in runs) else 1

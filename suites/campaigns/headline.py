@@ -18,14 +18,12 @@ false-alarm rate at that level and at 0.01. Every number in the written table is
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import time
-from pathlib import Path
 
 import numpy as np
 
-from harness.envelope import write_result
-from harness.records import atomic_write_text, provenance
+from harness.configs import option
 from harness.stats import (
     probit_mean_test,
     probit_per_stratum_test,
@@ -33,7 +31,19 @@ from harness.stats import (
     uniformity_test,
 )
 
-DEFAULT_OUT = "results/headline"
+TIMING_SEED, TIMING_ROUNDS = 2000, 2
+
+
+@dataclasses.dataclass
+class Config:
+    sims: int = option(200, "--sims", "runs per (class, ε, f); the null gets 5×", int, "N")
+    seed: int = option(0, "--seed", "seed of the simulation", int, "S")
+    timing: list[str] | None = option(None, "--timing", "instead of the simulation: time these generation mutants at "
+                                      "the default plan and at the plan without contexts, alternating "
+                                      "(OUT/timing.json)", metavar="MUTANT", nargs="+")
+
+
+WHERE = "local"  # the simulation prints as it goes; the timing rows are measured in this process, in order
 ROWS, LENGTH, CONTEXTS, VOCAB, SIGMA = 1_100, 40, 520, 16, 1.5
 LEVEL = 1e-3 / 45  # the default toy plan's per-test level (45 gating tests declared at T = 1)
 POWER = 0.99
@@ -147,13 +157,13 @@ def run(sims: int, seed: int, progress=None) -> dict:
             "sims": sims, "seed": seed, "seconds": time.perf_counter() - started}
 
 
-def markdown(result: dict, meta: dict) -> str:
+def markdown(result: dict, meta: dict, out: str = "results/headline") -> str:
     rows = result["rows"]
     names = list(dict.fromkeys(r["test"] for r in rows))
     shape = result["shape"]
     lines = ["# The contexts cell's tests: detection power per (class, TV ε, fraction f of contexts)", "",
              f"Producer: `suites/campaigns/headline.py`. Command: `specdec campaign headline --sims {result['sims']} "
-             f"--seed {result['seed']} --out results/headline` ({result['seconds']:.0f} s; commit "
+             f"--seed {result['seed']} --out {out}` ({result['seconds']:.0f} s; commit "
              f"`{meta['git_commit']}`, {meta['utc_time']}).", "",
              f"Shape of the toy pair's default contexts cell: {shape['rows']} rows × {shape['length']} tokens over "
              f"{shape['contexts']} contexts, V = {shape['vocab']}; synthetic per-token laws (softmax of N(0, "
@@ -184,46 +194,71 @@ def markdown(result: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
-def timing(names: list[str], seed: int = 2000, rounds: int = 2) -> list[dict]:
-    """Each named generation mutant at the default plan and at the plan without contexts, in one process, the order
-    alternating between rounds (the zoo's run_task: 1 torch thread, the entry's own pair and settings)."""
+def timing_cells(names: list[str], seed: int = TIMING_SEED, rounds: int = TIMING_ROUNDS) -> dict[str, tuple]:
+    """Each named generation mutant at the default plan and at the plan without contexts, the order alternating
+    between rounds (cells run in this order, in one process)."""
+    return {f"timing/{r}/{name}/{plan}": ("timing", name, plan, r, seed) for r in range(rounds) for name in names
+            for plan in (("default", "prompts") if r % 2 == 0 else ("prompts", "default"))}
+
+
+def timing_run(name: str, plan: str, r: int, seed: int) -> dict:
+    """One timed run (the zoo's run_task: 1 torch thread, the entry's own pair and settings)."""
     from harness.mutants.registry import get
     from suites.campaigns.zoo import Task, run_task
 
-    rows = []
-    for r in range(rounds):
-        for name in names:
-            pair = get(name).pair or "toy-low"
-            for plan in ("default", "prompts") if r % 2 == 0 else ("prompts", "default"):
-                got = run_task(Task(name, "detect", seed, None, 0, pair, plan), 1e-3)
-                rows.append({"name": name, "plan": plan, "round": r, "fail": got["fail"], "samples": got["samples"],
-                             "seconds": round(got["seconds"], 2)})
-    return rows
+    got = run_task(Task(name, "detect", seed, None, 0, get(name).pair or "toy-low", plan), 1e-3)
+    return {"name": name, "plan": plan, "round": r, "fail": got["fail"], "samples": got["samples"],
+            "seconds": round(got["seconds"], 2)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec campaign headline", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=DEFAULT_OUT)
-    parser.add_argument("--sims", type=int, default=200, help="runs per (class, ε, f); the null gets 5×")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timing", nargs="+", metavar="MUTANT",
-                        help="instead of the simulation: time these generation mutants at the default plan and at the "
-                             "plan without contexts, alternating (OUT/timing.json)")
-    args = parser.parse_args(argv)
-    if args.sims < 1:
-        parser.error("--sims must be ≥ 1")
-    if args.timing:
-        rows = timing(args.timing)
-        write_result(Path(args.out) / "timing.json", "campaign.headline.timing", config=args,
-                     provenance=provenance(seed=2000), rows=rows, summary={"runs": len(rows)})
+def timing(names: list[str], seed: int = TIMING_SEED, rounds: int = TIMING_ROUNDS) -> list[dict]:
+    return [run_cell(*args) for args in timing_cells(names, seed, rounds).values()]
+
+
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+    from harness.mutants.registry import get
+
+    if config.sims < 1:
+        raise HarnessError("--sims must be ≥ 1")
+    for name in config.timing or ():
+        get(name)  # an unknown mutant: "Did you mean ...?" (exit 2)
+
+
+def journaled(config: Config) -> bool:
+    return not config.timing  # a timing compares runs of one process: never resumed
+
+
+def provenance_fields(config: Config) -> dict:
+    return {"seed": TIMING_SEED} if config.timing else {"seed": config.seed, "dtype": "float64"}
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    if config.timing:
+        return timing_cells(config.timing)
+    return {f"power/sims{config.sims}/seed{config.seed}": ("power", config.sims, config.seed)}
+
+
+def run_cell(kind: str, *args) -> dict:
+    if kind == "timing":
+        return timing_run(*args)
+    sims, seed = args
+    return run(sims, seed, progress=lambda line: print(line, flush=True))
+
+
+def report(run_) -> int:
+    if run_.config.timing:
+        rows = run_.records
+        run_.write_result("timing.json", "campaign.headline.timing", rows=rows, summary={"runs": len(rows)})
         for row in rows:
             print(row)
         return 0
-    result = run(args.sims, args.seed, progress=lambda line: print(line, flush=True))
-    meta = provenance(seed=args.seed, dtype="float64")
-    out = Path(args.out)
-    write_result(out / "power.json", "campaign.headline", config=args, provenance=meta, rows=result["rows"],
-                 summary={k: v for k, v in result.items() if k != "rows"})
-    atomic_write_text(out / "README.md", markdown(result, meta))
-    print(f"wrote {out / 'README.md'}")
+    if not run_.complete:  # stopped before the simulation (--budget-s, --stop-at, --report-only on no journal)
+        print("headline: the simulation did not run; nothing written")
+        return 0
+    result = run_.records[0]
+    run_.write_result("power.json", "campaign.headline", rows=result["rows"],
+                      summary={k: v for k, v in result.items() if k != "rows"})
+    run_.write_text("README.md", markdown(result, run_.provenance, str(run_.out)))
+    print(f"wrote {run_.out / 'README.md'}")
     return 0

@@ -2,8 +2,8 @@
 
     specdec campaign tail --reference-seeds 200 --mutant-seeds 3 --out results/tail
 
-Cells (each one `run_sampler_check` of a registered implementation, 1 torch thread, journaled in
-`cells.jsonl`, so an interrupted run resumes where it stopped):
+Cells (each one `run_sampler_check` of a registered implementation, 1 torch thread, journaled by the campaign
+runner in OUT/journal.jsonl, so an interrupted run resumes where it stopped):
 
 - the three planted RNG-resolution mutants (`fp32_exponential_race`, `floored_uniform_race`,
   `fp32_cumsum_inverse_cdf`) and the float64 race control on the opt-in case `tail-v131072` at its plan;
@@ -19,22 +19,35 @@ simulation) and the exact false-alarm rate of a test on an implementation whose 
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from harness.configs import option
 from harness.envelope import write_result
-from harness.executor import Journal, LocalExecutor, run_cells
-from harness.records import atomic_write_text, provenance
+from harness.records import atomic_write_text
 
 CASE = "tail-v131072"
 MUTANTS = ("fp32_exponential_race", "floored_uniform_race", "fp32_cumsum_inverse_cdf")
 CONTROLS = ("fp64_exponential_race",)
 REFERENCE = "reference_verify"
 DEFICITS = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0)  # relative deficits of the deep-tail mass (exact power)
+
+
+@dataclasses.dataclass
+class Config:
+    reference_seeds: int = option(200, "--reference-seeds", "the reference's seeds on the tail case (its false-alarm "
+                                  "rate)", int, "N")
+    reference_from: int = option(0, "--reference-from", "run the reference's seeds from this one (a second process "
+                                 "can take the upper half; the journal joins them)", int, "S")
+    mutant_seeds: int = option(3, "--mutant-seeds", "seeds per mutant and control on the tail case", int, "N")
+    timing: bool = option(False, "--timing", "also time the reference on the default plan with and without the tail "
+                          "case (seed 0)", action="store_true")
+    only: list[str] | None = option(None, "--only", "run only these implementations' cells (the report still covers "
+                                    "every cell of the journal)", metavar="NAME", nargs="+")
 
 
 def run_cell(name: str, plan: str, seed: int) -> dict:
@@ -58,7 +71,7 @@ def run_cell(name: str, plan: str, seed: int) -> dict:
             "min_p": min((t.p_value for t in report.tests), default=1.0)}
 
 
-def cells(reference_seeds: int, mutant_seeds: int, timing: bool, reference_from: int = 0) -> dict[str, tuple]:
+def tail_cells(reference_seeds: int, mutant_seeds: int, timing: bool, reference_from: int = 0) -> dict[str, tuple]:
     """In the order they run: each mutant and control once on the tail case, the mutants on the default plan,
     the reference's seeds, the timing, then the mutants' further seeds."""
     out = {}
@@ -134,9 +147,8 @@ def retention() -> dict:
     return out
 
 
-def write_report(out: Path, done: dict, args) -> None:
+def write_report(out: Path, done: dict, config: Config, meta: dict) -> None:
     records = list(done.values())
-    meta = provenance(seed=0)
     ref = [r for r in records if r["name"] == REFERENCE and r["plan"] == "tail"]
     rows = next((r["tail_rows"] for r in ref + records if r["plan"] == "tail" and r["tail_rows"]), None)
     summary = {"reference_runs": len(ref), "reference_false_alarms": sum(r["verdict"] == "fail" for r in ref),
@@ -154,11 +166,11 @@ def write_report(out: Path, done: dict, args) -> None:
         summary["exact_power"] = exact_power(rows, level)
         summary["plan_level"] = level
     summary["retention"] = retention()
-    write_result(out / "campaign.json", "campaign.tail", config=args, provenance=meta, rows=records, summary=summary)
+    write_result(out / "campaign.json", "campaign.tail", config=config, provenance=meta, rows=records, summary=summary)
     lines = ["# Deep-tail probes: RNG-resolution bugs (issue 46)", "",
              f"Measured {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
-             f"Command: `specdec campaign tail --reference-seeds {args.reference_seeds} --mutant-seeds "
-             f"{args.mutant_seeds}{' --timing' if args.timing else ''} --out {args.out}`", "",
+             f"Command: `specdec campaign tail --reference-seeds {config.reference_seeds} --mutant-seeds "
+             f"{config.mutant_seeds}{' --timing' if config.timing else ''} --out {out}`", "",
              "| implementation | plan | seed | verdict | rows | deep-tail hits / expected (per position) | "
              "rejected kinds | seconds |", "|---|---|---|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: (r["name"] == REFERENCE, r["name"], r["plan"], r["seed"])):
@@ -182,34 +194,32 @@ def write_report(out: Path, done: dict, args) -> None:
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec campaign tail", description=__doc__.splitlines()[0])
-    parser.add_argument("--reference-seeds", type=int, default=200)
-    parser.add_argument("--reference-from", type=int, default=0, help="run the reference's seeds from this one "
-                        "(a second process can take the upper half; the journal joins them)")
-    parser.add_argument("--mutant-seeds", type=int, default=3)
-    parser.add_argument("--timing", action="store_true", help="also time the reference on the default plan "
-                        "with and without the tail case (seed 0)")
-    parser.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these implementations' "
-                        "cells (the report still covers every cell of the journal)")
-    parser.add_argument("--report-only", action="store_true", help="rewrite the report from the journal")
-    parser.add_argument("--out", default="results/tail")
-    args = parser.parse_args(argv)
-    out = Path(args.out)
-    journal = Journal(out / "cells.jsonl")
-    todo = cells(args.reference_seeds, args.mutant_seeds, args.timing, args.reference_from)
-    if args.report_only:
-        done = {k: v for k, v in journal.load().items() if k in todo}
-    else:
-        if args.only:
-            todo = {k: v for k, v in todo.items() if v[0] in args.only}
-        def progress(n: int, total: int) -> None:
-            print(f"{n}/{total} cells", flush=True)
+def cells(config: Config) -> dict[str, tuple]:
+    """The cells this process runs: the reference's seeds from --reference-from, only the --only entries'."""
+    todo = tail_cells(config.reference_seeds, config.mutant_seeds, config.timing, config.reference_from)
+    return {k: v for k, v in todo.items() if not config.only or v[0] in config.only}
 
-        with LocalExecutor() as here:
-            run_cells(here, run_cell, todo, journal=journal, progress=progress)
-        done = {k: v for k, v in journal.load().items() if k in cells(args.reference_seeds, args.mutant_seeds, args.timing)}
-    write_report(out, done, args)
+
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+    from harness.mutants.registry import get
+
+    if min(config.reference_seeds, config.reference_from, config.mutant_seeds) < 0:
+        raise HarnessError("--reference-seeds, --reference-from and --mutant-seeds must be >= 0")
+    for name in config.only or ():
+        get(name)  # an unknown name: "Did you mean ...?" (exit 2)
+
+
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0}
+
+
+def report(run) -> int:
+    """report.md and campaign.json over every cell of the journal (whichever process ran it); exit 1 unless every
+    mutant fails the tail case and everything else (controls, reference, mutants on the default plan) passes."""
+    every = tail_cells(run.config.reference_seeds, run.config.mutant_seeds, run.config.timing)
+    done = {k: run.journal[k] for k in every if k in run.journal}
+    write_report(run.out, done, run.config, run.provenance)
     print(json.dumps({k: v["verdict"] for k, v in done.items()}))
     mutants_caught = all(v["verdict"] == "fail" for v in done.values() if v["name"] in MUTANTS and v["plan"] == "tail")
     must_pass = all(v["verdict"] != "fail" for v in done.values()

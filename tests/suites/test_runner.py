@@ -91,12 +91,16 @@ def test_bad_settings_raise_before_any_cell_runs(tmp_path):
     assert usage.value.code == 2 and CALLS == []
 
 
-def test_the_output_folder_default_is_declared_in_suites_outputs():
+def test_the_output_folder_of_every_campaign_on_the_runner_is_declared_in_suites_outputs():
+    from harness.cli import campaign_names, policy
+    from harness.runner import is_campaign
     from suites.outputs import FOLDERS
 
-    parser = campaign_parser("tree")
-    assert parser.get_default("out") is None  # resolved by the runner from suites/outputs.py
-    assert FOLDERS["campaign.tree"] == "results/tree"
+    on_runner = [n for n in campaign_names() if is_campaign(policy(n))]
+    assert {"tree", "families", "tail", "headline", "check_time"} <= set(on_runner)
+    for name in on_runner:
+        assert campaign_parser(name).get_default("out") is None  # resolved by the runner from suites/outputs.py
+        assert FOLDERS[f"campaign.{name}"].startswith("results/")
 
 
 def test_command_line_lists_the_flags_that_differ_from_their_defaults():
