@@ -2,7 +2,7 @@
 
 `specdec campaign families --names NAME ...`: detection of the family mutants over seeds and false alarms of the
 controls. Every run is a cell of the campaign runner (harness.runner), journaled in OUT/journal.jsonl: a rerun
-resumes; the rates are printed as JSON and written to OUT/calibration.json."""
+resumes; the rates are printed as JSON and written to OUT/calibration.json (a result envelope)."""
 
 from __future__ import annotations
 
@@ -104,6 +104,7 @@ run_cell = family_run
 def report(run) -> int:
     """The rates as JSON on stdout and in OUT/calibration.json (with provenance)."""
     result = rates(run.config.names, run.cells, run.done)
-    run.write_json("calibration.json", {"rates": result, "command": run.command, "provenance": run.provenance})
+    run.write_result("calibration.json", "campaign.families", rows=[{"name": k, **v} for k, v in result.items()],
+                     summary={"command": run.command})
     print(json.dumps(result, indent=1))
     return 0

@@ -12,10 +12,11 @@ from pathlib import Path
 from harness.check.config import DEFAULT_FALSE_ALARM_RATE
 from harness.check.tree import run_tree_check
 from harness.configs import option
+from harness.envelope import write_result
 from harness.executor import Executor, Journal, LocalExecutor, deadline, run_cells
 from harness.mutants.registry import get, implementations
 from harness.mutants.tree import TREE_RULES, exact_tree_tv_table
-from harness.records import atomic_write_json, atomic_write_text, provenance
+from harness.records import atomic_write_text, provenance
 from harness.stats.rates import family_p, rate_text
 from suites.catalogues.tree import EXACT_CASES
 
@@ -150,5 +151,6 @@ def tree_campaign_markdown(result: dict, meta: dict) -> str:
 def write_tree_campaign(result: dict, out_dir: str | Path, meta: dict | None = None) -> None:
     """campaign.json (with provenance) and report.md under out_dir, written atomically."""
     meta = meta or provenance(seed=None)
-    atomic_write_json(Path(out_dir) / "campaign.json", {**result, **meta})
+    write_result(Path(out_dir) / "campaign.json", "campaign.tree", config=result["config"], provenance=meta,
+                 rows=result["rows"], summary={"cells": result["cells"], "cells_run": result["cells_run"]})
     atomic_write_text(Path(out_dir) / "report.md", tree_campaign_markdown(result, meta))

@@ -127,7 +127,8 @@ def test_calibration_entry_point_counts_failures(tmp_path, capsys):
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["draft_noise_reused"]["failed"] == 2 and result["draft_step_reference"]["failed"] == 0
-    assert json.loads((tmp_path / "calibration.json").read_text())["rates"] == result
+    rows = json.loads((tmp_path / "calibration.json").read_text())["rows"]
+    assert {r.pop("name"): r for r in rows} == result
     # a rerun resumes from OUT/journal.jsonl: the same rates, nothing run again
     assert main([*argv, "--report-only"]) == 0
     assert json.loads(capsys.readouterr().out) == result

@@ -114,6 +114,7 @@ def test_the_tree_campaign_on_the_command_line_resumes(tmp_path, capsys):
             "residual_wrong_sibling", "tree_single_coin", "--out", str(tmp_path)]
     assert main(argv) == 0
     first = json.loads((tmp_path / "campaign.json").read_text())
+    assert first["kind"] == "campaign.tree" and first["provenance"]["git_commit"]
     assert {r["name"]: r["fails_at_gate"] for r in first["rows"]} == {"residual_wrong_sibling": 1,
                                                                         "tree_single_coin": 0}
     assert main([*argv, "--report-only"]) == 0
