@@ -200,6 +200,11 @@ def _emit_block(rows: Rows, row: int, tokens: list[int]) -> int:
     return rows.emit(row, tokens)
 
 
+def _drafts_this_step(gamma: int, rows: Rows, active: list[int], step: int) -> int:
+    """γ drafts, fewer when the rows need fewer; 0 (a plain target step) when one token is left."""
+    return min(gamma, max(rows.remaining(b) for b in active) - 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class StepHooks:
     """The parts of a speculative step, named so that a harness can swap exactly one of them (the
@@ -214,6 +219,9 @@ class StepHooks:
     target_runner: Callable = make_runner  # (model, name, n_rows, strategy) -> runner with .logits()
     draft_runner: Callable = make_runner
     emit: Callable = _emit_block  # (rows, row, tokens) -> number of tokens kept
+    # (gamma, rows, active, step) -> drafts this step, 0 … γ (0: a plain target step, as an n-gram drafter's miss);
+    # any schedule fixed before the step's draws is lossless
+    drafts: Callable = _drafts_this_step
 
 
 REFERENCE_HOOKS = StepHooks()
@@ -247,9 +255,12 @@ def speculative_generate(
     t_run = hooks.target_runner(target, "target", len(rows.seqs), cache)
     d_run = hooks.draft_runner(draft, "draft", len(rows.seqs), cache)
     stats = GenerationStats(gamma=gamma, reached=[0] * gamma, accepted=[0] * gamma)
+    step = 0
     while rows.active:
         active = list(rows.active)
-        g = min(gamma, max(rows.remaining(b) for b in active) - 1)
+        left = max(rows.remaining(b) for b in active) - 1
+        g = max(0, min(gamma, hooks.drafts(gamma, rows, active, step), left))
+        step += 1
         u = streams.uniforms(active, 2 * gamma + 1).to(device)  # [A, 2γ+1]: γ drafts, γ tests, 1 final
         seqs = [rows.seqs[b] for b in active]
         before = rows.history(active, params)  # [A]: the tokens before the block

@@ -8,6 +8,8 @@ Each runs the reference's loop (`harness.mutants.generation.hooked_generate`) wi
 - conv state not rolled back (vLLM #39273 and PRs #40738 / #55504; llama.cpp #20075);
 - state rolled back only on a partial rejection, never when every draft was rejected (ik_llama.cpp #1754);
 - a zero-draft step after a step that accepted ≥ 2 drafts reading the state of the wrong step (vLLM PR #52942);
+  its loop drafts nothing every other step (an n-gram drafter's misses: `zero_draft_every_other_step`, lossless
+  alone), so the bug has zero-draft steps inside a sample to strike at;
 - a multi-token verify that updates the SSM state as a single step (transformers PR #46741);
 - a rotating (sliding-window) cache trimmed without dropping the stale keys (mlx-lm PR #1486);
 - a sliding window narrower by block − 1 under multi-token verify (transformers PR #48280; SGLang PR #35209).
@@ -183,9 +185,17 @@ def _runner(cls):
     return make
 
 
-def _state_mutant(cls, *, pair: str, models: str, needs: tuple[str, ...]):
-    """Register a §1b `generate`: the reference's loop with the target runner `cls`; docstring = description."""
-    hooks = Hooks(target_runner=_runner(cls))
+def zero_draft_every_other_step(gamma, rows, active, step) -> int:
+    """A draft schedule with zero-draft steps inside a sample, as an n-gram drafter that finds no match every
+    other step: γ drafts on even steps, none on odd ones. Lossless on its own (the schedule is fixed before the
+    step's draws); tests/specdec_ref/test_stateful.py checks it token for token against plain greedy."""
+    return 0 if step % 2 else min(gamma, max(rows.remaining(b) for b in active) - 1)
+
+
+def _state_mutant(cls, *, pair: str, models: str, needs: tuple[str, ...], drafts=None):
+    """Register a §1b `generate`: the reference's loop with the target runner `cls` (and the draft schedule
+    `drafts`, default the reference's); docstring = description."""
+    hooks = Hooks(target_runner=_runner(cls), **({"drafts": drafts} if drafts else {}))
 
     def deco(fn):
         def generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed, **extra):
@@ -226,13 +236,14 @@ def state_rolled_back_only_on_partial_rejection(target, draft, input_ids, *, max
     """The state is restored when some drafts were accepted, not when all were rejected."""
 
 
-@_state_mutant(ZeroDraftStaleState, pair="arch-ssm",
-               needs=(_STATE, "a step that verifies no draft right after one that accepted ≥ 2 (here: the last "
-                      "token of a sample)"),
+@_state_mutant(ZeroDraftStaleState, pair="arch-ssm", drafts=zero_draft_every_other_step,
+               needs=(_STATE, "a step that verifies no draft right after one that accepted ≥ 2 (here: every other "
+                      "step drafts nothing, as an n-gram drafter's misses; samples longer than γ + 1)"),
                models="vLLM #39273 / PR #52942 (GDN 'none' mode: a stale state column after ≥ 2 accepted)")
 def zero_draft_step_reads_wrong_state(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
                                       top_p, seed):
-    """A zero-draft step right after a step that accepted ≥ 2 reads that step's incoming state."""
+    """An n-gram-like schedule (every other step drafts nothing); a zero-draft step right after a step that
+    accepted ≥ 2 reads that step's incoming state."""
 
 
 @_state_mutant(MultiTokenAsSingleStep, pair="arch-ssm", needs=(_STATE, _REJECTIONS),

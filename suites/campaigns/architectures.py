@@ -99,7 +99,7 @@ def shape(pair_name: str, *, rows: int = 16, length: int = 24, gamma: int = 3) -
         "seconds": time.perf_counter() - started}
 
 
-def _runs(parts, pairs, seeds: int, samples: int | None, budget: float | None, mutants=None, settings=None):
+def _runs(parts, pairs, seeds: range, samples: int | None, budget: float | None, mutants=None, settings=None):
     from harness.mutants.registry import implementations
 
     if "shape" in parts:
@@ -109,12 +109,12 @@ def _runs(parts, pairs, seeds: int, samples: int | None, budget: float | None, m
         for impl in implementations(kind="mutant", level="generation"):
             if impl.spec.startswith("harness.mutants.architectures:") and impl.pair in pairs and (
                     not mutants or impl.name in mutants):
-                for seed in range(seeds):
+                for seed in seeds:
                     yield lambda impl=impl, seed=seed: {"part": "mutants", "name": impl.name, **_verify(
                         impl.spec, impl.pair, seed=seed, samples=None, time_budget=None)}
     if "reference" in parts:
         for name in pairs:
-            for seed in range(seeds):
+            for seed in seeds:
                 yield lambda name=name, seed=seed: {"part": "reference", **_verify(
                     REFERENCE, name, seed=seed, samples=samples, time_budget=budget, settings=settings)}
     if "transformers" in parts:
@@ -186,10 +186,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     ap.add_argument("--pairs", nargs="+", default=None, help="arch-* pairs (default: all)")
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds run: first-seed … first-seed + seeds − 1 (more "
+                    "seeds on top of the journal's)")
     ap.add_argument("--mutants", nargs="+", default=None, help="only these mutants (default: every one)")
     ap.add_argument("--samples", type=int, default=None, help="fixed plan for reference / transformers runs")
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds of sampling per reference / "
-                    "transformers run (the achieved TV is reported)")
+                    "transformers run (the achieved TV is reported); 0: none, the plan in full")
     ap.add_argument("--setting", action="append", default=None, help="reference / transformers runs: only this "
                     "sampling setting (as `specdec verify --setting`, repeatable), e.g. T=0 for greedy equality alone")
     ap.add_argument("--out", default=DEFAULT_OUT)
@@ -202,8 +204,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "rows.jsonl"
     versions, ok = _versions(), True
-    for run in _runs(args.only, pairs, args.seeds, args.samples, args.time_budget, args.mutants,
-                     args.setting):
+    for run in _runs(args.only, pairs, range(args.first_seed, args.first_seed + args.seeds), args.samples,
+                     args.time_budget or None, args.mutants, args.setting):
         row = {**run(), "versions": versions, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with journal.open("a") as f:
             f.write(json.dumps(row, default=str) + "\n")

@@ -155,13 +155,25 @@ def test_every_generation_mutant_has_a_documented_blind_spot():
 _NOT_TOKEN_EQUAL = {"prefix_cache_first_block_key"}
 
 
+def _zero_draft_schedule_alone(target, draft, ids, **kw):
+    """The zero-draft mutant's loop (every other step drafts nothing) without its bug: another draw order than
+    hooked_reference's, the same law; the mutant's blind spot is equality with this."""
+    from harness.mutants.architectures import zero_draft_every_other_step
+    from harness.mutants.generation import Hooks, hooked_generate
+
+    return hooked_generate(target, draft, ids, hooks=Hooks(drafts=zero_draft_every_other_step), **kw).tokens
+
+
+_BASELINE = {"zero_draft_step_reads_wrong_state": _zero_draft_schedule_alone}
+
+
 @pytest.mark.parametrize("name", sorted(set(BLIND) - _NOT_TOKEN_EQUAL))
 def test_mutant_is_blind_without_what_it_needs(pairs, name):
     config = BLIND[name]
     pair = pairs[config["pair"]]
     B = config.get("B", 16)
     n = config.get("n", 8)
-    expected = _run(get("hooked_reference"), pair, temperature=config["temperature"], B=B, n=n)
+    expected = _run(_BASELINE.get(name, get("hooked_reference")), pair, temperature=config["temperature"], B=B, n=n)
     assert torch.equal(_run(get(name), pair, temperature=config["temperature"], B=B, n=n), expected)
 
 

@@ -60,6 +60,26 @@ def test_a_planted_state_bug_breaks_greedy_equality(name):
     assert not torch.equal(mutant, plain.tokens)
 
 
+@pytest.mark.parametrize("name", FAST)
+def test_generation_check_at_greedy_passes_the_stateful_reference_and_fails_the_mutant(name):
+    """The CI profile of the check itself (`specdec verify --level generation --setting T=0 --contexts none`): the
+    reference with the stateful path forced passes, the family's planted bug fails (exit 1's verdict)."""
+    from harness.check.api import run_verify
+    from harness.check.config import CheckConfig
+
+    base = dict(level="generation", pair=name, contexts="none", settings=["T=0"])
+    ref = run_verify(CheckConfig(impl="harness.mutants.generation:reference_kv_cache", **base))
+    assert ref.verdict == "pass", ref.failure_summary()
+    bad = run_verify(CheckConfig(impl=f"harness.mutants.architectures:{MUTANTS[name]}", **base))
+    assert bad.verdict == "fail"
+
+
+# At T = 1 the sliding-window pair's mutant is the narrowed window: the rotating-cache trim changes only the
+# target law after a rejection past the window, and 300 samples do not resolve it (measured: smallest p 2.8e-4,
+# PASS; greedy fails it, test above). The narrowed window fails at p 7.7e-17.
+T1_MUTANTS = {"arch-conv": "conv_state_not_rolled_back", "arch-swa": "sliding_window_narrow_by_block"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FAST)
 def test_generation_check_at_t1_passes_the_stateful_reference_and_fails_the_mutant(name):
@@ -69,5 +89,25 @@ def test_generation_check_at_t1_passes_the_stateful_reference_and_fails_the_muta
     base = dict(level="generation", pair=name, samples=300, contexts="none", settings=["T=1"])
     ref = run_verify(CheckConfig(impl="harness.mutants.generation:reference_kv_cache", **base))
     assert ref.verdict != "fail", ref.failure_summary()
-    bad = run_verify(CheckConfig(impl=f"harness.mutants.architectures:{MUTANTS[name]}", **base))
+    bad = run_verify(CheckConfig(impl=f"harness.mutants.architectures:{T1_MUTANTS[name]}", **base))
     assert bad.verdict == "fail"
+
+
+def test_zero_draft_schedule_alone_is_plain_greedy_and_its_stale_state_bug_is_not():
+    """The zero-draft mutant's draft schedule (every other step drafts nothing, as an n-gram drafter's misses) is
+    lossless on its own: greedy, token for token plain decoding. With the zero-draft step reading the previous
+    step's incoming state (vLLM PR #52942) greedy differs. On the mutant's own pair (arch-ssm, Mamba2)."""
+    from harness.mutants.architectures import zero_draft_every_other_step
+    from harness.mutants.generation import Hooks, hooked_generate
+    from harness.mutants.registry import get
+
+    pair = _pair("arch-ssm")
+    plain = autoregressive_generate(pair.target, PROMPTS, max_new_tokens=16, temperature=0.0, cache="recompute")
+    common = dict(max_new_tokens=16, gamma=4, temperature=0.0, top_k=None, top_p=None, seed=0)
+    alone = hooked_generate(pair.target, pair.draft, PROMPTS, hooks=Hooks(drafts=zero_draft_every_other_step),
+                            cache="cache", **common)
+    assert torch.equal(alone.tokens, plain.tokens)
+    drafted, accepted = alone.stats.drafted_per_step, alone.stats.accepted_per_step
+    assert 0 in drafted and max(accepted) >= 2  # zero-draft steps happen, and a step accepted ≥ 2 before one
+    mutant = get("zero_draft_step_reads_wrong_state").fn(pair.target, pair.draft, PROMPTS, **common)
+    assert not torch.equal(mutant, plain.tokens)
