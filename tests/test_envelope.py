@@ -67,3 +67,36 @@ def test_rows_or_report_exactly_one_and_provenance_complete(tmp_path):
     bad["provenance"]["seed"] = "guessed"
     with pytest.raises(jsonschema.ValidationError):
         _validator().validate(bad)
+
+
+def _tracked_results() -> list[str]:
+    import subprocess
+
+    out = subprocess.run(["git", "ls-files", "results", "docs/example-demo"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    return [p for p in out if p.endswith(".json")]
+
+
+def test_every_tracked_result_file_is_an_envelope_that_validates():
+    """CI: every committed results/**/*.json (and the demo's documented example) against the committed schema.
+    JSONL files are journals (resume state, raw per-cell records), not results: docs/RESULTS-FORMAT.md."""
+    paths = _tracked_results()
+    assert len(paths) > 100
+    validator = _validator()
+    bad = {}
+    for rel in paths:
+        data = json.loads((ROOT / rel).read_text(encoding="utf-8"))
+        errors = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
+        if errors:
+            bad[rel] = errors[0].message[:200]
+    assert not bad, bad
+
+
+def test_no_result_file_uses_alpha_for_two_things():
+    """α is the acceptance rate (bench rows: acceptance_rate); a check report's false-alarm rate is false_alarm_rate."""
+    for rel in _tracked_results():
+        data = json.loads((ROOT / rel).read_text(encoding="utf-8"))
+        if data["kind"] == "check":
+            assert "alpha" not in data["report"] and "false_alarm_rate" in data["report"], rel
+        if data["kind"] == "bench":
+            assert not any("alpha" in row for row in data["rows"]), rel
