@@ -44,3 +44,19 @@ def test_what_cannot_rerun_is_exit_2_in_one_line(tmp_path, capsys):
         assert main(["run", "--config", str(tmp_path / name)]) == 2, name
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("specdec: error:") and "Traceback" not in err[0], (name, err)
+
+
+def test_a_campaign_on_the_runner_reruns_from_its_result_file(tmp_path, capsys):
+    """`specdec run --config OUT/calibration.json` runs the families campaign again with the recorded Config into
+    another folder: the same cells (its journal), the same rates."""
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(["campaign", "families", "--names", "draft_noise_reused", "--seeds", "1", "--rows", "2000",
+                 "--cases", "q-zero-where-p-positive", "--out", str(first)]) == 0
+    assert main(["run", "--config", str(first / "calibration.json"), "--out", str(again)]) == 0
+    a, b = (json.loads((d / "calibration.json").read_text()) for d in (first, again))
+    assert a["kind"] == b["kind"] == "campaign.families" and a["config"] == b["config"]
+    assert a["config"]["names"] == ["draft_noise_reused"] and a["config"]["rows"] == 2000
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in a["rows"]] == \
+        [{k: v for k, v in r.items() if k != "seconds"} for r in b["rows"]]
+    keys = [[json.loads(line)["key"] for line in (d / "journal.jsonl").read_text().splitlines()] for d in (first, again)]
+    assert keys[0] == keys[1] and len(keys[0]) == 1
