@@ -20,12 +20,12 @@ from harness.errors import HarnessError
 def option(default: Any, flag: str | None, help: str, parse: Callable[[str], Any] | None = None,
            metavar: str | None = None, action: str | None = None, choices: tuple | None = None,
            aliases: tuple[str, ...] = (), group: str | None = None, nargs: str | int | None = None,
-           hidden: bool = False) -> Any:
+           hidden: bool = False, required: bool = False) -> Any:
     """A dataclass field with its command-line flag (flag None: Python API only, no flag); `group` names the
     --help section it is listed in; `nargs` as argparse's ("+": one or more values, a list); `hidden`: a flag for
     tests, left out of --help. A mutable default (a list, a dict) is copied for every instance."""
     metadata = {"flag": flag, "help": help, "parse": parse, "metavar": metavar, "action": action, "choices": choices,
-                "aliases": aliases, "group": group, "nargs": nargs, "hidden": hidden}
+                "aliases": aliases, "group": group, "nargs": nargs, "hidden": hidden, "required": required}
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -80,6 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls
                                   "help": argparse.SUPPRESS if meta.get("hidden") else meta["help"]}
         if meta["action"]:
             kwargs["action"] = meta["action"]
+        if meta.get("required"):
+            kwargs["required"] = True
         if meta["action"] not in ("store_true", "store_false"):
             kwargs["metavar"] = meta["metavar"]
             if meta["parse"] is not None:

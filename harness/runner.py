@@ -121,11 +121,11 @@ def parser_for(name: str, module: ModuleType) -> argparse.ArgumentParser:
 
 def campaign_parser(name: str) -> argparse.ArgumentParser:
     """The parser of `specdec campaign NAME`: the runner's for a campaign built on it, else the campaign's own
-    `parser()` (every flag declared by a config either way: tests/test_cli_flags.py)."""
+    `argument_parser()` (every flag declared by a config either way: tests/test_cli_flags.py)."""
     module = _load(name)
     if is_campaign(module):
         return parser_for(name, module)
-    return module.parser()
+    return module.argument_parser()
 
 
 def command_line(name: str, *configs: Any) -> str:

@@ -90,3 +90,13 @@ class DemoOptions:
     out: str | None = option(None, "--out", "results folder (default: suites/campaigns/demo.py's, untracked; the "
                              "documented example lives in docs/example-demo)", metavar="DIR")
     quick: bool = option(False, "--quick", "smaller samples (a minute or two)", action="store_true")
+
+
+def specdec_parser(command: str):
+    """The parser of `specdec COMMAND` (`specdec campaign zoo` / `demo` are `specdec mutants` / `demo`)."""
+    import argparse
+
+    from harness.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]

@@ -17,13 +17,16 @@ fresh); each part is written as soon as it is measured.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 
 import torch
 
+from harness.configs import Parser, add_arguments, option
 from harness.executor import LocalExecutor, run_cells
 from specdec_ref.generate import speculative_generate
+from suites.outputs import FOLDERS
 
 
 def reference_tokens_per_s(pair, ids: torch.Tensor, *, length: int, gamma: int, temperature: float, seed: int,
@@ -126,22 +129,33 @@ def _throughput_lines(result: dict, t: dict) -> list[str]:
     return lines
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign bench_batched`: its flags (harness.configs.option)."""
+
+    pair: str = option("smollm2", '--pair', 'pair')
+    rows: int = option(1000, '--rows', "sequences in the throughput comparison (default: the check's 4 cells x 250); 0: skip", int)
+    length: int = option(16, '--length', 'length', int)
+    gamma: int = option(3, '--gamma', 'gamma', int)
+    samples: int = option(250, '--samples', "per sampling cell of the check (4 cells); 0: skip", int)
+    threads: int = option(2, '--threads', "torch threads (measure on an otherwise idle machine)", int)
+    score_dtype: str = option("float64", '--score-dtype', "the check's ground truth: a float64 copy of the target (default) or the target as loaded", choices=tuple(("float64", "model")))
+    out: str = option(FOLDERS["campaign.bench_batched"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign bench_batched`: every flag from a config field (Config, the runner's)."""
+    parser = Parser(prog='specdec campaign bench_batched', description=__doc__.splitlines()[0])
+    add_arguments(parser, Config)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.errors import HarnessError
     from harness.pairs import get_pair
     from harness.records import provenance
 
-    parser = argparse.ArgumentParser(prog="specdec campaign bench_batched", description=__doc__.splitlines()[0])
-    parser.add_argument("--pair", default="smollm2")
-    parser.add_argument("--rows", type=int, default=1000,
-                        help="sequences in the throughput comparison (default: the check's 4 cells x 250); 0: skip")
-    parser.add_argument("--length", type=int, default=16)
-    parser.add_argument("--gamma", type=int, default=3)
-    parser.add_argument("--samples", type=int, default=250, help="per sampling cell of the check (4 cells); 0: skip")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (measure on an otherwise idle machine)")
-    parser.add_argument("--score-dtype", default="float64", choices=("float64", "model"),
-                        help="the check's ground truth: a float64 copy of the target (default) or the target as loaded")
-    parser.add_argument("--out", default="results/bench/batched")
+    parser = argument_parser()
     args = parser.parse_args(argv)
     command = "specdec campaign bench_batched " + " ".join(argv if argv is not None else sys.argv[1:])
     try:

@@ -22,6 +22,7 @@ The timings are cells of `harness.executor.run_cells`, the one campaign runner, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -29,8 +30,10 @@ import time
 import torch
 
 from harness.bench.theory import expected_tokens_per_call
+from harness.configs import Parser, add_arguments, option
 from harness.executor import LocalExecutor, run_cells
 from specdec_ref.runners import make_runner
+from suites.outputs import FOLDERS
 
 
 def pass_seconds(model, prompt: list[int], k: int, *, repeats: int, vocab: int) -> float:
@@ -108,20 +111,33 @@ def _markdown(result: dict, pair: str, meta: dict) -> str:
     return "\n".join(lines)
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign bench_costs`: its flags (harness.configs.option)."""
+
+    pair: str = option("smollm2", '--pair', "registered pair; its target and every draft family")
+    extra_trunc: str = option("1,2,4", '--extra-trunc', "also time truncated drafts with these layer counts "
+                        "(a small draft trained from scratch of that depth, sharing embeddings and head, costs the same)")
+    threads: int | None = option(None, '--threads', 'threads', int)
+    repeats: int = option(7, '--repeats', 'repeats', int)
+    alphas: str = option("", '--alphas', "measured α per draft, e.g. smollm2-int8=0.83,smollm2-trunc=0.3")
+    out: str = option(FOLDERS["campaign.bench_costs"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign bench_costs`: every flag from a config field (Config, the runner's)."""
+    parser = Parser(prog='specdec campaign bench_costs', description=__doc__.splitlines()[0])
+    add_arguments(parser, Config)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.envelope import write_result
     from harness.errors import HarnessError
     from harness.pairs import get_pair
     from harness.records import atomic_write_text, provenance
 
-    parser = argparse.ArgumentParser(prog="specdec campaign bench_costs", description=__doc__.splitlines()[0])
-    parser.add_argument("--pair", default="smollm2", help="registered pair; its target and every draft family")
-    parser.add_argument("--extra-trunc", default="1,2,4", help="also time truncated drafts with these layer counts "
-                        "(a small draft trained from scratch of that depth, sharing embeddings and head, costs the same)")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--alphas", default="", help="measured α per draft, e.g. smollm2-int8=0.83,smollm2-trunc=0.3")
-    parser.add_argument("--out", default="results/bench/costs")
+    parser = argument_parser()
     args = parser.parse_args(argv)
     try:
         if args.threads:

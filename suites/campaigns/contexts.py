@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import os
 import time
@@ -35,6 +36,7 @@ import time
 import torch
 
 from harness.check.generation import run_generation_check
+from harness.configs import Parser, add_arguments, option
 from harness.contexts import coverage, plan
 from harness.envelope import read_result, write_result
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
@@ -42,6 +44,7 @@ from harness.mutants import get
 from harness.pairs import get_pair
 from harness.records import provenance
 from specdec_ref.adapters import generate as reference_generate
+from suites.outputs import FOLDERS
 
 GATE = 1e-3  # the family-wise false-alarm rate of `specdec verify` (its default)
 MUTANT = "stale_page_at_block_boundary_sampling"
@@ -189,21 +192,32 @@ def _rows(done: dict, prefix: str) -> list[dict]:
     return sorted((r for k, r in done.items() if k.rsplit("/", 1)[0] == prefix), key=lambda r: r["seed"])
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign contexts`: its flags (harness.configs.option)."""
+
+    out: str = option(FOLDERS["campaign.contexts"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+    seeds: int = option(20, '--seeds', 'seeds', int)
+    control_seeds: int = option(200, '--control-seeds', 'control seeds', int)
+    control_samples: int | None = option(None, '--control-samples', "declared samples per cell of the control runs (default: the default plan). The false-alarm "
+                         "rate of exact tests does not depend on n; the JSON records the n used", int)
+    engine_samples: int = option(1100, '--engine-samples', "engine part: continuations per cell (1,100: the contexts cell's default plan)", int)
+    parts: str = option(",".join(PARTS), '--parts', f"comma-separated subset of {', '.join(PARTS)}")
+    skip_timing: bool = option(False, '--skip-timing', 'skip timing', action='store_true')
+    exact_only: bool = option(False, '--exact-only', "only OUT/exact_tv.json (seconds)", action='store_true')
+    held_lock: bool = option(False, '--held-lock', "the CPU lock is already held by the caller", action='store_true')
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign contexts`: every flag from a config field (Config, the runner's)."""
+    ap = Parser(description=__doc__.splitlines()[0], prog='specdec campaign contexts')
+    add_arguments(ap, Config)
+    add_runner_arguments(ap, where=False)
+    return ap
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/contexts")
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--control-seeds", type=int, default=200)
-    ap.add_argument("--control-samples", type=int, default=None,
-                    help="declared samples per cell of the control runs (default: the default plan). The false-alarm "
-                         "rate of exact tests does not depend on n; the JSON records the n used")
-    ap.add_argument("--engine-samples", type=int, default=1100,
-                    help="engine part: continuations per cell (1,100: the contexts cell's default plan)")
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
-    ap.add_argument("--skip-timing", action="store_true")
-    ap.add_argument("--exact-only", action="store_true", help="only OUT/exact_tv.json (seconds)")
-    ap.add_argument("--held-lock", action="store_true", help="the CPU lock is already held by the caller")
-    add_runner_arguments(ap, where=False)  # --stop-at / --budget-s: no run starts after them (the JSON says how many ran)
+    ap = argument_parser()
     args = ap.parse_args(argv)
     HELD["lock"] = args.held_lock
     parts = set(filter(None, args.parts.split(",")))

@@ -27,6 +27,7 @@ from pathlib import Path
 from harness.check.api import run_verify
 from harness.check.config import CheckConfig
 from harness.records import atomic_write_text, provenance
+from suites.outputs import FOLDERS
 
 # The real pair's generation plan: greedy equality, and one sampling setting (temperature and nucleus truncation,
 # where processing bugs show) over the context catalogue (suites/catalogues/contexts.py: chat, code and summarize
@@ -120,7 +121,7 @@ def _phase(progress, total, desc: str, unit: str = "rows"):
     return progress(total, desc, unit=unit) if progress else contextlib.nullcontext()
 
 
-DEFAULT_OUT = "results/demo"
+DEFAULT_OUT = FOLDERS["campaign.demo"]  # suites/outputs.py
 
 
 def run_demo(out: str | Path = DEFAULT_OUT, *, quick: bool = False, progress=None) -> DemoResult:
@@ -184,6 +185,13 @@ def _markdown(r: DemoResult) -> str:
         lines += [f"- {line}" for line in regime_lines(run.rows)]
     lines += ["", "Reproduce: `python3 -m nox -s demo` (or `specdec demo`).", ""]
     return "\n".join(lines)
+
+
+def argument_parser():
+    """`specdec campaign demo` is `specdec demo`: the same parser (its flags from suites/campaigns/_commands.py)."""
+    from suites.campaigns._commands import specdec_parser
+
+    return specdec_parser("demo")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from harness.configs import Parser, add_arguments, option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.envelope import write_result
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
@@ -31,6 +32,7 @@ from harness.records import atomic_write_json, provenance
 from harness.served.check import EngineConfig, run_engine_check
 from harness.served.serve import serving
 from harness.stats.rates import clopper_pearson, family_p
+from suites.outputs import FOLDERS
 
 PAIR = "toy-low"  # α ≈ 0.2: residual and bonus paths run often, as in the generation-level campaign
 GATE = DEFAULT_FALSE_ALARM_RATE
@@ -174,16 +176,29 @@ def _probe_text(info: dict) -> str:
     return probe_table(info)
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign engine`: its flags (harness.configs.option)."""
+
+    out: str = option(FOLDERS["campaign.engine"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+    seeds: int = option(100, '--seeds', "reference seeds (false-alarm rate, ground truth a)", int)
+    mutant_seeds: int = option(20, '--mutant-seeds', 'mutant seeds', int)
+    other_seeds: int = option(30, '--other-seeds', "reference seeds for ground truths b and c", int)
+    samples: int = option(1000, '--samples', "continuations per prompt × setting (reference, a)", int)
+    mutant_samples: int = option(2000, '--mutant-samples', "... for the mutants", int)
+    other_samples: int = option(1000, '--other-samples', "... for ground truths b and c", int)
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign engine`: every flag from a config field (Config, the runner's)."""
+    parser = Parser(description=__doc__.splitlines()[0], prog='specdec campaign engine')
+    add_arguments(parser, Config)
+    add_runner_arguments(parser, where=False)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/engine")
-    parser.add_argument("--seeds", type=int, default=100, help="reference seeds (false-alarm rate, ground truth a)")
-    parser.add_argument("--mutant-seeds", type=int, default=20)
-    parser.add_argument("--other-seeds", type=int, default=30, help="reference seeds for ground truths b and c")
-    parser.add_argument("--samples", type=int, default=1000, help="continuations per prompt × setting (reference, a)")
-    parser.add_argument("--mutant-samples", type=int, default=2000, help="... for the mutants")
-    parser.add_argument("--other-samples", type=int, default=1000, help="... for ground truths b and c")
-    add_runner_arguments(parser, where=False)  # the servers live in this process
+    parser = argument_parser()
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ of `harness.executor.run_cells`, journaled in OUT/journal.jsonl (a rerun resumes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import time
@@ -26,11 +27,13 @@ from harness.check.config import DEFAULT_FALSE_ALARM_RATE, CheckConfig
 from harness.check.draft_step import run_draft_step_check
 from harness.check.sampler import run_sampler_check
 from harness.check.tree import chain_as_tree, custom_tree_case, run_tree_check
+from harness.configs import Parser, add_arguments, option
 from harness.envelope import write_result
 from harness.executor import Journal, add_runner_arguments, run_cells, runner_from_arguments
 from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step, as_generate
 from harness.records import atomic_write_text, provenance
 from harness.stats.rates import clopper_pearson, rate_text
+from suites.outputs import FOLDERS
 
 CASES = ["rows-differ", "anti-logits", "binary-gamma8"]
 MODES = {"planned": {}, "planned-no-early-stop": {"stop_on_fail": False}, "fixed-n": {"samples": 4_003},
@@ -200,15 +203,28 @@ def invariance_cells(sources: list[str], rules: int, gate: float,
     return cells, slips
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec campaign invariance", description=__doc__.splitlines()[0])
-    parser.add_argument("--rules", type=int, default=200, help="generated lossless rules per source")
-    parser.add_argument("--real-rules", type=int, default=20, help="generated lossless rules on the embedded real pair "
-                        "(source generation-real: minutes each)")
-    parser.add_argument("--gate", type=float, default=DEFAULT_FALSE_ALARM_RATE)
-    parser.add_argument("--out", default="results/invariance")
-    parser.add_argument("--sources", default=",".join(SOURCES), help=f"comma-separated, of {', '.join(SOURCES)}")
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign invariance`: its flags (harness.configs.option)."""
+
+    rules: int = option(200, '--rules', "generated lossless rules per source", int)
+    real_rules: int = option(20, '--real-rules', "generated lossless rules on the embedded real pair "
+                        "(source generation-real: minutes each)", int)
+    gate: float = option(DEFAULT_FALSE_ALARM_RATE, '--gate', 'gate', float)
+    out: str = option(FOLDERS["campaign.invariance"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+    sources: str = option(",".join(SOURCES), '--sources', f"comma-separated, of {', '.join(SOURCES)}")
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign invariance`: every flag from a config field (Config, the runner's)."""
+    parser = Parser(prog='specdec campaign invariance', description=__doc__.splitlines()[0])
+    add_arguments(parser, Config)
     add_runner_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     sources = [s for s in args.sources.split(",") if s]
     if not set(sources) <= set(SOURCES):

@@ -31,6 +31,7 @@ so a run cut mid-cell resumes its requests there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -38,8 +39,10 @@ import sys
 import time
 from pathlib import Path
 
+from harness.configs import Parser, add_arguments, option
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from suites.campaigns._servers import ENGINE_TV_BAR, Servers, campaign_journal, not_run, not_run_lines, plain
+from suites.outputs import FOLDERS
 
 # The plan (policy): sized for a shared 2-core machine. Two plans for the token-law runs:
 # - the diagnosis (the documented order with llama-server's defaults undeclared): 200 continuations of 4 tokens,
@@ -471,18 +474,31 @@ def report_md(record: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign llama_server`: its flags (harness.configs.option)."""
+
+    out: str = option(FOLDERS["campaign.llama_server"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+    build_only: bool = option(False, '--build-only', "build (or find) llama-server and stop", action='store_true')
+    quick: bool = option(False, '--quick', "a few samples only (a smoke run)", action='store_true')
+    samples: int | None = option(None, '--samples', f"continuations per sampling cell (default: {POWER_SAMPLES} of "
+                        f"{POWER_LENGTH} tokens in the runs expected to pass, {SAMPLES} of {LENGTH} in the diagnosis)", int)
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign llama_server`: every flag from a config field (Config, the runner's)."""
+    parser = Parser(prog='specdec campaign llama_server', description=__doc__.split("\n")[0])
+    add_arguments(parser, Config)
+    add_runner_arguments(parser, where=False)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.envelope import NOT_RECORDED, write_result
     from harness.errors import HarnessError
     from harness.records import atomic_write_text, provenance
 
-    parser = argparse.ArgumentParser(prog="specdec campaign llama_server", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="results/findings/llama-server")
-    parser.add_argument("--build-only", action="store_true", help="build (or find) llama-server and stop")
-    parser.add_argument("--quick", action="store_true", help="a few samples only (a smoke run)")
-    parser.add_argument("--samples", type=int, help=f"continuations per sampling cell (default: {POWER_SAMPLES} of "
-                        f"{POWER_LENGTH} tokens in the runs expected to pass, {SAMPLES} of {LENGTH} in the diagnosis)")
-    add_runner_arguments(parser, where=False)  # the servers live in this process
+    parser = argument_parser()
     args = parser.parse_args(argv)
     try:
         if args.build_only:

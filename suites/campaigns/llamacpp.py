@@ -11,14 +11,18 @@ not run; `--fresh`: every cell again). The report is written from the journal's 
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 
+from harness.configs import Parser, add_arguments, option
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.served.llamacpp import MODEL_ALIAS, PROMPT_LOOKUP_TOKENS, llamacpp_server
 from suites.campaigns._servers import COPY_PROMPT, ENGINE_TV_BAR, Servers, not_run, not_run_lines, plain
+from suites.outputs import FOLDERS
 
 FINDING_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5,"
 # The two-sample checks' prompt: it invites copying (prompt lookup drafts from it) and its continuations stay open
@@ -355,8 +359,29 @@ def _write_probe(side: str, info: dict) -> None:
     (out / f"probe-llamacpp-{side}.txt").write_text(probe_table(info) + "\n", encoding="utf-8")
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign llamacpp`: its flags (harness.configs.option)."""
+
+    out: str = option(FOLDERS["campaign.llamacpp"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+    samples: int = option(600, '--samples', "continuations per endpoint and setting (300: detectable TV 0.25, the INCONCLUSIVE bar)", int)
+    length: int = option(6, '--length', 'length', int)
+    paired_seeds: int = option(40, '--paired-seeds', 'paired seeds', int)
+    probe_only: bool = option(False, '--probe-only', "only write results/engine/probe-llamacpp-*", action='store_true')
+    ids: bool = option(False, '--ids', "only the token-law checks with ids recovered from the server's pieces (F32 GGUF, local "
+                        "target) -> OUT/ids.json and OUT/ids.md", action='store_true')
+    control: bool = option(False, '--control', "with --ids: the same checks against the server without speculation -> OUT/ids-control.*", action='store_true')
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign llamacpp`: every flag from a config field (Config, the runner's)."""
+    parser = Parser(prog='specdec campaign llamacpp', description="llama.cpp finding: prompt-lookup speculation on vs off")
+    add_arguments(parser, Config)
+    add_runner_arguments(parser, where=False)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    import argparse
     from pathlib import Path
 
     from harness.envelope import NOT_RECORDED, write_result
@@ -367,18 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                      provenance={**provenance(seed=0), "dtype": NOT_RECORDED},
                      report=json.loads(json.dumps(record, default=str)), summary={"not_run": record.get("not_run", [])})
 
-    parser = argparse.ArgumentParser(prog="specdec campaign llamacpp", description="llama.cpp finding: prompt-lookup speculation on vs off")
-    parser.add_argument("--out", default="results/findings/llamacpp")
-    parser.add_argument("--samples", type=int, default=600, help="continuations per endpoint and setting (300: detectable TV 0.25, the INCONCLUSIVE bar)")
-    parser.add_argument("--length", type=int, default=6)
-    parser.add_argument("--paired-seeds", type=int, default=40)
-    parser.add_argument("--probe-only", action="store_true", help="only write results/engine/probe-llamacpp-*")
-    parser.add_argument("--ids", action="store_true",
-                        help="only the token-law checks with ids recovered from the server's pieces (F32 GGUF, local "
-                        "target) -> OUT/ids.json and OUT/ids.md")
-    parser.add_argument("--control", action="store_true",
-                        help="with --ids: the same checks against the server without speculation -> OUT/ids-control.*")
-    add_runner_arguments(parser, where=False)  # the servers live in this process
+    parser = argument_parser()
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.control and not args.ids:

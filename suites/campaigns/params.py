@@ -9,10 +9,12 @@ Writes OUT/campaign.{csv,json}, OUT/report.md (suites.campaigns.zoo.write_report
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import torch
 
 from harness.check.generation import continuation_law, total_variation
+from harness.configs import Parser, add_arguments, option
 from harness.envelope import write_result
 from harness.models.toy_pairs import _prompts, _toy_models
 from harness.mutants import get
@@ -20,6 +22,7 @@ from harness.mutants.generation import exact_output_law
 from harness.records import provenance
 from specdec_ref.generate import default_eos, eos_set
 from suites.campaigns.zoo import CampaignConfig, run_campaign, write_report
+from suites.outputs import FOLDERS
 
 MUTANTS = ("min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",
            "penalty_draft_only", "min_new_tokens_bonus_only", "bad_words_bonus_only", "top_p_before_temperature")
@@ -45,12 +48,25 @@ def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
     return out
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign params`: its flags (harness.configs.option)."""
+
+    out: str = option(FOLDERS["campaign.params"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+    seeds: int = option(20, '--seeds', 'seeds', int)
+    control_seeds: int = option(200, '--control-seeds', 'control seeds', int)
+    samples: int = option(2000, '--samples', "per prompt × setting", int)
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign params`: every flag from a config field (Config, the runner's)."""
+    ap = Parser(description=__doc__.splitlines()[0], prog='specdec campaign params')
+    add_arguments(ap, Config)
+    return ap
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/params")
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--control-seeds", type=int, default=200)
-    ap.add_argument("--samples", type=int, default=2000, help="per prompt × setting")
+    ap = argument_parser()
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     tvs = exact_tvs()

@@ -27,10 +27,12 @@ from scipy.stats import binomtest
 from harness.check.config import DEFAULT_MAX_ROWS
 from harness.check.sampler import _plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
+from harness.configs import Parser, add_arguments, option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
 from harness.executor import Journal, add_runner_arguments, runner_from_arguments
 from suites.campaigns.zoo import TARGET_TV, _exact_tvs, below_resolution, clopper_pearson
 from suites.catalogues.sampler import CASES
+from suites.outputs import FOLDERS
 
 GATE = DEFAULT_FALSE_ALARM_RATE
 TARGET_FRACTION = 0.10  # the target: every mutant above resolution decided with ≤ 10 % of the fixed-n samples
@@ -242,18 +244,30 @@ def _calibration_tv(text: str) -> float | None:
     return tv
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec campaign sequential", description=__doc__.split("\n")[0])
-    parser.add_argument("--calibrate", action="store_true", help="false alarms of the reference and the variants")
-    parser.add_argument("--power", action="store_true", help="samples to verdict of every sampler mutant")
-    parser.add_argument("--calibration-seeds", type=int, default=200)
-    parser.add_argument("--calibration-tv", default=CALIBRATION_TV, type=_calibration_tv,
-                        help="plan the calibration battery at this TV, or 'default' for the default plan (TV 0.02)")
-    parser.add_argument("--variant-seeds", type=int, default=3)
-    parser.add_argument("--power-seeds", type=int, default=20)
-    parser.add_argument("--below-resolution-seeds", type=int, default=2)
-    parser.add_argument("--out", default="results/sequential")
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign sequential`: its flags (harness.configs.option)."""
+
+    calibrate: bool = option(False, '--calibrate', "false alarms of the reference and the variants", action='store_true')
+    power: bool = option(False, '--power', "samples to verdict of every sampler mutant", action='store_true')
+    calibration_seeds: int = option(200, '--calibration-seeds', 'calibration seeds', int)
+    calibration_tv: str = option(CALIBRATION_TV, '--calibration-tv', "plan the calibration battery at this TV, or 'default' for the default plan (TV 0.02)", _calibration_tv)
+    variant_seeds: int = option(3, '--variant-seeds', 'variant seeds', int)
+    power_seeds: int = option(20, '--power-seeds', 'power seeds', int)
+    below_resolution_seeds: int = option(2, '--below-resolution-seeds', 'below resolution seeds', int)
+    out: str = option(FOLDERS["campaign.sequential"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign sequential`: every flag from a config field (Config, the runner's)."""
+    parser = Parser(prog='specdec campaign sequential', description=__doc__.split("\n")[0])
+    add_arguments(parser, Config)
     add_runner_arguments(parser, local_workers=2)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     if not (args.calibrate or args.power):
         parser.error("give --calibrate and/or --power")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -47,6 +48,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.configs import Parser, add_arguments, option
 from harness.defaults import EXIT_INCONCLUSIVE
 from harness.envelope import NOT_RECORDED, read_result, write_result
 from harness.executor import LocalExecutor, add_runner_arguments, deadline, run_cells
@@ -60,6 +62,7 @@ from suites.campaigns._servers import (
     not_run_lines,
     plain,
 )
+from suites.outputs import FOLDERS
 
 SEEDS = (0, 1, 2)
 SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed", "ragged": "verify_ragged",
@@ -595,28 +598,36 @@ def draft_echo(out: Path) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec campaign vllm_cpu", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="results/findings/vllm-cpu")
-    parser.add_argument("--only", nargs="+", choices=[*PARTS, "isolate", "echo"],
-                        help="run these parts only (default: every part but isolate)")
-    parser.add_argument("--sampler-variants", nargs="+", default=[], metavar="TAG",
-                        help=f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)")
-    parser.add_argument("--isolate-runs", nargs="+", default=[], metavar="NAME",
-                        help=f"--only isolate: these runs only ({', '.join(r[0] for r in ISOLATE)})")
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    parser.add_argument("--samples", type=int, default=440,
-                        help=f"engine level: continuations per prompt × setting (440: detectable TV ≤ {ENGINE_TV_BAR})")
-    parser.add_argument("--python", default=sys.executable, help="the Python of the venv that holds vLLM")
-    parser.add_argument("--model-dir", help="HF safetensors of SmolLM2 (default: the project's materialized cache)")
-    parser.add_argument("--draft-dir", help=f"--only draft: HF safetensors of the draft model (default: the target's "
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign vllm_cpu`: its flags (harness.configs.option)."""
+
+    out: str = option(FOLDERS["campaign.vllm_cpu"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+    only: list | None = option(None, '--only', "run these parts only (default: every part but isolate)", choices=tuple([*PARTS, "isolate", "echo"]), nargs="+")
+    sampler_variants: list = option([], '--sampler-variants', f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)", metavar="TAG", nargs="+")
+    isolate_runs: list = option([], '--isolate-runs', f"--only isolate: these runs only ({', '.join(r[0] for r in ISOLATE)})", metavar="NAME", nargs="+")
+    seeds: list = option(list(SEEDS), '--seeds', 'seeds', int, nargs="+")
+    samples: int = option(440, '--samples', f"engine level: continuations per prompt × setting (440: detectable TV ≤ {ENGINE_TV_BAR})", int)
+    python: str = option(sys.executable, '--python', "the Python of the venv that holds vLLM")
+    model_dir: str | None = option(None, '--model-dir', "HF safetensors of SmolLM2 (default: the project's materialized cache)")
+    draft_dir: str | None = option(None, '--draft-dir', f"--only draft: HF safetensors of the draft model (default: the target's "
                                             f"first {DRAFT_LAYERS} layers, materialized next to the target's cache)")
-    parser.add_argument("--eagle-dir", help="--only eagle: an EAGLE-1 head for the target (default: the offline "
+    eagle_dir: str | None = option(None, '--eagle-dir', "--only eagle: an EAGLE-1 head for the target (default: the offline "
                                             "identity head, materialized next to the target's cache)")
-    parser.add_argument("--expand-fix", action="store_true",
-                        help="every server loads the expand-kernel fix of harness.adapters.vllm_fix (section 7 of the "
-                             "finding); the reports go to OUT/expand-fix; default parts: all but the sampler part")
-    add_runner_arguments(parser, where=False)  # the servers live in this process
+    expand_fix: bool = option(False, '--expand-fix', "every server loads the expand-kernel fix of harness.adapters.vllm_fix (section 7 of the "
+                             "finding); the reports go to OUT/expand-fix; default parts: all but the sampler part", action='store_true')
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign vllm_cpu`: every flag from a config field (Config, the runner's)."""
+    parser = Parser(prog='specdec campaign vllm_cpu', description=__doc__.split("\n")[0])
+    add_arguments(parser, Config)
+    add_runner_arguments(parser, where=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     fix = args.expand_fix
     for flag, given in (("--draft-dir", args.draft_dir), ("--eagle-dir", args.eagle_dir)):

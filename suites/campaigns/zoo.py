@@ -31,8 +31,9 @@ from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.pairs import get_pair
 from harness.stats.rates import clopper_pearson, family_p  # noqa: F401 - family_p: public here too
 from suites.campaigns._commands import CampaignConfig  # noqa: F401 - public here too (its flags: specdec mutants)
+from suites.outputs import FOLDERS
 
-DEFAULT_OUT = "results/lossless"
+DEFAULT_OUT = FOLDERS["campaign.zoo"]  # suites/outputs.py
 
 
 @functools.lru_cache(maxsize=1)
@@ -407,6 +408,13 @@ def _markdown(result, meta, ok, problems) -> str:
 
 def _fmt_tv(x) -> str:
     return f"{x:.3f}" if isinstance(x, float) else ("-" if x is None else str(x))
+
+
+def argument_parser():
+    """`specdec campaign zoo` is `specdec mutants`: the same parser (its flags from suites/campaigns/_commands.py)."""
+    from suites.campaigns._commands import specdec_parser
+
+    return specdec_parser("mutants")
 
 
 def main(argv: list[str] | None = None) -> int:
