@@ -17,6 +17,7 @@ FOLDERS = {
     "campaign.llamacpp": "results/findings/llamacpp",
     "campaign.params": "results/params",
     "campaign.sequential": "results/sequential",
+    "campaign.structured": "results/structured",
     "campaign.vllm_cpu": "results/findings/vllm-cpu",
     "campaign.zoo": "results/lossless",
     "campaign.check_time": "results/bench/check-time",

@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -35,6 +36,7 @@ import torch
 
 from harness.check.generation import Setting, continuation_law, run_generation_check, total_variation
 from harness.check.structured import ConstraintSpec, bind_constraints
+from harness.configs import Parser, add_arguments, option
 from harness.envelope import write_result
 from harness.executor import Journal
 from harness.models.toy_pairs import _prompts, _toy_models
@@ -45,6 +47,7 @@ from harness.pairs import get_pair
 from harness.records import provenance
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
 from suites.campaigns.zoo import CampaignConfig, run_campaign, write_report
+from suites.outputs import FOLDERS
 
 KINDS = {"toy": "0.7", "toy-eos": "eos"}  # registered pair -> its float64 toy models
 CONTROLS = ("reference_constrained", "mask_target_not_draft")
@@ -412,25 +415,37 @@ def _engine_lines(engine: dict | None, intro) -> list[str]:
     return lines
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign structured`: its flags (harness.configs.option)."""
+
+    out: str = option(FOLDERS["campaign.structured"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+    seeds: int = option(20, '--seeds', 'seeds', int)
+    control_seeds: int = option(200, '--control-seeds', 'control seeds', int)
+    samples: int = option(1000, '--samples', "per prompt × setting", int)
+    budget_s: float = option(2400.0, '--budget-s', "stop adding reference seeds after this", float)
+    stop_at: str | None = option(None, '--stop-at', "UTC wall time after which no further reference seeds (or SmolLM2 runs) start", metavar="HH:MM")
+    finding_samples: int = option(1000, '--finding-samples', 'finding samples', int)
+    workers: int = option(2, '--workers', 'workers', int)
+    step_seeds: int = option(200, '--step-seeds', 'step seeds', int)
+    real_samples: int = option(60, '--real-samples', "SmolLM2 runs (0: skip)", int)
+    engine_samples: int = option(300, '--engine-samples', "llama-server: continuations per prompt and side", int)
+    engine_sides: str = option("on,off", '--engine-sides', "llama-server: speculation on, off, or both")
+    vllm_samples: int = option(200, '--vllm-samples', "vLLM: continuations per prompt and side", int)
+    vllm_sides: str = option("ngram", '--vllm-sides', "vLLM: ngram (speculation on), off, or both")
+    vllm_python: str = option(VLLM_PYTHON, '--vllm-python', "the Python of the venv that holds vLLM")
+    parts: str | None = option(None, '--parts', f"comma-separated subset of {','.join(PARTS)} (default: all)")
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign structured`: every flag from a config field (Config, the runner's)."""
+    ap = Parser(description=__doc__.splitlines()[0], prog='specdec campaign structured')
+    add_arguments(ap, Config)
+    return ap
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/structured")
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--control-seeds", type=int, default=200)
-    ap.add_argument("--samples", type=int, default=1000, help="per prompt × setting")
-    ap.add_argument("--budget-s", type=float, default=2400.0, help="stop adding reference seeds after this")
-    ap.add_argument("--stop-at", default=None, metavar="HH:MM",
-                    help="UTC wall time after which no further reference seeds (or SmolLM2 runs) start")
-    ap.add_argument("--finding-samples", type=int, default=1000)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--step-seeds", type=int, default=200)
-    ap.add_argument("--real-samples", type=int, default=60, help="SmolLM2 runs (0: skip)")
-    ap.add_argument("--engine-samples", type=int, default=300, help="llama-server: continuations per prompt and side")
-    ap.add_argument("--engine-sides", default="on,off", help="llama-server: speculation on, off, or both")
-    ap.add_argument("--vllm-samples", type=int, default=200, help="vLLM: continuations per prompt and side")
-    ap.add_argument("--vllm-sides", default="ngram", help="vLLM: ngram (speculation on), off, or both")
-    ap.add_argument("--vllm-python", default=VLLM_PYTHON, help="the Python of the venv that holds vLLM")
-    ap.add_argument("--parts", default=None, help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
+    ap = argument_parser()
     args = ap.parse_args(argv)
     args.parts_given = args.parts is not None
     args.parts = args.parts or ",".join(PARTS)
