@@ -21,9 +21,12 @@ reference never did; transformers' verdicts are findings, not gates.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
+
+from harness.configs import Parser, add_arguments, option
 
 PARTS = ("shape", "mutants", "reference", "transformers")
 REFERENCE = "harness.mutants.generation:reference_kv_cache"
@@ -181,20 +184,33 @@ def readme(rows: list[dict], out: Path) -> str:
     return "\n".join(lines)
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign architectures`: its flags (harness.configs.option)."""
+
+    only: list = option(list(PARTS), '--only', 'only', choices=tuple(PARTS), nargs="+")
+    pairs: list | None = option(None, '--pairs', "arch-* pairs (default: all)", nargs="+")
+    seeds: int = option(1, '--seeds', 'seeds', int)
+    first_seed: int = option(0, '--first-seed', "seeds run: first-seed … first-seed + seeds − 1 (more "
+                    "seeds on top of the journal's)", int)
+    mutants: list | None = option(None, '--mutants', "only these mutants (default: every one)", nargs="+")
+    samples: int | None = option(None, '--samples', "fixed plan for reference / transformers runs", int)
+    time_budget: float = option(300.0, '--time-budget', "seconds of sampling per reference / "
+                    "transformers run (the achieved TV is reported); 0: none, the plan in full", float)
+    setting: list | None = option(None, '--setting', "reference / transformers runs: only this "
+                    "sampling setting (as `specdec verify --setting`, repeatable), e.g. T=0 for greedy equality alone", action='append')
+    out: str = option(DEFAULT_OUT, '--out', 'results folder')
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign architectures`: every flag from a config field (Config, the runner's)."""
+    ap = Parser(prog='specdec campaign architectures', description=__doc__.splitlines()[0])
+    add_arguments(ap, Config)
+    return ap
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="specdec campaign architectures", description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
-    ap.add_argument("--pairs", nargs="+", default=None, help="arch-* pairs (default: all)")
-    ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--first-seed", type=int, default=0, help="seeds run: first-seed … first-seed + seeds − 1 (more "
-                    "seeds on top of the journal's)")
-    ap.add_argument("--mutants", nargs="+", default=None, help="only these mutants (default: every one)")
-    ap.add_argument("--samples", type=int, default=None, help="fixed plan for reference / transformers runs")
-    ap.add_argument("--time-budget", type=float, default=300.0, help="seconds of sampling per reference / "
-                    "transformers run (the achieved TV is reported); 0: none, the plan in full")
-    ap.add_argument("--setting", action="append", default=None, help="reference / transformers runs: only this "
-                    "sampling setting (as `specdec verify --setting`, repeatable), e.g. T=0 for greedy equality alone")
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap = argument_parser()
     args = ap.parse_args(argv)
     pairs = args.pairs or list(_pairs())
     unknown = sorted(set(pairs) - set(_pairs()))

@@ -16,6 +16,7 @@ This is the estimator alone on the exact law (what the harness receives from an 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.configs import Parser, add_arguments, option
 from harness.records import atomic_write_json, atomic_write_text, provenance
 
 CASES = ("anti-logits", "zipf1000-high-alpha", "gamma8-v100")
@@ -82,16 +84,28 @@ def simulate(entry: dict, n: int, seeds: int) -> dict:
             "bias": float(np.mean(errors)), "rmse": float(np.sqrt(np.mean(np.square(errors))))}
 
 
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign estimate`: its flags (harness.configs.option)."""
+
+    seeds: int = option(200, '--seeds', 'seeds', int)
+    n: list = option([2000, 20000], '--n', 'n', int, nargs="+")
+    cases: list = option(list(CASES), '--cases', "run only these catalogue cases", nargs="+")
+    entries: list = option(list(ENTRIES), '--entries', "run only these zoo entries", nargs="+")
+    rows: str | None = option(None, '--rows', "append each row to this jsonl as it is measured")
+    report_from: list | None = option(None, '--report-from', "write the report from rows measured before (jsonl files of --rows), measure nothing", metavar="JSONL", nargs="+")
+    out: str = option("results/estimate", '--out', 'results folder')
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """`specdec campaign estimate`: every flag from a config field (Config, the runner's)."""
+    parser = Parser(prog='specdec campaign estimate', description=__doc__.splitlines()[0])
+    add_arguments(parser, Config)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec campaign estimate", description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=200)
-    parser.add_argument("--n", type=int, nargs="+", default=[2000, 20000])
-    parser.add_argument("--cases", nargs="+", default=list(CASES), help="run only these catalogue cases")
-    parser.add_argument("--entries", nargs="+", default=list(ENTRIES), help="run only these zoo entries")
-    parser.add_argument("--rows", default=None, help="append each row to this jsonl as it is measured")
-    parser.add_argument("--report-from", nargs="+", default=None, metavar="JSONL",
-                        help="write the report from rows measured before (jsonl files of --rows), measure nothing")
-    parser.add_argument("--out", default="results/estimate")
+    parser = argument_parser()
     args = parser.parse_args(argv)
     started = time.perf_counter()
     rows = []
