@@ -85,11 +85,6 @@ class Run:
         return write_result(self.out / name, kind, config=self.config, provenance=self.provenance, rows=rows,
                             report=report, summary=summary)
 
-    def write_json(self, name: str, data: dict) -> Path:
-        from harness.records import atomic_write_json
-
-        return atomic_write_json(self.out / name, data)
-
     def write_text(self, name: str, text: str) -> Path:
         from harness.records import atomic_write_text
 
@@ -167,8 +162,8 @@ def run(name: str, argv: list[str] | None = None, module: ModuleType | None = No
         module.validate(config)
     if where.local_workers < 1 or (where.workers is not None and where.workers < 1):
         raise HarnessError("--local-workers and --workers must be >= 1")
-    if runner.budget_s is not None and not runner.budget_s > 0:
-        raise HarnessError(f"--budget-s must be > 0 seconds, got {runner.budget_s}")
+    if runner.budget_s is not None and not runner.budget_s >= 0:
+        raise HarnessError(f"--budget-s must be >= 0 seconds, got {runner.budget_s}")
     stop = deadline(runner.stop_at, runner.budget_s)  # a bad --stop-at: exit 2 before anything runs
     out = Path(runner.out or results_folder(f"campaign.{name}"))
     journaled = getattr(module, "journaled", lambda c: True)(config)

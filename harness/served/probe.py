@@ -226,16 +226,31 @@ def probe(endpoint: str, model: str | None = None, *, api: str = "openai", **cli
     return info
 
 
-def probe_result(info: dict, config=None) -> dict:
-    """`specdec probe --json`: the probe as a result envelope of kind "probe" (docs/RESULTS-FORMAT.md). The
-    engine's device and dtype are the server's own, which a client cannot see: recorded as not recorded."""
-    from harness.envelope import NOT_RECORDED, Envelope, config_dict
-    from harness.records import git_commit, json_safe, machine, utc_now, versions
+def _probe_fields(info: dict) -> dict:
+    """The result envelope's fields of a probe (kind "probe"). The engine's device and dtype are the server's own,
+    which a client cannot see: recorded as not recorded."""
+    from harness.envelope import NOT_RECORDED
+    from harness.records import git_commit, machine, utc_now, versions
 
     meta = {"seed": None, "git_commit": git_commit(), "machine": machine(), "versions": versions(),
             "device": NOT_RECORDED, "dtype": NOT_RECORDED, "utc_time": utc_now()}
-    summary = {"ground_truths": info.get("ground_truths"), "speculative": info.get("speculative")}
-    return json_safe(Envelope("probe", config_dict(config), meta, summary, report=info).to_dict())
+    return {"provenance": meta, "report": info,
+            "summary": {"ground_truths": info.get("ground_truths"), "speculative": info.get("speculative")}}
+
+
+def probe_result(info: dict, config=None) -> dict:
+    """`specdec probe --json`: the probe as a result envelope (docs/RESULTS-FORMAT.md), as a dict to print."""
+    from harness.envelope import Envelope, config_dict
+    from harness.records import json_safe
+
+    return json_safe(Envelope("probe", config_dict(config), **_probe_fields(info)).to_dict())
+
+
+def write_probe(path, info: dict, config=None):
+    """The probe as a result envelope file at `path`."""
+    from harness.envelope import write_result
+
+    return write_result(path, "probe", config=config, **_probe_fields(info))
 
 
 def _speculative(metrics: dict) -> bool | None:

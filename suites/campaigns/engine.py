@@ -28,7 +28,7 @@ from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.envelope import write_result
 from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.pairs import get_pair
-from harness.records import atomic_write_json, provenance
+from harness.records import provenance
 from harness.served.check import EngineConfig, run_engine_check
 from harness.served.serve import serving
 from harness.stats.rates import clopper_pearson, family_p
@@ -219,10 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                        journal=Journal(out / "journal.jsonl", fresh=args.fresh),  # every run kept: a rerun resumes
                        stop=deadline(args.stop_at, args.budget_s))
     write(result, final=True)
-    from harness.served.probe import probe_result
+    from harness.served.probe import write_probe
 
-    atomic_write_json(out / "probe-serve.json", probe_result(result["probe"], {"endpoint": "specdec serve (this campaign's)",
-                                                                             "pair": PAIR}))
+    write_probe(out / "probe-serve.json", result["probe"], {"endpoint": "specdec serve (this campaign's)", "pair": PAIR})
     for r in result["rows"]:
         print(f"{r['name']:<34} {r['ground_truth']:<10} {r['kind']:<8} {100 * r['rate_at_gate']:5.1f}% of {r['runs']}")
     return 0

@@ -346,16 +346,14 @@ def generation_lines(rows: list[dict]) -> list[str]:
 
 def _write_probe(side: str, info: dict) -> None:
     """results/engine/probe-llamacpp-{on,off}.json and .txt (the `specdec probe` table)."""
-    import json
     from pathlib import Path
 
     from harness.served.cli import probe_table
-    from harness.served.probe import probe_result
+    from harness.served.probe import write_probe
 
     out = Path("results/engine")
     out.mkdir(parents=True, exist_ok=True)
-    result = probe_result(info, {"server": f"llama-cpp-python, speculation {side}"})
-    (out / f"probe-llamacpp-{side}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_probe(out / f"probe-llamacpp-{side}.json", info, {"server": f"llama-cpp-python, speculation {side}"})
     (out / f"probe-llamacpp-{side}.txt").write_text(probe_table(info) + "\n", encoding="utf-8")
 
 

@@ -28,8 +28,8 @@ def _cell(i: int) -> dict:
 
 
 def _report(run_) -> int:
-    run_.write_json("records.json", {"records": run_.records, "provenance": run_.provenance, "command": run_.command,
-                                     "complete": run_.complete})
+    run_.write_result("records.json", "campaign.small", rows=run_.records,
+                      summary={"command": run_.command, "complete": run_.complete})
     return 1 if any(r["i"] < run_.config.bad for r in run_.records) else 0
 
 
@@ -48,7 +48,8 @@ def _campaign() -> types.ModuleType:
 
 
 def _records(out) -> dict:
-    return json.loads((out / "records.json").read_text())
+    envelope = json.loads((out / "records.json").read_text())  # a result envelope: rows, summary, provenance
+    return {"records": envelope["rows"], "provenance": envelope["provenance"], **envelope["summary"]}
 
 
 def test_a_rerun_resumes_from_the_journal_and_fresh_runs_every_cell_again(tmp_path):
