@@ -114,10 +114,11 @@ class CheckConfig:
                               "inequality): stop at the first crossing, else decide at the planned n (levels without "
                               "e-processes run their fixed-n plan and say so)",
                               action="store_true", group='statistics: false alarms, power, sample size (every level)')
-    estimate: bool = option(False, "--estimate", "sampler level: also estimate how far the emitted law is from "
-                            "the target at every tested position: a bias-corrected TV with a 95%% confidence interval "
-                            "(beside the exact TV for a zoo entry with an exact law); in the report and the JSON "
-                            "(docs/ESTIMATES.md)", action="store_true",
+    estimate: bool = option(False, "--estimate", "also estimate how far the emitted law is from the target: a "
+                            "bias-corrected TV with a 95%% confidence interval at every tested position (sampler "
+                            "level), of the whole continuation and of each position at a prompt (generation level, "
+                            "pairs with an exact joint law); beside the exact TV for a zoo entry with an exact law; in "
+                            "the report and the JSON (docs/ESTIMATES.md)", action="store_true",
                             group='statistics: false alarms, power, sample size (every level)')
     stop_on_fail: bool = option(True, "--no-early-stop", "draw every planned sample even after the verdict is "
                                 "decided", action="store_false", group='statistics: false alarms, power, sample size (every level)')

@@ -36,7 +36,7 @@ from harness.check.engine import (
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
 from harness.check.scoring import score_continuations
-from harness.check.streams import seed_global
+from harness.check.streams import numpy_rng, seed_global
 from harness.check.structured import bind_constraints, checks_for, setting_record
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
@@ -906,6 +906,32 @@ def _conventions_run(cell: Cell, tokens, level: float, power: float) -> list[Tes
     return []
 
 
+def _exact_emitted_law(impl, source, data) -> dict | None:
+    """The implementation's exact continuation law where it is known (a zoo entry that changes only the p or q a
+    step sees carries `exact_continuation_law`), else None."""
+    law = getattr(impl, "exact_continuation_law", None)
+    if law is None:
+        return None
+    return law(source.scorer, source.pair.draft, data.prompt, source.length, source.gamma, data.setting, source.eos)
+
+
+def _estimate_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
+    """`--estimate`: bias-corrected TV of the whole continuation's law against the exact joint law at this prompt,
+    and of each position's token (harness.stats.estimate.continuation_estimates), into "tv_estimates"; with the
+    exact TV beside it for a p/q-hook zoo entry. Reports, never gates."""
+    from harness.stats.estimate import continuation_estimates
+
+    data, source = cell.data, cell.summary["_source"]
+    law = continuation_law(source.scorer, data.prompt, source.length, data.setting, source.vocab, source.eos,
+                           source.order)
+    emitted = _exact_emitted_law(source.impl, source, data) if source.order == "standard" else None
+    rng = numpy_rng(source.seed, "estimate", cell.name)
+    cell.summary["tv_estimates"] = [{"law": "", **e} for e in continuation_estimates(
+        _rows_to_keys(tokens), law, source.vocab, length=source.length, emitted=emitted, rng=rng)]
+    return []
+
+
+ESTIMATE = Check("tv_estimate", lambda cell: 0, _estimate_run, gating=False)
 GREEDY_EQUALITY = Check("greedy_equality", lambda cell: len(cell.data), _greedy_run)
 GREEDY_NUMERICS = Check("greedy_numerics", lambda cell: 0, _greedy_numerics, gating=False)
 JOINT_LAW = Check("joint_law", lambda cell: 3, _joint_run, samples_for=_rows_default)
@@ -950,6 +976,8 @@ class GenerationSource(TrialSource):
             cells.append(Cell("greedy", [GREEDY_EQUALITY, GREEDY_NUMERICS], self.prompts, math.nan,
                               {"prompts": len(self.prompts), "max_new_tokens": max(self.length, 16)}))
         checks = [JOINT_LAW, PIT, CONVENTIONS] if self.enumerate else [PIT, CONVENTIONS]
+        if getattr(config, "estimate", False) and self.enumerate:  # the exact joint law is known: estimate the TV
+            checks.append(ESTIMATE)
         self.prompts_in_contexts = self._prompts_in_contexts(contexts)
         prompt_rows = PROMPT_ROWS[self.enumerate]
         # The prompt cells of every setting first (the plan without contexts, in its order: a run that stops at its

@@ -13,6 +13,7 @@ Names are importable as `harness.mutants.generation:NAME`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -186,6 +187,9 @@ def _zoo(hooks: Hooks, *, kind: str, models: str, needs: tuple[str, ...] = (), p
 
         generate.__name__, generate.__qualname__, generate.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         generate.hooks = hooks
+        if all(getattr(hooks, f.name) is getattr(REFERENCE_HOOKS, f.name) for f in dataclasses.fields(hooks)
+               if f.name not in ("target_probs", "draft_probs")):  # a p/q-hook entry: its law is enumerable
+            generate.exact_continuation_law = lambda *args: exact_output_law(*args[:5], args[5], hooks, args[6])
         return register(level="generation", kind=kind, models=models, needs=needs, pair=pair)(generate)
     return deco
 

@@ -40,9 +40,12 @@ def known_laws(cases: tuple[str, ...] = CASES, entries: tuple[str, ...] = ENTRIE
     import torch
 
     from harness.check.sampler import _plan_cases, _select
+    from harness.mutants.joint import GENERATION_ENTRIES, known_joint_laws
     from harness.mutants.registry import get
 
-    out, seen = [], set()
+    joint = tuple(e for e in entries if e in GENERATION_ENTRIES)  # generation level: whole continuations at a prompt
+    entries = tuple(e for e in entries if e not in joint)
+    out, seen = known_joint_laws(joint) if joint else [], set()
     for case in _select(list(cases)):
         plan = _plan_cases([case], 0)[0]
         positions = sorted({plan.tested[0], plan.tested[-1]})
@@ -61,10 +64,18 @@ def known_laws(cases: tuple[str, ...] = CASES, entries: tuple[str, ...] = ENTRIE
 
 
 def simulate(entry: dict, n: int, seeds: int) -> dict:
-    from harness.stats.estimate import exact_partition_tv, partition, tv_estimate
+    from harness.stats.estimate import (
+        exact_partition_kl,
+        exact_partition_tv,
+        kl_estimate,
+        partition,
+        tv_estimate,
+    )
 
     p, law = entry["p"], entry["law"]
     exact = exact_partition_tv(law, p, partition(p, n))
+    exact_kl = exact_partition_kl(law, p, partition(p, n))  # inf where the law leaves p's support: no KL rows
+    kl = {"covered": 0, "widths": [], "errors": []}
     inside = np.clip(law, 0, None)
     probs = np.append(inside, max(0.0, 1.0 - inside.sum()))
     probs /= probs.sum()
@@ -77,11 +88,20 @@ def simulate(entry: dict, n: int, seeds: int) -> dict:
         widths.append(e["high"] - e["low"])
         errors.append(e["estimate"] - exact)
         ests.append(e["estimate"])
+        if math.isfinite(exact_kl):
+            k = kl_estimate(draw[:-1], p, rng=rng, outside=int(draw[-1]))
+            if k["estimate"] is not None:
+                kl["covered"] += k["low"] <= exact_kl <= k["high"]
+                kl["widths"].append(k["high"] - k["low"])
+                kl["errors"].append(k["estimate"] - exact_kl)
     width = float(np.mean(widths))
+    kl_row = {} if not kl["widths"] else {
+        "kl_exact": exact_kl, "kl_coverage": kl["covered"] / seeds, "kl_mean_width": float(np.mean(kl["widths"])),
+        "kl_bias": float(np.mean(kl["errors"]))}
     return {"case": entry["case"], "entry": entry["entry"], "position": entry["position"], "n": n, "seeds": seeds,
             "exact_tv": exact, "exact_tv_full": entry["exact_tv_full"], "coverage": covered / seeds,
             "mean_width": width, "width_sqrt_n": width * math.sqrt(n), "mean_estimate": float(np.mean(ests)),
-            "bias": float(np.mean(errors)), "rmse": float(np.sqrt(np.mean(np.square(errors))))}
+            "bias": float(np.mean(errors)), "rmse": float(np.sqrt(np.mean(np.square(errors)))), **kl_row}
 
 
 @dataclasses.dataclass
@@ -91,7 +111,8 @@ class Config:
     seeds: int = option(200, '--seeds', 'seeds', int)
     n: list = option([2000, 20000], '--n', 'n', int, nargs="+")
     cases: list = option(list(CASES), '--cases', "run only these catalogue cases", nargs="+")
-    entries: list = option(list(ENTRIES), '--entries', "run only these zoo entries", nargs="+")
+    entries: list = option(list(ENTRIES), '--entries', "run only these zoo entries (generation level: penalties_count_rejected_drafts[_mild], "
+                             "reference_generate: the joint law of a toy prompt's continuation and each position's)", nargs="+")
     rows: str | None = option(None, '--rows', "append each row to this jsonl as it is measured")
     report_from: list | None = option(None, '--report-from', "write the report from rows measured before (jsonl files of --rows), measure nothing", metavar="JSONL", nargs="+")
     out: str = option("results/estimate", '--out', 'results folder')
@@ -122,7 +143,13 @@ def main(argv: list[str] | None = None) -> int:
                     f.write(line + "\n")
     meta = provenance(seed=0)
     out = Path(args.out)
-    atomic_write_json(out / "coverage.json", {"rows": rows, "seconds": time.perf_counter() - started, **meta})
+    from harness.mutants.profile import PROFILE_ENTRIES, position_profile, profile_figure
+    from harness.records import save_figure
+
+    profiles = position_profile(PROFILE_ENTRIES)  # per-position estimate and band of the lossy-by-design entries
+    save_figure(profile_figure(profiles), out / "positions.png")
+    atomic_write_json(out / "coverage.json", {"rows": rows, "position_profiles": profiles,
+                                              "seconds": time.perf_counter() - started, **meta})
     lossy = [r for r in rows if r["exact_tv"] > 0]
     lines = ["# Coverage of the TV estimate's 95% interval on laws with a known exact TV (issue 46)", "",
              f"Measured {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
@@ -142,5 +169,23 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"Width·√n is at most {spread:.2f} over these laws: an interval of width w needs n ≈ "
               f"({spread:.2f} / w)² draws at a position (w = 0.02: {math.ceil((spread / 0.02) ** 2):,}; w = 0.01: "
               f"{math.ceil((spread / 0.01) ** 2):,})."]
+    kl_rows = [r for r in rows if "kl_coverage" in r]
+    if kl_rows:
+        lines += ["", f"KL(emitted ‖ p) in nats, same laws where the emitted support lies inside p's ({len(kl_rows)} "
+                  f"rows): coverage ≥ 95% in {sum(r['kl_coverage'] >= 0.95 for r in kl_rows)}; lowest "
+                  f"{min(r['kl_coverage'] for r in kl_rows):.3f}.", "",
+                  "| case | entry | position | n | exact KL (partition) | coverage | mean width | bias |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['case']} | `{r['entry']}` | {r['position']} | {r['n']:,} | {r['kl_exact']:.4f} | "
+                  f"{r['kl_coverage']:.3f} | {r['kl_mean_width']:.4f} | {r['kl_bias']:+.4f} |" for r in kl_rows]
+    lines += ["", f"Per position, one run of {profiles[0]['rows']:,} rows on {profiles[0]['case']} (seed 0; the "
+              "rows reaching position j follow the entry's own acceptance): estimate, 95% interval, exact TV "
+              "(`harness.mutants.profile`; numbers under `position_profiles` in coverage.json).", "",
+              "![per-position TV estimate and band](positions.png)", "",
+              "| entry | " + " | ".join(f"j = {r['position']}" for r in profiles[0]["positions"]) + " |",
+              "|---|" + "---|" * len(profiles[0]["positions"])]
+    lines += ["| `{}` | ".format(prof["entry"]) + " | ".join(
+        f"{r['estimate']:.3f} [{r['low']:.3f}, {r['high']:.3f}] ({r['exact_tv']:.3f})" for r in prof["positions"]) + " |"
+        for prof in profiles]
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
     return 0 if all(r["coverage"] >= 0.95 for r in rows) else 1
