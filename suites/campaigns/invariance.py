@@ -9,16 +9,16 @@ a fixed n not a multiple of the law count, sequential; the generation source: a 
 early stop, and every `CONTEXTS_EVERY`-th rule on the contexts catalogue), and counts false alarms at the
 gate; then every planted slip in every mode (each must fail).
 `specdec campaign invariance --rules 200 --out results/invariance [--sources generation]`. Every run is a cell
-of `harness.executor.run_cells`, journaled in OUT/journal.jsonl (a rerun resumes; --local-workers N spreads them)."""
+of the campaign runner (harness.runner), journaled in OUT/journal.jsonl (a rerun resumes; --local-workers N spreads
+them)."""
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
 import json
 import random
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,13 +27,9 @@ from harness.check.config import DEFAULT_FALSE_ALARM_RATE, CheckConfig
 from harness.check.draft_step import run_draft_step_check
 from harness.check.sampler import run_sampler_check
 from harness.check.tree import chain_as_tree, custom_tree_case, run_tree_check
-from harness.configs import Parser, add_arguments, option
-from harness.envelope import write_result
-from harness.executor import Journal, add_runner_arguments, run_cells, runner_from_arguments
+from harness.configs import option
 from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step, as_generate
-from harness.records import atomic_write_text, provenance
 from harness.stats.rates import clopper_pearson, rate_text
-from suites.outputs import FOLDERS
 
 CASES = ["rows-differ", "anti-logits", "binary-gamma8"]
 MODES = {"planned": {}, "planned-no-early-stop": {"stop_on_fail": False}, "fixed-n": {"samples": 4_003},
@@ -205,42 +201,52 @@ def invariance_cells(sources: list[str], rules: int, gate: float,
 
 @dataclasses.dataclass
 class Config:
-    """`specdec campaign invariance`: its flags (harness.configs.option)."""
+    """`specdec campaign invariance` (harness.runner: every run a cell, journaled in OUT/journal.jsonl)."""
 
-    rules: int = option(200, '--rules', "generated lossless rules per source", int)
-    real_rules: int = option(20, '--real-rules', "generated lossless rules on the embedded real pair "
-                        "(source generation-real: minutes each)", int)
-    gate: float = option(DEFAULT_FALSE_ALARM_RATE, '--gate', 'gate', float)
-    out: str = option(FOLDERS["campaign.invariance"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
-    sources: str = option(",".join(SOURCES), '--sources', f"comma-separated, of {', '.join(SOURCES)}")
+    rules: int = option(200, "--rules", "generated lossless rules per source", int, "N")
+    real_rules: int = option(20, "--real-rules", "generated lossless rules on the embedded real pair (source "
+                             "generation-real: minutes each)", int, "N")
+    gate: float = option(DEFAULT_FALSE_ALARM_RATE, "--gate", "family-wise false-alarm rate of every run", float, "A")
+    sources: str = option(",".join(SOURCES), "--sources", f"comma-separated, of {', '.join(SOURCES)}",
+                          metavar="LIST")
 
-
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign invariance`: every flag from a config field (Config, the runner's)."""
-    parser = Parser(prog='specdec campaign invariance', description=__doc__.splitlines()[0])
-    add_arguments(parser, Config)
-    add_runner_arguments(parser)
-    return parser
+    @property
+    def source_list(self) -> list[str]:
+        return [s for s in self.sources.split(",") if s]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser()
-    args = parser.parse_args(argv)
-    sources = [s for s in args.sources.split(",") if s]
-    if not set(sources) <= set(SOURCES):
-        parser.error(f"--sources: unknown {sorted(set(sources) - set(SOURCES))}; known: {', '.join(SOURCES)}")
-    torch.set_num_threads(1)
-    started = time.perf_counter()
-    executor, stop = runner_from_arguments(args)
-    journal = Journal(Path(args.out) / "journal.jsonl", fresh=args.fresh)
-    cells, slip_cells = invariance_cells(sources, args.rules, args.gate, args.real_rules)
-    with executor as ex:
-        done = run_cells(ex, invariance_run, {**cells, **slip_cells}, journal=journal, stop=stop)
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+
+    unknown = sorted(set(config.source_list) - set(SOURCES))
+    if unknown:
+        raise HarnessError(f"--sources: unknown {unknown}; known: {', '.join(SOURCES)}")
+
+
+@contextlib.contextmanager
+def session(config: Config):
+    torch.set_num_threads(1)  # the runs of this process (a pool's workers set their own in invariance_run's checks)
+    yield
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    rules, slips = invariance_cells(config.source_list, config.rules, config.gate, config.real_rules)
+    return {**rules, **slips}
+
+
+run_cell = invariance_run
+
+
+def report(run) -> int:
+    """runs.json and report.md; exit 1 unless no lossless rule fails (beyond its interval), every planted slip
+    fails, no run's declared tests differ from its emitted ones and every planned run was made."""
+    config, out, meta, done = run.config, run.out, run.provenance, run.done
+    sources = config.source_list
+    cells, slip_cells = invariance_cells(sources, config.rules, config.gate, config.real_rules)
     runs = [done[k] for k in cells if k in done]
     slips = [{"source": r["source"], "slip": a[0].slip, "mode": r["mode"], "verdict": r["verdict"]}
              for k, a in slip_cells.items() if k in done for r in (done[k],)]
     unrun = len(cells) + len(slip_cells) - len(runs) - len(slips)
-    out = Path(args.out)
     rows, ok = [], True
     for source in sources:
         mine = [r for r in runs if r["source"] == source]
@@ -252,13 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         ok &= mismatched == 0 and (fails == 0 or hi < 0.05)  # a few rules (the real pair): none may fail
     missed = [s for s in slips if s["verdict"] != "fail"]
     ok &= not missed and unrun == 0  # a run cut short by --stop-at / --budget-s is not "as expected"
-    meta = provenance(seed=None)
-    write_result(out / "runs.json", "campaign.invariance", config=args, provenance=meta, rows=runs,
-                 summary={"ok": ok, "slips": slips})
+    run.write_result("runs.json", "campaign.invariance", rows=runs, summary={"ok": ok, "slips": slips})
     lines = ["# Verdicts invariant to the path: generated lossless rules and planted slips", "",
-             f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {time.perf_counter() - started:.0f} s "
+             f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {run.seconds:.0f} s "
              f"on {meta['device']}", "",
-             f"Command: `specdec campaign invariance --rules {args.rules} --real-rules {args.real_rules} --out {args.out} "
+             f"Command: `specdec campaign invariance --rules {config.rules} --real-rules {config.real_rules} --out {out} "
              f"--sources {','.join(sources)}`", "",
              f"Each rule: acceptance scale per position in (0, 1] with the residual corrected (lossless), uniforms "
              f"from the generator or the global RNG ([B, γ], [B·γ]), acceptance or residual first, per-row or "
@@ -271,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
              f"toy-pieces served in llama-cpp-python's dialect and read with `--api llama-cpp-python`, T=1, "
              f"{PIECES_MODES['fixed-n']['samples']} rows, slip {', '.join(PIECES_SLIPS)}); modes in "
              f"turn: {', '.join(sorted(MODES))} (generation: {', '.join(sorted(GENERATION_MODES))}, contexts every "
-             f"{CONTEXTS_EVERY}th rule; engine: {', '.join(sorted(ENGINE_MODES))}, contexts every {CONTEXTS_EVERY}th rule). Gate: family-wise {args.gate:g}.", "",
+             f"{CONTEXTS_EVERY}th rule; engine: {', '.join(sorted(ENGINE_MODES))}, contexts every {CONTEXTS_EVERY}th rule). Gate: family-wise {config.gate:g}.", "",
              "| source | lossless rules | failed at the gate (95% CI) | inconclusive | declared ≠ emitted |",
              "|---|---|---|---|---|"]
     for source, n, fails, inc, mism in rows:
@@ -281,6 +285,6 @@ def main(argv: list[str] | None = None) -> int:
     if unrun:
         lines += ["", f"{unrun} planned runs not made (out of time): rerun the command to resume from the journal."]
     lines += ["", "VERDICT: " + ("as expected" if ok else "NOT as expected")]
-    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    run.write_text("report.md", "\n".join(lines) + "\n")
     print(json.dumps({"rows": rows, "missed_slips": missed, "ok": ok}))
     return 0 if ok else 1

@@ -1,10 +1,16 @@
-"""suites.campaigns.invariance on the cell runner: every run journaled, a rerun resumes without running anything."""
+"""suites.campaigns.invariance on the campaign runner: every run journaled, a rerun resumes without running
+anything."""
 
 from __future__ import annotations
 
 import json
 
-from suites.campaigns.invariance import invariance_cells, main
+from harness.cli import main as specdec
+from suites.campaigns.invariance import invariance_cells
+
+
+def main(argv: list[str]) -> int:
+    return specdec(["campaign", "invariance", *argv])
 
 
 def test_invariance_campaign_journals_every_run_and_resumes(tmp_path):
