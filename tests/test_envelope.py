@@ -100,3 +100,23 @@ def test_no_result_file_uses_alpha_for_two_things():
             assert "alpha" not in data["report"] and "false_alarm_rate" in data["report"], rel
         if data["kind"] == "bench":
             assert not any("alpha" in row for row in data["rows"]), rel
+
+
+def test_every_json_file_a_command_writes_goes_through_write_result():
+    """One writer: no module of harness/ or suites/ writes a JSON file past harness.envelope.write_result."""
+    import re
+
+    allowed = {"harness/records.py", "harness/envelope.py",
+               "harness/models/smollm2.py"}  # writes a model folder's config.json (a checkpoint, not a result)
+    # a JSON written by hand: atomic_write_json, or json.dump(s) into a file that ends in .json
+    pattern = re.compile(r"atomic_write_json\(|json\.dump\(|\.json\"?\)?\.write_text\(json\.dumps")
+    found = []
+    for package in ("harness", "suites"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in allowed:
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line) and "import" not in line:
+                    found.append(f"{rel}:{number}: {line.strip()}")
+    assert not found, found

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.configs import Parser, add_arguments, option
-from harness.records import atomic_write_json, atomic_write_text, provenance
+from harness.envelope import write_result
+from harness.records import atomic_write_text, provenance
 
 CASES = ("anti-logits", "zipf1000-high-alpha", "gamma8-v100")
 ENTRIES = ("reference_verify", "residual_from_p", "residual_from_q", "inverted_ratio", "residual_temperature",
@@ -148,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
 
     profiles = position_profile(PROFILE_ENTRIES)  # per-position estimate and band of the lossy-by-design entries
     save_figure(profile_figure(profiles), out / "positions.png")
-    atomic_write_json(out / "coverage.json", {"rows": rows, "position_profiles": profiles,
-                                              "seconds": time.perf_counter() - started, **meta})
+    write_result(out / "coverage.json", "campaign.estimate", config=args, provenance=meta, rows=rows,
+                 summary={"position_profiles": profiles, "seconds": time.perf_counter() - started})
     lossy = [r for r in rows if r["exact_tv"] > 0]
     lines = ["# Coverage of the TV estimate's 95% interval on laws with a known exact TV (issue 46)", "",
              f"Measured {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",

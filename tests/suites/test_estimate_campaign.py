@@ -14,7 +14,7 @@ def test_campaign_writes_tv_and_kl_rows_the_profile_and_its_figure(tmp_path):
     rows = {r["entry"]: r for r in data["rows"]}
     assert rows["residual_from_p"]["kl_exact"] > 0 and "kl_coverage" in rows["residual_from_p"]
     assert "kl_coverage" not in rows["out_of_range_recovered"]  # ids outside the vocabulary: KL infinite, no KL row
-    profiles = {p["entry"]: p for p in data["position_profiles"]}
+    profiles = {p["entry"]: p for p in data["summary"]["position_profiles"]}
     assert set(profiles) == {"lenient_acceptance", "threshold_acceptance", "relaxed_acceptance", "typical_acceptance"}
     first = profiles["typical_acceptance"]["positions"][0]
     assert first["low"] <= first["estimate"] <= first["high"] and abs(first["exact_tv"] - 0.213) < 1e-3
