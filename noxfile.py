@@ -80,7 +80,7 @@ def lossless(session: nox.Session) -> None:
     session.run("pytest", "suites/lossless", "-p", "no:cacheprovider", *session.posargs)
     # The quick profile keeps the session within 10 minutes; the full calibration (200 seeds per control,
     # detection-vs-samples curve, ~15 min) is `specdec mutants --out results/lossless`.
-    session.run("specdec", "mutants", "--quick", "--out", "results/lossless/quick")
+    session.run("specdec", "mutants", "--quick", "--fresh", "--out", "results/lossless/quick")
 
 
 @nox.session(default=False)

@@ -114,8 +114,8 @@ def _cmd_verify(args) -> int:
     config = from_args(CheckConfig, args, cases=args.cases)
     if args.vary:
         return _verify_matrix(args, config)
-    if args.scheduler or args.workers or args.resume:
-        raise HarnessError("--scheduler, --workers and --resume go with --vary (a matrix of configurations)")
+    if args.scheduler or args.workers or args.fresh:
+        raise HarnessError("--scheduler, --workers and --fresh go with --vary (a matrix of configurations)")
     config.validate()
     preflight.common(args)
     if args.level == "generation":
@@ -178,7 +178,7 @@ def _verify_matrix(args, base) -> int:
 
     from harness.check.api import contract_of, planned_rows, resolve
     from harness.check.matrix import expand, parse_vary, run_matrix, write
-    from harness.executor import Journal
+    from harness.executor import JOURNAL, Journal
 
     vary = parse_vary(args.vary)
     configs = expand(base, vary)
@@ -189,7 +189,7 @@ def _verify_matrix(args, base) -> int:
         resolve(config.impl, contract_of(config))
         planned_rows(config)  # sampler level: unknown --cases, impossible plans
     args.matrix_out = args.matrix_out or results_folder("verify-matrix")
-    journal = Journal(Path(args.matrix_out) / "cells.jsonl", fresh=not args.resume)
+    journal = Journal(Path(args.matrix_out) / JOURNAL, fresh=args.fresh)  # resumed unless --fresh
     with Progress(len(configs), "verify matrix", unit="configs") as bar:
         def progress(done, total):
             bar.update(done - bar.n)
@@ -236,7 +236,7 @@ def fail_line(report) -> str:
 def _cmd_mutants(args) -> int:
     from pathlib import Path
 
-    from harness.executor import Journal
+    from harness.executor import JOURNAL, Journal
 
     zoo = policy("zoo")
     args.out = args.out or zoo.DEFAULT_OUT
@@ -266,7 +266,7 @@ def _cmd_mutants(args) -> int:
             bar.set_total(total)
             bar.update(done - bar.n)
 
-        journal = Journal(Path(args.out) / "cells.jsonl", fresh=not args.resume)
+        journal = Journal(Path(args.out) / JOURNAL, fresh=args.fresh)  # resumed unless --fresh
         result = run_campaign(config, progress=progress, journal=journal)
     summary = write_report(result, args.out)
     for r in result["rows"]:

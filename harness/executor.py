@@ -215,6 +215,7 @@ def run_cells(
 
 # --- the campaign runner's options, one spelling for every campaign of suites/campaigns -------------------------
 
+JOURNAL = "journal.jsonl"  # the one journal name: OUT/journal.jsonl, resumed unless --fresh (campaigns, the zoo, --vary)
 _WHEN = "campaign runner (journal, resume, when to stop)"
 _WHERE = "campaign runner: where the cells run"
 

@@ -37,9 +37,8 @@ from typing import Any
 
 from harness.configs import Parser, add_arguments, cli_fields, field_default, from_args, option
 from harness.errors import HarnessError
-from harness.executor import Journal, ScheduleConfig, WhereConfig, deadline, make_executor, run_cells
+from harness.executor import JOURNAL, Journal, ScheduleConfig, WhereConfig, deadline, make_executor, run_cells
 
-JOURNAL = "journal.jsonl"  # the one journal name: OUT/journal.jsonl
 _OUTPUT = "campaign runner (journal, resume, when to stop)"
 
 

@@ -179,11 +179,11 @@ def test_mutants_cli_resume_skips_finished_runs_and_bad_workers_exit_2(tmp_path,
     out = tmp_path / "z"
     argv = ["mutants", "--quick", "--only", "always_accept", "--seeds", "2", "--out", str(out)]
     assert main(argv) == 0
-    journal = (out / "cells.jsonl").read_text()
+    journal = (out / "journal.jsonl").read_text()
     assert len(journal.splitlines()) == 2
     first = (out / "campaign.json").read_text()
-    assert main([*argv, "--resume"]) == 0  # everything finished: nothing runs, same rows
-    assert (out / "cells.jsonl").read_text() == journal
+    assert main(argv) == 0  # a rerun resumes: everything finished, nothing runs, same rows
+    assert (out / "journal.jsonl").read_text() == journal
     assert json.loads((out / "campaign.json").read_text())["rows"] == json.loads(first)["rows"]
     capsys.readouterr()
     assert main([*argv, "--workers", "0"]) == 2

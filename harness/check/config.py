@@ -194,10 +194,10 @@ class MatrixOptions:
     workers: int | None = option(None, "--workers", "with --vary: run the cells on a local dask cluster", int, "N",
                                  group=_MATRIX)
     matrix_out: str | None = option(None, "--matrix-out", "with --vary: report.md, matrix.json and the cell journal "
-                                    "cells.jsonl (default: the policy's, suites/outputs.py)", metavar="DIR",
-                                    group=_MATRIX)
-    resume: bool = option(False, "--resume", "with --vary: keep the finished cells of --matrix-out's journal (the "
-                          "report marks them)", action="store_true", group=_MATRIX)
+                                    "journal.jsonl, whose finished cells a rerun keeps (the report marks them) "
+                                    "(default: the policy's, suites/outputs.py)", metavar="DIR", group=_MATRIX)
+    fresh: bool = option(False, "--fresh", "with --vary: forget --matrix-out's journal, run every cell again",
+                         action="store_true", group=_MATRIX)
 
 
 @dataclasses.dataclass

@@ -5,7 +5,7 @@ The flags of the command line are the base configuration; each `--vary` names a 
 the cross product, one cell per configuration, each an ordinary `run_verify` with its own report. Cells
 run one after another here, on a local dask cluster (`--workers N`) or on the workers of a running
 dask scheduler (`--scheduler ADDRESS`), through harness.executor: a worker that dies mid-run loses no
-finished cell, and every finished cell is journaled (`--matrix-out DIR/cells.jsonl`) the moment it
+finished cell, and every finished cell is journaled (`--matrix-out DIR/journal.jsonl`) the moment it
 arrives, so `--resume` after a crash runs only the cells that are missing — and the report marks those
 it took from the journal.
 

@@ -78,8 +78,9 @@ class ZooOptions:
     quick: bool = option(False, "--quick", "the quick profile (= --profile quick): fewer seeds, no detection-vs-samples "
                          "curve (minutes)", action="store_true")
     out: str | None = option(None, "--out", "results folder (default: suites/campaigns/zoo.py's)", metavar="DIR")
-    resume: bool = option(False, "--resume", "skip runs already finished in OUT/cells.jsonl (each finished run is "
-                          "written there)", action="store_true")
+    fresh: bool = option(False, "--fresh", "forget the journal OUT/journal.jsonl: run every cell again (default: a "
+                         "rerun resumes, keeping every finished run; each is written there as it finishes)",
+                         action="store_true")
     alpha: float | None = option(None, "--alpha", "deprecated alias of --false-alarm-rate", float, "A")
 
 

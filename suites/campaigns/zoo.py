@@ -365,7 +365,7 @@ def _markdown(result, meta, ok, problems) -> str:
            "`specdec mutants`)" if cfg.get("profile") == "quick" else "")
         + f". Wall time {result.get('seconds', 0):.0f} s on {_where(cfg)}"
         + (f" for {result['total_runs'] - result['resumed_runs']} runs; {result['resumed_runs']} of "
-           f"{result['total_runs']} were resumed from cells.jsonl (finished by an earlier invocation into this "
+           f"{result['total_runs']} were resumed from journal.jsonl (finished by an earlier invocation into this "
            f"folder: their CPU seconds are in the worker s column)" if result.get("resumed_runs") else "") + ".", "",
         "| implementation | level | kind | models | runs | rate at gate (95% CI) | rate at 0.05 (95% CI) | "
         "median samples | plan | exact TV (high α / low α) | wasteful runs | worker s |",

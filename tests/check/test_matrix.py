@@ -109,7 +109,7 @@ def test_cli_matrix_exit_codes_and_report(tmp_path):
                "--threads", "1", "--matrix-out", str(out), cwd=root)
     assert run.returncode == 1, run.stderr
     assert "FAIL" in run.stdout and "PASS" in run.stdout and "1 of 2 configurations" in run.stderr
-    assert (out / "report.md").exists() and (out / "cells.jsonl").read_text().count("\n") == 2
+    assert (out / "report.md").exists() and (out / "journal.jsonl").read_text().count("\n") == 2
     # usage errors: one line, exit 2, nothing run
     for bad in (["--vary", "gama=1"], ["--vary", "seed=0", "--cases", "nope"], ["--workers", "2"]):
         run = _cli("--impl", "specdec_ref.adapters:verify", *bad, "--matrix-out", str(tmp_path / "x"), cwd=root)
