@@ -627,16 +627,9 @@ def run_generation_check(impl: Callable, pair: ModelPair, config: CheckConfig | 
 # --- contexts cells: the randomized PIT pooled over many contexts ----------------------------------------
 
 STEP_BANDS = ((0, 1), (1, 4), (4, 16), (16, None))  # generated-token index j: first step, early, middle, late
-# Default rows of a prompt cell (V <= 64, the exact joint law, or not), with or without contexts cells. A toy pair's
-# prompt cells carry the token-law guarantee (the exact joint law of the continuation at one prompt), which no pooled
-# statistic replaces: at 2,000 rows beside the contexts cells they missed penalties_count_rejected_drafts_mild (exact
-# TV 0.031 / 0.036), which 20,000 rows catch (the headline campaign, suites/campaigns/headline.py).
-PROMPT_ROWS = {True: 20_000, False: 200}
-# Default rows of a contexts cell (spread round-robin over its contexts). A real pair's 410 rows of 16 new tokens
-# (~6,500 tokens; EOS ends a few rows early) put the pooled PIT's detectable TV just under 0.05 (measured on SmolLM2:
-# 7,022 tokens gave 0.047, 6,362 gave 0.0503; results/contexts/README.md); the toy pairs' 1,100 rows of 40 tokens at
-# about 0.02.
-CONTEXT_ROWS = {True: 1_100, False: 410}
+# Default rows of a prompt cell and of a contexts cell (key: V <= 64, the exact joint law, or not): run sizes are
+# policy, named in suites/catalogues/sizes.py with the measurements behind them.
+PROMPT_ROWS, CONTEXT_ROWS = catalogue("sizes").PROMPT_ROWS, catalogue("sizes").CONTEXT_ROWS
 GREEDY_CONTEXTS = 4  # greedy/contexts: one context per prompt length, the longest lengths first
 
 

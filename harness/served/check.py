@@ -34,6 +34,7 @@ from harness.check.structured import setting_record
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
 from harness.errors import HarnessError
+from harness.policy import catalogue
 from harness.served import battery
 from harness.served.client import (
     EngineClient,
@@ -64,7 +65,7 @@ from harness.stats import TestResult
 GROUND_TRUTHS = ("auto", "local", "score", "two-sample")
 ENGINE_CHECKS = ("tokens", "logprobs", "api")
 _API_GROUP = "engine level: the API check (--engine-checks api)"
-GREEDY_TOKENS = 16
+GREEDY_TOKENS = catalogue("sizes").ENGINE_GREEDY_TOKENS  # a run size: policy (suites/catalogues/sizes.py)
 
 
 _ENGINE_GROUP = "engine level (--level engine)"
