@@ -6,6 +6,7 @@ import dataclasses
 import json
 import sys
 
+from harness.check.config import DEFAULT_GAMMA
 from harness.configs import option
 from harness.defaults import EXIT_OK
 from harness.errors import HarnessError
@@ -112,7 +113,7 @@ class ServeConfig:
     port: int = option(8000, "--port", "TCP port", int, "PORT")
     model_name: str | None = option(None, "--model-name", "served model name (default: the pair's name)",
                                     metavar="NAME")
-    gamma: int = option(3, "--gamma", "drafted tokens per step", int, "G")
+    gamma: int = option(DEFAULT_GAMMA, "--gamma", "drafted tokens per step", int, "G")
     no_speculation: bool = option(False, "--no-speculation", "serve the target alone "
                                   "(harness.adapters.control:target_only_generate)", action="store_true")
     max_logprobs: int = option(20, "--max-logprobs", "largest top-k a request may ask for", int, "K")
