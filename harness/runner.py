@@ -65,6 +65,7 @@ class Run:
     provenance: dict
     seconds: float
     command: str  # the command line that reproduces the run (flags that differ from their defaults)
+    where: WhereConfig = dataclasses.field(default_factory=WhereConfig)  # where the cells ran
     journal: dict[str, Any] = dataclasses.field(default_factory=dict)  # every record of OUT/journal.jsonl (key ->
     #   record), also cells of other configurations: a report may cover runs split over several processes
 
@@ -182,5 +183,5 @@ def run(name: str, argv: list[str] | None = None, module: ModuleType | None = No
         result = Run(name=name, config=config, runner=runner, out=out, cells=cells, done=done,
                      provenance=provenance(**fields), seconds=time.perf_counter() - started,
                      command=command_line(name, config, dataclasses.replace(runner, fresh=False, report_only=False)),
-                     journal=journal.load() if journal else dict(done))
+                     where=where, journal=journal.load() if journal else dict(done))
         return int(module.report(result) or 0)

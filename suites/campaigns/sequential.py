@@ -1,5 +1,8 @@
 """Calibration and power of the sequential sampler check; writes results/sequential/.
 
+`specdec campaign sequential --calibrate --power` (harness.runner: every run is a cell journaled in OUT/journal.jsonl,
+so a rerun resumes; the report is written once the runs are made or the time is up).
+
 - **Calibration**: the reference (and a few seeds of every equivalent / wasteful variant, which must
   pass too) under continuous monitoring at the production look schedule (every chunk, ≥ 50 looks per
   case), each run until its first crossing or its planned rows. Counted: runs that fail (the gate α),
@@ -15,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import time
@@ -27,12 +31,10 @@ from scipy.stats import binomtest
 from harness.check.config import DEFAULT_MAX_ROWS
 from harness.check.sampler import _plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
-from harness.configs import Parser, add_arguments, option
+from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
-from harness.executor import Journal, add_runner_arguments, runner_from_arguments
 from suites.campaigns.zoo import TARGET_TV, _exact_tvs, below_resolution, clopper_pearson
 from suites.catalogues.sampler import CASES
-from suites.outputs import FOLDERS
 
 GATE = DEFAULT_FALSE_ALARM_RATE
 TARGET_FRACTION = 0.10  # the target: every mutant above resolution decided with ≤ 10 % of the fixed-n samples
@@ -164,14 +166,14 @@ def power_ok(power_rows: list[dict]) -> list[str]:
             and (r["failed"] < r["runs"] or r["median_fraction"] > TARGET_FRACTION)]
 
 
-def write_report(result: dict, out_dir: str | Path, command: str) -> Path:
+def write_report(result: dict, out_dir: str | Path, command: str, meta: dict | None = None) -> Path:
     import pandas as pd
 
     from harness.envelope import write_result
     from harness.records import atomic_write_text, provenance
 
     out = Path(out_dir)
-    meta = provenance(seed=None, dtype="float32")
+    meta = meta or provenance(seed=None, dtype="float32")
     write_result(out / "runs.json", "campaign.sequential", config={"command": command}, provenance=meta,
                  rows=result["runs"], summary={k: v for k, v in result.items() if k != "runs"})
     for key in ("calibration", "power"):
@@ -244,61 +246,72 @@ def _calibration_tv(text: str) -> float | None:
     return tv
 
 
+LOCAL_WORKERS = 2  # the default of --local-workers: the runs are independent processes
+
+
 @dataclasses.dataclass
 class Config:
-    """`specdec campaign sequential`: its flags (harness.configs.option)."""
+    """`specdec campaign sequential` (harness.runner: every run a cell, journaled in OUT/journal.jsonl)."""
 
-    calibrate: bool = option(False, '--calibrate', "false alarms of the reference and the variants", action='store_true')
-    power: bool = option(False, '--power', "samples to verdict of every sampler mutant", action='store_true')
-    calibration_seeds: int = option(200, '--calibration-seeds', 'calibration seeds', int)
-    calibration_tv: str = option(CALIBRATION_TV, '--calibration-tv', "plan the calibration battery at this TV, or 'default' for the default plan (TV 0.02)", _calibration_tv)
-    variant_seeds: int = option(3, '--variant-seeds', 'variant seeds', int)
-    power_seeds: int = option(20, '--power-seeds', 'power seeds', int)
-    below_resolution_seeds: int = option(2, '--below-resolution-seeds', 'below resolution seeds', int)
-    out: str = option(FOLDERS["campaign.sequential"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign sequential`: every flag from a config field (Config, the runner's)."""
-    parser = Parser(prog='specdec campaign sequential', description=__doc__.split("\n")[0])
-    add_arguments(parser, Config)
-    add_runner_arguments(parser, local_workers=2)
-    return parser
+    calibrate: bool = option(False, "--calibrate", "false alarms of the reference and the variants",
+                             action="store_true")
+    power: bool = option(False, "--power", "samples to verdict of every sampler mutant", action="store_true")
+    calibration_seeds: int = option(200, "--calibration-seeds", "seeds of the reference (calibration)", int, "N")
+    calibration_tv: float | None = option(CALIBRATION_TV, "--calibration-tv", "plan the calibration battery at "
+                                          "this TV, or 'default' for the default plan (TV 0.02)", _calibration_tv,
+                                          "TV")
+    variant_seeds: int = option(3, "--variant-seeds", "seeds per equivalent / wasteful variant (calibration)", int,
+                                "N")
+    power_seeds: int = option(20, "--power-seeds", "seeds per mutant above resolution (power)", int, "N")
+    below_resolution_seeds: int = option(2, "--below-resolution-seeds", "seeds per mutant below resolution (power: "
+                                         "run and reported, not gated)", int, "N")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser()
-    args = parser.parse_args(argv)
-    if not (args.calibrate or args.power):
-        parser.error("give --calibrate and/or --power")
-    calibration_tv = args.calibration_tv
-    task_list = [t for t in tasks(args.calibration_seeds, args.variant_seeds, args.power_seeds,
-                                  args.below_resolution_seeds, calibration_tv)
-                 if (t.purpose == "calibrate" and args.calibrate) or (t.purpose == "power" and args.power)]
-    command = "specdec campaign sequential " + " ".join(argv if argv is not None else sys.argv[1:])
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+
+    if not (config.calibrate or config.power):
+        raise HarnessError("give --calibrate and/or --power")
+
+
+def provenance_fields(config: Config) -> dict:
+    return {"seed": None, "dtype": "float32"}
+
+
+_LOAD: dict[str, str] = {}
+
+
+@contextlib.contextmanager
+def session(config: Config):
     import os
 
-    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    started, runs = time.perf_counter(), []
-    executor, stop = runner_from_arguments(args)
-    journal = Journal(Path(args.out) / "journal.jsonl", fresh=args.fresh)
-    workers = args.workers or args.local_workers
-    for purpose in ("power", "calibrate"):  # power first (short); the report is rewritten after each phase
-        phase = [t for t in task_list if t.purpose == purpose]
-        if phase:
-            runs += run_study(phase, executor, journal=journal, stop=stop)
-            result = {"runs": runs, "summary": summarise(runs), "seconds": time.perf_counter() - started,
-                      "workers": workers, "calibration_tv": calibration_tv,
-                      "load_before": load_before, "planned_runs": len(task_list)}
-            path = write_report(result, args.out, command)
+    _LOAD["before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    yield
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    """The power runs first (short), then the calibration runs."""
+    chosen = [t for t in tasks(config.calibration_seeds, config.variant_seeds, config.power_seeds,
+                               config.below_resolution_seeds, config.calibration_tv)
+              if (t.purpose == "calibrate" and config.calibrate) or (t.purpose == "power" and config.power)]
+    return {task_key(t): (t,) for purpose in ("power", "calibrate") for t in chosen if t.purpose == purpose}
+
+
+run_cell = run_task
+
+
+def report(run) -> int:
+    """runs.json, the csv tables and report.md; exit 1 if a planned run was not made (out of time), a control is
+    miscalibrated or a mutant above resolution is slow or missed."""
+    runs = run.records
+    result = {"runs": runs, "summary": summarise(runs), "seconds": run.seconds,
+              "workers": run.where.workers or run.where.local_workers, "calibration_tv": run.config.calibration_tv,
+              "load_before": _LOAD.get("before", ""), "planned_runs": len(run.cells)}
+    path = write_report(result, run.out, run.command, run.provenance)
     print(f"wrote {path}")
-    if len(runs) < len(task_list):
-        print(f"{len(task_list) - len(runs)} of {len(task_list)} planned runs not made (out of time); "
+    if len(runs) < len(run.cells):
+        print(f"{len(run.cells) - len(runs)} of {len(run.cells)} planned runs not made (out of time); "
               "rerun the command to resume", file=sys.stderr)
         return 1
     summary = result["summary"]
     return 0 if not power_ok(summary["power"]) and not calibration_ok(summary["calibration"]) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

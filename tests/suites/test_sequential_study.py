@@ -34,11 +34,9 @@ def test_power_criterion_flags_slow_and_missed_mutants():
 
 @pytest.mark.parametrize("value", ["abc", "0", "1.5"])
 def test_bad_calibration_tv_is_a_usage_error(value, capsys):
-    from suites.campaigns.sequential import main
+    from harness.cli import main
 
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--calibrate", "--calibration-tv", value])
-    assert exit_info.value.code == 2
+    assert main(["campaign", "sequential", "--calibrate", "--calibration-tv", value]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "--calibration-tv" in err
 
@@ -46,7 +44,10 @@ def test_bad_calibration_tv_is_a_usage_error(value, capsys):
 def test_sequential_campaign_runs_on_the_cell_runner_and_resumes(tmp_path):
     import json
 
-    from suites.campaigns.sequential import main
+    from harness.cli import main as specdec
+
+    def main(argv):
+        return specdec(["campaign", "sequential", *argv])
 
     out = tmp_path / "seq"
     args = ["--calibrate", "--calibration-seeds", "1", "--variant-seeds", "0", "--calibration-tv", "0.3",
