@@ -55,6 +55,17 @@ class Provenance:
             raise ValueError(f"provenance: missing {missing}, unknown {extra} (docs/RESULTS-FORMAT.md)")
         return cls(**{n: value[n] for n in names})
 
+    def __post_init__(self):
+        seed = self.seed
+        if not (seed is None or seed == NOT_RECORDED or (isinstance(seed, int) and not isinstance(seed, bool))
+                or (isinstance(seed, list) and all(isinstance(s, int) for s in seed))):
+            raise ValueError(f"provenance: seed must be an int, a list of ints, null or {NOT_RECORDED!r}, got {seed!r}")
+        if not (self.versions == NOT_RECORDED or isinstance(self.versions, dict)):
+            raise ValueError(f"provenance: versions must be a dict or {NOT_RECORDED!r}")
+        for name in ("git_commit", "machine", "device", "dtype", "utc_time"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"provenance: {name} must be a string, got {getattr(self, name)!r}")
+
 
 @dataclasses.dataclass
 class Envelope:

@@ -120,3 +120,12 @@ def test_every_json_file_a_command_writes_goes_through_write_result():
                 if pattern.search(line) and "import" not in line:
                     found.append(f"{rel}:{number}: {line.strip()}")
     assert not found, found
+
+
+@pytest.mark.parametrize("field,value", [("seed", "guessed"), ("seed", 1.5), ("seed", [1, "2"]), ("versions", "1.0"),
+                                         ("device", None), ("utc_time", 0)])
+def test_a_provenance_field_of_the_wrong_type_is_refused_before_writing(tmp_path, field, value):
+    with pytest.raises(ValueError, match=field):
+        write_result(tmp_path / "r.json", "check", config={}, provenance={**provenance(seed=0), field: value},
+                     report={})
+    assert not (tmp_path / "r.json").exists()
