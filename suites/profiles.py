@@ -11,8 +11,13 @@ ZOO = {
                   slow_generation_seeds=2, step_control_seeds=3),
 }
 
-# suites/campaigns/demo.py (`specdec demo`): --quick, a minute or two.
-DEMO = {"full": {"quick": False}, "quick": {"quick": True}}
+# suites/campaigns/demo.py (`specdec demo`; --quick: a minute or two). None: the check's own plan.
+DEMO = {
+    "full": dict(sampler_samples=None, toy_generation_samples=None, real_generation_samples=None,
+                 ngram_new_tokens=64, synthetic_new_tokens=48),
+    "quick": dict(sampler_samples=3_000, toy_generation_samples=300, real_generation_samples=48,
+                  ngram_new_tokens=32, synthetic_new_tokens=32),
+}
 
 PROFILES = {"zoo": ZOO, "demo": DEMO}
 

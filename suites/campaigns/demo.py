@@ -64,6 +64,13 @@ def choose_pair() -> tuple[str, str]:
     return "toy", f"the toy pair, because the embedded real model is not installed ({why})"
 
 
+def _sizes(quick: bool) -> dict:
+    """The demo's sizes: suites/profiles.py DEMO (quick or full)."""
+    from suites.profiles import settings
+
+    return settings("demo", "quick" if quick else "full")
+
+
 def demo_bench_config(pair: str, out: Path, *, quick: bool):
     """The demo's sweep: small, always measured afresh (resume=False), each γ cell timing its own autoregressive
     baseline in rotation with it (interleave=True: a speedup never compares two different minutes of load)."""
@@ -92,13 +99,14 @@ def demo_regime_configs(pair: str, out: Path, *, quick: bool) -> list[tuple[str,
                      f"copy-heavy prompts ({', '.join(COPY_HEAVY_PROMPTS)}), greedy",
                      BenchConfig(pairs=("smollm2-ngram",), prompt_select=COPY_HEAVY_PROMPTS, gammas=(2,),
                                  temperatures=(0.0,), repeats=2, prompts=len(COPY_HEAVY_PROMPTS),
-                                 max_new_tokens=32 if quick else 64, threads=1, out=str(out),
+                                 max_new_tokens=_sizes(quick)["ngram_new_tokens"], threads=1, out=str(out),
                                  run_name="bench-ngram", resume=False, interleave=True)))
     runs.append((f"a synthetic-cost pair (`{SYNTHETIC_PAIR}`: exact α = 0.8; every target / draft forward padded "
                  f"to {SYNTHETIC_COST_MS[0]:g} / {SYNTHETIC_COST_MS[1]:g} ms, so a verify pass costs what a one-token "
                  "pass does, r ≈ 1, as on an accelerator; random-token inputs), T = 1",
                  BenchConfig(pairs=(SYNTHETIC_PAIR,), gammas=(2, 4), temperatures=(1.0,), repeats=2, prompts=1,
-                             max_new_tokens=32 if quick else 48, synthetic_cost_ms=SYNTHETIC_COST_MS, threads=1,
+                             max_new_tokens=_sizes(quick)["synthetic_new_tokens"], synthetic_cost_ms=SYNTHETIC_COST_MS,
+                             threads=1,
                              out=str(out), run_name="bench-synthetic", resume=False, interleave=True)))
     return runs
 
@@ -109,8 +117,8 @@ def demo_generation_config(pair: str, *, quick: bool = False, **override) -> Che
     (no real model installed) runs `specdec verify`'s default plan. `override`: e.g. OLD_DEMO_PLAN."""
     if pair == "toy":  # the default plan (the catalogue: pooled TV ~0.02 per setting, ~1 minute)
         return CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
-                           samples=300 if quick else None, **override)
-    fields = {"samples": 48 if quick else None, "length": DEMO_REAL_LENGTH, "contexts": "catalogue",
+                           samples=_sizes(quick)["toy_generation_samples"], **override)
+    fields = {"samples": _sizes(quick)["real_generation_samples"], "length": DEMO_REAL_LENGTH, "contexts": "catalogue",
               "settings": list(DEMO_REAL_SETTINGS), **override}
     return CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair, score_dtype="model",
                        **fields)
@@ -132,7 +140,8 @@ def run_demo(out: str | Path = DEFAULT_OUT, *, quick: bool = False, progress=Non
 
     out = Path(out)
     pair, reason = choose_pair()
-    config = CheckConfig(impl="specdec_ref.adapters:verify", level="sampler", samples=3000 if quick else None)
+    config = CheckConfig(impl="specdec_ref.adapters:verify", level="sampler",
+                         samples=_sizes(quick)["sampler_samples"])
     with _phase(progress, planned_rows(config), "demo 1/3: verify sampler") as bar:
         sampler = run_verify(config, progress=bar)
     sampler.write_json(out / "verify_sampler.json")
