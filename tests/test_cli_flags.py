@@ -43,3 +43,18 @@ def test_help_and_version_are_argparse_own_and_positionals_are_not_flags():
     parser.add_argument("--version", action="version", version="1")
     parser.add_argument("name")
     assert undeclared_flags(parser) == []
+
+
+def test_a_command_line_without_flags_builds_the_configs_own_defaults():
+    """Defaults live once: a flag declared by one config (CheckConfig's --samples, default None) never restates
+    another config's default (EngineConfig's 2,000 samples, 120 s timeout), and the zoo's CLI gives CampaignConfig()."""
+    from harness.configs import given
+    from harness.served.check import EngineConfig
+    from harness.served.cli import engine_config
+    from suites.campaigns._commands import CampaignConfig
+
+    parser = build_parser()
+    built = engine_config(parser.parse_args(["verify", "--level", "engine", "--endpoint", "http://127.0.0.1:9/v1"]))
+    assert dataclasses.asdict(built) == dataclasses.asdict(EngineConfig(endpoint="http://127.0.0.1:9/v1"))
+    chosen = {k: v for k, v in given(CampaignConfig, parser.parse_args(["mutants"])).items() if k != "profile"}
+    assert CampaignConfig.of_profile("full", **chosen) == CampaignConfig()
