@@ -13,7 +13,9 @@ Run once (issue 49, part 2) and committed with its output; the commands write en
   recorded their statistical settings, not the implementation's pair or settings), it carries
   {"not_recorded": ...}, which `specdec run --config` refuses;
 - renamed keys: a check report's "alpha" (= its false_alarm_rate) is dropped; a bench row's acceptance rate
-  "alpha" becomes "acceptance_rate"; the zoo config field "gate_alpha" is "gate" (its name since).
+  "alpha" becomes "acceptance_rate"; the zoo config fields "gate_alpha" and "nominal_alpha" are "gate" and
+  "nominal_rate" (their names since); check reports nested in other records lose "alpha" as well, and the
+  batched bench's throughput parts name their acceptance rate "acceptance_rate".
 JSONL journals are left as they are (docs/RESULTS-FORMAT.md: journals, not results).
 """
 
@@ -118,8 +120,9 @@ def pytest_benchmark(data: dict) -> Envelope:
 
 def mutants(data: dict, kind: str = "mutants") -> Envelope:
     config = dict(data.get("config") or {})
-    if "gate_alpha" in config:
-        config["gate"] = config.pop("gate_alpha")
+    for old, new in (("gate_alpha", "gate"), ("nominal_alpha", "nominal_rate")):
+        if old in config:
+            config[new] = config.pop(old)
     return Envelope(kind, config or not_recorded(), provenance_from(data.get("provenance", {}), data),
                     {k: v for k, v in data.items() if k not in ("config", "rows", "provenance", *PROVENANCE)},
                     rows=data["rows"])
@@ -144,7 +147,31 @@ def report_of(data, kind: str, *, summary_keys: tuple[str, ...] = ()) -> Envelop
     return Envelope(kind, config, provenance_from(prov, data), summary, report=report)
 
 
+def drop_check_alpha(x):
+    """Check reports nested in a record (a campaign's runs) lose their "alpha" too (it equals false_alarm_rate)."""
+    if isinstance(x, list):
+        return [drop_check_alpha(v) for v in x]
+    if not isinstance(x, dict):
+        return x
+    if "alpha" in x and "false_alarm_rate" in x:
+        if x["alpha"] != x["false_alarm_rate"]:
+            raise ValueError("a check report whose alpha is not its false_alarm_rate")
+        x = _without(x, "alpha")
+    return {k: drop_check_alpha(v) for k, v in x.items()}
+
+
+def bench_batched(data: dict) -> Envelope:
+    """bench_batched's throughput parts: their "alpha" is the measured acceptance rate."""
+    data = dict(data)
+    if isinstance(data.get("throughput"), dict):
+        data["throughput"] = {part: ({("acceptance_rate" if k == "alpha" else k): v for k, v in values.items()}
+                                     if isinstance(values, dict) else values)
+                              for part, values in data["throughput"].items()}
+    return report_of(data, "campaign.bench_batched")
+
+
 def classify(rel: str, data) -> Envelope:
+    data = drop_check_alpha(data)
     name = rel.rsplit("/", 1)[-1]
     if isinstance(data, list):
         if rel.endswith("/rows.json"):
@@ -163,7 +190,7 @@ def classify(rel: str, data) -> Envelope:
         return Envelope("check.matrix", config, provenance_from({}), {"counts": data.get("counts"),
                         "seconds": data.get("seconds"), "executor": data.get("executor")}, rows=data["cells"])
     table = {
-        "results/bench/batched/batched.json": lambda d: report_of(d, "campaign.bench_batched"),
+        "results/bench/batched/batched.json": bench_batched,
         "results/bench/check-time/runs.json": lambda d: rows_of(d, "runs", "campaign.check_time"),
         "results/bench/costs/costs.json": lambda d: rows_of(d, "rows", "campaign.bench_costs"),
         "results/contexts/campaign.json": lambda d: report_of(d, "campaign.contexts", summary_keys=("summary",)),

@@ -26,7 +26,7 @@ class CampaignConfig:
                                 "profile's", int, "N")
     gate: float = option(DEFAULT_FALSE_ALARM_RATE, "--false-alarm-rate", "gate: family-wise false-alarm rate of every "
                          "run", float, "A")
-    nominal_alpha: float = 0.05
+    nominal_rate: float = 0.05  # a nominal false-alarm rate the controls are also read at (never called alpha)
     calibration_rows: int = 1_000  # rows per case in calibration runs
     slow_control_rows: int = 300  # ... for pure-Python controls
     curve_rows: tuple[int, ...] = (100, 400, 1_600)

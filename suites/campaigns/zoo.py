@@ -214,7 +214,7 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
     rows, curve = [], []
     for impl in impls:
         mine = [r for r in results if r["task"].name == impl.name and r["task"].purpose in ("detect", "calibrate")]
-        row = _summarise(impl, mine, gate=config.gate, nominal=config.nominal_alpha)
+        row = _summarise(impl, mine, gate=config.gate, nominal=config.nominal_rate)
         previous = [r for r in results if r["task"].name == impl.name and r["task"].purpose == "previous plan"]
         if previous:
             row["previous_plan_rate"] = sum(r["fail"] for r in previous) / len(previous)
@@ -355,7 +355,7 @@ def _markdown(result, meta, ok, problems) -> str:
         "default plan (a run stops once its verdict is decided). Controls: "
         f"{cfg['control_seeds']} seeds on the calibration battery ({cfg['calibration_rows']} rows per "
         f"configuration; pure-Python controls {cfg['slow_control_rows']}), rates at the gate and at a nominal "
-        f"{cfg['nominal_alpha']:g} with Clopper–Pearson 95% intervals (generation-level controls: the default plan's "
+        f"{cfg['nominal_rate']:g} with Clopper–Pearson 95% intervals (generation-level controls: the default plan's "
         f"cells at {cfg.get('generation_control_samples', '-')} samples per cell). Generation level on pair "
         f"`{cfg['generation_pair']}` (or the entry's own pair) at the default plan: greedy, the prompt cells and the "
         "contexts cells of the catalogue, stopping at the first decided cell.", "",
