@@ -24,6 +24,7 @@ Contexts of one length share one generate() call (the contract takes [B, T] prom
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 
 import torch
@@ -52,6 +53,52 @@ class Context:
     name: str  # stable id within the catalogue, e.g. "random/len37/b"
 
 
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """What a plan needs of a context before any token of it is drawn: its family, name and length."""
+
+    family: str
+    name: str
+    length: int
+
+
+class Catalogue(collections.abc.Sequence):
+    """The contexts of a plan, built on first use. The resampled family samples the target (seconds on a toy pair
+    under load), and a run that stops at its first decided cell never reaches the contexts cells; so the plan is
+    declared from `slots` (families, names, lengths: known without sampling) and the contexts are built the first
+    time one is read (indexing or iterating)."""
+
+    def __init__(self, slots: list[Slot], build):
+        self.slots, self._build, self._items = list(slots), build, None
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __getitem__(self, index):
+        return self.items[index]
+
+    @property
+    def built(self) -> bool:
+        return self._items is not None
+
+    @property
+    def items(self) -> list[Context]:
+        if self._items is None:
+            items = list(self._build())
+            got = [Slot(c.family, c.name, len(c.tokens)) for c in items]
+            if got != self.slots:  # the declared plan and what was built must be the same catalogue
+                raise RuntimeError(f"context catalogue built {len(got)} contexts unlike its {len(self.slots)} slots")
+            self._items = items
+        return self._items
+
+
+def slots(contexts) -> list[Slot]:
+    """The slots of a catalogue (a Catalogue's without building it; a plain list's from its contexts)."""
+    if isinstance(contexts, Catalogue):
+        return contexts.slots
+    return [Slot(c.family, c.name, len(c.tokens)) for c in contexts or ()]
+
+
 def random_contexts(vocab: int, *, seed: int = 0, lengths=None, pairs: int | None = None) -> list[Context]:
     """`pairs` pairs of random-token prompts per length; a pair shares its first SHARED_PREFIX tokens when longer."""
     policy = _policy()
@@ -71,9 +118,16 @@ def random_contexts(vocab: int, *, seed: int = 0, lengths=None, pairs: int | Non
     return out
 
 
+def resampled_slots(chains: int | None = None, lengths=None) -> list[Slot]:
+    """The slots of resampled_contexts (same order and names), without sampling."""
+    chains, lengths = chains or _policy().RESAMPLED_CHAINS, lengths or _policy().RESAMPLED_LENGTHS
+    return [Slot("resampled", f"resampled/chain{c}/len{n}", n) for c in range(chains) for n in lengths]
+
+
 def resampled_contexts(target, vocab: int, *, seed: int = 0, chains: int | None = None,
                        lengths=None) -> list[Context]:
-    """Prefixes of the target's own samples: `chains` plain T = 1 continuations of 4 random tokens, cut at `lengths`."""
+    """Prefixes of the target's own samples: `chains` plain T = 1 continuations of 4 random tokens, cut at `lengths`
+    (names as resampled_slots)."""
     chains, lengths = chains or _policy().RESAMPLED_CHAINS, lengths or _policy().RESAMPLED_LENGTHS
     g = torch.Generator().manual_seed(seed + 1)
     start = torch.randint(0, vocab, (chains, 4), generator=g)
@@ -173,5 +227,19 @@ def coverage(contexts: list[Context], continuation: int | None = None) -> dict:
 def plan(pair, *, seed: int = 0) -> dict:
     """The `contexts` argument of harness.check.generation.GenerationSource for `pair`."""
     policy = _policy()
-    return {"contexts": catalogue(pair, seed=seed), "block_sizes": policy.BLOCK_SIZES,
+    return {"contexts": lazy_catalogue(pair, seed=seed), "block_sizes": policy.BLOCK_SIZES,
             "length": policy.CONTINUATION if pair.vocab_size <= 64 else None}
+
+
+def lazy_catalogue(pair, *, seed: int = 0) -> Catalogue:
+    """catalogue(pair, seed) as a Catalogue: its slots now (the cheap families built, the resampled family's
+    declared), the contexts when first read."""
+    tokenizer = getattr(pair, "tokenizer", None)
+    if tokenizer is not None:
+        chains, lengths = _policy().REAL_RESAMPLED
+        eager = real_contexts(tokenizer)
+    else:
+        chains = lengths = None
+        eager = [Context(tuple(p), "prompts", f"prompts/{i}") for i, p in enumerate(pair.prompts or [])]
+        eager += random_contexts(pair.vocab_size, seed=seed)
+    return Catalogue(slots(eager) + resampled_slots(chains, lengths), lambda: catalogue(pair, seed=seed))

@@ -15,6 +15,7 @@ The ground truth is the target alone with the shared processing (specdec_ref.pro
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import inspect
 import math
@@ -38,6 +39,7 @@ from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
 from harness.check.scoring import score_continuations
 from harness.check.streams import numpy_rng, seed_global
 from harness.check.structured import bind_constraints, checks_for, setting_record
+from harness.contexts import slots
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
 from harness.policy import catalogue
@@ -934,6 +936,22 @@ CONVENTIONS = Check("conventions", lambda cell: 0, _conventions_run, gating=Fals
 
 class GenerationSource(TrialSource):
     """Trials of a whole generate(): continuations of the pair's prompts, per sampling setting."""
+class ContextPrompts(collections.abc.Sequence):
+    """The greedy cell's prompts: contexts[i].tokens for the picked i, read (and the catalogue built) when the cell
+    runs, not when the plan is declared."""
+
+    def __init__(self, contexts, picked: list[int]):
+        self.contexts, self.picked = contexts, picked
+
+    def __len__(self) -> int:
+        return len(self.picked)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [list(self.contexts[i].tokens) for i in self.picked[index]]
+        return list(self.contexts[self.picked[index]].tokens)
+
+
 
     level = "generation"
 
@@ -988,22 +1006,23 @@ class GenerationSource(TrialSource):
         if contexts and any(s.temperature == 0 for s in self.settings):
             # one context per prompt length (the longest first): greedy past the block boundaries, after the cells
             # of the plan without contexts
+        declared = slots(contexts)  # families, names, lengths: the catalogue is built only when a cell reads it
             seen, picked = set(), []
-            for c in sorted(contexts, key=lambda c: -len(c.tokens)):
-                if len(c.tokens) not in seen and len(picked) < GREEDY_CONTEXTS:
-                    seen.add(len(c.tokens))
-                    picked.append(list(c.tokens))
-            cells.append(Cell("greedy/contexts", [GREEDY_EQUALITY, GREEDY_NUMERICS], picked, math.nan,
-                              {"prompts": len(picked), "max_new_tokens": self.context_length}))
+            for i in sorted(range(len(declared)), key=lambda i: -declared[i].length):
+                if declared[i].length not in seen and len(picked) < GREEDY_CONTEXTS:
+                    seen.add(declared[i].length)
+                    picked.append(i)
+            cells.append(Cell("greedy/contexts", [GREEDY_EQUALITY, GREEDY_NUMERICS], ContextPrompts(contexts, picked),
+                              math.nan, {"prompts": len(picked), "max_new_tokens": self.context_length}))
         for setting in sampling if contexts else ():
-            families = tuple(dict.fromkeys(c.family for c in contexts))
+            families = tuple(dict.fromkeys(c.family for c in declared))
             data = ContextsCell(contexts, families, setting, tuple(self.contexts.get("block_sizes", ())), len(cells))
             cells.append(Cell(f"{setting.label}/contexts", [CONTEXTS_PIT, CONTEXTS_CONVENTIONS], data, math.nan,
                               {"_source": self, "length": self.context_length, "gamma": config.gamma,
                                "setting": setting_record(setting), "processing_order": self.order,
-                               "contexts": len(contexts), "families": {f: sum(c.family == f for c in contexts)
+                               "contexts": len(contexts), "families": {f: sum(c.family == f for c in declared)
                                                                        for f in families},
-                               "prompt_lengths": sorted({len(c.tokens) for c in contexts}),
+                               "prompt_lengths": sorted({c.length for c in declared}),
                                "block_sizes": list(data.block_sizes),
                                "default_rows": CONTEXT_ROWS[self.enumerate]}))
         return cells

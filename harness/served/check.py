@@ -740,14 +740,15 @@ def _contexts_cell(run: _Run, contexts: dict, setting: Setting, index: int) -> C
     from harness.check.generation import CONTEXT_ROWS, CONTEXTS_CONVENTIONS, CONTEXTS_PIT, ContextsCell
 
     items = contexts["contexts"]
-    families = tuple(dict.fromkeys(c.family for c in items))
+    declared = slots(items)  # the catalogue is built when the cell draws, not when the plan is declared
+    families = tuple(dict.fromkeys(c.family for c in declared))
     data = ContextsCell(items, families, setting, tuple(contexts.get("block_sizes", ())), index)
     length = contexts.get("length") or run.length
     return Cell(f"{setting.label}/contexts", [CONTEXTS_PIT, CONTEXTS_CONVENTIONS], data, math.nan,
                 {"_source": _ContextsScorer(run), "length": length, "setting": setting_record(setting),
                  "processing_order": run.config.processing_order, "contexts": len(items),
-                 "families": {f: sum(c.family == f for c in items) for f in families},
-                 "prompt_lengths": sorted({len(c.tokens) for c in items}), "block_sizes": list(data.block_sizes),
+                 "families": {f: sum(c.family == f for c in declared) for f in families},
+                 "prompt_lengths": sorted({c.length for c in declared}), "block_sizes": list(data.block_sizes),
                  "default_rows": CONTEXT_ROWS[run.pair.vocab_size <= ENUMERATION_MAX_VOCAB]})
 
 
@@ -755,6 +756,7 @@ def _draw_contexts(run: _Run, cell: Cell, n: int):
     """n continuations spread round-robin over the cell's contexts: one request per context (its share of
     the n rows), all sent at once; the rows come back as the generation level's ContextTrials."""
     from harness.check.generation import ContextTrials, context_rows
+    from harness.contexts import slots
 
     data, length = cell.data, cell.summary["length"]
     start = cell.summary.get("_drawn", 0)

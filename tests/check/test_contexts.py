@@ -179,8 +179,29 @@ def test_contexts_plan_is_the_generation_default_and_none_turns_it_off(pair):
     no_target = SimpleNamespace(ground_truth="auto", pair_given=False, target=None)
     assert [engine_contexts(c, local) for c in ("auto", "catalogue", "none")] == ["catalogue", "catalogue", "none"]
     assert engine_contexts("auto", remote) == engine_contexts("auto", no_target) == "none"  # no local law to score
-    assert plan(pair)["contexts"] is catalogue(pair)  # built once per pair object
+    assert list(plan(pair)["contexts"]) == catalogue(pair)  # the same contexts, built once per pair object
     assert isinstance(plan(pair)["contexts"][0], Context)
+
+
+def test_the_catalogue_is_built_only_when_a_cell_reads_it(pair):
+    """The plan is declared from the catalogue's slots (families, names, lengths) without sampling the target; a run
+    decided at its first cell never builds the catalogue (so it is no slower than the plan without contexts), and a
+    run that reaches the contexts cells builds exactly the declared contexts."""
+    from harness.check.generation import run_generation_check
+    from harness.contexts import Catalogue, slots
+
+    def greedy_wrong(*args, **kwargs):  # fails the first cell (greedy equality)
+        out = reference_generate(*args, **kwargs)
+        return torch.where(out >= 0, (out + 1) % 16, out)
+
+    declared = plan(get_pair("toy-low"), seed=11)
+    assert isinstance(declared["contexts"], Catalogue) and not declared["contexts"].built
+    report = run_generation_check(greedy_wrong, get_pair("toy-low"), seed=11, gamma=3, contexts=declared,
+                                  stop_on_fail=True)
+    assert report.verdict == "fail" and report.cases[0]["name"] == "greedy"
+    assert not declared["contexts"].built  # decided at the greedy cell: no context was ever read
+    assert slots(list(declared["contexts"])) == declared["contexts"].slots  # reading builds the declared catalogue
+    assert declared["contexts"].built
 
 
 def test_the_default_generation_check_fails_the_block_boundary_sampling_bug(capsys):
