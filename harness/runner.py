@@ -150,6 +150,7 @@ def _progress(name: str):
 
 def run(name: str, argv: list[str] | None = None, module: ModuleType | None = None) -> int:
     """Parse `argv` for campaign `name`, run its cells (journaled, resumable) and its report; the exit code."""
+    from harness import preflight
     from harness.policy import results_folder
     from harness.records import provenance
 
@@ -166,6 +167,7 @@ def run(name: str, argv: list[str] | None = None, module: ModuleType | None = No
         raise HarnessError(f"--budget-s must be >= 0 seconds, got {runner.budget_s}")
     stop = deadline(runner.stop_at, runner.budget_s)  # a bad --stop-at: exit 2 before anything runs
     out = Path(runner.out or results_folder(f"campaign.{name}"))
+    preflight.output_dir(out, "--out")  # an unwritable folder: exit 2 before any cell runs, not after them
     journaled = getattr(module, "journaled", lambda c: True)(config)
     if runner.report_only and not journaled:
         raise HarnessError(f"campaign {name} keeps no journal (every run is fresh): --report-only has nothing to report")

@@ -87,6 +87,9 @@ def test_bad_settings_raise_before_any_cell_runs(tmp_path):
         run("small", ["--out", str(tmp_path), "--n", "-1"], _campaign())
     with pytest.raises(HarnessError, match="--stop-at"):
         run("small", ["--out", str(tmp_path), "--stop-at", "noon"], _campaign())
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(HarnessError, match="--out"):  # not a folder: refused before any cell runs
+        run("small", ["--out", str(tmp_path / "a-file")], _campaign())
     with pytest.raises(SystemExit) as usage:  # argparse: one line, exit 2 (specdec main returns the code)
         run("small", ["--n", "x"], _campaign())
     assert usage.value.code == 2 and CALLS == []
