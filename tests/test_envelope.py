@@ -139,3 +139,20 @@ def test_a_provenance_field_of_the_wrong_type_is_refused_before_writing(tmp_path
         write_result(tmp_path / "r.json", "check", config={}, provenance={**provenance(seed=0), field: value},
                      report={})
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_pytest_benchmark_record_is_written_as_an_envelope(tmp_path):
+    """`nox -s benchmarks` runs pytest --benchmark-json, then harness.bench.pytest_record (the file it commits)."""
+    from harness.bench.pytest_record import main
+
+    raw = {"machine_info": {"node": "box", "machine": "x86_64", "python_version": "3.11.9",
+                            "cpu": {"count": 2, "brand_raw": "Some CPU"}},
+           "commit_info": {"id": "abc", "dirty": True}, "benchmarks": [{"name": "test_kernel", "stats": {"median": 1.0}}],
+           "datetime": "2026-12-01T13:24:00+00:00", "version": "5.1.0"}
+    (tmp_path / "raw.json").write_text(json.dumps(raw))
+    assert main([str(tmp_path / "raw.json"), str(tmp_path / "benchmarks.json")]) == 0
+    data = json.loads((tmp_path / "benchmarks.json").read_text())
+    _validator().validate(data)
+    assert data["kind"] == "pytest_benchmark" and data["rows"] == raw["benchmarks"]
+    assert data["provenance"]["git_commit"] == "abc+dirty" and data["provenance"]["dtype"] == NOT_RECORDED
+    assert main([]) == 2

@@ -104,18 +104,9 @@ def bench_rows(rows: list[dict], http: bool) -> Envelope:
 
 
 def pytest_benchmark(data: dict) -> Envelope:
-    machine_info, commit = data.get("machine_info", {}), data.get("commit_info", {})
-    cpu = machine_info.get("cpu", {})
-    prov = {"seed": NOT_RECORDED,
-            "git_commit": (commit.get("id", NOT_RECORDED) + ("+dirty" if commit.get("dirty") else "")),
-            "machine": (f"{machine_info.get('node', 'unknown-host')} ({machine_info.get('machine', '?')}, "
-                        f"{cpu.get('count', '?')} cores)") if machine_info else NOT_RECORDED,
-            "versions": {"python": machine_info.get("python_version", NOT_RECORDED),
-                         "pytest-benchmark": data.get("version", NOT_RECORDED)},
-            "device": f"cpu ({cpu['brand_raw']})" if cpu.get("brand_raw") else NOT_RECORDED,
-            "dtype": NOT_RECORDED, "utc_time": data.get("datetime", NOT_RECORDED)}
-    summary = {"benchmarks": len(data.get("benchmarks", [])), "commit_info": commit, "machine_info": machine_info}
-    return Envelope("pytest_benchmark", not_recorded(), prov, summary, rows=data.get("benchmarks", []))
+    from harness.bench.pytest_record import envelope_of
+
+    return envelope_of(data, not_recorded())
 
 
 def mutants(data: dict, kind: str = "mutants") -> Envelope:
