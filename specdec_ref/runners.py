@@ -19,6 +19,7 @@ Both time themselves (device-synchronized) and count calls.
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import functools
@@ -166,6 +167,10 @@ def cache_capabilities(model) -> CacheCapabilities:
     return caps
 
 
+PASSES_KEPT = 2048  # StatefulRunner's shared passes (per runner, least recently used out)
+PATH_ATTRIBUTE = "_specdec_path"  # on a StatefulRunner cache: the id of the chain of passes that built it
+
+
 class StatefulRunner(_TimedRunner):
     """One model-built cache per row with snapshot / restore (see the module docstring).
 
@@ -182,6 +187,16 @@ class StatefulRunner(_TimedRunner):
         self.caches: list = [None] * n_rows
         self.cached: list[torch.Tensor | None] = [None] * n_rows
         self.snapshots: list[dict[int, object]] = [{} for _ in range(n_rows)]
+        # Shared passes. A cache's state is a pure function of the forwards that built it (a first pass of these
+        # tokens, then these tokens at this position, ...): each distinct chain gets an id (`paths`), carried on
+        # the cache as PATH_ATTRIBUTE (deep copies keep it), and the pass's result is kept by that id (`passes`:
+        # logits, the cache as the pass left it; each use gets its own copy; least recently used first out). Rows
+        # that share a prompt, or a prompt and drafts, then share the forwards: the same numbers, computed once.
+        # First passes are shared in every subclass; continuations only in this class (a subclass that changes a
+        # cache in place, as the planted bugs do, would be served the unchanged chain's result).
+        self.paths: dict[tuple, int] = {}
+        self.passes: collections.OrderedDict[int, tuple[torch.Tensor, object]] = collections.OrderedDict()
+        self.share_continuations = type(self) is StatefulRunner
 
     def _logits(self, rows, seqs, n_last):
         return torch.stack([self._row_logits(row, seq, n_last) for row, seq in zip(rows, seqs, strict=True)])
@@ -214,10 +229,7 @@ class StatefulRunner(_TimedRunner):
     def _feed(self, cache, seq: torch.Tensor, start: int) -> tuple[torch.Tensor, object]:
         """Run seq[start:] on top of `cache` (which holds seq[:start]) -> (logits [len − start, V], cache)."""
         if start == 0 or cache is None:
-            ids = seq.unsqueeze(0)
-            with torch.inference_mode():
-                out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
-            return out.logits[0], returned_cache(out)
+            return self._first_pass(seq)
         step = len(seq) - start if self.capabilities.multi_token_exact else 1
         outs = []
         for begin in range(start, len(seq), step):
@@ -225,16 +237,56 @@ class StatefulRunner(_TimedRunner):
             outs.append(logits)
         return torch.cat(outs), cache
 
+    def _first_pass(self, seq: torch.Tensor) -> tuple[torch.Tensor, object]:
+        """The model's own forward of all of seq with no cache -> (logits [len, V], the cache it built)."""
+        path = self.paths.setdefault(("first", tuple(seq.tolist())), len(self.paths))
+        known = self._recall(path)
+        if known is not None:
+            return known
+        ids = seq.unsqueeze(0)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+        cache = returned_cache(out)
+        if cache is not None:
+            self._remember(path, out.logits[0], cache)
+        return out.logits[0], cache
+
     def _forward(self, cache, seq: torch.Tensor, begin: int, end: int) -> tuple[object, torch.Tensor]:
         """One cached forward of seq[begin:end] -> (cache, logits [end − begin, V]); explicit positions (a hybrid
         cache's first layer may not count tokens the way the attention layers need)."""
+        parent = getattr(cache, PATH_ATTRIBUTE, None) if self.share_continuations else None
+        path = None
+        if parent is not None:
+            path = self.paths.setdefault((parent, begin, tuple(seq[begin:end].tolist())), len(self.paths))
+            known = self._recall(path)
+            if known is not None:
+                return known[1], known[0]
         device = seq.device
         with torch.inference_mode():
             out = self.model(input_ids=seq[begin:end].unsqueeze(0),
                              attention_mask=torch.ones(1, end, dtype=torch.long, device=device),
                              position_ids=torch.arange(begin, end, device=device).unsqueeze(0), use_cache=True,
                              **{_cache_kwarg(type(self.model)): cache})
-        return returned_cache(out) or cache, out.logits[0]
+        cache = returned_cache(out) or cache
+        if path is not None:
+            self._remember(path, out.logits[0], cache)
+        elif hasattr(cache, PATH_ATTRIBUTE):
+            delattr(cache, PATH_ATTRIBUTE)  # no longer the chain it names
+        return cache, out.logits[0]
+
+    def _remember(self, path: int, logits: torch.Tensor, cache) -> None:
+        setattr(cache, PATH_ATTRIBUTE, path)
+        self.passes[path] = (logits, copy.deepcopy(cache))
+        if len(self.passes) > PASSES_KEPT:
+            self.passes.popitem(last=False)
+
+    def _recall(self, path: int):
+        """(logits, a copy of the cache) of a pass already made, or None."""
+        known = self.passes.get(path)
+        if known is None:
+            return None
+        self.passes.move_to_end(path)
+        return known[0], copy.deepcopy(known[1])
 
 
 class CachedRunner(_TimedRunner):

@@ -111,3 +111,26 @@ def test_zero_draft_schedule_alone_is_plain_greedy_and_its_stale_state_bug_is_no
     assert 0 in drafted and max(accepted) >= 2  # zero-draft steps happen, and a step accepted ≥ 2 before one
     mutant = get("zero_draft_step_reads_wrong_state").fn(pair.target, pair.draft, PROMPTS, **common)
     assert not torch.equal(mutant, plain.tokens)
+
+
+def test_shared_passes_change_no_number(monkeypatch):
+    """Rows that share a prompt (or a prompt and drafts) share StatefulRunner's forwards: first passes by their
+    tokens, continuations by the chain of passes that built the cache. The T = 1 tokens with and without the
+    sharing are the same, bit for bit, and the sharing did happen."""
+    pair = _pair("arch-conv")
+    ids = PROMPTS.repeat(4, 1)
+    kw = dict(max_new_tokens=6, gamma=3, temperature=1.0, seed=0, cache="cache")
+    recall, hits = StatefulRunner._recall, []
+
+    def counted(self, path):
+        known = recall(self, path)
+        hits.append(known is not None)
+        return known
+
+    monkeypatch.setattr(StatefulRunner, "_recall", counted)
+    shared = speculative_generate(pair.target, pair.draft, ids, **kw)
+    assert sum(hits) >= 6, (sum(hits), len(hits))  # at least the draft's first passes of the shared prompts
+    monkeypatch.setattr(StatefulRunner, "_recall", lambda self, path: None)  # every pass computed
+    alone = speculative_generate(pair.target, pair.draft, ids, **kw)
+    assert torch.equal(shared.tokens, alone.tokens)
+    assert 0 < sum(alone.stats.accepted_per_step) < sum(alone.stats.drafted_per_step)  # rollbacks happened
