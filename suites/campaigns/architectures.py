@@ -54,6 +54,7 @@ def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget
     from harness.check.api import run_verify
     from harness.check.config import CheckConfig
     from harness.errors import HarnessError, describe_fault
+    from harness.stats.rates import family_p
 
     started = time.perf_counter()
     row = {"impl": impl, "pair": pair, "seed": seed, "samples_requested": samples, "time_budget_s": time_budget,
@@ -73,6 +74,7 @@ def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget
     summary = report.failure_summary() + [f"{t.name}: {t.details.get('message', '')}" for t in rejected[:2]]
     return {**row, "verdict": report.verdict, "exit": {"pass": 0, "fail": 1, "inconclusive": 3}[report.verdict],
             "samples": report.samples, "detectable_tv": report.detectable_tv, "declared_tests": report.declared_tests,
+            "family_p": family_p(report),  # m · min p (Holm's first step): a false alarm at level a iff ≤ a
             "message": " / ".join(summary)[:600], "seconds": report.seconds,
             "notes": [n for n in report.notes if "float32" in n or "decided at" in n][:3]}
 
@@ -167,7 +169,7 @@ def readme(rows: list[dict], out: Path) -> str:
         sh = [r for r in mine if r["part"] == "shape"]
         shape_text = (f"{sh[-1]['acceptance_per_position']} / {sh[-1]['entropy_nats']}" if sh else "not measured")
         ref = list({r["seed"]: r for r in mine if r["part"] == "reference"}.values())
-        ref_text = (f"{sum(r['verdict'] == 'fail' for r in ref)}/{len(ref)} FAIL; last " + _cell(ref)) if ref else "not run"
+        ref_text = (f"{len(ref)} runs, {sum(r['verdict'] == 'fail' for r in ref)} FAIL; " + _cell(ref)) if ref else "not run"
         cells = [_cell([r for r in mine if r["part"] == "transformers" and r["impl"] == impl]) for impl in TRANSFORMERS]
         lines.append(f"| {name} | {family} ({model_type}) | {shape_text} | {ref_text} | {cells[0]} | {cells[1]} |")
     lines += ["", "## Mutants (each must FAIL at the default plan)", "", "| mutant | pair | seeds FAILed | median s |",
@@ -177,6 +179,7 @@ def readme(rows: list[dict], out: Path) -> str:
         secs = sorted(r["seconds"] for r in mine)
         lines.append(f"| {name} | {mine[-1]['pair']} | {sum(r['verdict'] == 'fail' for r in mine)}/{len(mine)} "
                      f"| {secs[len(secs) // 2]:.0f} |")
+    lines += _false_alarms(rows, families)
     lines += ["", "## Rerun", "", "```", f"specdec campaign architectures --out {out}", "```", ""]
     notes = out / "notes.md"  # the hand-written part: what the rows mean, what is missing and why
     if notes.exists():
@@ -207,6 +210,40 @@ def argument_parser() -> argparse.ArgumentParser:
     ap = Parser(prog='specdec campaign architectures', description=__doc__.splitlines()[0])
     add_arguments(ap, Config)
     return ap
+
+
+def _false_alarms(rows: list[dict], families) -> list[str]:
+    """Every reference run is one trial of a false alarm (the reference is lossless): per family and plan, the
+    runs (one per seed, the last), the FAILs at the gate, their Clopper–Pearson 95% interval, and the runs whose
+    family p-value m · min p is ≤ 0.05 (a nominal level where a few runs already say something)."""
+    from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+    from harness.stats.rates import clopper_pearson
+
+    lines = ["", "## Reference false alarms (each reference run is one trial; the reference is lossless)", "",
+             f"Gate: family-wise {DEFAULT_FALSE_ALARM_RATE:g} (Holm over the run's m gating tests: the first "
+             "step rejects a test at p ≤ gate / m).", "",
+             "| pair | plan (settings, samples per cell, time budget) | runs (seeds) | FAIL at the gate (95% CI) "
+             "| family p ≤ 0.05 | m (declared tests) | per-test level at Holm's first step |",
+             "|---|---|---|---|---|---|---|"]
+    for name in families:
+        plans: dict[tuple, dict[int, dict]] = {}
+        for r in rows:
+            if r.get("part") == "reference" and r.get("pair") == name:
+                plan = (str(r.get("settings", "default")), r.get("samples_requested"), r.get("time_budget_s"))
+                plans.setdefault(plan, {})[r["seed"]] = r
+        for (settings, samples, budget), by_seed in plans.items():
+            runs = list(by_seed.values())
+            k = sum(r["verdict"] == "fail" for r in runs)
+            low, high = clopper_pearson(k, len(runs))
+            with_p = [r["family_p"] for r in runs if r.get("family_p") is not None]
+            m = max((r.get("declared_tests") or 0) for r in runs)
+            seeds = sorted(by_seed)
+            level = f"{DEFAULT_FALSE_ALARM_RATE / m:.1e}" if m else "-"
+            plan = f"{settings}, {samples or 'planned'}" + (f", ≤ {budget:.0f} s" if budget else "")
+            lines.append(f"| {name} | {plan} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
+                         f"| {k}/{len(runs)} ({low:.0%}–{high:.0%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
+                         f"| {m or '-'} | {level} |")
+    return lines
 
 
 def main(argv=None) -> int:

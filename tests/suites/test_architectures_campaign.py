@@ -27,3 +27,15 @@ def test_unknown_pair_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--pairs", "arch-nope"])
     assert exc.value.code == 2
+
+
+def test_reference_runs_are_counted_as_false_alarm_trials_per_plan(tmp_path: Path):
+    ref = dict(part="reference", pair="arch-ssm", settings=["T=1"], samples_requested=300, time_budget_s=None,
+               seconds=1.0, declared_tests=40)
+    rows = [{**ref, "seed": 0, "verdict": "pass", "family_p": 0.5},
+            {**ref, "seed": 1, "verdict": "pass", "family_p": 0.01},
+            {**ref, "seed": 1, "verdict": "fail", "family_p": 1e-4},  # a rerun of seed 1: the last counts
+            {**ref, "seed": 2, "verdict": "pass", "family_p": 1.0, "samples_requested": None}]  # another plan
+    text = readme(rows, tmp_path)
+    assert "| arch-ssm | ['T=1'], 300 | 2 (0–1) | 1/2 (1%–99%) | 1/2 | 40 | 2.5e-05 |" in text
+    assert "| arch-ssm | ['T=1'], planned | 1 (2–2) | 0/1 (0%–98%) | 0/1 | 40 | 2.5e-05 |" in text
