@@ -166,7 +166,9 @@ def power_ok(power_rows: list[dict]) -> list[str]:
             and (r["failed"] < r["runs"] or r["median_fraction"] > TARGET_FRACTION)]
 
 
-def write_report(result: dict, out_dir: str | Path, command: str, meta: dict | None = None) -> Path:
+def write_report(result: dict, out_dir: str | Path, command: str, meta: dict | None = None, config=None) -> Path:
+    """runs.json (its config: the campaign's Config when given, which `specdec run --config` reruns; else the
+    command), the csv tables and report.md."""
     import pandas as pd
 
     from harness.envelope import write_result
@@ -174,7 +176,7 @@ def write_report(result: dict, out_dir: str | Path, command: str, meta: dict | N
 
     out = Path(out_dir)
     meta = meta or provenance(seed=None, dtype="float32")
-    write_result(out / "runs.json", "campaign.sequential", config={"command": command}, provenance=meta,
+    write_result(out / "runs.json", "campaign.sequential", config=config or {"command": command}, provenance=meta,
                  rows=result["runs"], summary={k: v for k, v in result.items() if k != "runs"})
     for key in ("calibration", "power"):
         if result["summary"][key]:
@@ -307,7 +309,7 @@ def report(run) -> int:
     result = {"runs": runs, "summary": summarise(runs), "seconds": run.seconds,
               "workers": run.where.workers or run.where.local_workers, "calibration_tv": run.config.calibration_tv,
               "load_before": _LOAD.get("before", ""), "planned_runs": len(run.cells)}
-    path = write_report(result, run.out, run.command, run.provenance)
+    path = write_report(result, run.out, run.command, run.provenance, run.config)
     print(f"wrote {path}")
     if len(runs) < len(run.cells):
         print(f"{len(run.cells) - len(runs)} of {len(run.cells)} planned runs not made (out of time); "

@@ -100,7 +100,10 @@ def report(run) -> int:
     result = summarize(names, run.cells, run.done, {
         "mutant_seeds": c.mutant_seeds, "control_seeds": c.control_seeds, "control_rows": c.control_rows,
         "gate": c.gate, "time_budget_s": run.runner.budget_s})
-    write_tree_campaign(result, run.out, run.provenance)
+    run.write_result("campaign.json", "campaign.tree", rows=result["rows"],  # its config: the Config (reruns)
+                     summary={"cells": result["cells"], "cells_run": result["cells_run"],
+                              "time_budget_s": run.runner.budget_s})
+    run.write_text("report.md", tree_campaign_markdown(result, run.provenance))
     bad = [r["name"] for r in result["rows"]
            if (r["kind"] == "mutant" and r["fails_at_gate"] < 0.95 * r["runs"])  # a mutant caught in < 95 % of seeds
            or (r["kind"] != "mutant" and r["fails_at_gate"] > max(1, 0.01 * r["runs"]))]  # a control failing often

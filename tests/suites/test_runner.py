@@ -124,5 +124,25 @@ def test_the_tree_campaign_on_the_command_line_resumes(tmp_path, capsys):
     assert main([*argv, "--report-only"]) == 0
     again = json.loads((tmp_path / "campaign.json").read_text())
     assert [r["family_p"] for r in again["rows"]] == [r["family_p"] for r in first["rows"]]
+    assert first["config"]["mutant_seeds"] == 1 and first["config"]["names"] == ["residual_wrong_sibling",
+                                                                                  "tree_single_coin"]
+    assert main(["run", "--config", str(tmp_path / "campaign.json"), "--out", str(tmp_path)]) == 0  # reruns: resumed
     assert main(["campaign", "tree", "--only", "no_such_entry", "--out", str(tmp_path)]) == 2
     assert "no_such_entry" in capsys.readouterr().err
+
+
+def test_every_campaign_on_the_runner_records_a_config_that_reruns():
+    """The config an envelope records (the campaign's Config) gives back the same Config through `specdec run`'s
+    command line (harness.rerun.campaign_argv); the tree campaign's test reruns a real result file."""
+    from harness.cli import campaign_names, policy
+    from harness.configs import cli_fields, from_args
+    from harness.envelope import config_dict
+    from harness.rerun import campaign_argv
+    from harness.runner import is_campaign, parser_for
+
+    for name in [n for n in campaign_names() if is_campaign(policy(n))]:
+        module = policy(name)
+        config = module.Config()
+        argv = campaign_argv(name, config_dict(config), None)
+        assert from_args(module.Config, parser_for(name, module).parse_args(argv)) == config, name
+        assert all(f.metadata["flag"] for f in cli_fields(module.Config)), name
