@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 
 from harness.check.config import DEFAULT_FALSE_ALARM_RATE
 from harness.check.tree import run_tree_check
 from harness.configs import option
-from harness.envelope import write_result
 from harness.executor import Executor, Journal, LocalExecutor, deadline, run_cells
 from harness.mutants.registry import get, implementations
 from harness.mutants.tree import TREE_RULES, exact_tree_tv_table
-from harness.records import atomic_write_text, provenance
 from harness.stats.rates import family_p, rate_text
 from suites.catalogues.tree import EXACT_CASES
 
@@ -149,11 +146,3 @@ def tree_campaign_markdown(result: dict, meta: dict) -> str:
     if result.get("cells_run", result.get("cells")) != result.get("cells"):
         lines += ["", f"{result['cells_run']} of {result['cells']} planned runs made (the time budget ran out)."]
     return "\n".join(lines) + "\n"
-
-
-def write_tree_campaign(result: dict, out_dir: str | Path, meta: dict | None = None) -> None:
-    """campaign.json (with provenance) and report.md under out_dir, written atomically."""
-    meta = meta or provenance(seed=None)
-    write_result(Path(out_dir) / "campaign.json", "campaign.tree", config=result["config"], provenance=meta,
-                 rows=result["rows"], summary={"cells": result["cells"], "cells_run": result["cells_run"]})
-    atomic_write_text(Path(out_dir) / "report.md", tree_campaign_markdown(result, meta))
