@@ -10,23 +10,20 @@ draw n tokens from the exact emitted law at that position (counts ~ Multinomial(
 own cell), run `harness.stats.estimate.tv_estimate` exactly as `specdec verify --estimate` does (B = 400, 95 %),
 and record whether the interval holds the exact TV on the same partition, its width, and the estimate's error.
 This is the estimator alone on the exact law (what the harness receives from an implementation whose law it is);
-`specdec verify --estimate` runs end to end are in the README.
+`specdec verify --estimate` runs end to end are in the README. Every (law, n) row is a cell of the campaign runner
+(harness.runner), journaled in OUT/journal.jsonl: a rerun resumes.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
 
-from harness.configs import Parser, add_arguments, option
-from harness.envelope import write_result
-from harness.records import atomic_write_text, provenance
+from harness.configs import option
 
 CASES = ("anti-logits", "zipf1000-high-alpha", "gamma8-v100")
 ENTRIES = ("reference_verify", "residual_from_p", "residual_from_q", "inverted_ratio", "residual_temperature",
@@ -107,55 +104,64 @@ def simulate(entry: dict, n: int, seeds: int) -> dict:
 
 @dataclasses.dataclass
 class Config:
-    """`specdec campaign estimate`: its flags (harness.configs.option)."""
+    """`specdec campaign estimate` (harness.runner: every (law, n) row a cell, journaled in OUT/journal.jsonl)."""
 
-    seeds: int = option(200, '--seeds', 'seeds', int)
-    n: list = option([2000, 20000], '--n', 'n', int, nargs="+")
-    cases: list = option(list(CASES), '--cases', "run only these catalogue cases", nargs="+")
-    entries: list = option(list(ENTRIES), '--entries', "run only these zoo entries (generation level: penalties_count_rejected_drafts[_mild], "
-                             "reference_generate: the joint law of a toy prompt's continuation and each position's)", nargs="+")
-    rows: str | None = option(None, '--rows', "append each row to this jsonl as it is measured")
-    report_from: list | None = option(None, '--report-from', "write the report from rows measured before (jsonl files of --rows), measure nothing", metavar="JSONL", nargs="+")
-    out: str = option("results/estimate", '--out', 'results folder')
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign estimate`: every flag from a config field (Config, the runner's)."""
-    parser = Parser(prog='specdec campaign estimate', description=__doc__.splitlines()[0])
-    add_arguments(parser, Config)
-    return parser
+    seeds: int = option(200, "--seeds", "simulated runs per (law, n)", int, "N")
+    n: list = option([2000, 20000], "--n", "draws per run (one row per value)", int, "N", nargs="+")
+    cases: list = option(list(CASES), "--cases", "run only these catalogue cases", metavar="CASE", nargs="+")
+    entries: list = option(list(ENTRIES), "--entries", "run only these zoo entries (generation level: "
+                           "penalties_count_rejected_drafts[_mild], reference_generate: the joint law of a toy "
+                           "prompt's continuation and each position's)", metavar="NAME", nargs="+")
+    rows: str | None = option(None, "--rows", "also append each row to this jsonl as it is measured", metavar="FILE")
+    report_from: list | None = option(None, "--report-from", "write the report from rows measured before (jsonl "
+                                      "files of --rows), measure nothing", metavar="JSONL", nargs="+")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser()
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0}
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    """One cell per (known law, n), in the order of the laws; none with --report-from."""
+    if config.report_from:
+        return {}
+    return {f"{e['case']}/{e['entry']}/{e['position']}/{n}/{config.seeds}": (e, n, config.seeds, config.rows)
+            for e in known_laws(tuple(config.cases), tuple(config.entries)) for n in config.n}
+
+
+def run_cell(entry: dict, n: int, seeds: int, rows_path: str | None) -> dict:
+    row = simulate(entry, n, seeds)
+    line = json.dumps(row)
+    print(line, flush=True)
+    if rows_path:
+        with open(rows_path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    return row
+
+
+def report(run) -> int:
+    """coverage.json, positions.png and report.md; exit 1 unless every interval covers in >= 95 % of its runs."""
+    args, out = run.config, run.out
     rows = []
-    if args.report_from:
-        for path in args.report_from:
-            rows += [json.loads(line) for line in Path(path).read_text().splitlines() if line.startswith("{")]
-    for entry in ([] if args.report_from else known_laws(tuple(args.cases), tuple(args.entries))):
-        for n in args.n:
-            rows.append(simulate(entry, n, args.seeds))
-            line = json.dumps(rows[-1])
-            print(line, flush=True)
-            if args.rows:
-                with open(args.rows, "a", encoding="utf-8") as f:
-                    f.write(line + "\n")
-    meta = provenance(seed=0)
-    out = Path(args.out)
+    for path in args.report_from or ():
+        rows += [json.loads(line) for line in Path(path).read_text().splitlines() if line.startswith("{")]
+    rows += run.records
+    if not rows:
+        print("estimate: no row measured (out of time before the first cell); nothing written")
+        return 1
+    meta = run.provenance
     from harness.mutants.profile import PROFILE_ENTRIES, position_profile, profile_figure
     from harness.records import save_figure
 
     profiles = position_profile(PROFILE_ENTRIES)  # per-position estimate and band of the lossy-by-design entries
     save_figure(profile_figure(profiles), out / "positions.png")
-    write_result(out / "coverage.json", "campaign.estimate", config=args, provenance=meta, rows=rows,
-                 summary={"position_profiles": profiles, "seconds": time.perf_counter() - started})
+    run.write_result("coverage.json", "campaign.estimate", rows=rows,
+                     summary={"position_profiles": profiles, "seconds": run.seconds})
     lossy = [r for r in rows if r["exact_tv"] > 0]
     lines = ["# Coverage of the TV estimate's 95% interval on laws with a known exact TV (issue 46)", "",
              f"Measured {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
              f"Command: `specdec campaign estimate --seeds {args.seeds} --n {' '.join(map(str, args.n))} --out "
-             f"{args.out}` (suites/campaigns/estimate.py; rows measured by runs over the case subsets, "
+             f"{out}` (suites/campaigns/estimate.py; rows measured by runs over the case subsets, "
              f"`--cases ... --rows FILE`, are joined with `--report-from FILE ...`)", "",
              f"Coverage ≥ 95%: {sum(r['coverage'] >= 0.95 for r in rows)} of {len(rows)} (law, n) rows; lowest "
              f"{min(r['coverage'] for r in rows):.3f}. Lossy laws (exact TV > 0): {len(lossy)} rows, lowest coverage "
@@ -188,5 +194,5 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["| `{}` | ".format(prof["entry"]) + " | ".join(
         f"{r['estimate']:.3f} [{r['low']:.3f}, {r['high']:.3f}] ({r['exact_tv']:.3f})" for r in prof["positions"]) + " |"
         for prof in profiles]
-    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    run.write_text("report.md", "\n".join(lines) + "\n")
     return 0 if all(r["coverage"] >= 0.95 for r in rows) else 1

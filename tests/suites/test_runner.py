@@ -101,7 +101,7 @@ def test_the_output_folder_of_every_campaign_on_the_runner_is_declared_in_suites
     from suites.outputs import FOLDERS
 
     on_runner = [n for n in campaign_names() if is_campaign(policy(n))]
-    assert {"tree", "families", "tail", "headline", "check_time"} <= set(on_runner)
+    assert {"tree", "families", "tail", "headline", "check_time", "invariance", "sequential", "estimate"} <= set(on_runner)
     for name in on_runner:
         assert campaign_parser(name).get_default("out") is None  # resolved by the runner from suites/outputs.py
         assert FOLDERS[f"campaign.{name}"].startswith("results/")
