@@ -48,7 +48,7 @@ def _versions() -> dict:
 
 
 def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget: float | None,
-            settings: list[str] | None = None) -> dict:
+            settings: list[str] | None = None, contexts: str | None = None) -> dict:
     """One `specdec verify --level generation` run, as a row (never raises: a harness fault is verdict 'error')."""
     from harness.adapters.calling import ImplementationError
     from harness.check.api import run_verify
@@ -58,10 +58,11 @@ def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget
 
     started = time.perf_counter()
     row = {"impl": impl, "pair": pair, "seed": seed, "samples_requested": samples, "time_budget_s": time_budget,
-           "settings": settings or "default"}
+           "settings": settings or "default", **({"contexts": contexts} if contexts else {})}
     try:
         report = run_verify(CheckConfig(impl=impl, level="generation", pair=pair, seed=seed, samples=samples,
-                                        time_budget_s=time_budget, settings=settings))
+                                        time_budget_s=time_budget, settings=settings,
+                                        **({"contexts": contexts} if contexts else {})))
     except ImplementationError as exc:
         return {**row, "verdict": "fail", "exit": 1, "message": f"CRASH (a finding): {exc}"[:400],
                 "seconds": time.perf_counter() - started}
@@ -104,7 +105,8 @@ def shape(pair_name: str, *, rows: int = 16, length: int = 24, gamma: int = 3) -
         "seconds": time.perf_counter() - started}
 
 
-def _runs(parts, pairs, seeds: range, samples: int | None, budget: float | None, mutants=None, settings=None):
+def _runs(parts, pairs, seeds: range, samples: int | None, budget: float | None, mutants=None, settings=None,
+          contexts=None):
     from harness.mutants.registry import implementations
 
     if "shape" in parts:
@@ -121,12 +123,13 @@ def _runs(parts, pairs, seeds: range, samples: int | None, budget: float | None,
         for name in pairs:
             for seed in seeds:
                 yield lambda name=name, seed=seed: {"part": "reference", **_verify(
-                    REFERENCE, name, seed=seed, samples=samples, time_budget=budget, settings=settings)}
+                    REFERENCE, name, seed=seed, samples=samples, time_budget=budget, settings=settings,
+                    contexts=contexts)}
     if "transformers" in parts:
         for name in pairs:
             for impl in TRANSFORMERS:
                 yield lambda name=name, impl=impl: {"part": "transformers", **_verify(
-                    impl, name, seed=0, samples=samples, time_budget=budget, settings=settings)}
+                    impl, name, seed=0, samples=samples, time_budget=budget, settings=settings, contexts=contexts)}
 
 
 def _load(path: Path) -> list[dict]:
@@ -202,6 +205,8 @@ class Config:
                     "transformers run (the achieved TV is reported); 0: none, the plan in full", float)
     setting: list | None = option(None, '--setting', "reference / transformers runs: only this "
                     "sampling setting (as `specdec verify --setting`, repeatable), e.g. T=0 for greedy equality alone", action='append')
+    contexts: str | None = option(None, '--contexts', "reference / transformers runs: as `specdec verify "
+                                  "--contexts` (none: the pair's prompts only)")
     out: str = option(DEFAULT_OUT, '--out', 'results folder')
 
 
@@ -229,9 +234,10 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
         plans: dict[tuple, dict[int, dict]] = {}
         for r in rows:
             if r.get("part") == "reference" and r.get("pair") == name:
-                plan = (str(r.get("settings", "default")), r.get("samples_requested"), r.get("time_budget_s"))
+                plan = (str(r.get("settings", "default")), r.get("samples_requested"), r.get("time_budget_s"),
+                        r.get("contexts"))
                 plans.setdefault(plan, {})[r["seed"]] = r
-        for (settings, samples, budget), by_seed in plans.items():
+        for (settings, samples, budget, contexts), by_seed in plans.items():
             runs = list(by_seed.values())
             k = sum(r["verdict"] == "fail" for r in runs)
             low, high = clopper_pearson(k, len(runs))
@@ -239,7 +245,8 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
             m = max((r.get("declared_tests") or 0) for r in runs)
             seeds = sorted(by_seed)
             level = f"{DEFAULT_FALSE_ALARM_RATE / m:.1e}" if m else "-"
-            plan = f"{settings}, {samples or 'planned'}" + (f", ≤ {budget:.0f} s" if budget else "")
+            plan = (f"{settings}, {samples or 'planned'}" + (f", ≤ {budget:.0f} s" if budget else "")
+                    + (f", contexts {contexts}" if contexts else ""))
             lines.append(f"| {name} | {plan} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
                          f"| {k}/{len(runs)} ({low:.0%}–{high:.0%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
                          f"| {m or '-'} | {level} |")
@@ -258,7 +265,7 @@ def main(argv=None) -> int:
     journal = out / "rows.jsonl"
     versions, ok = _versions(), True
     for run in _runs(args.only, pairs, range(args.first_seed, args.first_seed + args.seeds), args.samples,
-                     args.time_budget or None, args.mutants, args.setting):
+                     args.time_budget or None, args.mutants, args.setting, args.contexts):
         row = {**run(), "versions": versions, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with journal.open("a") as f:
             f.write(json.dumps(row, default=str) + "\n")
