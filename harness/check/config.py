@@ -120,6 +120,11 @@ class CheckConfig:
                             "pairs with an exact joint law); beside the exact TV for a zoo entry with an exact law; in "
                             "the report and the JSON (docs/ESTIMATES.md)", action="store_true",
                             group='statistics: false alarms, power, sample size (every level)')
+    fail_estimate: bool = option(True, "--no-fail-estimate", "do not estimate the TV in the cells that fail (by "
+                                 "default a FAIL report carries, for each failing cell, the --estimate lines: 'TV "
+                                 "0.031 [0.026, 0.036] at position 2'; cells that pass cost nothing)",
+                                 action="store_false",
+                                 group='statistics: false alarms, power, sample size (every level)')
     stop_on_fail: bool = option(True, "--no-early-stop", "draw every planned sample even after the verdict is "
                                 "decided", action="store_false", group='statistics: false alarms, power, sample size (every level)')
 

@@ -917,6 +917,8 @@ def _estimate_run(cell: Cell, tokens, level: float, power: float) -> list[TestRe
     from harness.stats.estimate import continuation_estimates
 
     data, source = cell.data, cell.summary["_source"]
+    if not getattr(source, "estimate_all", True) and not cell.decided(level):
+        return []  # a FAIL report's default: estimates in the failing cells only
     law = continuation_law(source.scorer, data.prompt, source.length, data.setting, source.vocab, source.eos,
                            source.order)
     emitted = _exact_emitted_law(source.impl, source, data) if source.order == "standard" else None
@@ -934,8 +936,6 @@ PIT = Check("pit", lambda cell: 3 + cell.summary["length"], _pit_run, samples_fo
 CONVENTIONS = Check("conventions", lambda cell: 0, _conventions_run, gating=False)
 
 
-class GenerationSource(TrialSource):
-    """Trials of a whole generate(): continuations of the pair's prompts, per sampling setting."""
 class ContextPrompts(collections.abc.Sequence):
     """The greedy cell's prompts: contexts[i].tokens for the picked i, read (and the catalogue built) when the cell
     runs, not when the plan is declared."""
@@ -952,6 +952,8 @@ class ContextPrompts(collections.abc.Sequence):
         return list(self.contexts[self.picked[index]].tokens)
 
 
+class GenerationSource(TrialSource):
+    """Trials of a whole generate(): continuations of the pair's prompts, per sampling setting."""
 
     level = "generation"
 
@@ -987,8 +989,9 @@ class ContextPrompts(collections.abc.Sequence):
             cells.append(Cell("greedy", [GREEDY_EQUALITY, GREEDY_NUMERICS], self.prompts, math.nan,
                               {"prompts": len(self.prompts), "max_new_tokens": max(self.length, 16)}))
         checks = [JOINT_LAW, PIT, CONVENTIONS] if self.enumerate else [PIT, CONVENTIONS]
-        if getattr(config, "estimate", False) and self.enumerate:  # the exact joint law is known: estimate the TV
-            checks.append(ESTIMATE)
+        self.estimate_all = getattr(config, "estimate", False)
+        if (self.estimate_all or getattr(config, "fail_estimate", False)) and self.enumerate:  # exact joint law known
+            checks.append(ESTIMATE)  # every prompt cell with --estimate, else the cells that fail (decided) only
         self.prompts_in_contexts = self._prompts_in_contexts(contexts)
         prompt_rows = PROMPT_ROWS[self.enumerate]
         # The prompt cells of every setting first (the plan without contexts, in its order: a run that stops at its
@@ -1003,10 +1006,10 @@ class ContextPrompts(collections.abc.Sequence):
                                   math.nan, {"_source": self, "length": self.length, "gamma": config.gamma,
                                              "setting": setting_record(setting), "joint_law": self.enumerate,
                                              "processing_order": self.order, "default_rows": prompt_rows}))
+        declared = slots(contexts)  # families, names, lengths: the catalogue is built only when a cell reads it
         if contexts and any(s.temperature == 0 for s in self.settings):
             # one context per prompt length (the longest first): greedy past the block boundaries, after the cells
             # of the plan without contexts
-        declared = slots(contexts)  # families, names, lengths: the catalogue is built only when a cell reads it
             seen, picked = set(), []
             for i in sorted(range(len(declared)), key=lambda i: -declared[i].length):
                 if declared[i].length not in seen and len(picked) < GREEDY_CONTEXTS:

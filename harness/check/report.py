@@ -101,11 +101,11 @@ class CheckReport:
         rows = sorted(self.estimates, key=lambda e: (e["case"] not in failed, -(e["estimate"] or 0)))
         lines = []
         for e in rows[:limit]:
-            where = ("the whole continuation (joint law)" if e["position"] == "joint" else
-                     f"position {e['position']}" + (" (the bonus token)" if e.get("bonus") else ""))
+            where = ("over the whole continuation (joint law)" if e["position"] == "joint" else
+                     f"at position {e['position']}" + (" (the bonus token)" if e.get("bonus") else ""))
             law = f", {e['law'].split('/', 1)[1]}" if "/" in e["law"] else ""
             exact = f"; exact {e['exact_tv']:.3f}" if e.get("exact_tv") is not None else ""
-            lines.append(f"TV {e['estimate']:.3f} [{e['low']:.3f}, {e['high']:.3f}] at {where} ({e['case']}{law}, "
+            lines.append(f"TV {e['estimate']:.3f} [{e['low']:.3f}, {e['high']:.3f}] {where} ({e['case']}{law}, "
                          f"n = {e['n']:,}, {e['cells']} cells{exact})")
         if len(rows) > limit:
             lines.append(f"… {len(rows) - limit} more estimates in the JSON report (\"estimates\")")

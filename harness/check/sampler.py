@@ -629,8 +629,10 @@ def _estimate_run(cell: Cell, trials, level: float, power: float) -> list[TestRe
     and on the full vocabulary where the implementation has an exact law (a zoo entry). Reports, never gates."""
     import torch
 
-    from harness.stats.estimate import exact_partition_tv, partition, tv_estimate
+    from harness.stats.estimate import exact_partition_tv, kl_entry, partition, tv_estimate
 
+    if not cell.summary.get("_estimate_all", True) and not cell.decided(level):
+        return []  # a FAIL report's default: estimates in the failing cells only
     seed, exact_laws = cell.summary.get("_estimate_seed", 0), cell.summary.get("_exact_laws")
     rng = numpy_rng(seed, "estimate", cell.name)
     out = []
@@ -646,9 +648,11 @@ def _estimate_run(cell: Cell, trials, level: float, power: float) -> list[TestRe
         for j in plan.tested:
             col = sub[n_emitted >= j + 1, j]
             inside = col[(col >= 0) & (col < plan.case.vocab)]
-            est = tv_estimate(np.bincount(inside, minlength=plan.case.vocab), plan.p[j], rng=rng,
-                              outside=len(col) - len(inside))
-            entry = {"law": prefix, "position": j, "bonus": j == plan.case.gamma, **est}
+            counts = np.bincount(inside, minlength=plan.case.vocab)
+            est = tv_estimate(counts, plan.p[j], rng=rng, outside=len(col) - len(inside))
+            kl = kl_entry(counts, plan.p[j], outside=len(col) - len(inside), rng=rng,
+                          law=None if laws is None else laws[j])  # KL(emitted ‖ p): None where infinite
+            entry = {"law": prefix, "position": j, "bonus": j == plan.case.gamma, **est, "kl": kl}
             if laws is not None:
                 law = laws[j]
                 entry["exact_tv"] = exact_partition_tv(law, plan.p[j], partition(plan.p[j], est["n"]))
@@ -760,10 +764,10 @@ class SamplerSource(TrialSource):
                        "untested_positions": [j for j in range(case.gamma + 1) if j not in tested],
                        "reach_probability": first.reach.tolist()}
             checks = list(SAMPLER_BATTERY)
-            if getattr(config, "estimate", False):
-                checks.append(ESTIMATE)
+            if getattr(config, "estimate", False) or getattr(config, "fail_estimate", False):
+                checks.append(ESTIMATE)  # every cell with --estimate, else the cells that fail (decided) only
                 entry = getattr(self.impl, "specdec_implementation", None)  # a zoo entry: its exact law
-                summary.update({"_estimate_seed": config.seed,
+                summary.update({"_estimate_seed": config.seed, "_estimate_all": getattr(config, "estimate", False),
                                 "_exact_laws": getattr(entry, "position_laws", None)})
             cells.append(Cell(case.name, checks, plans, case.tv or config.tv, summary))
         if config.samples is not None:

@@ -139,12 +139,25 @@ def kl_estimate(counts: np.ndarray, p: np.ndarray, *, level: float = DEFAULT_LEV
     return out
 
 
+def kl_entry(counts: np.ndarray, p: np.ndarray, *, outside: int = 0, law: np.ndarray | None = None,
+             rng: np.random.Generator | None = None, **kw) -> dict:
+    """`kl_estimate` as it goes beside a TV estimate in a report: estimate, low, high (None where infinite), method,
+    and the exact KL on the same partition where the emitted law is known."""
+    k = kl_estimate(counts, p, outside=outside, rng=rng, **kw)
+    out = {key: k[key] for key in ("estimate", "low", "high", "method")}
+    if law is not None and k["n"]:
+        exact = exact_partition_kl(law, p, partition(p, k["n"], kw.get("min_expected", MIN_EXPECTED),
+                                                     kw.get("max_cells", MAX_CELLS)))
+        out["exact"] = exact if math.isfinite(exact) else None
+    return out
+
+
 def exact_partition_kl(law: np.ndarray, p: np.ndarray, cell: np.ndarray) -> float:
     """KL(law ‖ p) on the partition, in nats (mass the law misses from [k] is a cell where p has none: infinite)."""
     a, b = coarsen(np.clip(law, 0, None), cell), coarsen(p, cell)
     if 1 - float(np.sum(law)) > 1e-12 or np.any((a > 1e-15) & (b <= 0)):
         return math.inf
-    return float(_kl(a, b))
+    return max(0.0, float(_kl(a, b)))  # ≥ 0: rounding can leave −1e-17 where the laws agree
 
 
 def samples_for_width(width: float, spread: float) -> int:
@@ -200,7 +213,7 @@ def continuation_estimates(continuations: list[tuple[int, ...]], target: dict, v
     out = []
     for where, pt, ct, off, lt in laws:
         est = tv_estimate(ct, pt, rng=rng, outside=off, **kw)
-        entry = {"position": where, "bonus": False, **est}
+        entry = {"position": where, "bonus": False, **est, "kl": kl_entry(ct, pt, outside=off, law=lt, rng=rng, **kw)}
         if lt is not None:
             entry["exact_tv"] = exact_partition_tv(lt, pt, partition(pt, est["n"]))
             entry["exact_tv_full"] = 0.5 * (float(np.abs(lt - pt).sum()) + abs(1 - float(lt.sum())))

@@ -17,7 +17,7 @@ def test_generation_estimate_reports_the_joint_and_each_position_with_the_exact_
     assert abs(joint["exact_tv_full"] - 0.1768) < 1e-3
     assert all(e["low"] <= e["exact_tv"] <= e["high"] for e in estimates)
     assert max(e["exact_tv_full"] for e in estimates[1:]) <= joint["exact_tv_full"] + 1e-12  # a marginal's TV ≤ joint
-    assert any("the whole continuation (joint law)" in line for line in report.estimate_lines())
+    assert any("over the whole continuation (joint law)" in line for line in report.estimate_lines())
 
 
 def test_generation_estimate_of_the_reference_holds_zero_and_has_no_exact_law_without_hooks():
@@ -28,7 +28,27 @@ def test_generation_estimate_of_the_reference_holds_zero_and_has_no_exact_law_wi
     assert all(e["low"] == 0.0 and "exact_tv" not in e for e in report.estimates)
 
 
-def test_without_estimate_the_generation_report_has_none():
+def test_a_fail_report_carries_the_failing_cells_estimates_by_default():
+    """Without --estimate, a FAIL report still says how far: estimates in the cells that failed, none elsewhere;
+    --no-fail-estimate (fail_estimate=False) turns them off."""
     impl = get("penalties_count_rejected_drafts")
-    report = run_generation_check(impl.fn, get_pair(impl.pair), samples=500, prompts=1, settings=impl.fn.settings)
-    assert report.estimates == []
+    report = run_generation_check(impl.fn, get_pair(impl.pair), samples=2000, prompts=2, settings=impl.fn.settings)
+    assert report.verdict == "fail" and report.estimates
+    failed = {t.name.split("/prompt")[0] + "/prompt" + t.name.split("/prompt")[1].split("/")[0]
+              for t in report.tests if t.reject}
+    assert {e["case"] for e in report.estimates} <= failed
+    off = run_generation_check(impl.fn, get_pair(impl.pair), samples=2000, prompts=2, settings=impl.fn.settings,
+                               fail_estimate=False)
+    assert off.verdict == "fail" and off.estimates == []
+
+
+def test_a_sampler_fail_report_carries_estimates_and_a_pass_report_none():
+    from harness.check.sampler import run_sampler_check
+
+    bad = run_sampler_check(get("typical_acceptance").fn, cases=["gamma8-v100"], samples=20000)
+    assert bad.verdict == "fail" and {e["case"] for e in bad.estimates} == {"gamma8-v100"}
+    assert all(e["low"] <= e["exact_tv"] <= e["high"] for e in bad.estimates)
+    assert all(e["kl"]["low"] <= e["kl"]["exact"] <= e["kl"]["high"] for e in bad.estimates)  # KL(emitted ‖ p), nats
+    good = run_sampler_check(get("reference_verify").fn, cases=["gamma8-v100"], samples=20000)
+    assert good.verdict == "pass" and good.estimates == []
+

@@ -3,12 +3,12 @@ figure and its numbers."""
 
 import json
 
-from suites.campaigns import estimate
+from harness.runner import run
 
 
 def test_campaign_writes_tv_and_kl_rows_the_profile_and_its_figure(tmp_path):
-    rc = estimate.main(["--seeds", "3", "--n", "1000", "--cases", "anti-logits", "--entries", "residual_from_p",
-                        "out_of_range_recovered", "--out", str(tmp_path)])
+    rc = run("estimate", ["--seeds", "3", "--n", "1000", "--cases", "anti-logits", "--entries", "residual_from_p",
+                          "out_of_range_recovered", "--out", str(tmp_path)])
     assert rc in (0, 1)
     data = json.loads((tmp_path / "coverage.json").read_text())
     rows = {r["entry"]: r for r in data["rows"]}
