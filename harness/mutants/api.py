@@ -10,6 +10,10 @@ property of the server around the implementation.
 
 from __future__ import annotations
 
+import dataclasses
+
+import torch
+
 from harness.errors import UnknownNameError
 from harness.served.bookkeeping import Bookkeeping, Finished, Stops
 
@@ -114,8 +118,79 @@ class UnseededSharedStream(Bookkeeping):
         return 0 if requested is None else requested
 
 
+class MinTokensPerStep(Bookkeeping):
+    """min_tokens counts steps, not tokens: EOS stays masked until min_tokens speculative steps have been emitted,
+    and stop strings / stop token ids are not honoured before then (about L times too long, L = mean tokens per
+    step). One token per step (speculation off) is the same as correct."""
+
+    name = "min_tokens_per_step"
+    models = "SGLang PR #33643 (min_new_tokens counted steps: EOS masked about L times too long)"
+
+    def finish(self, steps, stops, decode):
+        if not stops.min_tokens:
+            return super().finish(steps, stops, decode)
+        least = sum(len(s) for s in steps[: stops.min_tokens])  # the tokens of the first min_tokens steps
+        return super().finish(steps, dataclasses.replace(stops, min_tokens=least), decode)
+
+    def step_hooks(self, emit):
+        from specdec_ref.generate import StepHooks, _draft_laws, _target_law
+        from specdec_ref.processing import History
+
+        state = {"rows": None, "steps": {}}
+
+        def per_step(history):  # the EOS mask reads the steps emitted so far, at every position of the block
+            if history is None:
+                return None
+            rows = state["rows"]
+            active = list(rows.active) if rows is not None else list(range(history.n_generated.shape[0]))
+            steps = torch.tensor([state["steps"].get(r, 0) for r in active], dtype=torch.long)
+            shape = history.n_generated.shape
+            return History(history.seq, steps.view(-1, *[1] * (len(shape) - 1)).expand(shape).clone(), history.eos)
+
+        def counted_emit(rows, row, tokens):
+            state["rows"] = rows
+            state["steps"][row] = state["steps"].get(row, 0) + 1
+            return emit(rows, row, tokens)
+
+        return StepHooks(target_probs=lambda logits, params, history: _target_law(logits, params, per_step(history)),
+                         draft_probs=lambda logits, params, history: _draft_laws(logits, params, per_step(history)),
+                         emit=counted_emit)
+
+
+class ChoicesShareSeed(Bookkeeping):
+    """The n choices of a request are drawn with one seed: every choice is the same sample."""
+
+    name = "n_choices_share_seed"
+    models = "TRT-LLM #19487 / PR #17599 (one random stream shared where each sample needs its own)"
+
+    def samples(self, n):
+        return 1
+
+
+class ReasoningOncePerDelta(Bookkeeping):
+    """The streaming reasoning parser takes one transition per delta: the delta that holds the end of the reasoning
+    emits only its reasoning before the marker (or, when the marker opens the delta, only the content after it),
+    so content after a marker in the middle of a multi-token delta is dropped. Deltas of one token (speculation
+    off) never show it; the non-streamed reply is right."""
+
+    name = "reasoning_parser_once_per_delta"
+    models = "vLLM #42781, #56077, #55082 (reasoning / tool-call parsers advance once per delta of 3-8 tokens)"
+
+    def stream_parts(self, finished, slices, texts, end, decode):
+        right = super().stream_parts(finished, slices, texts, end, decode)
+        out, thinking = [], True
+        for (a, b), (reasoning, content) in zip(slices, right, strict=True):
+            if thinking and end in finished.tokens[a:b]:
+                thinking = False
+                out.append((reasoning, "") if reasoning else ("", content))
+            else:
+                out.append((reasoning, content))
+        return out
+
+
 API_MUTANTS = {cls.name: cls for cls in (CapBeforeStop, StopInStepTail, IdsPastStop, MaxTokensPerStep,
-                                         StreamLastTokenOnly, UnseededSharedStream)}
+                                         StreamLastTokenOnly, UnseededSharedStream, MinTokensPerStep,
+                                         ChoicesShareSeed, ReasoningOncePerDelta)}
 
 
 def get(name: str) -> type[Bookkeeping]:

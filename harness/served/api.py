@@ -32,12 +32,22 @@ from harness.errors import HarnessError
 from harness.served.bookkeeping import Bookkeeping, Stops, first_stop
 from harness.served.client import RequestRefused
 from harness.served.text import TOKEN_ID_PREFIX, decode
+from harness.stats import TestResult
 
 TESTS = ("max_tokens", "usage", "finish_reason", "stop_strings", "stop_token_ids", "logprobs_aligned",
-         "seed_reproducible", "unseeded_independent")  # + "stream" where the engine streams
-STRING_KINDS = ("stop_in_step", "stop_across_steps", "stop_in_cap_step", "stop_string")
+         "seed_reproducible", "unseeded_independent", "min_tokens", "n_independent")
+# + "stream" where the engine streams completions, "chat_stream" where it streams chat completions
+MIN_KINDS = ("min_tokens_stop", "min_tokens_skip")  # stop strings with min_tokens (see min_tokens_cases)
+STRING_KINDS = ("stop_in_step", "stop_across_steps", "stop_in_cap_step", "stop_string") + MIN_KINDS
 TOKEN_KINDS = ("stop_token_in_step", "stop_token")  # stop_string / stop_token: no multi-token step to place them in
 STOP_KINDS = STRING_KINDS + TOKEN_KINDS
+
+
+N_CHOICES = 24  # choices per n > 1 request (n_independent: 2 requests give 12 + 12 disjoint pairs)
+N_REQUESTS = 2  # n > 1 requests per prompt (and one repeated: seed_reproducible)
+CHAT_REQUESTS = 8  # chat requests per prompt (each plain and streamed), where the engine streams chat
+MIN_TOKENS_EOS_FRACTION = 2
+MIN_TOKENS_EOS_REQUESTS = 32  # per prompt, where the model has an EOS
 
 
 @dataclasses.dataclass
@@ -45,7 +55,8 @@ class ApiCell:
     setting: object  # harness.check.generation.Setting
     index: int
     prompt: list[int]
-    streams: bool  # whether the engine streams (asked once per run)
+    streams: bool  # whether the engine streams completions (asked once per run)
+    chat_streams: bool = False  # whether it streams chat completions
 
 
 @dataclasses.dataclass
@@ -57,6 +68,7 @@ class Context:
     decode: object  # ids -> text
     tolerance: float
     reproducible: bool = False
+    eos_law: object = None  # ids -> the local target's P(EOS) at each position of a reply (the cell's setting)
 
 
 @dataclasses.dataclass
@@ -71,6 +83,7 @@ class Reply:
     logprobs: list | None  # logprobs.token_logprobs
     deltas: list[int] | None = None  # tokens per delta (streams)
     done: bool = True  # a stream ended with [DONE]
+    reasoning: str | None = None  # chat: reasoning_content (a reasoning parser's), else None
 
 
 @dataclasses.dataclass
@@ -80,6 +93,7 @@ class Exchange:
     body: dict
     reply: Reply
     streamed: Reply | None = None  # the same request with stream: true
+    choices: list[Reply] | None = None  # n > 1: every choice (reply is the first)
 
 
 # ------------------------------------------------------------------------------------------ replies
@@ -94,6 +108,70 @@ def parse_reply(reply: dict, base: str) -> Reply:
     usage = (reply.get("usage") or {}).get("completion_tokens")
     return Reply(choice_token_ids(choice), str(choice.get("text") or ""), choice.get("finish_reason"), usage,
                  lp.get("tokens"), lp.get("token_logprobs"))
+
+
+def parse_choices(reply: dict, n: int, base: str) -> list[Reply]:
+    """The n choices of one reply, each with usage = its own token count where usage.completion_tokens equals their
+    sum (else the reply's total, which the usage test then rejects)."""
+    from harness.served.probe import choice_token_ids
+
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or len(choices) != n or not all(isinstance(c, dict) for c in choices):
+        raise MalformedTrials(f"{base} replied without the {n} choices asked for")
+    choices = sorted(choices, key=lambda c: c.get("index", 0))
+    total = (reply.get("usage") or {}).get("completion_tokens")
+    out = []
+    for choice in choices:
+        lp = choice.get("logprobs") or {}
+        out.append(Reply(choice_token_ids(choice), str(choice.get("text") or ""), choice.get("finish_reason"), None,
+                         lp.get("tokens"), lp.get("token_logprobs")))
+    exact = all(r.ids is not None for r in out) and total == sum(len(r.ids) for r in out)
+    for r in out:
+        r.usage = len(r.ids) if exact else total
+    return out
+
+
+def _reasoning_of(part: dict) -> str | None:
+    value = part.get("reasoning_content", part.get("reasoning"))
+    return None if value is None else str(value)
+
+
+def parse_chat(reply: dict, base: str) -> Reply:
+    """A chat reply's one choice: content, reasoning, token ids (where returned), finish_reason, usage."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        raise MalformedTrials(f"{base} replied to a chat request without the one choice asked for")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    ids = choice.get("token_ids")
+    return Reply(list(ids) if isinstance(ids, list) else None, str(message.get("content") or ""),
+                 choice.get("finish_reason"), (reply.get("usage") or {}).get("completion_tokens"), None, None,
+                 reasoning=_reasoning_of(message))
+
+
+def parse_chat_stream(streamed: dict) -> Reply:
+    """A chat stream's deltas of choice 0 concatenated (content, reasoning, token ids), tokens per delta."""
+    ids, text, reasoning, deltas, reason, usage, has_ids, any_reasoning = [], [], [], [], None, None, True, False
+    for event in streamed["events"]:
+        if isinstance(event.get("usage"), dict):
+            usage = event["usage"].get("completion_tokens")
+        for choice in event.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            got = choice.get("token_ids")
+            if got is None and (delta.get("content") or _reasoning_of(delta)):
+                has_ids = False
+            ids += got or []
+            text.append(str(delta.get("content") or ""))
+            part = _reasoning_of(delta)
+            any_reasoning = any_reasoning or part is not None
+            reasoning.append(part or "")
+            if got:
+                deltas.append(len(got))
+            reason = choice.get("finish_reason") or reason
+    return Reply(ids if has_ids else None, "".join(text), reason, usage, None, None, deltas,
+                 streamed.get("done", False), "".join(reasoning) if any_reasoning else None)
 
 
 def parse_stream(streamed: dict) -> Reply:
@@ -202,6 +280,28 @@ def caps(steps: list[int] | None, length: int) -> list[int]:
     return sorted(c for c in out if c < length)
 
 
+def min_tokens_cases(tokens: list[int], steps: list[int] | None, eos: set[int], decode_) -> list[tuple[str, dict]]:
+    """min_tokens requests chosen on a base continuation (stop strings that the correct engine ends at or skips):
+
+    - `min_tokens_stop`: min_tokens = c − 1 and a stop string completing at token c, where the first c − 1 steps
+      held at least c tokens: an engine that counts min_tokens in steps does not end there yet;
+    - `min_tokens_skip`: a stop string completing at token c <= min_tokens = c + 1: it must not end the reply.
+    Where the model has an EOS, min_tokens changes the draws (EOS masked), so these replies are judged on their own
+    tokens, not against the base."""
+    out, text_at = [], [len(decode_(tokens[:c])) for c in range(len(tokens) + 1)]
+    usable = [c for c in range(1, len(tokens)) if tokens[c - 1] not in eos and text_at[c] > text_at[c - 1]]
+    if steps:
+        for c in usable:
+            if c >= 2 and sum(steps[: c - 1]) >= c and (found := _new_suffix(tokens, c - 1, decode_)):
+                out.append(("min_tokens_stop", {"stop": [found], "min_tokens": c - 1}))
+                break
+    for c in usable:
+        if c + 1 < len(tokens) and (found := _new_suffix(tokens, c - 1, decode_)):
+            out.append(("min_tokens_skip", {"stop": [found], "min_tokens": c + 1}))
+            break
+    return out
+
+
 def stops_of(body: dict, eos: set[int]) -> Stops:
     return Stops.from_request(body, body["max_tokens"], eos)
 
@@ -232,9 +332,9 @@ def _body(run, data: ApiCell, seed: int | None, max_tokens: int, stream: bool = 
     return body
 
 
-def _send(run, jobs: list[tuple[str, dict]]) -> dict:
+def _send(run, jobs: list[tuple[str, dict]], path: str = "/v1/completions") -> dict:
     try:
-        return run.engine.run_all("/v1/completions", jobs, run.store, run.progress)
+        return run.engine.run_all(path, jobs, run.store, run.progress)
     except RequestRefused as exc:
         raise HarnessError(f"the API check's requests were refused: {exc}") from None
 
@@ -266,6 +366,8 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
                   stop_cases(ex.reply.ids or [], steps, ex.reply.reason == "length", ctx.eos, ctx.decode)
                   if cap == length or kind == "stop_in_cap_step"]
         chosen += [("cap", c, {}) for c in caps(steps, cap)] if cap == length else []
+        chosen += [(kind, cap, fields) for kind, fields in
+                   min_tokens_cases(ex.reply.ids or [], steps, ctx.eos, ctx.decode)] if cap == length else []
         for kind, max_tokens, fields in chosen:
             body = _body(run, data, ex.seed, max_tokens, **fields)
             more.append((f"{key}/{kind}/{ex.seed}/{max_tokens}/{json.dumps(fields, sort_keys=True)}", kind, body, ex))
@@ -273,12 +375,79 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
     if data.streams:
         jobs += [(name + "/stream", {**body, "stream": True, "stream_options": {"include_usage": True}})
                  for name, _, body, _ in more]
-    replies = _send(run, jobs)
+    least = max(2, length // MIN_TOKENS_EOS_FRACTION)
+    eos_seeds = [seeds[0] + 7_919 * (j + 1) for j in range(MIN_TOKENS_EOS_REQUESTS)]
+    plain = dataclasses.replace(data, setting=_plain_setting())  # T = 1: no truncation hides EOS from the test
+    eos_jobs = [(f"{key}/min_tokens_eos/{least}/{s}", _body(run, plain, s, length, min_tokens=least))
+                for s in eos_seeds] if ctx.eos else []  # without an EOS the mask has nothing to hide
+    n_seeds = [seeds[0] + 104_729 * (j + 1) for j in range(N_REQUESTS)]
+    n_jobs = [(f"{key}/n/{N_CHOICES}/{s}", {**_body(run, data, s, length), "n": N_CHOICES}) for s in n_seeds]
+    n_jobs.append((f"{key}/n-repeat/{N_CHOICES}/{n_seeds[0]}", n_jobs[0][1]))
+    chat_jobs, chat_seeds = [], [seeds[0] + 31_337 * (j + 1) for j in range(CHAT_REQUESTS)]
+    if data.chat_streams:
+        for s in chat_seeds:
+            body = _chat_body(run, data, s, length)
+            chat_jobs += [(f"{key}/chat/{s}", body),
+                          (f"{key}/chat-stream/{s}", {**body, "stream": True, "stream_options": {"include_usage": True}})]
+    replies = _send(run, jobs + eos_jobs + n_jobs)
+    if chat_jobs:
+        replies.update(_send(run, chat_jobs, "/v1/chat/completions"))
     for name, kind, body, ex in more:
         streamed = parse_stream(replies[name + "/stream"]) if data.streams else None
         out.append(Exchange(kind, ex.seed, body, parse_reply(replies[name], run.engine.base), streamed))
+    for (name, body), s in zip(eos_jobs, eos_seeds, strict=False):
+        out.append(Exchange("min_tokens_eos", s, body, parse_reply(replies[name], run.engine.base)))
+    for j, (name, body) in enumerate(n_jobs):
+        choices = parse_choices(replies[name], N_CHOICES, run.engine.base)
+        kind = "n" if j < len(n_seeds) else "n_repeat"
+        out.append(Exchange(kind, body["seed"], body, choices[0], choices=choices))
+    for s in chat_seeds if chat_jobs else ():
+        body = dict(chat_jobs[0][1], seed=s)
+        out.append(Exchange("chat", s, body, parse_chat(replies[f"{key}/chat/{s}"], run.engine.base),
+                            parse_chat_stream(replies[f"{key}/chat-stream/{s}"])))
     cell.summary.update(_placements(ctx, out, steps_of))
+    cell.summary.update(_chat_summary(ctx, out))
     return out, None
+
+
+def _plain_setting():
+    from harness.check.generation import Setting
+
+    return Setting(1.0)
+
+
+def _chat_body(run, data: ApiCell, seed: int, length: int) -> dict:
+    body = _body(run, data, seed, length)
+    for field in ("prompt", "n", "logprobs", "return_tokens_as_token_ids"):
+        body.pop(field, None)
+    return {**body, "messages": [{"role": "user", "content": decode(run.tokenizer, data.prompt)}],
+            "return_token_ids": True}
+
+
+def _chat_summary(ctx: Context, exchanges: list[Exchange]) -> dict:
+    """How many chat replies ended their reasoning (a reasoning parser split them), and how many of those ends
+    fell inside a streamed delta of more than one token (the marker token: the first whose text is past the
+    non-streamed reasoning_content), and how many of those had tokens of the delta on both sides of it."""
+    chats = [e for e in exchanges if e.kind == "chat" and e.streamed is not None]
+    split = inside = middle = 0
+    for e in chats:
+        ids, sizes = e.reply.ids, e.streamed.deltas or []
+        if e.reply.reasoning is None or not e.reply.text or not ids or sum(sizes) != len(ids):
+            continue
+        split += 1
+        marker = next((m for m in range(len(ids)) if len(ctx.decode(ids[: m + 1])) > len(e.reply.reasoning)), None)
+        step_of = _step_of(sizes)
+        if marker is not None and sizes[step_of[marker]] > 1:
+            inside += 1
+            first = sum(sizes[: step_of[marker]])
+            middle += first < marker < first + sizes[step_of[marker]] - 1
+    return {"chat_requests": len(chats), "chat_reasoning_split": split, "chat_marker_in_multi_token_delta": inside,
+            "chat_marker_mid_delta": middle,
+            "chat_tokens_per_delta": _histogram([d for e in chats for d in (e.streamed.deltas or [])])}
+
+
+def _histogram(sizes: list[int]) -> dict:
+    return {str(k): sizes.count(k) for k in sorted(set(sizes))}
 
 
 def _bases(run, data: ApiCell, key: str, seeds: list[int], length: int, repeat: bool = False,
@@ -339,9 +508,13 @@ def _placements(ctx: Context, exchanges: list[Exchange], steps_of: dict) -> dict
 # ------------------------------------------------------------------------------------------ the tests
 
 def _replies(exchanges: list[Exchange]):
-    """(exchange, reply) for every reply, streamed ones included."""
+    """(exchange, reply) for every completion reply, streamed ones and every choice of n > 1 included (the chat
+    replies have their own test)."""
     for e in exchanges:
-        yield e, e.reply
+        if e.kind == "chat":
+            continue
+        for r in e.choices or [e.reply]:
+            yield e, r
         if e.streamed is not None:
             yield e, e.streamed
 
@@ -406,7 +579,8 @@ def _problems_stops(ctx: Context, exchanges, strings: bool):
             out.append(f"{where}: {len(r.ids) - len(want.tokens)} tokens returned past {want.stop_reason or 'EOS'!r} "
                        f"(which ends the reply at token {len(want.tokens)})")
         if strings:
-            leaked = first_stop(r.text, tuple(e.body["stop"]))
+            least = e.body.get("min_tokens") or 0  # a stop completing within the first min_tokens is no stop
+            leaked = first_stop(r.text, tuple(e.body["stop"]), len(ctx.decode(r.ids[:least])) if least else 0)
             if leaked is not None and _in_last_token(leaked, r, want, ctx):
                 leaked = None  # completed inside the EOS / stop token that ends the reply: it ends there either way
             if leaked is not None:
@@ -415,6 +589,8 @@ def _problems_stops(ctx: Context, exchanges, strings: bool):
                 out.append(f"{where}: text {r.text[-40:]!r} is not the returned tokens' text cut at the stop "
                            f"({want.text[-40:]!r})")
         base = bases.get((e.seed, e.body["max_tokens"]))
+        if e.kind in MIN_KINDS and ctx.eos:  # min_tokens masks EOS: not the base's draws
+            base = None
         if ctx.reproducible and e.kind in kinds and base is not None and base.ids is not None:
             expected = Bookkeeping().finish([[t] for t in base.ids], stops_of(e.body, ctx.eos), ctx.decode)
             same_text = r.text == expected.text or not isinstance(expected.stop_reason, str)  # texts of special
@@ -453,7 +629,7 @@ def _problems_stream(ctx: Context, exchanges):
     out = []
     for e in exchanges:
         s, r = e.streamed, e.reply
-        if s is None:
+        if s is None or e.kind == "chat":  # chat streams: chat_stream
             continue
         where = f"{e.kind} seed {e.seed}"
         if not s.done:
@@ -479,11 +655,104 @@ def _problems_stream(ctx: Context, exchanges):
 
 def _problems_seed(ctx: Context, exchanges):
     bases = {(e.seed, e.body["max_tokens"]): e.reply.ids for e in exchanges if e.kind == "base"}
+    n_first = {e.seed: [c.ids for c in e.choices or []] for e in exchanges if e.kind == "n"}
     out = []
     for e in exchanges:
         first = bases.get((e.seed, e.body["max_tokens"]))
         if e.kind == "repeat" and e.reply.ids != first:
             out.append(f"seed {e.seed}: the same request twice returned different tokens ({first} vs {e.reply.ids})")
+        if e.kind == "n_repeat" and [c.ids for c in e.choices or []] != n_first.get(e.seed):
+            out.append(f"seed {e.seed}: the same n = {len(e.choices or [])} request twice returned other choices")
+    return out
+
+
+def _problems_min_tokens(ctx: Context, exchanges):
+    """The deterministic part of `min_tokens`: no EOS among the first min_tokens tokens, and no reply shorter than
+    min(min_tokens, max_tokens) (the stops it must skip are judged by stop_strings / finish_reason)."""
+    out = []
+    for e, r in _replies(exchanges):
+        least = e.body.get("min_tokens") or 0
+        if not least or r.ids is None:
+            continue
+        early = [j for j, t in enumerate(r.ids[:least]) if t in ctx.eos]
+        if early:
+            out.append(f"{_where(e, r)}: EOS at token {early[0] + 1} with min_tokens={least}")
+        if len(r.ids) < min(least, e.body["max_tokens"]):
+            out.append(f"{_where(e, r)}: {len(r.ids)} tokens returned with min_tokens={least}")
+    return out
+
+
+def eos_hazard(ctx: Context, exchanges) -> dict:
+    """Whether EOS stays masked past min_tokens (SGLang PR #33643: counted per step, about L times too long): at
+    every position j >= min_tokens of the `min_tokens_eos` replies, the local target's probability p_j of EOS at
+    the request's setting (the law there has no mask) against whether the reply ended with EOS there. Under a
+    correct engine M = Σ (1[EOS_j] − p_j) is a martingale whose increments are bounded by 1 with predictable
+    variance V = Σ p_j (1 − p_j); too few EOS (E − N = t > 0) has p <= exp(−t² / (2 (V + t / 3))) (Freedman's
+    inequality at the observed V)."""
+    rows = [e for e in exchanges if e.kind == "min_tokens_eos" and e.reply.ids]
+    if not rows or ctx.eos_law is None:
+        return {"p": 1.0, "expected": 0.0, "observed": 0, "variance": 0.0, "positions": 0}
+    expected = variance = 0.0
+    observed = positions = 0
+    for e in rows:
+        least = e.body["min_tokens"]
+        probs = ctx.eos_law(e.reply.ids)  # p_j(EOS) at every position j of the reply
+        for j in range(least, len(e.reply.ids)):
+            p = float(probs[j])
+            expected, variance, positions = expected + p, variance + p * (1 - p), positions + 1
+            observed += e.reply.ids[j] in ctx.eos
+    t = expected - observed
+    p_value = 1.0 if t <= 0 else math.exp(-t * t / (2 * (variance + t / 3)))
+    return {"p": p_value, "expected": expected, "observed": observed, "variance": variance, "positions": positions}
+
+
+def n_independence(exchanges) -> dict:
+    """Whether the n choices of one request are independent samples: identical continuations, and equal first
+    tokens, in disjoint pairs of choices of one request (first half of each request's choices) against disjoint
+    pairs of choices of two requests with other seeds (second halves). Under independence every pair is two
+    independent draws of one law, so each count is a binomial with one rate: Fisher's exact test, one-sided
+    (more agreement within a request), Bonferroni over the two statistics."""
+    from scipy.stats import fisher_exact
+
+    groups = [e.choices for e in exchanges if e.kind == "n" and e.choices]
+    half = min(len(g) for g in groups) // 2 if groups else 0
+    within = [(g[i], g[i + 1]) for g in groups for i in range(0, half - 1, 2)]
+    across = [(groups[r][half + k], groups[r + 1][half + k]) for r in range(0, len(groups) - 1, 2)
+              for k in range(half)]
+    if not within or not across:
+        return {"p": 1.0, "within": 0, "across": 0}
+    out = {"within": len(within), "across": len(across)}
+    p_values = []
+    for name, same in (("identical", lambda a, b: a.ids == b.ids),
+                       ("first_token", lambda a, b: bool(a.ids) and bool(b.ids) and a.ids[0] == b.ids[0])):
+        w, a = sum(same(*pair) for pair in within), sum(same(*pair) for pair in across)
+        p_values.append(fisher_exact([[w, len(within) - w], [a, len(across) - a]], alternative="greater")[1])
+        out[f"{name}_within"], out[f"{name}_across"] = w, a
+    out["p"] = float(min(1.0, 2 * min(p_values)))
+    return out
+
+
+def _problems_chat_stream(ctx: Context, exchanges):
+    """The chat stream's deltas concatenated equal the non-streamed chat reply: content, reasoning (a reasoning
+    parser's fields), finish_reason, usage, token ids (where both carry them); where seeds reproduce."""
+    out = []
+    for e in exchanges:
+        s, r = e.streamed, e.reply
+        if e.kind != "chat" or s is None:
+            continue
+        if not s.done:
+            out.append(f"chat seed {e.seed}: the stream ended without data: [DONE]")
+        if not ctx.reproducible:
+            continue
+        pairs = [("content", s.text, r.text), ("reasoning", s.reasoning, r.reasoning),
+                 ("finish_reason", s.reason, r.reason), ("usage", s.usage, r.usage)]
+        if s.ids is not None and r.ids is not None:
+            pairs.append(("ids", s.ids, r.ids))
+        diffs = [name for name, a, b in pairs if a != b]
+        if diffs:
+            out.append(f"chat seed {e.seed}: the concatenated stream differs from the non-streamed reply in "
+                       f"{', '.join(diffs)} (deltas {s.deltas}; stream reasoning {(s.reasoning or '')[-30:]!r}, "
+                       f"content {s.text[:30]!r}; non-streamed {(r.reasoning or '')[-30:]!r}, {r.text[:30]!r})")
     return out
 
 
@@ -505,7 +774,8 @@ _CHECKS = {"max_tokens": _problems_max_tokens, "usage": _problems_usage, "finish
            "stop_strings": lambda ctx, ex: _problems_stops(ctx, ex, strings=True),
            "stop_token_ids": lambda ctx, ex: _problems_stops(ctx, ex, strings=False),
            "logprobs_aligned": _problems_logprobs, "seed_reproducible": _problems_seed,
-           "unseeded_independent": _problems_unseeded, "stream": _problems_stream}
+           "unseeded_independent": _problems_unseeded, "stream": _problems_stream,
+           "chat_stream": _problems_chat_stream}
 
 
 def _api_tests(cell: Cell, trials, level: float, power: float) -> list:
@@ -514,6 +784,9 @@ def _api_tests(cell: Cell, trials, level: float, power: float) -> list:
     cell.summary["seed_reproducible"] = ctx.reproducible
     results = []
     for name in cell.summary["_tests"]:
+        if name in _STATISTICAL:
+            results.append(_STATISTICAL[name](cell, ctx, exchanges))
+            continue
         problems = _CHECKS[name](ctx, exchanges)
         results.append(deterministic_result(
             f"{cell.name}/{name}", not problems, n=len(exchanges),
@@ -521,14 +794,67 @@ def _api_tests(cell: Cell, trials, level: float, power: float) -> list:
     return results
 
 
+def _min_tokens_result(cell: Cell, ctx: Context, exchanges) -> TestResult:
+    problems = _problems_min_tokens(ctx, exchanges)
+    hazard = eos_hazard(ctx, exchanges)
+    cell.summary["min_tokens_eos"] = hazard
+    message = (f"{len(problems)} replies wrong; " + "; ".join(problems[:3]) if problems else
+               f"{hazard['observed']} EOS where the target's law expects {hazard['expected']:.2f} over "
+               f"{hazard['positions']} positions past min_tokens (EOS masked too long?)" if hazard["p"] < 0.5 else "")
+    return TestResult(f"{cell.name}/min_tokens", hazard["expected"] - hazard["observed"],
+                      0.0 if problems else hazard["p"], n=hazard["positions"], details={"message": message, **hazard})
+
+
+def _n_result(cell: Cell, ctx: Context, exchanges) -> TestResult:
+    found = n_independence(exchanges)
+    cell.summary["n_independent"] = found
+    message = (f"choices of one request agree more than choices of two: identical {found['identical_within']} of "
+               f"{found['within']} pairs vs {found['identical_across']} of {found['across']}, first token "
+               f"{found['first_token_within']} vs {found['first_token_across']}" if found.get("within") else "")
+    return TestResult(f"{cell.name}/n_independent", found.get("identical_within", 0), found["p"],
+                      n=found.get("within", 0) + found.get("across", 0), details={"message": message, **found})
+
+
+_STATISTICAL = {"min_tokens": _min_tokens_result, "n_independent": _n_result}
+
+
 API_CHECK = Check("api", lambda cell: len(cell.summary["_tests"]), _api_tests)
 
 
-def streams(run, prompt: list[int]) -> bool:
-    """Whether the engine answers stream: true with server-sent events (a refusal, 4xx, means it does not)."""
+def refusal(run, prompt) -> str | None:
+    """Why the engine does not allow the API check (None: it does), asked before the default set runs it: a local
+    tokenizer (token texts), the OpenAI / vLLM routes (--api openai), and a completion with stop, stop_token_ids,
+    seed, logprobs and return_token_ids answered with the token ids (the tests read ids: a server that returns only
+    text, as llama-server's OpenAI route does, cannot be judged)."""
+    from harness.served.probe import choice_token_ids
+
+    if run.tokenizer is None or not isinstance(prompt, list):
+        return "no local tokenizer to read token texts (give --pair NAME or --target PATH)"
+    if run.config.api != "openai":
+        return f"--api {run.config.api}: the API check speaks the OpenAI / vLLM routes only"
+    body = {"model": run.model, "prompt": list(prompt), "max_tokens": 2, "seed": 0, "logprobs": 1,
+            "stop": ["<specdec: never>"], "stop_token_ids": [], "return_token_ids": True,
+            "return_tokens_as_token_ids": True}
     try:
-        got = run.engine.stream("/v1/completions", {"model": run.model, "prompt": prompt, "max_tokens": 2,
-                                                    "seed": 0, "stream": True})
+        reply = run.engine.post("/v1/completions", body)
+    except RequestRefused as exc:
+        return f"the engine refused a completion with stop / stop_token_ids / seed / logprobs / token ids ({exc})"
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or not choices or choice_token_ids(choices[0]) is None:
+        return "the engine returns no token ids with its completions"
+    return None
+
+
+def streams(run, prompt: list[int], chat: bool = False) -> bool:
+    """Whether the engine answers stream: true with server-sent events on its completions (`chat`: chat
+    completions) route; a refusal, 4xx, means it does not."""
+    body = {"model": run.model, "max_tokens": 2, "seed": 0, "stream": True}
+    try:
+        if chat:
+            got = run.engine.stream("/v1/chat/completions",
+                                    {**body, "messages": [{"role": "user", "content": decode(run.tokenizer, prompt)}]})
+        else:
+            got = run.engine.stream("/v1/completions", {**body, "prompt": prompt})
     except RequestRefused:
         return False
     return bool(got["events"])
@@ -546,10 +872,35 @@ def cells(run, prompts: list) -> list[Cell]:
                   run.config.logprob_tolerance)
     setting = next((s for s in run.config.settings if s.temperature > 0 and not s.extras()), Setting(1.0))
     stream = streams(run, list(prompts[0]))
-    tests = TESTS + (("stream",) if stream else ())
-    return [Cell(f"api/{setting.label}/prompt{i}", [API_CHECK], ApiCell(setting, i, list(p), stream), math.nan,
-                 {"_run": run, "_api": dataclasses.replace(ctx), "_tests": tests, "setting": dataclasses.asdict(setting), "streams": stream})
+    chat = streams(run, list(prompts[0]), chat=True)
+    tests = TESTS + (("stream",) if stream else ()) + (("chat_stream",) if chat else ())
+    return [Cell(f"api/{setting.label}/prompt{i}", [API_CHECK], ApiCell(setting, i, list(p), stream, chat), math.nan,
+                 {"_run": run, "_api": dataclasses.replace(ctx, eos_law=_eos_law(run, list(p), _plain_setting())),
+                  "_tests": tests, "setting": dataclasses.asdict(setting), "streams": stream, "chat_streams": chat})
             for i, p in enumerate(prompts)]
+
+
+def _eos_law(run, prompt: list[int], setting):
+    """ids -> P(EOS) at each position of a reply to `prompt`: the local target (float64), teacher-forced, at
+    `setting` (the min_tokens EOS requests': T = 1) without min_tokens (None without a local target or an EOS)."""
+    from specdec_ref.generate import default_eos, eos_set
+
+    eos = sorted(eos_set(default_eos(run.pair.target))) if run.pair is not None else []
+    if not eos:
+        return None
+
+    def law(ids: list[int]):
+        import torch
+
+        from harness.check.generation import _target64
+        from specdec_ref.processing import process
+
+        seq = torch.tensor([prompt + list(ids)], dtype=torch.long)
+        with torch.inference_mode():
+            logits = _target64(run.pair)(input_ids=seq).logits[0, len(prompt) - 1 : -1, : run.pair.vocab_size].double()
+        return process(logits, setting)[:, eos].sum(-1).numpy()
+
+    return law
 
 
 def notes(report) -> list[str]:

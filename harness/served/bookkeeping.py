@@ -11,7 +11,15 @@ bookkeeping"). `Bookkeeping` is that layer of `specdec serve`, written step by s
   token included, as vLLM returns it), the text is cut where the stop string starts, and nothing after it
   in the same step is returned;
 - `deltas`: the slices of the returned tokens a stream sends, one speculative step per SSE delta;
-- `seed`: the seed an unseeded request runs with (fresh randomness per request).
+- `seed`: the seed an unseeded request runs with (fresh randomness per request);
+- `samples`: how many independent rows the n choices of a request are drawn as (n);
+- `step_hooks`: the hooks of the reference's speculative loop (the emit hook that records the steps);
+- `min_tokens` (`Stops.min_tokens`, vLLM's): no end condition is honoured before min_tokens tokens: EOS is
+  masked by the implementation (`min_new_tokens`), and EOS, stop token ids and stop strings that complete at or
+  before token min_tokens do not end the reply (vLLM's StopChecker: `num_tokens < min_tokens`; its detokenizer
+  searches stop strings only in the text after them);
+- `stream_parts`: a reasoning parser's split of each delta into reasoning and content (vLLM
+  `--reasoning-parser`), where the server has one (`reasoning_end`: the token that ends the reasoning).
 
 The planted API bugs (harness.mutants.api) are subclasses that each get one of these wrong.
 """
@@ -31,10 +39,12 @@ class Stops:
     strings: tuple[str, ...] = ()  # `stop`
     token_ids: frozenset[int] = frozenset()  # `stop_token_ids` (vLLM)
     eos: frozenset[int] = frozenset()  # the model's EOS ids (unless `ignore_eos`)
+    min_tokens: int = 0  # no end condition before this many tokens (vLLM `min_tokens`)
 
     @classmethod
     def from_request(cls, body: dict, max_tokens: int, eos: set[int]) -> Stops:
-        """`stop` (a string or a list of them), `stop_token_ids`, `ignore_eos`; ValueError when malformed."""
+        """`stop` (a string or a list of them), `stop_token_ids`, `ignore_eos`, `min_tokens`; ValueError when
+        malformed."""
         stop = body.get("stop")
         strings = (stop,) if isinstance(stop, str) else tuple(stop or ())
         if not all(isinstance(s, str) and s for s in strings):
@@ -42,7 +52,11 @@ class Stops:
         ids = body.get("stop_token_ids") or ()
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             raise ValueError(f"stop_token_ids must be a list of integers, got {ids!r}")
-        return cls(max_tokens, strings, frozenset(ids), frozenset() if body.get("ignore_eos") else frozenset(eos))
+        least = body.get("min_tokens") or 0
+        if not isinstance(least, int) or isinstance(least, bool) or least < 0:
+            raise ValueError(f"min_tokens must be an integer >= 0, got {least!r}")
+        return cls(max_tokens, strings, frozenset(ids), frozenset() if body.get("ignore_eos") else frozenset(eos),
+                   least)
 
 
 @dataclasses.dataclass
@@ -79,13 +93,15 @@ class Bookkeeping:
     def token_end(self, tokens: list[int], stops: Stops, decode) -> tuple[str, str, str | int | None] | None:
         """(text, finish_reason, stop_reason) when the response ends at its last token, else None."""
         last = tokens[-1]
-        if last in stops.eos or last in stops.token_ids:
-            return decode(tokens), "stop", (last if last in stops.token_ids else None)
-        if stops.strings:
-            text = decode(tokens)
-            found = first_stop(text, stops.strings)
-            if found is not None:
-                return text[: found[0]], "stop", found[1]
+        if len(tokens) > stops.min_tokens:
+            if last in stops.eos or last in stops.token_ids:
+                return decode(tokens), "stop", (last if last in stops.token_ids else None)
+            if stops.strings:
+                text = decode(tokens)
+                after = len(decode(tokens[: stops.min_tokens])) if stops.min_tokens else 0
+                found = first_stop(text, stops.strings, after)
+                if found is not None:
+                    return text[: found[0]], "stop", found[1]
         if len(tokens) >= stops.max_tokens:
             return decode(tokens), "length", None
         return None
@@ -101,10 +117,57 @@ class Bookkeeping:
     def seed(self, requested: int | None) -> int:
         return int.from_bytes(os.urandom(4), "little") if requested is None else requested
 
+    def samples(self, n: int) -> int:
+        """Independent rows drawn for a request's n choices (choice i is row i % samples)."""
+        return n
 
-def first_stop(text: str, strings: tuple[str, ...]) -> tuple[int, str] | None:
-    """(where, which) of the earliest occurrence of any stop string in `text` (ties: the longer string)."""
-    found = [(text.find(s), -len(s), s) for s in strings if s in text]
+    def step_hooks(self, emit):
+        """The hooks the reference's speculative loop runs with (`emit` records each row's steps)."""
+        from specdec_ref.generate import StepHooks
+
+        return StepHooks(emit=emit)
+
+    def stream_parts(self, finished: Finished, slices: list[tuple[int, int]], texts: list[str], end: int,
+                     decode) -> list[tuple[str, str]]:
+        """(reasoning, content) text of each delta, for a reasoning parser whose reasoning ends at the first token
+        `end`: the parser keeps its state across deltas and splits a delta wherever the marker falls in it."""
+        reasoning, content = split_reasoning(finished.tokens, finished.text, end, decode)
+        start_content = len(finished.text) - len(content)
+        out, at = [], 0
+        for text in texts:
+            lo, hi = at, at + len(text)
+            out.append((finished.text[lo: min(hi, len(reasoning))], finished.text[max(lo, start_content): hi]))
+            at = hi
+        return out
+
+
+def split_reasoning(tokens: list[int], text: str, end: int, decode) -> tuple[str, str]:
+    """(reasoning, content) of a reply for a parser whose reasoning ends at the first token `end` (its text is in
+    neither; no `end`: all reasoning, as vLLM's DeepSeek-R1 parser does)."""
+    if end not in tokens:
+        return text, ""
+    e = tokens.index(end)
+    return text[: _shown(decode, tokens, text, e)], text[_shown(decode, tokens, text, e + 1):]
+
+
+def _shown(decode, tokens: list[int], text: str, m: int) -> int:
+    """Characters of `text` the first m tokens account for."""
+    n = 0
+    for a, b in zip(decode(tokens[:m]), text, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def first_stop(text: str, strings: tuple[str, ...], after: int = 0) -> tuple[int, str] | None:
+    """(where, which) of the earliest occurrence of any stop string in `text` that ends past character `after`
+    (ties: the longer string)."""
+    found = []
+    for s in strings:
+        at = text.find(s, max(0, after - len(s) + 1))
+        if at >= 0:
+            found.append((at, -len(s), s))
     if not found:
         return None
     at, _, which = min(found)

@@ -64,6 +64,14 @@ from harness.stats import TestResult
 
 GROUND_TRUTHS = ("auto", "local", "score", "two-sample")
 ENGINE_CHECKS = ("tokens", "logprobs", "api")
+
+
+class DefaultChecks(tuple):
+    """`EngineConfig.checks` left at its default (a tuple that says so): the token check. The command line
+    (harness.served.cli.engine_config) makes its default tokens + api, the API check where the server allows it."""
+
+
+DEFAULT_CHECKS = DefaultChecks(("tokens",))
 _API_GROUP = "engine level: the API check (--engine-checks api)"
 GREEDY_TOKENS = catalogue("sizes").ENGINE_GREEDY_TOKENS  # a run size: policy (suites/catalogues/sizes.py)
 
@@ -134,9 +142,11 @@ class EngineConfig:
                                 + _CHECK_FLAG)
     time_budget_s: float | None = option(None, None, "no new cell after this many seconds (the cells not run are "
                                          "noted) " + _CHECK_FLAG)
-    checks: tuple[str, ...] = option(("tokens",), "--engine-checks", "tokens (the law of the output), logprobs (the "
-                                     "logprobs reported for it), api (stops, limits, finish reasons, streams and "
-                                     "seeds), or several: tokens,logprobs,api", _names, "CHECKS", group=_ENGINE_GROUP)
+    checks: tuple[str, ...] = option(DEFAULT_CHECKS, "--engine-checks", "tokens (the law of the output), logprobs "
+                                     "(the logprobs reported for it), api (stops, limits, finish reasons, streams, n "
+                                     "and seeds), or several: tokens,logprobs,api (default: tokens, plus api where "
+                                     "the server allows it: --pair/--target given, --api openai, and a probe "
+                                     "completion returns token ids)", _names, "CHECKS", group=_ENGINE_GROUP)
     logprobs_k: int = option(5, "--logprobs-k", "logprobs check: top-k asked of the engine", int, "K",
                              group=_ENGINE_GROUP)
     logprobs_samples: int = option(16, "--logprobs-samples", "logprobs check: continuations per cell (every value "
@@ -163,6 +173,9 @@ class EngineConfig:
                              group=_API_GROUP)
     api_unseeded: int = option(4, "--api-unseeded", "API check: unseeded requests per prompt (must not all be one "
                                "sample)", int, group=_API_GROUP)
+    api_where_allowed: bool = option(False, None, "the API check runs only where the server allows it (a probe "
+                                     "completion with stop, seed, logprobs and token ids; a local tokenizer; --api "
+                                     "openai) and is otherwise noted and left out: the command line's default")
 
     def __post_init__(self):
         if self.prompt_texts is not None:  # --prompt-text appends to a list
@@ -221,6 +234,7 @@ class _Run:
     length: int
     progress: Callable[[int], None] | None
     logprobs_truth: str | None = None  # the logprobs check's ground truth (local / score)
+    api_left_out: str | None = None  # why the API check of the default set did not run (the server does not allow it)
 
 
 def engine_source(config: EngineConfig, notes: list[str], progress: Callable[[int], None] | None,
@@ -278,7 +292,7 @@ def _prepare(config, engine, model, reference, reference_model, progress) -> _Ru
               if k not in ("out", "concurrency", "timeout_s", "retries", "stop_on_fail", "time_budget_s",
                            "inconclusive_tv")}  # how the run is done or judged, not what it asks
     if "api" not in config.checks:  # the API check's own fields: records made before it existed still resume
-        for name in ("api_seeds", "api_length", "api_unseeded"):
+        for name in ("api_seeds", "api_length", "api_unseeded", "api_where_allowed"):
             fields.pop(name)
     if config.server_label is not None:  # the label names the servers: their URLs (free ports) do not
         fields.pop("endpoint")
@@ -596,7 +610,8 @@ class EngineSource(TrialSource):
         if "api" in run.config.checks:
             from harness.served import api
 
-            cells += api.cells(run, prompts)
+            run.api_left_out = api.refusal(run, prompts[0]) if run.config.api_where_allowed else None
+            cells += [] if run.api_left_out else api.cells(run, prompts)
         if "tokens" not in run.config.checks:
             return cells
         if run.ground_truth == "score":
@@ -703,6 +718,8 @@ class EngineSource(TrialSource):
         from harness.served import api
 
         report.notes += api.notes(report)
+        if run.api_left_out:
+            report.notes.append(f"the API check (default set) left out: {run.api_left_out}")
         hidden = [c["hidden_mass"] for c in report.cases if "hidden_mass" in c]
         report.notes.append(f"ground truth {run.ground_truth}; {run.length} new tokens per continuation")
         if hidden:

@@ -54,7 +54,20 @@ def engine_config(args):
     if args.prompt_texts:
         shared["prompts"] = len(args.prompt_texts)
     return from_args(EngineConfig, args, **shared, contexts=engine_contexts(getattr(args, "contexts", "none"), args),
-                     **_settings(args)).validate()
+                     **_settings(args), **engine_checks(args)).validate()
+
+
+def engine_checks(args) -> dict:
+    """`--engine-checks` not given: the token check, and the API check where the server may allow it (a local
+    tokenizer, --api openai); whether it does is asked of it at the start (harness.served.api.refusal), and a
+    server that does not is noted, not failed."""
+    from harness.served.check import DefaultChecks
+
+    checks = getattr(args, "checks", None)
+    local = getattr(args, "pair_given", False) or getattr(args, "target", None)
+    if isinstance(checks, DefaultChecks) and local and getattr(args, "api", "openai") == "openai":
+        return {"checks": (*checks, "api"), "api_where_allowed": True}
+    return {}
 
 
 def engine_report(args, progress_bar):

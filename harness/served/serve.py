@@ -20,10 +20,14 @@ other client written for vLLM) runs against the reference and every generation m
 - `stop` (strings), `stop_token_ids`, `ignore_eos`: applied step by step to the tokens each speculative step
   emits (harness.served.bookkeeping: EOS / stop ids, then stop strings, then the cap, per token); choices carry
   `stop_reason` as vLLM's do;
-- `stream: true` (completions): server-sent events, one delta per speculative step (its token ids, text and
-  logprobs), finish_reason on the last, a usage event with `stream_options.include_usage`, then `[DONE]`. The
+- `min_tokens`: EOS masked by the implementation (`min_new_tokens`) and no end condition honoured before it;
+- `stream: true` (completions and chat): server-sent events, one delta per speculative step (its token ids, text
+  and logprobs), finish_reason on the last, a usage event with `stream_options.include_usage`, then `[DONE]`. The
   steps are the reference adapter's own (recorded by an emit hook); the target alone, and implementations that
-  do not report steps, stream one token per delta.
+  do not report steps, stream one token per delta;
+- `reasoning_end` (`serving(..., reasoning_end=ID)`): a reasoning parser on the chat route, as vLLM's
+  `--reasoning-parser` (DeepSeek-R1 style): the text before the first token ID is `reasoning_content`, the text
+  after it `content`, in the reply and in each streamed delta.
 
 `api_mutant` (hidden `specdec serve --api-mutant NAME`) swaps that bookkeeping for a planted API bug of
 harness.mutants.api, to test `specdec verify --level engine --engine-checks api`.
@@ -158,7 +162,8 @@ class GenerationBackend:
     def __init__(self, impl: Callable, pair, *, speculative: bool = True, gamma: int = 3, model_name: str | None = None,
                  max_logprobs: int = 20, logprobs_mode: str = "raw_logprobs", tokenizer=None, max_n: int = 10_000,
                  token_ids: bool = True, logprobs: bool = True, logprobs_mutant: str | None = None,
-                 dialect: str = "openai", prompt_logprobs_mode: str = "raw_logprobs", api_mutant: str | None = None):
+                 dialect: str = "openai", prompt_logprobs_mode: str = "raw_logprobs", api_mutant: str | None = None,
+                 reasoning_end: int | None = None):
         if dialect not in DIALECTS:
             raise HarnessError(f"--dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
         if logprobs_mode not in LOGPROBS_MODES:
@@ -168,6 +173,7 @@ class GenerationBackend:
                                f"got {prompt_logprobs_mode!r}")
         self.prompt_logprobs_mode = prompt_logprobs_mode
         self.bookkeeping = api_bookkeeping(api_mutant)  # stops, limits, stream deltas, seeds (a planted bug or not)
+        self.reasoning_end = reasoning_end  # a reasoning parser on the chat route: the token that ends the reasoning
         from harness.adapters.control import target_only_generate
 
         self.impl = impl if speculative else target_only_generate
@@ -208,11 +214,12 @@ class GenerationBackend:
         by_length: dict[int, list[int]] = {}
         for i, p in enumerate(prompts):
             by_length.setdefault(len(p), []).append(i)
+        k = self.bookkeeping.samples(n)  # independent rows per prompt (n, unless a planted bug shares them)
         for group in by_length.values():
-            ids = torch.tensor([prompts[i] for i in group for _ in range(n)], dtype=torch.long)
+            ids = torch.tensor([prompts[i] for i in group for _ in range(k)], dtype=torch.long)
             rows = self._call_impl(ids, max_tokens, sampling, seed + 7919 * group[0])
             for j, i in enumerate(group):
-                out[i] = rows[j * n : (j + 1) * n]
+                out[i] = [rows[j * k + c % k] for c in range(n)]
         return out
 
     def _call_impl(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling,
@@ -254,7 +261,7 @@ class GenerationBackend:
 
         if self.impl is not adapters.generate:
             return self.impl(self.pair.target, self.pair.draft, ids, **kw), None
-        from specdec_ref.generate import StepHooks, speculative_generate
+        from specdec_ref.generate import speculative_generate
 
         sizes: list[list[int]] = [[] for _ in range(ids.shape[0])]
 
@@ -265,7 +272,7 @@ class GenerationBackend:
 
         out = speculative_generate(self.pair.target, self.pair.draft, ids, eos_token_id=default_eos(self.pair.target),
                                    cache=adapters.cache_strategy(ids, max_tokens, self.pair.target),
-                                   hooks=StepHooks(emit=emit), **kw).tokens
+                                   hooks=self.bookkeeping.step_hooks(emit), **kw).tokens
         return out, sizes
 
     def reported_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling) -> list[np.ndarray]:
@@ -466,27 +473,67 @@ class GenerationBackend:
         max_tokens = _int(body, "max_completion_tokens", None, 1, 4096) or _int(body, "max_tokens", 16, 1, 4096)
         k = self._k(body.get("top_logprobs") or 0, "top_logprobs") if body.get("logprobs") else None
         as_ids = bool(body.get("return_tokens_as_token_ids")) and self.token_ids
-        if body.get("stream"):
-            raise RequestError("stream=true is served on /v1/completions only by specdec serve")
+        if body.get("stream") and (body.get("tools") or body.get("response_format")):
+            raise RequestError("stream=true with tools or response_format is not supported by specdec serve")
         done = self._finished([prompt], n, self._stops(body, max_tokens), sampling, self.bookkeeping.seed(_seed(body)))[0]
         rows = [f.tokens for f in done]
         laws = self.reported_laws([prompt + r for r in rows], [len(prompt)] * n, sampling) if k is not None else None
-        choices = []
+        choices, entries_of = [], []
         for i, (row, f) in enumerate(zip(rows, done, strict=True)):
-            choice = {"index": i, "message": {"role": "assistant", "content": f.text},
-                      "finish_reason": f.reason, "stop_reason": f.stop_reason, "logprobs": None}
+            message = {"role": "assistant", "content": f.text}
+            if self.reasoning_end is not None:
+                from harness.served.bookkeeping import split_reasoning
+
+                message["reasoning_content"], message["content"] = split_reasoning(row, f.text, self.reasoning_end,
+                                                                                   self._decode)
+            choice = {"index": i, "message": message, "finish_reason": f.reason, "stop_reason": f.stop_reason,
+                      "logprobs": None}
+            entries_of.append([_chat_entry(e) for e in self._entries(row, laws[i], k, as_ids)] if k is not None
+                              else None)
             if k is not None:
-                choice["logprobs"] = {"content": [
-                    {"token": e["token"], "logprob": e["logprob"], "bytes": None,
-                     "top_logprobs": [{"token": t, "logprob": lp} for t, lp in e["top"].items()]}
-                    for e in self._entries(row, laws[i], k, as_ids)]}
+                choice["logprobs"] = {"content": entries_of[-1]}
             if body.get("return_token_ids") and self.token_ids:
                 choice["token_ids"], choice["prompt_token_ids"] = row, prompt
             choices.append(choice)
         used = sum(map(len, rows))
-        return {"id": f"chatcmpl-{os.urandom(8).hex()}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.model_name, "choices": choices,
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": used, "total_tokens": len(prompt) + used}}
+        reply = {"id": f"chatcmpl-{os.urandom(8).hex()}", "object": "chat.completion", "created": int(time.time()),
+                 "model": self.model_name, "choices": choices,
+                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": used, "total_tokens": len(prompt) + used}}
+        if not body.get("stream"):
+            return reply
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return Stream(self._chat_chunks(reply, done, entries_of, include_usage))
+
+    def _chat_chunks(self, reply: dict, finished: list, entries_of: list, include_usage: bool) -> list[dict]:
+        """The SSE events of a chat completion: per choice, a first delta with the role, then one delta per
+        speculative step (its content, reasoning_content where the server parses reasoning, token ids and
+        logprobs), finish_reason on the last; then the usage event where `stream_options.include_usage`."""
+        from harness.served.bookkeeping import text_deltas
+
+        head = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"],
+                "model": reply["model"]}
+        events = []
+        for choice, f, entries in zip(reply["choices"], finished, entries_of, strict=True):
+            events.append({**head, "choices": [{"index": choice["index"], "delta": {"role": "assistant", "content": ""},
+                                                "logprobs": None, "finish_reason": None}], "usage": None})
+            slices = self.bookkeeping.deltas(f)
+            texts = text_deltas(f.tokens, f.text, slices, self._decode)
+            parts = (self.bookkeeping.stream_parts(f, slices, texts, self.reasoning_end, self._decode)
+                     if self.reasoning_end is not None else None)
+            for j, ((a, b), text) in enumerate(zip(slices, texts, strict=True)):
+                last = j == len(slices) - 1
+                delta = {"content": text} if parts is None else {"reasoning_content": parts[j][0],
+                                                                  "content": parts[j][1]}
+                out = {"index": choice["index"], "delta": delta, "logprobs": None,
+                       "finish_reason": f.reason if last else None, "stop_reason": f.stop_reason if last else None}
+                if entries is not None:
+                    out["logprobs"] = {"content": entries[a:b]}
+                if "token_ids" in choice:
+                    out["token_ids"] = f.tokens[a:b]
+                events.append({**head, "choices": [out], "usage": None})
+        if include_usage:
+            events.append({**head, "choices": [], "usage": reply["usage"]})
+        return events
 
     def _constrained(self, sampling: Sampling, body: dict) -> Sampling:
         """The request's structured-output constraint (harness.served.structured names), compiled for the pair."""
@@ -551,6 +598,12 @@ class GenerationBackend:
             for entry in out[1:]:
                 entry["logprob"] = float("nan")
         return out
+
+
+def _chat_entry(e: dict) -> dict:
+    """A chat logprobs entry (OpenAI: token, logprob, bytes, top_logprobs as a list)."""
+    return {"token": e["token"], "logprob": e["logprob"], "bytes": None,
+            "top_logprobs": [{"token": t, "logprob": lp} for t, lp in e["top"].items()]}
 
 
 def _legacy_logprobs(entries: list[dict | None]) -> dict:

@@ -50,6 +50,19 @@ def test_stop_token_ids_eos_and_the_cap_mid_step():
     assert capped.tokens == [3, 4, 5, 6, 7] and capped.reason == "length" and capped.steps == [2, 3]
 
 
+def test_min_tokens_skips_every_end_condition_before_it_and_stop_strings_inside_it():
+    assert _finish(strings=(" 4",), min_tokens=2).tokens == [3, 4, 5, 6, 7, 8, 9, 10]  # " 4" completes at token 2
+    assert _finish(strings=(" 5",), min_tokens=2).tokens == [3, 4, 5]
+    assert _finish(token_ids=frozenset({4, 6}), min_tokens=2).tokens == [3, 4, 5, 6]
+    assert _finish(eos=frozenset({3}), min_tokens=1, max_tokens=3).reason == "length"
+    from harness.mutants.api import API_MUTANTS
+
+    per_step = _finish(strings=(" 5",), min_tokens=2, book=API_MUTANTS["min_tokens_per_step"]())  # the first 2 steps
+    # hold 6 tokens: " 5" (token 3) is skipped
+    assert per_step.reason == "length" and len(per_step.tokens) == 8
+    assert Stops.from_request({"min_tokens": 3}, 8, set()).min_tokens == 3
+
+
 def test_each_planted_bug_gets_its_case_wrong():
     from harness.mutants.api import API_MUTANTS
 
@@ -106,24 +119,57 @@ def test_a_stream_sends_one_step_per_delta_and_concatenates_to_the_reply():
         with EngineClient(s.url) as client:
             events = client.stream("/v1/completions", {**body, "stream": True,
                                                         "stream_options": {"include_usage": True}})
-        refused = http.post("/v1/chat/completions", json={"model": PAIR, "messages": [{"role": "user", "content": "1"}],
-                                                          "stream": True})
     deltas = [c for e in events["events"] for c in e["choices"]]
     assert events["done"] and len(deltas) > 1 and any(len(d["token_ids"]) > 1 for d in deltas)
     assert [t for d in deltas for t in d["token_ids"]] == whole["choices"][0]["token_ids"]
     assert "".join(d["text"] for d in deltas) == whole["choices"][0]["text"]
     assert deltas[-1]["finish_reason"] == whole["choices"][0]["finish_reason"]
     assert events["events"][-1]["usage"] == whole["usage"]
-    assert refused.status_code == 400
+
+
+def test_a_chat_stream_with_a_reasoning_parser_splits_each_step_where_the_marker_falls():
+    """Token 2 ends the reasoning (a DeepSeek-R1 style parser): the streamed reasoning_content / content, one delta
+    per speculative step, concatenate to the non-streamed fields; the parser that takes one transition per delta
+    drops the content after a marker in the middle of a step."""
+    from harness.served.client import EngineClient
+
+    body = {"model": PAIR, "messages": [{"role": "user", "content": " 12 15 5 0"}], "max_tokens": 16,
+            "return_token_ids": True, "stream_options": {"include_usage": True}}
+    seen_mid = False
+    for mutant in (None, "reasoning_parser_once_per_delta"):
+        with serving(generate, get_pair(PAIR), reasoning_end=2, api_mutant=mutant) as s, EngineClient(s.url) as client:
+            for seed in range(1, 9):
+                whole = client.post("/v1/chat/completions", {**body, "seed": seed})["choices"][0]
+                events = client.stream("/v1/chat/completions", {**body, "seed": seed, "stream": True})
+                deltas = [c for e in events["events"] for c in e["choices"]]
+                ids = whole["token_ids"]
+                if 2 not in ids:
+                    continue
+                joined = ("".join(d["delta"].get("reasoning_content") or "" for d in deltas),
+                          "".join(d["delta"].get("content") or "" for d in deltas))
+                assert (whole["message"]["reasoning_content"], whole["message"]["content"]) == (
+                    decode(ids[: ids.index(2)]), decode(ids[ids.index(2) + 1:]))
+                sizes = [len(d["token_ids"]) for d in deltas if "token_ids" in d]
+                at, mid = 0, False
+                for size in sizes:  # the marker strictly inside its step
+                    mid = mid or at < ids.index(2) < at + size - 1
+                    at += size
+                if mutant is None:
+                    assert joined == (whole["message"]["reasoning_content"], whole["message"]["content"])
+                elif mid:
+                    seen_mid = True
+                    assert joined[1] != whole["message"]["content"]
+    assert seen_mid
 
 
 @pytest.mark.parametrize("speculative", [True, False])
 def test_the_correct_server_passes_the_api_check_with_stops_inside_steps(speculative):
-    with serving(generate, get_pair(PAIR), speculative=speculative) as s:
+    with serving(generate, get_pair(PAIR), speculative=speculative, reasoning_end=2) as s:
         report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **API))
     assert report.verdict == "pass", [t.details for t in report.tests if t.reject]
     (cell,) = report.cases
-    assert {t.name.rsplit("/", 1)[-1] for t in report.tests} >= {"max_tokens", "usage", "stop_strings", "stream"}
+    assert {t.name.rsplit("/", 1)[-1] for t in report.tests} >= {"max_tokens", "usage", "stop_strings", "stream",
+                                                                 "min_tokens", "n_independent", "chat_stream"}
     assert cell["seed_reproducible"] and cell["stop_requests"] >= 3
     if speculative:
         assert cell["stops_inside_step"] >= 2 and cell["stops_across_steps"] >= 1
@@ -144,18 +190,30 @@ def test_eos_inside_steps_passes_on_the_correct_server_and_the_cap_checked_first
     assert broken.verdict == "fail"
 
 
+def test_eos_masked_per_step_fails_the_min_tokens_test_on_toy_eos():
+    """min_tokens counted in steps keeps EOS masked past min_tokens: fewer EOS there than the local target's law
+    gives (the statistical part of `min_tokens`)."""
+    config = dict(API, pair="toy-eos")
+    with serving(generate, get_pair("toy-eos"), api_mutant="min_tokens_per_step") as s:
+        report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **config))
+    rejected = {t.name.rsplit("/", 1)[-1] for t in report.tests if t.reject}
+    assert "min_tokens" in rejected, rejected
+
+
 @pytest.mark.parametrize("mutant", ["cap_before_stop", "stop_in_step_tail", "ids_past_stop", "max_tokens_per_step",
-                                    "stream_last_token_only", "unseeded_shared_stream"])
+                                    "stream_last_token_only", "unseeded_shared_stream", "min_tokens_per_step",
+                                    "n_choices_share_seed", "reasoning_parser_once_per_delta"])
 def test_each_planted_api_bug_fails_the_api_check(mutant):
     from harness.mutants.api import API_MUTANTS
 
-    with serving(generate, get_pair(PAIR), api_mutant=mutant) as s:
+    with serving(generate, get_pair(PAIR), api_mutant=mutant, reasoning_end=2) as s:
         report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **API))
     rejected = {t.name.rsplit("/", 1)[-1] for t in report.tests if t.reject}
     assert report.verdict == "fail" and rejected, API_MUTANTS[mutant].__doc__
     expected = {"cap_before_stop": "finish_reason", "stop_in_step_tail": "stop_strings", "ids_past_stop": "stop_strings",
                 "max_tokens_per_step": "max_tokens", "stream_last_token_only": "stream",
-                "unseeded_shared_stream": "unseeded_independent"}[mutant]
+                "unseeded_shared_stream": "unseeded_independent", "min_tokens_per_step": "stop_strings",
+                "n_choices_share_seed": "n_independent", "reasoning_parser_once_per_delta": "chat_stream"}[mutant]
     assert expected in rejected, rejected
 
 
@@ -174,3 +232,35 @@ def test_an_unknown_api_mutant_is_a_clear_error():
 
     with pytest.raises(UnknownNameError, match="cap_before_stop"):
         GenerationBackend(generate, get_pair(PAIR), api_mutant="cap_before_stops")
+
+
+def test_the_default_engine_checks_add_the_api_check_where_the_server_may_allow_it():
+    from harness.cli import build_parser
+    from harness.served.cli import engine_config
+
+    def checks(*extra):
+        config = engine_config(build_parser().parse_args(["verify", "--level", "engine", "--endpoint",
+                                                          "http://127.0.0.1:9/v1", *extra]))
+        return config.checks, config.api_where_allowed
+
+    assert checks("--pair", "toy") == (("tokens", "api"), True)
+    assert checks("--pair", "toy", "--engine-checks", "tokens") == (("tokens",), False)
+    assert checks("--pair", "toy", "--api", "llama-server") == (("tokens",), False)
+
+
+def test_the_api_check_asks_the_server_whether_it_allows_it():
+    """refusal(): a server that returns no token ids (as llama-server's OpenAI route) does not allow it; the correct
+    server does; without a local tokenizer nothing does."""
+    from types import SimpleNamespace
+
+    from harness.served.api import refusal
+    from harness.served.client import EngineClient
+
+    for options, allowed in (({}, True), ({"token_ids": False}, False)):
+        with serving(generate, get_pair(PAIR), **options) as s, EngineClient(s.url) as client:
+            run = SimpleNamespace(tokenizer=IdTokenizer(16), config=SimpleNamespace(api="openai"), engine=client,
+                                  model=PAIR)
+            why = refusal(run, [1, 2, 3])
+            assert (why is None) == allowed, why
+            assert allowed or "no token ids" in why
+            assert "tokenizer" in refusal(SimpleNamespace(**{**vars(run), "tokenizer": None}), [1, 2, 3])
