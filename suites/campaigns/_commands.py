@@ -37,6 +37,9 @@ class CampaignConfig:
                                  "default plan (no contexts cells) and report its rate and time beside the default "
                                  "plan's", action="store_true")
     generation_control_samples: int = 100  # per cell, generation-level controls (their false-alarm runs)
+    # A campaign's own generation plan (params, structured): every generation entry at this fixed n per prompt cell,
+    # without the contexts cells (None: the default plan above)
+    generation_samples: int | None = None
     slow_generation_samples: int = 200  # ... for implementations that run rows one at a time
     slow_generation_seeds: int = 5
     below_resolution_seeds: int = 5  # mutants whose exact TV is below the planned ε: reported, not gated

@@ -166,6 +166,8 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
                 samples, n_seeds = config.slow_generation_samples, min(n_seeds, config.slow_generation_seeds)
             pair = impl.pair or config.generation_pair
             plan = "prompts" if _slow(impl) else "default"
+            if config.generation_samples and not _slow(impl):  # a campaign's own fixed plan (params, structured)
+                samples, plan = config.generation_samples, "prompts"
             tasks += [Task(impl.name, "detect" if mutant else "calibrate", 2000 + s, None, samples, pair, plan)
                       for s in range(n_seeds)]
             if mutant and config.compare_plans and not samples:

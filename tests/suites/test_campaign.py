@@ -100,3 +100,17 @@ def test_campaign_runs_every_step_family():
     rows = {r["name"]: r for r in result["rows"]}
     assert {rows[n]["level"] for n in present} == {"tree", "draft_step", "sampler"}
     assert all(rows[n]["rate_at_gate"] == 1.0 for n in present)
+
+
+def test_a_campaigns_fixed_generation_plan_runs_every_generation_entry_at_its_n():
+    """params and structured run the zoo's generation entries at their own fixed n per prompt cell, without the
+    contexts cells; without it a mutant runs the default plan and a control the declared control n."""
+    from harness.mutants.registry import get
+    from suites.campaigns.zoo import _tasks
+
+    names = ("penalties_count_rejected_drafts", "reference_generate")
+    fixed = _tasks(CampaignConfig(seeds=2, control_seeds=2, generation_samples=300, only=names), [get(n) for n in names])
+    assert len(fixed) == 4 and all(t.samples == 300 and t.plan == "prompts" for t in fixed)
+    default = _tasks(CampaignConfig(seeds=2, control_seeds=2, only=names), [get(n) for n in names])
+    assert {(t.name, t.samples, t.plan) for t in default} == {("penalties_count_rejected_drafts", 0, "default"),
+                                                              ("reference_generate", 100, "default")}
