@@ -32,13 +32,13 @@ from harness.check.sampler import (
     MAX_CELLS,
     SamplerSource,
     SamplerTrials,
-    _coarsen,
-    _draw_mixed_inputs,
-    _format_problems,
-    _law_rows,
-    _subplans,
     call_impl,
+    coarsen,
+    draw_mixed_inputs,
+    format_problems,
     law_cycle,
+    law_rows,
+    subplans,
 )
 from harness.stats import TestResult, pooled_gtest, pooled_pearson, support_check
 
@@ -60,7 +60,7 @@ def draft_law_tests(
         counts = np.bincount(col[(col >= 0) & (col < q.shape[1])], minlength=q.shape[1])
         name = f"{prefix}/draft{i}"
         out.append(support_check(counts, q[i], f"{name}/support", power=power))
-        coarse_counts, coarse_q = _coarsen(counts, q[i])
+        coarse_counts, coarse_q = coarsen(counts, q[i])
         kw = {"level": level, "power": power, "min_expected": GATE_MIN_EXPECTED}
         out.append(pooled_pearson(coarse_counts, coarse_q, f"{name}/pooled_pearson", **kw))
         out.append(pooled_gtest(coarse_counts, coarse_q, f"{name}/pooled_g", **kw))
@@ -101,12 +101,12 @@ def run_draft_step_check(impl: Callable, config: CheckConfig | None = None, *, i
 
 def _draft_laws_run(cell: Cell, trials: SamplerTrials, level: float, power: float) -> list[TestResult]:
     out = []
-    for prefix, plan, rows in _law_rows(cell, trials):
+    for prefix, plan, rows in law_rows(cell, trials):
         out += draft_law_tests(trials.drafts[rows], plan.q, level, power, prefix)
     return out
 
 
-DRAFT_LAWS = Check("draft_laws", lambda cell: sum(count_draft_law_tests(p.q) for p in _subplans(cell)),
+DRAFT_LAWS = Check("draft_laws", lambda cell: sum(count_draft_law_tests(p.q) for p in subplans(cell)),
                    _draft_laws_run)
 
 
@@ -120,7 +120,7 @@ class DraftStepSource(SamplerSource):
         return cells
 
     def draw(self, cell: Cell, n: int, progress):
-        plans = _subplans(cell)
+        plans = subplans(cell)
         case = plans[0].case
         offset = self.drawn.get(cell.name, 0)
         self.drawn[cell.name] = offset + n
@@ -130,12 +130,12 @@ class DraftStepSource(SamplerSource):
         for start in range(0, n, chunk):
             size = min(chunk, n - start)
             law = law_cycle(size, len(plans), offset + start)
-            target, draft, _ = _draw_mixed_inputs(plans, law, self.streams.drafts, self.dtype, self.device)
+            target, draft, _ = draw_mixed_inputs(plans, law, self.streams.drafts, self.dtype, self.device)
             out = call_impl(self.impl, target, draft, self.streams.impl, what=f"case {case.name}")
             problems, drafts, tokens = _draft_format(out, size, case.gamma, case.vocab)
             if drafts is None:
                 raise MalformedTrials("; ".join(problems))
-            problems, tokens = _format_problems(tokens, drafts, case.vocab)  # accepted positions = returned drafts
+            problems, tokens = format_problems(tokens, drafts, case.vocab)  # accepted positions = returned drafts
             if tokens is None or problems:
                 raise MalformedTrials("; ".join(problems))
             parts.append(SamplerTrials(tokens, law.numpy(), drafts.numpy()))

@@ -141,7 +141,7 @@ class CasePlan:
     rows: int = 0
 
 
-def _plan_cases(cases: list[SamplerCase], seed: int) -> list[CasePlan]:
+def plan_cases(cases: list[SamplerCase], seed: int) -> list[CasePlan]:
     plans = []
     for case in cases:
         if case.laws > 1:  # rows holding different laws: their first law (the engine plans every law: _plan_mixed)
@@ -158,11 +158,11 @@ def _plan_cases(cases: list[SamplerCase], seed: int) -> list[CasePlan]:
 def _plan_mixed(case: SamplerCase, seed: int) -> list[CasePlan]:
     """One CasePlan per law of a case whose rows hold different laws."""
     p, q = case.build(np.random.default_rng([seed, zlib.crc32(case.name.encode())]))
-    return [_plan_cases([SamplerCase(case.name, case.gamma, case.vocab, lambda rng, r=r: (p[r], q[r]),
+    return [plan_cases([SamplerCase(case.name, case.gamma, case.vocab, lambda rng, r=r: (p[r], q[r]),
                                      case.description, case.tv)], seed)[0] for r in range(case.laws)]
 
 
-def _tests_per_position(p_row: np.ndarray) -> int:
+def tests_per_position(p_row: np.ndarray) -> int:
     return 4 + int(np.any(p_row[~nucleus_mask_top_p(p_row)] > 0))
 
 
@@ -171,9 +171,9 @@ def count_gating_tests(plans: list[CasePlan]) -> int:
     m = 0
     for plan in plans:
         m += 2  # format + row independence
-        m += sum(_tests_per_position(plan.p[j]) for j in plan.tested)
+        m += sum(tests_per_position(plan.p[j]) for j in plan.tested)
         m += sum(1 for j in range(plan.case.gamma) if plan.reach[j] >= MIN_REACH)  # acceptance tests
-        m += len(_tail_positions(plan))  # deep-tail tests
+        m += len(tail_positions(plan))  # deep-tail tests
     return m
 
 
@@ -195,7 +195,7 @@ def plan_rows(plans: list[CasePlan], *, tv: float, false_alarm_rate: float, powe
     return m
 
 
-def _coarsen(counts: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def coarsen(counts: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Counts and p on MAX_CELLS cells: the MAX_CELLS − 1 likeliest tokens, then all others together."""
     if len(p) <= MAX_CELLS:
         return counts, p
@@ -235,7 +235,7 @@ def _draw_tokens(q: torch.Tensor, rows: int, generator: torch.Generator) -> torc
                         for j in range(q.shape[0])], dim=1)
 
 
-def _draw_mixed_inputs(plans: list[CasePlan], law: torch.Tensor, generator: torch.Generator,
+def draw_mixed_inputs(plans: list[CasePlan], law: torch.Tensor, generator: torch.Generator,
                        dtype: torch.dtype, device):
     """Row b holds law `law[b]`: target [rows, γ+1, V], draft [rows, γ, V], x [rows, γ] (x drawn on `generator`)."""
     rows = len(law)
@@ -260,9 +260,9 @@ def _run_mixed_case(impl, plans: list[CasePlan], n: int, offset: int, streams: S
     for start in range(0, n, chunk):
         size = min(chunk, n - start)
         law = law_cycle(size, len(plans), offset + start)
-        target, draft, x = _draw_mixed_inputs(plans, law, streams.drafts, dtype, device)
+        target, draft, x = draw_mixed_inputs(plans, law, streams.drafts, dtype, device)
         out = call_impl(impl, target, draft, x, streams.impl, what=f"case {case.name}")
-        problems, tokens = _format_problems(out, x, case.vocab)
+        problems, tokens = format_problems(out, x, case.vocab)
         if tokens is not None:
             outputs.append(SamplerTrials(tokens, law.numpy()))
         if tokens is None or problems:
@@ -296,7 +296,7 @@ def padded_rows_problems(out, B: int, width: int, V: int, shape_name: str) -> tu
     return problems, tokens
 
 
-def _format_problems(out, draft_tokens: torch.Tensor, V: int) -> tuple[list[str], np.ndarray | None]:
+def format_problems(out, draft_tokens: torch.Tensor, V: int) -> tuple[list[str], np.ndarray | None]:
     """Structural checks of one output batch; returns (problems, tokens as int64 numpy or None)."""
     B, gamma = draft_tokens.shape
     problems, tokens = padded_rows_problems(out, B, gamma + 1, V, "[B, γ+1]")
@@ -310,7 +310,7 @@ def _format_problems(out, draft_tokens: torch.Tensor, V: int) -> tuple[list[str]
     return problems, tokens
 
 
-def _position_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str) -> list[TestResult]:
+def position_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str) -> list[TestResult]:
     """Per tested position: the emitted token's law among the rows that reached it."""
     V = plan.case.vocab
     n_emitted = (tokens >= 0).sum(1)
@@ -322,7 +322,7 @@ def _position_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: flo
         pj = plan.p[j]
         name = f"{prefix}/pos{j}"
         out.append(support_check(counts, pj, f"{name}/support", power=power))
-        coarse_counts, coarse_p = _coarsen(counts, pj)
+        coarse_counts, coarse_p = coarsen(counts, pj)
         plan_kw = {"level": level, "power": power}
         pooled_kw = {**plan_kw, "min_expected": GATE_MIN_EXPECTED}
         out.append(pooled_pearson(coarse_counts, coarse_p, f"{name}/pooled_pearson", **pooled_kw))
@@ -354,7 +354,7 @@ def deep_tail(p_row: np.ndarray) -> np.ndarray:
     return (p_row > 0) & (p_row <= TAIL_RATIO * p_row.max())
 
 
-def _tail_positions(plan: CasePlan) -> list[int]:
+def tail_positions(plan: CasePlan) -> list[int]:
     return [j for j in plan.tested if plan.p[j][deep_tail(plan.p[j])].sum() >= TAIL_MIN_MASS]
 
 
@@ -363,7 +363,7 @@ def _tail_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, 
     ~ Bin(reached, p_j(deep tail)) for any lossless rule (residual and bonus draws alike)."""
     n_emitted = (tokens >= 0).sum(1)
     out = []
-    for j in _tail_positions(plan):
+    for j in tail_positions(plan):
         col = tokens[n_emitted >= j + 1, j]
         mask = deep_tail(plan.p[j])
         hits = int(mask[col[(col >= 0) & (col < plan.case.vocab)]].sum())
@@ -383,13 +383,13 @@ def _tail_need(plan: CasePlan, j: int, level: float, power: float) -> int:
 
 
 def _tail_samples(cell: Cell, tv: float, level: float, power: float) -> int:
-    plans = _subplans(cell)
-    need = [_tail_need(plan, j, level, power) / plan.reach[j] for plan in plans for j in _tail_positions(plan)]
+    plans = subplans(cell)
+    need = [_tail_need(plan, j, level, power) / plan.reach[j] for plan in plans for j in tail_positions(plan)]
     return int(math.ceil(1.05 * max(need) * len(plans))) if need else 0
 
 
 def _tail_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
-    return [t for prefix, plan, rows in _law_rows(cell, trials)
+    return [t for prefix, plan, rows in law_rows(cell, trials)
             for t in _tail_tests(_tok(trials)[rows], plan, level, power, prefix)]
 
 
@@ -480,7 +480,7 @@ def _one_sided(hits: int, n: int, p0: float, name: str, alternative: str, level:
     return binomial_event_test(hits, n, p0, name, alternative, level=level, power=power)
 
 
-def _row_independence(tokens: np.ndarray, level: float, power: float, prefix: str):
+def row_independence(tokens: np.ndarray, level: float, power: float, prefix: str):
     """Exact runs test on consecutive rows' emitted lengths: random numbers shared across rows make their
     accept/reject patterns, hence their lengths, move together (planted bug in tests/check/test_check.py).
     Lengths are heavily tied (γ + 1 values, often one dominant), where a rank correlation's normal
@@ -514,10 +514,10 @@ def _laws(trials) -> np.ndarray:
     return trials.law if isinstance(trials, SamplerTrials) else np.zeros(len(trials), dtype=np.int64)
 
 
-def _law_rows(cell: Cell, trials) -> list[tuple[str, CasePlan, np.ndarray]]:
+def law_rows(cell: Cell, trials) -> list[tuple[str, CasePlan, np.ndarray]]:
     """(test-name prefix, plan, row mask) per law of the cell, the rows chosen by the law label each row
     carries (returned by the source with the trials, never re-derived from a row index)."""
-    plans = _subplans(cell)
+    plans = subplans(cell)
     if len(plans) == 1:  # every row holds the one law: a view of all rows, no copy
         return [(cell.name, plans[0], slice(None))]
     law = _laws(trials)
@@ -533,7 +533,7 @@ def _position_need(plan: CasePlan, j: int, tv: float, level: float, power: float
     return samples_needed(tv, max(1, min(MAX_CELLS, int((plan.p[j] > 0).sum())) - 1), level, power)
 
 
-def _subplans(cell: Cell) -> list[CasePlan]:
+def subplans(cell: Cell) -> list[CasePlan]:
     """The laws of a cell: one plan for a case whose rows share laws; one per law of a mixed case."""
     return cell.data if isinstance(cell.data, list) else [cell.data]
 
@@ -553,11 +553,11 @@ def _flag_rarely_reached(results: list[TestResult], tokens: np.ndarray) -> list[
 
 
 def _positions_tests(cell: Cell) -> int:
-    return sum(_tests_per_position(plan.p[j]) for plan in _subplans(cell) for j in plan.tested)
+    return sum(tests_per_position(plan.p[j]) for plan in subplans(cell) for j in plan.tested)
 
 
 def _positions_samples(cell: Cell, tv: float, level: float, power: float) -> int:
-    plans = _subplans(cell)
+    plans = subplans(cell)
     need = [_position_need(plan, j, tv, level, power) / plan.reach[j] for plan in plans for j in plan.tested]
     # 5 % headroom: the number of rows that reach a position fluctuates around rows · P(reach)
     return int(math.ceil(1.05 * max(need) * len(plans)))
@@ -567,7 +567,7 @@ def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, level: float
     """More rows for positions this implementation reaches less often than the optimal rule (wasteful rules):
     they keep sampling until they have their planned rows (or the run's cap)."""
     trials, more = tokens, 0
-    for _, plan, rows in _law_rows(cell, trials):
+    for _, plan, rows in law_rows(cell, trials):
         sub = _tok(trials)[rows]
         if not len(sub):
             continue
@@ -577,15 +577,15 @@ def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, level: float
                 continue
             need = _position_need(plan, j, tv, level, power)
             if reached < need:
-                more = max(more, math.ceil(1.05 * (need - reached) * len(sub) / reached) * len(_subplans(cell)))
+                more = max(more, math.ceil(1.05 * (need - reached) * len(sub) / reached) * len(subplans(cell)))
     return more
 
 
 def _positions_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
     out = []
-    for prefix, plan, rows in _law_rows(cell, trials):
+    for prefix, plan, rows in law_rows(cell, trials):
         sub = _tok(trials)[rows]
-        out += _flag_rarely_reached(_position_tests(sub, plan, level, power, prefix), sub)
+        out += _flag_rarely_reached(position_tests(sub, plan, level, power, prefix), sub)
     return out
 
 
@@ -595,7 +595,7 @@ def _acceptance_positions(plan: CasePlan) -> list[int]:
 
 def _acceptance_run(cell: Cell, tokens: np.ndarray, level: float, power: float, *, gating: bool):
     gates, advice, rates = [], [], []
-    for prefix, plan, rows in _law_rows(cell, tokens):
+    for prefix, plan, rows in law_rows(cell, tokens):
         g, a, rate = _acceptance_tests(_tok(tokens)[rows], plan, level, power, prefix)
         gates, advice, rates = gates + g, advice + a, rates + rate
     if gating:
@@ -607,18 +607,18 @@ def _acceptance_run(cell: Cell, tokens: np.ndarray, level: float, power: float, 
 
 def _independence_run(cell: Cell, tokens: np.ndarray, level: float, power: float) -> list[TestResult]:
     """Runs test per law: rows holding the same law are iid trials (rows of different laws differ by design)."""
-    return [_row_independence(_tok(tokens)[rows], level, power, prefix)
-            for prefix, _, rows in _law_rows(cell, tokens)]
+    return [row_independence(_tok(tokens)[rows], level, power, prefix)
+            for prefix, _, rows in law_rows(cell, tokens)]
 
 
 POSITION_LAWS = Check("position_laws", _positions_tests, _positions_run, _positions_samples, _positions_shortfall)
 ACCEPTANCE_BOUND = Check("acceptance_bound",
-                         lambda cell: sum(len(_acceptance_positions(p)) for p in _subplans(cell)),
+                         lambda cell: sum(len(_acceptance_positions(p)) for p in subplans(cell)),
                          lambda cell, t, lv, pw: _acceptance_run(cell, t, lv, pw, gating=True))
 ACCEPTANCE_OPTIMUM = Check("acceptance_vs_optimum", lambda cell: 0,
                            lambda cell, t, lv, pw: _acceptance_run(cell, t, lv, pw, gating=False), gating=False)
-ROW_INDEPENDENCE = Check("rows_independent", lambda cell: len(_subplans(cell)), _independence_run)
-TAIL_PROBE = Check("deep_tail", lambda cell: sum(len(_tail_positions(p)) for p in _subplans(cell)), _tail_run,
+ROW_INDEPENDENCE = Check("rows_independent", lambda cell: len(subplans(cell)), _independence_run)
+TAIL_PROBE = Check("deep_tail", lambda cell: sum(len(tail_positions(p)) for p in subplans(cell)), _tail_run,
                    _tail_samples)
 SAMPLER_BATTERY = [POSITION_LAWS, ACCEPTANCE_BOUND, ACCEPTANCE_OPTIMUM, ROW_INDEPENDENCE, TAIL_PROBE]
 
@@ -636,7 +636,7 @@ def _estimate_run(cell: Cell, trials, level: float, power: float) -> list[TestRe
     seed, exact_laws = cell.summary.get("_estimate_seed", 0), cell.summary.get("_exact_laws")
     rng = numpy_rng(seed, "estimate", cell.name)
     out = []
-    for prefix, plan, rows in _law_rows(cell, trials):
+    for prefix, plan, rows in law_rows(cell, trials):
         sub = _tok(trials)[rows]
         n_emitted = (sub >= 0).sum(1)
         laws = None
@@ -690,7 +690,7 @@ def law_processes(plan: CasePlan, prefix: str) -> dict:
     out = {}
     for j in plan.tested:
         pj = plan.p[j]
-        out[f"{prefix}/pos{j}/seq_categorical"] = CategoricalEProcess(_coarsen(np.zeros(len(pj)), pj)[1])
+        out[f"{prefix}/pos{j}/seq_categorical"] = CategoricalEProcess(coarsen(np.zeros(len(pj)), pj)[1])
         outside = float(pj[~nucleus_mask_top_p(pj)].sum())
         if outside > 0:
             out[f"{prefix}/pos{j}/seq_outside_nucleus"] = CategoricalEProcess(np.array([1.0 - outside, outside]))
@@ -721,7 +721,7 @@ class LawMonitor:
             off = int(counts[plan.p[j] == 0].sum())
             if off:
                 problems.append(f"{prefix} position {j}: {off} tokens where p = 0 (support)")
-            self.processes[f"{prefix}/pos{j}/seq_categorical"].update(_coarsen(counts, plan.p[j])[0])
+            self.processes[f"{prefix}/pos{j}/seq_categorical"].update(coarsen(counts, plan.p[j])[0])
             tail = self.processes.get(f"{prefix}/pos{j}/seq_outside_nucleus")
             if tail is not None:
                 outside = int(counts[self.outside[j]].sum())
@@ -738,7 +738,7 @@ class LawMonitor:
 def cell_monitors(cell: Cell, seed: int) -> list[LawMonitor]:
     """One monitor per law of a sampler cell (multi-law cells keep every law)."""
     return [LawMonitor(plan, prefix, r, numpy_rng(seed, "pit", cell.name, r))
-            for r, (prefix, plan, _) in enumerate(_law_rows(cell, np.zeros((0, 1), dtype=np.int64)))]
+            for r, (prefix, plan, _) in enumerate(law_rows(cell, np.zeros((0, 1), dtype=np.int64)))]
 
 
 class SamplerSource(TrialSource):
@@ -755,8 +755,8 @@ class SamplerSource(TrialSource):
         self.streams = Streams.of(config.seed)
         self.seed = config.seed
         cells = []
-        for case in _select(config.cases):
-            plans = _plan_mixed(case, config.seed) if case.laws > 1 else _plan_cases([case], config.seed)[0]
+        for case in select_cases(config.cases):
+            plans = _plan_mixed(case, config.seed) if case.laws > 1 else plan_cases([case], config.seed)[0]
             first = plans[0] if isinstance(plans, list) else plans
             tested = sorted({j for p in (plans if isinstance(plans, list) else [plans]) for j in p.tested})
             summary = {"description": case.description, "gamma": case.gamma, "vocab": case.vocab,
@@ -778,12 +778,12 @@ class SamplerSource(TrialSource):
     def _capped(self, cell: Cell, rows: int) -> int:
         if not self.rows_cap_floats:
             return rows
-        case = _subplans(cell)[0].case
+        case = subplans(cell)[0].case
         return int(max(1, min(rows, self.rows_cap_floats // ((2 * case.gamma + 1) * case.vocab))))
 
     def draw(self, cell: Cell, n: int, progress):
         n = self._capped(cell, n)
-        plans = _subplans(cell)
+        plans = subplans(cell)
         offset = self.drawn.get(cell.name, 0)
         self.drawn[cell.name] = offset + n
         if len(plans) == 1:
@@ -803,7 +803,7 @@ class SamplerSource(TrialSource):
         return SamplerTrials.join([trials, more])
 
     def chunk(self, cell: Cell) -> int:
-        return chunk_rows(_subplans(cell)[0])
+        return chunk_rows(subplans(cell)[0])
 
     def monitors(self, cell: Cell, config: CheckConfig) -> list[LawMonitor]:
         return cell_monitors(cell, config.seed)
@@ -812,8 +812,8 @@ class SamplerSource(TrialSource):
         return len(_tok(trials))
 
     def finish(self, report: CheckReport, config: CheckConfig) -> None:
-        cells = _select(config.cases)
-        first = _plan_cases([cells[0]], config.seed)[0] if cells[0].laws == 1 else _plan_mixed(cells[0], config.seed)[0]
+        cells = select_cases(config.cases)
+        first = plan_cases([cells[0]], config.seed)[0] if cells[0].laws == 1 else _plan_mixed(cells[0], config.seed)[0]
         report.advisories.append(_reproducibility(self.impl, first, config.seed, self.dtype, self.device))
         report.notes.append(f"omnibus tests use the {MAX_CELLS - 1} likeliest tokens + the rest (detectable TV is "
                             f"on that coarsening); positions reached with probability < {MIN_REACH} (under the "
@@ -839,19 +839,19 @@ def add_case_results(report: CheckReport, plan: CasePlan, tokens: np.ndarray | N
                "untested_positions": [j for j in range(plan.case.gamma + 1) if j not in plan.tested],
                "reach_probability": plan.reach.tolist(), "format_problems": problems}
     if tokens is not None:
-        report.tests += _flag_rarely_reached(_position_tests(tokens, plan, level, power, prefix), tokens)
+        report.tests += _flag_rarely_reached(position_tests(tokens, plan, level, power, prefix), tokens)
         report.tests += _tail_tests(tokens, plan, level, power, prefix)
         gating, advisory, rates = _acceptance_tests(tokens, plan, level, power, prefix)
         report.tests += gating
         report.advisories += advisory
-        report.tests.append(_row_independence(tokens, level, power, prefix))
+        report.tests.append(row_independence(tokens, level, power, prefix))
         summary["acceptance"] = rates
         summary["wasteful"] = any(a.p_value < level for a in advisory)
     report.cases.append(summary)
     return summary
 
 
-def _select(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:
+def select_cases(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:
     """Case names (from the catalogue, opt-in cases included; "default" = the default plan's cases) or
     SamplerCase objects (e.g. `custom_case`); None: the default catalogue."""
     if not cases:
@@ -888,7 +888,7 @@ def _run_case(impl, plan: CasePlan, streams: Streams, dtype, device, progress):
         target, draft, x = _draw_inputs(plan, n, streams.drafts, dtype, device, laws=laws, out=buffers,
                                         tokens=tokens[start : start + n])
         out = call_impl(impl, target, draft, x, streams.impl, what=f"case {plan.case.name}")
-        problems, out_tokens = _format_problems(out, x, plan.case.vocab)
+        problems, out_tokens = format_problems(out, x, plan.case.vocab)
         if out_tokens is None:
             return None, problems
         if problems:
@@ -908,7 +908,7 @@ def run_chunk(impl, plan: CasePlan, rows: int, streams: Streams, dtype, device) 
     """Draw `rows` fresh trials, call the implementation once, check the format: (tokens [rows, γ+1], problems)."""
     target, draft, x = _draw_inputs(plan, rows, streams.drafts, dtype, device)
     out = call_impl(impl, target, draft, x, streams.impl, what=f"case {plan.case.name}")
-    problems, tokens = _format_problems(out, x, plan.case.vocab)
+    problems, tokens = format_problems(out, x, plan.case.vocab)
     return tokens, problems
 
 

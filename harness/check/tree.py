@@ -51,11 +51,11 @@ from harness.check.sampler import (
     CHUNK_FLOATS,
     MAX_CELLS,
     Streams,
-    _position_tests,
-    _row_independence,
-    _tests_per_position,
     call_impl,
     padded_rows_problems,
+    position_tests,
+    row_independence,
+    tests_per_position,
 )
 from harness.errors import HarnessError
 from harness.policy import catalogue
@@ -310,13 +310,13 @@ def tests_for_node_laws(out: np.ndarray, reached: np.ndarray, plan: TreePlan, le
     for t in plan.tested:
         col = out[reached[:, t], plan.shape.depth[t]]
         view = _PositionView(plan.p[t][None], plan.vocab)
-        for r in _position_tests(col[:, None], view, level, power, f"{prefix}/node{t - 1}" if t else f"{prefix}/root"):
+        for r in position_tests(col[:, None], view, level, power, f"{prefix}/node{t - 1}" if t else f"{prefix}/root"):
             results.append(dataclasses.replace(r, name=r.name.replace("/pos0/", "/")))
     return results
 
 
 def count_tests_for_node_laws(plan: TreePlan) -> int:
-    return sum(_tests_per_position(plan.p[t]) for t in plan.tested)
+    return sum(tests_per_position(plan.p[t]) for t in plan.tested)
 
 
 def _bounded(plan: TreePlan) -> list[int]:
@@ -342,7 +342,7 @@ def count_tests_for_case(plan: TreePlan) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _PositionView:
-    """What `sampler._position_tests` reads from a plan, for one column: p [1, V], tested = [0]."""
+    """What `sampler.position_tests` reads from a plan, for one column: p [1, V], tested = [0]."""
 
     p: np.ndarray
     vocab: int
@@ -436,7 +436,7 @@ REACH_BOUNDS = Check("reach_bounds", lambda cell: count_tests_for_reach_bounds(c
                      lambda cell, trials, lv, pw: tests_for_reach_bounds(_reached_nodes(trials), cell.data, lv, pw,
                                                                          cell.name))
 TREE_ROWS_INDEPENDENT = Check("rows_independent", lambda cell: 1,
-                              lambda cell, trials, lv, pw: [_row_independence(trials[0], lv, pw, cell.name)])
+                              lambda cell, trials, lv, pw: [row_independence(trials[0], lv, pw, cell.name)])
 
 
 class TreeSource(TrialSource):

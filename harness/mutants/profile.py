@@ -20,12 +20,12 @@ def position_profile(entries: tuple[str, ...], case: str = "gamma8-v100", rows: 
     exact_tv_full}]}."""
     import torch
 
-    from harness.check.sampler import _plan_cases, _select
+    from harness.check.sampler import plan_cases, select_cases
     from harness.mutants.registry import get
     from harness.stats.estimate import exact_partition_tv, partition, tv_estimate
 
-    (spec,) = _select([case])
-    plan = _plan_cases([spec], seed)[0]
+    (spec,) = select_cases([case])
+    plan = plan_cases([spec], seed)[0]
     p, q = torch.from_numpy(plan.p), torch.from_numpy(plan.q)
     out = []
     for name in entries:

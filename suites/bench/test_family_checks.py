@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.check.draft_step import run_draft_step_check
-from harness.check.sampler import _plan_cases, run_sampler_check
+from harness.check.sampler import plan_cases, run_sampler_check
 from harness.stats.bounds import acceptance_bound, block_acceptance
 from specdec_ref.adapters import block_draft_and_verify, block_verify
 from suites.catalogues.sampler import CASES
@@ -28,7 +28,7 @@ def test_block_reference_check_all_default_cases(benchmark, one_thread, check, i
     benchmark.extra_info.update(seconds=report.seconds, rows=report.samples, cases=len(report.cases))
 
 
-@pytest.mark.parametrize("plan", _plan_cases(CASES, 0), ids=lambda plan: plan.case.name)
+@pytest.mark.parametrize("plan", plan_cases(CASES, 0), ids=lambda plan: plan.case.name)
 def test_acceptance_bounds_per_case(benchmark, plan):
     bound = benchmark.pedantic(lambda: (acceptance_bound(plan.p, plan.q), block_acceptance(plan.p, plan.q)),
                                rounds=3, iterations=1)

@@ -37,15 +37,15 @@ def known_laws(cases: tuple[str, ...] = CASES, entries: tuple[str, ...] = ENTRIE
     same exact TV on the same case and position are kept once (many entries leave a position unchanged)."""
     import torch
 
-    from harness.check.sampler import _plan_cases, _select
+    from harness.check.sampler import plan_cases, select_cases
     from harness.mutants.joint import GENERATION_ENTRIES, known_joint_laws
     from harness.mutants.registry import get
 
     joint = tuple(e for e in entries if e in GENERATION_ENTRIES)  # generation level: whole continuations at a prompt
     entries = tuple(e for e in entries if e not in joint)
     out, seen = known_joint_laws(joint) if joint else [], set()
-    for case in _select(list(cases)):
-        plan = _plan_cases([case], 0)[0]
+    for case in select_cases(list(cases)):
+        plan = plan_cases([case], 0)[0]
         positions = sorted({plan.tested[0], plan.tested[-1]})
         for name in entries:
             impl = get(name)

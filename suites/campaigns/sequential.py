@@ -29,7 +29,7 @@ import torch
 from scipy.stats import binomtest
 
 from harness.check.config import DEFAULT_MAX_ROWS
-from harness.check.sampler import _plan_cases, plan_rows
+from harness.check.sampler import plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
@@ -60,7 +60,7 @@ class Task:
 def fixed_plan_samples(seed: int, tv: float = TARGET_TV, false_alarm_rate: float = GATE,
                        power: float = DEFAULT_POWER) -> int:
     """Total rows the fixed-n check (`run_sampler_check`, default cases) plans for this seed."""
-    plans = _plan_cases(list(CASES), seed)
+    plans = plan_cases(list(CASES), seed)
     plan_rows(plans, tv=tv, false_alarm_rate=false_alarm_rate, power=power, max_rows=DEFAULT_MAX_ROWS)
     return sum(p.rows for p in plans)
 

@@ -96,11 +96,11 @@ def exact_power(rows: int, level: float) -> list[dict]:
     deficit δ of the tail mass, at `rows` rows (position 1 reached by its expected share of rows)."""
     from scipy.stats import binom, binomtest
 
-    from harness.check.sampler import _plan_cases, _select, _tail_positions, deep_tail
+    from harness.check.sampler import deep_tail, plan_cases, select_cases, tail_positions
 
-    plan = _plan_cases(_select([CASE]), 0)[0]
+    plan = plan_cases(select_cases([CASE]), 0)[0]
     out = []
-    for j in _tail_positions(plan):
+    for j in tail_positions(plan):
         mass = float(plan.p[j][deep_tail(plan.p[j])].sum())
         n = int(round(rows * plan.reach[j]))
         ks = np.arange(0, int(n * mass * 3) + 50)
@@ -122,10 +122,10 @@ def retention() -> dict:
     r_y·c_y·e^(−c_y) / (1 − e^(−c_y)) when E sits on the 2^-24 grid near 0 (24-bit uniforms)."""
     import torch
 
-    from harness.check.sampler import _plan_cases, _select, deep_tail
+    from harness.check.sampler import deep_tail, plan_cases, select_cases
     from harness.mutants.sampler import _fp32_cumsum
 
-    plan = _plan_cases(_select([CASE]), 0)[0]
+    plan = plan_cases(select_cases([CASE]), 0)[0]
     p = torch.from_numpy(plan.p).float().double()
     q = torch.from_numpy(plan.q).float().double()
     laws = {"residual (position 0)": (p[0] / p[0].sum() - q[0] / q[0].sum()).clamp_min(0),

@@ -10,7 +10,7 @@ from harness.check.draft_step import (
     draft_law_tests,
     run_draft_step_check,
 )
-from harness.check.sampler import _plan_cases, _select
+from harness.check.sampler import plan_cases, select_cases
 from harness.mutants.laws import exact_tvs
 from harness.mutants.registry import get
 from harness.stats import holm
@@ -31,7 +31,7 @@ def test_references_pass_and_declared_count_matches(impl):
     report = run_draft_step_check(impl, impl_name="ref", seed=0, cases=CASES)
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
     assert len(report.tests) == report.declared_tests  # the engine's plan: what the battery declared
-    plans = _plan_cases(_select(CASES), 0)
+    plans = plan_cases(select_cases(CASES), 0)
     assert sum(t.name.split("/")[1].startswith("draft") for t in report.tests) == \
         sum(count_draft_law_tests(plan.q) for plan in plans)
     assert report.level == "draft_step" and report.samples > 0

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from harness.check.sampler import (
-    _plan_cases,
-    _select,
-    _tail_positions,
     _tail_tests,
     case_names,
     deep_tail,
+    plan_cases,
     run_sampler_check,
+    select_cases,
+    tail_positions,
 )
 from harness.mutants.registry import get
 
@@ -21,21 +21,21 @@ TAIL = "tail-v131072"
 
 def test_the_tail_case_is_opt_in_and_selectable_by_name():
     assert TAIL not in case_names()
-    assert [c.name for c in _select(None)] == case_names()
-    assert [c.name for c in _select([TAIL])] == [TAIL]
-    assert [c.name for c in _select(["default", TAIL])] == [*case_names(), TAIL]
-    assert [c.name for c in _select([TAIL, "default"])] == [TAIL, *case_names()]
+    assert [c.name for c in select_cases(None)] == case_names()
+    assert [c.name for c in select_cases([TAIL])] == [TAIL]
+    assert [c.name for c in select_cases(["default", TAIL])] == [*case_names(), TAIL]
+    assert [c.name for c in select_cases([TAIL, "default"])] == [TAIL, *case_names()]
 
 
 def test_no_default_case_has_a_deep_tail_so_the_default_plan_is_unchanged():
-    for case in _select(None):
+    for case in select_cases(None):
         if case.laws == 1:
-            assert _tail_positions(_plan_cases([case], 0)[0]) == [], case.name
+            assert tail_positions(plan_cases([case], 0)[0]) == [], case.name
 
 
 def test_the_tail_case_puts_its_tail_below_2_to_the_minus_24_of_the_head_at_both_positions():
-    plan = _plan_cases(_select([TAIL]), 0)[0]
-    assert _tail_positions(plan) == [0, 1]
+    plan = plan_cases(select_cases([TAIL]), 0)[0]
+    assert tail_positions(plan) == [0, 1]
     for j in (0, 1):
         mask = deep_tail(plan.p[j])
         assert mask.sum() > 100_000 and plan.p[j][mask].max() < 2.0 ** -25
@@ -46,7 +46,7 @@ def test_the_tail_case_puts_its_tail_below_2_to_the_minus_24_of_the_head_at_both
 
 
 def test_the_deep_tail_test_rejects_a_missing_tail_and_passes_the_expected_count():
-    plan = _plan_cases(_select([TAIL]), 0)[0]
+    plan = plan_cases(select_cases([TAIL]), 0)[0]
     head0, head1 = int(plan.p[0].argmax()), int(plan.p[1].argmax())
     tail0, tail1 = np.flatnonzero(deep_tail(plan.p[0]))[:50], np.flatnonzero(deep_tail(plan.p[1]))[:50]
     rows = 20000

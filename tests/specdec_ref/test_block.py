@@ -276,11 +276,11 @@ def test_accepting_above_the_universal_bound_is_failed_by_the_gate():
 
 
 def test_acceptance_test_count_matches_what_is_emitted():
-    from harness.check.sampler import _acceptance_tests, _plan_cases, count_acceptance_tests
+    from harness.check.sampler import _acceptance_tests, count_acceptance_tests, plan_cases
     from suites.catalogues.sampler import CASES
 
     rng = np.random.default_rng(0)
-    for plan in _plan_cases(CASES, 0):
+    for plan in plan_cases(CASES, 0):
         tokens = np.where(np.arange(plan.case.gamma + 1) < rng.integers(1, plan.case.gamma + 2, size=(50, 1)),
                           0, -1)
         gating, advisory, rates = _acceptance_tests(tokens, plan, 1e-5, 0.99, plan.case.name)
