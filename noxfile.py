@@ -99,7 +99,7 @@ def benchmarks(session: nox.Session) -> None:
     install(session)
     raw = f"{session.create_tmp()}/benchmarks.json"  # pytest-benchmark's own format, then as a result envelope
     session.run("pytest", "suites/bench", "-p", "no:cacheprovider", "--benchmark-json", raw, *session.posargs)
-    session.run("python", "-m", "harness.bench.pytest_record", raw, "results/bench/benchmarks.json")
+    session.run("python", "-m", "suites.bench.record", raw, "results/bench/benchmarks.json")
     session.run("specdec", "campaign", "check_time", "--old", "5cf0c7c", "--out", "results/bench/check-time")
 
 

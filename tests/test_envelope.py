@@ -142,8 +142,8 @@ def test_a_provenance_field_of_the_wrong_type_is_refused_before_writing(tmp_path
 
 
 def test_a_pytest_benchmark_record_is_written_as_an_envelope(tmp_path):
-    """`nox -s benchmarks` runs pytest --benchmark-json, then harness.bench.pytest_record (the file it commits)."""
-    from harness.bench.pytest_record import main
+    """`nox -s benchmarks` runs pytest --benchmark-json, then suites.bench.record (the file it commits)."""
+    from suites.bench.record import main
 
     raw = {"machine_info": {"node": "box", "machine": "x86_64", "python_version": "3.11.9",
                             "cpu": {"count": 2, "brand_raw": "Some CPU"}},

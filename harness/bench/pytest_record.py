@@ -1,17 +1,12 @@
 """A pytest-benchmark JSON record (`pytest --benchmark-json FILE`) as a result envelope of kind "pytest_benchmark"
 (docs/RESULTS-FORMAT.md): its benchmarks are the rows; its own commit_info / machine_info give the provenance
-(a field it does not carry reads "not recorded"). `nox -s benchmarks` writes results/bench/benchmarks.json with it:
-
-    python -m harness.bench.pytest_record RAW.json OUT.json
+(a field it does not carry reads "not recorded"). `nox -s benchmarks` writes its record with it
+through suites/bench/record.py (`python -m suites.bench.record RAW.json OUT.json`).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
-from harness.envelope import NOT_RECORDED, Envelope, write_result
+from harness.envelope import NOT_RECORDED, Envelope
 
 
 def envelope_of(data: dict, config: dict | None = None) -> Envelope:
@@ -30,17 +25,3 @@ def envelope_of(data: dict, config: dict | None = None) -> Envelope:
     return Envelope("pytest_benchmark", config if config is not None else {}, provenance, summary,
                     rows=data.get("benchmarks", []))
 
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m harness.bench.pytest_record RAW.json OUT.json", file=sys.stderr)
-        return 2
-    envelope = envelope_of(json.loads(Path(args[0]).read_text(encoding="utf-8")), {"source": "pytest --benchmark-json"})
-    write_result(args[1], envelope.kind, config=envelope.config, provenance=envelope.provenance, rows=envelope.rows,
-                 summary=envelope.summary)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
 """Per-position divergence of lossy sampler-level zoo entries with its band: the data and the figure of
-results/estimate (issue 46).
+the estimate campaign's report (suites/campaigns/estimate.py).
 
 For an entry with an exact per-position law on a catalogue case: N rows of a verification step reach position j
 with the entry's own probability Π_{i<j} P(accept at i); the tokens emitted there are drawn from the exact law at j,
