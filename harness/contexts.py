@@ -145,7 +145,7 @@ def target_samples(target, start: torch.Tensor, new_tokens: int, vocab: int, *, 
     windowed), the law softmax(logits[:vocab]) in float64. These only make contexts (the ground truth of every test
     is the scorer at whatever context it is given), so this loop need not be the reference's generate(); it is
     ~20x faster than the reference's per-row bookkeeping on the toy pairs."""
-    from specdec_ref.runners import _cache_kwarg, returned_cache
+    from specdec_ref.runners import cache_kwarg, returned_cache
 
     g = torch.Generator().manual_seed(seed)
     device = next(target.parameters()).device
@@ -157,7 +157,7 @@ def target_samples(target, start: torch.Tensor, new_tokens: int, vocab: int, *, 
             positions = torch.arange(length - ids.shape[1], length, device=device).expand(len(ids), -1)
             step = target(input_ids=ids, attention_mask=torch.ones(len(ids), length, dtype=torch.long, device=device),
                           position_ids=positions, use_cache=True, **past)
-            past = {_cache_kwarg(type(target)): returned_cache(step)}
+            past = {cache_kwarg(type(target)): returned_cache(step)}
             probs = torch.softmax(step.logits[:, -1, :vocab].double().cpu(), -1)
             nxt = torch.multinomial(probs, 1, generator=g)
             out.append(nxt)

@@ -179,11 +179,11 @@ def processed(logits: torch.Tensor, params: SamplingParams, history: History | N
     return process(logits, params, history, validate=False)
 
 
-def _target_law(logits, params, history):
+def target_law(logits, params, history):
     return processed(logits, params, history, "target logits")
 
 
-def _draft_laws(logits, params, history):
+def draft_laws(logits, params, history):
     """-> (q the draft token is sampled from, q handed to verification): the same law."""
     q = processed(logits, params, history, "draft logits")
     return q, q
@@ -212,8 +212,8 @@ class StepHooks:
 
     # History: the tokens before each position (None when the parameters do not depend on them);
     # the target's position i includes the block's first i drafts.
-    target_probs: Callable = _target_law  # (logits [A, g+1, V], SamplingParams, History [A, g+1]) -> p
-    draft_probs: Callable = _draft_laws  # (logits [A, V], SamplingParams, History [A]) -> (q sampled, q verified)
+    target_probs: Callable = target_law  # (logits [A, g+1, V], SamplingParams, History [A, g+1]) -> p
+    draft_probs: Callable = draft_laws  # (logits [A, V], SamplingParams, History [A]) -> (q sampled, q verified)
     draft_token: Callable = sample_from_uniform  # (q [A, V], u [A]) -> draft tokens [A]
     verify: Callable = _verify_block  # (p, q, x, u_accept, u_final, temperature) -> VerifyOutput
     target_runner: Callable = make_runner  # (model, name, n_rows, strategy) -> runner with .logits()

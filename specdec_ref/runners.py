@@ -88,7 +88,7 @@ class _TimedRunner:
 
 
 @functools.cache
-def _cache_kwarg(model_class) -> str:
+def cache_kwarg(model_class) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; pass whichever the model's forward takes."""
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
@@ -145,7 +145,7 @@ def cache_capabilities(model) -> CacheCapabilities:
     width = output_width(model)
     n = PROBE_PREFIX + PROBE_NEW
     ids = (torch.arange(n, device=device) * 7 + 3).remainder(width).unsqueeze(0)  # [1, n] a fixed probe
-    kwarg = _cache_kwarg(type(model))
+    kwarg = cache_kwarg(type(model))
     with torch.inference_mode():
         full = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, PROBE_PREFIX:].float()
         first = model(input_ids=ids[:, :PROBE_PREFIX], attention_mask=torch.ones_like(ids[:, :PROBE_PREFIX]),
@@ -266,7 +266,7 @@ class StatefulRunner(_TimedRunner):
             out = self.model(input_ids=seq[begin:end].unsqueeze(0),
                              attention_mask=torch.ones(1, end, dtype=torch.long, device=device),
                              position_ids=torch.arange(begin, end, device=device).unsqueeze(0), use_cache=True,
-                             **{_cache_kwarg(type(self.model)): cache})
+                             **{cache_kwarg(type(self.model)): cache})
         cache = returned_cache(out) or cache
         if path is not None:
             self._remember(path, out.logits[0], cache)
@@ -308,7 +308,7 @@ class CachedRunner(_TimedRunner):
                 cache.crop(keep - cache.get_seq_length())  # negative: number of tokens to drop
             new = seq[keep:].unsqueeze(0)  # [1, L - keep]
             attention_mask = torch.ones(1, len(seq), dtype=torch.long, device=seq.device)
-            past = {} if cache is None else {_cache_kwarg(type(self.model)): cache}
+            past = {} if cache is None else {cache_kwarg(type(self.model)): cache}
             with torch.inference_mode():
                 result = self.model(input_ids=new, attention_mask=attention_mask, use_cache=True, **past)
             self.caches[row] = returned_cache(result) or cache  # updated in place by the forward pass
@@ -387,7 +387,7 @@ class BatchedRunner(_TimedRunner):
             kwargs["position_ids"] = positions
         with torch.inference_mode():
             out = self.model(input_ids=ids, attention_mask=mask, use_cache=True,
-                             **{_cache_kwarg(type(self.model)): self.state.cache}, **kwargs)
+                             **{cache_kwarg(type(self.model)): self.state.cache}, **kwargs)
         return out.logits[:, -n_last:]
 
 

@@ -16,9 +16,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture(scope="session")
 def toy64():
     """The default toy pair in float64 (exact comparisons)."""
-    from harness.models.toy_pairs import _toy_models
+    from harness.models.toy_pairs import toy_models
 
-    return _toy_models("0.7", torch.float64)
+    return toy_models("0.7", torch.float64)
 
 
 # The toy models are tiny: OpenMP threads only add contention (measured 1.8 ms vs 14-37 ms per

@@ -25,7 +25,7 @@ from harness.adapters.loading import pad_rows
 from specdec_ref.generate import default_eos
 
 
-def _eos_list(model) -> list[int]:
+def eos_list(model) -> list[int]:
     eos = default_eos(model)
     if eos is None:
         return []
@@ -58,7 +58,7 @@ def hf_generate(target, input_ids, *, max_new_tokens, temperature, top_k, top_p,
     """transformers' own `generate()` row by row (no assistant unless `mode` names one); [B, N], -1 after EOS.
 
     `mode`: generate() keyword arguments (assistant_model, prompt_lookup_num_tokens, hf_sampling_kwargs)."""
-    eos = _eos_list(target)
+    eos = eos_list(target)
     rows = []
     for b in range(input_ids.shape[0]):
         prompt = input_ids[b : b + 1]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from harness.adapters.hf import _eos_list
+from harness.adapters.hf import eos_list
 from harness.adapters.loading import pad_rows
 from harness.errors import HarnessError, MissingOptionalPackage
 
@@ -97,7 +97,7 @@ def _rows(target, input_ids: torch.Tensor, max_new_tokens: int, seed: int, token
     if vocab is not None and llm.n_vocab() != vocab:
         raise HarnessError(f"the llama.cpp model {model_path()} has a vocabulary of {llm.n_vocab()} ids, the target "
                            f"{vocab}: give the GGUF of the target (${MODEL_ENV})")
-    eos = set(_eos_list(target))
+    eos = set(eos_list(target))
     rows = []
     for b in range(input_ids.shape[0]):
         out: list[int] = []

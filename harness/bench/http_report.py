@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harness.bench.plots import _pyplot
-from harness.bench.report import _fmt, _table, write_rows
+from harness.bench.plots import pyplot
+from harness.bench.report import fmt, markdown_table, write_rows
 from harness.records import atomic_write_text, git_commit, save_figure, utc_now
 
 LABELS = {"spec": "speculation on", "nospec": "speculation off"}
@@ -17,7 +17,7 @@ def _levels(rows, role):
 
 
 def fig_throughput(rows):
-    plt = _pyplot()
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     for role in ("spec", "nospec"):
         lv = _levels(rows, role)
@@ -39,7 +39,7 @@ def fig_throughput(rows):
 
 
 def fig_latency(rows):
-    plt = _pyplot()
+    plt = pyplot()
     streamed = any(r.get("streamed") for r in rows if r["kind"] == "level")
     fig, axes = plt.subplots(1, 2 if streamed else 1, figsize=(9 if streamed else 4.8, 3.4), squeeze=False)
     for role in ("spec", "nospec"):
@@ -62,7 +62,7 @@ def fig_categories(rows):
     cats = [r for r in rows if r["kind"] == "category" and r["role"] == "spec" and "speedup" in r]
     if not cats:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     names = list(dict.fromkeys(r["category"] for r in cats))
     levels = sorted({r["concurrency"] for r in cats})
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(names)), 3.4))
@@ -83,7 +83,7 @@ def fig_acceptance(rows):
     lv = [r for r in _levels(rows, "spec") if r.get("acceptance_per_position")]
     if not lv:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for r in lv:
         acc = r["acceptance_per_position"]
@@ -136,23 +136,23 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
               "(tokens − 1) when streamed, latency / tokens otherwise; inter-token latency = gaps between streamed "
               "chunks (under speculation a chunk can carry several tokens). Speedup = on / off at the same level.",
               "", "## By concurrency", "",
-              _table(["concurrency", "tokens/s on", "tokens/s off", "speedup", "per-request speedup", "TPOT ms on",
+              markdown_table(["concurrency", "tokens/s on", "tokens/s off", "speedup", "per-request speedup", "TPOT ms on",
                       "TPOT ms off", "ITL ms on (median / p90)", "ITL ms off (median / p90)", "streamed",
                       "identical outputs"],
                      [[str(a["concurrency"]), a["throughput_tokens_per_s"], b["throughput_tokens_per_s"],
                        a.get("speedup_throughput"), a.get("speedup_request_median"), a["tpot_ms_median"],
-                       b["tpot_ms_median"], f"{_fmt(a['itl_ms_median'], 1)} / {_fmt(a['itl_ms_p90'], 1)}",
-                       f"{_fmt(b['itl_ms_median'], 1)} / {_fmt(b['itl_ms_p90'], 1)}",
+                       b["tpot_ms_median"], f"{fmt(a['itl_ms_median'], 1)} / {fmt(a['itl_ms_p90'], 1)}",
+                       f"{fmt(b['itl_ms_median'], 1)} / {fmt(b['itl_ms_p90'], 1)}",
                        f"{'yes' if a['streamed'] else 'no'} / {'yes' if b['streamed'] else 'no'}",
-                       _fmt(a.get("identical_outputs"), 2)] for a, b in zip(on, off, strict=True)]),
+                       fmt(a.get("identical_outputs"), 2)] for a, b in zip(on, off, strict=True)]),
               "", "![throughput](throughput_vs_concurrency.png)", "", "![latency](latency_vs_concurrency.png)", "",
               "## Latency (`vllm bench serve`'s definitions and names)", "",
               "TTFT = time to the first streamed token; TPOT = (E2EL − TTFT) / (tokens − 1); ITL = every gap between "
               "streamed chunks; E2EL = request latency. mean / median / p99 over the level's requests (ITL: over "
               "all gaps); '–' where the server did not stream (no TTFT, TPOT or ITL).", "",
-              _table(["concurrency", "speculation", "requests", "TTFT ms (mean / median / p99)", "TPOT ms", "ITL ms",
+              markdown_table(["concurrency", "speculation", "requests", "TTFT ms (mean / median / p99)", "TPOT ms", "ITL ms",
                       "E2EL ms"],
-                     [[str(r["concurrency"]), LABELS[r["role"]].split()[-1], _fmt(r.get("completed")),
+                     [[str(r["concurrency"]), LABELS[r["role"]].split()[-1], fmt(r.get("completed")),
                        *(_stat3(r, m) for m in ("ttft", "tpot", "itl", "e2el"))]
                       for a, b in zip(on, off, strict=True) for r in (a, b)]), ""]
     cats = [r for r in rows if r["kind"] == "category" and r["role"] == "spec" and "speedup" in r]
@@ -165,7 +165,7 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
             if r is None:
                 return "–"
             if "speedup_paired_median" not in r:
-                return _fmt(r["speedup"])
+                return fmt(r["speedup"])
             return (f"{r['speedup']:.3f} (paired {r['speedup_paired_median']:.3f} "
                     f"[{r['speedup_paired_min']:.3f}, {r['speedup_paired_max']:.3f}], n = {r['paired_requests']})")
 
@@ -174,7 +174,7 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
                   "Each cell: the ratio of the medians; in brackets the per-request ratios (the same prompt and "
                   "repeat with speculation on / off): median [min, max] over n requests. A cell resting on a few "
                   "prompts is an anecdote, not a measurement of the category.", "",
-                  _table(["category", "prompts"] + [f"concurrency {c}" for c in levels],
+                  markdown_table(["category", "prompts"] + [f"concurrency {c}" for c in levels],
                          [[n, str(per_cat[n].get("prompts", "–"))] + [cell(n, c) for c in levels] for n in names]),
                   "", "![categories](speedup_by_category.png)", ""]
     lines += ["## Speculation counters (/metrics, differenced over each level)", ""]
@@ -195,7 +195,7 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
                          + ", ".join(f"{a:.3f}" for a in r["acceptance_per_position"]))
         for key in ("tokens_per_target_call",):
             if r.get(key) is not None:
-                parts.append(f"{key.replace('_', ' ')} {_fmt(r[key])}")
+                parts.append(f"{key.replace('_', ' ')} {fmt(r[key])}")
         lines.append(f"- concurrency {r['concurrency']}: " + "; ".join(parts))
     if "acceptance_per_position.png" in files:
         lines += ["", "![acceptance per position](acceptance_per_position.png)"]
@@ -206,7 +206,7 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
 def _stat3(row: dict, metric: str) -> str:
     if row.get(f"mean_{metric}_ms") is None:
         return "–"
-    return " / ".join(_fmt(row.get(f"{s}_{metric}_ms"), 1) for s in ("mean", "median", "p99"))
+    return " / ".join(fmt(row.get(f"{s}_{metric}_ms"), 1) for s in ("mean", "median", "p99"))
 
 
 def _loadavg() -> str:

@@ -12,7 +12,7 @@ from harness.bench import theory
 from harness.bench.summarize import SPEEDUP_FLOOR, TOKEN_TOLERANCE
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -49,7 +49,7 @@ def _label(name: str, members: list[dict], with_c: bool) -> str:
 
 
 def _panels(n: int, width: float = 3.6, height: float = 3.0):
-    plt = _pyplot()
+    plt = pyplot()
     ncols = min(4, n)
     nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
@@ -98,7 +98,7 @@ def speedup_ratio_vs_gamma(rows: list[dict]):
     series = _series(rows, "spec")
     if not series:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, members) in enumerate(series.items()):
@@ -126,7 +126,7 @@ def tokens_vs_gamma(rows: list[dict]):
     series = _series(rows, kind)
     if not series:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, members) in enumerate(series.items()):
@@ -168,7 +168,7 @@ def accepted_histograms(rows: list[dict]):
     picked = _at_largest_gamma(rows)
     if not picked:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     ncols = min(3, len(picked))
     nrows = math.ceil(len(picked) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
@@ -200,7 +200,7 @@ def acceptance_per_position(rows: list[dict]):
                            if n >= MIN_REACHED]) for name, row in picked]
     if not any(points for _, _, points in series):
         return None  # no position tested often enough: an empty plot would only look like a result
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, row, points) in enumerate(series):
@@ -226,7 +226,7 @@ def reference_vs_assisted(rows: list[dict]):
     compare = [r for r in rows if r["kind"] == "compare"]
     if not compare:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(compare)), 5))
     xs = list(range(len(compare)))
     for offset, key, label in ((-0.2, "ref_speedup", "reference"), (0.2, "hf_speedup", "transformers assisted")):

@@ -12,7 +12,7 @@ from harness.envelope import write_result
 from harness.records import atomic_write_text, provenance, save_figure
 
 
-def _fmt(value, digits: int = 3) -> str:
+def fmt(value, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
     if isinstance(value, float):
@@ -20,9 +20,9 @@ def _fmt(value, digits: int = 3) -> str:
     return str(value)
 
 
-def _table(header: list[str], body: list[list]) -> str:
+def markdown_table(header: list[str], body: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_fmt(v) if not isinstance(v, str) else v for v in row) + " |" for row in body]
+    lines += ["| " + " | ".join(fmt(v) if not isinstance(v, str) else v for v in row) + " |" for row in body]
     return "\n".join(lines)
 
 
@@ -75,8 +75,8 @@ def _matrix(rows: list[dict], kind: str, key: str) -> str | None:
     names = {r["group"]: r["pair"] if pairs.count(r["pair"]) == 1 else f"{r['pair']} ({r['sampling']})" for r in cells}
     gammas = sorted({r["gamma"] for r in cells})
     lookup = {(r["group"], r["gamma"]): r[key] for r in cells}
-    body = [[str(g)] + [_fmt(lookup.get((s, g)), 3) for s in series] for g in gammas]
-    return _table(["γ"] + [names[s] for s in series], body)
+    body = [[str(g)] + [fmt(lookup.get((s, g)), 3) for s in series] for g in gammas]
+    return markdown_table(["γ"] + [names[s] for s in series], body)
 
 
 def _tokens_section(rows: list[dict]) -> list[str]:
@@ -103,7 +103,7 @@ def _tokens_section(rows: list[dict]) -> list[str]:
         "",
         "<details><summary>all token-formula cells</summary>",
         "",
-        _table(["pair", "sampling", "γ", "row-steps", "α measured", "tokens/call", "predicted", "ratio", "z", "±3%"],
+        markdown_table(["pair", "sampling", "γ", "row-steps", "α measured", "tokens/call", "predicted", "ratio", "z", "±3%"],
                body),
         "",
         "</details>",
@@ -112,13 +112,13 @@ def _tokens_section(rows: list[dict]) -> list[str]:
 
 
 def _positions(values) -> str:
-    return " ".join(_fmt(v, 2) for v in values) if values else "–"
+    return " ".join(fmt(v, 2) for v in values) if values else "–"
 
 
 def _latency(row: dict, metric: str) -> str:
     if row.get(f"mean_{metric}_ms") is None:
         return "–"
-    return " / ".join(_fmt(row.get(f"{s}_{metric}_ms"), 1) for s in ("mean", "median", "p99"))
+    return " / ".join(fmt(row.get(f"{s}_{metric}_ms"), 1) for s in ("mean", "median", "p99"))
 
 
 def _per_prompt(r: dict) -> str:
@@ -169,28 +169,28 @@ def _latency_runs(members: list[dict]) -> list[tuple[str, dict]]:
 def _group_tables(members: list[dict]) -> list[str]:
     ar = members[0]
     lo, hi = COST_MODEL_BAND
-    speed = _table(
+    speed = markdown_table(
         ["γ", "speedup [min, max]", "per prompt: median [min, max] (n prompts)", "Leviathan (r = 1)", "cost model", "**measured / cost model**", "± SE (acceptance)",
          "at realized acceptance", "measured / Leviathan", "α", "c", "r = T(γ+1)/T(1)", "tokens/call", "E[tokens/call]"],
         [[("**" + str(r["gamma"]) + "**") if r.get("best_gamma") == r["gamma"] else str(r["gamma"]),
           f"{r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}]", _per_prompt(r),
           r.get("predicted_speedup"), r.get("predicted_speedup_cost_model"),
-          (("⚠ " if r.get("cost_model_flag") else "") + _fmt(r.get("cost_model_ratio"))),
-          _fmt(100 * r.get("speedup_ratio_se", math.nan), 1) + "%", r.get("cost_model_ratio_realized_median"),
-          r.get("speedup_ratio"), r["acceptance_rate"], r["c"], ("⚠ " if r.get("load_drift_flag") else "") + _fmt(r.get("r")),
+          (("⚠ " if r.get("cost_model_flag") else "") + fmt(r.get("cost_model_ratio"))),
+          fmt(100 * r.get("speedup_ratio_se", math.nan), 1) + "%", r.get("cost_model_ratio_realized_median"),
+          r.get("speedup_ratio"), r["acceptance_rate"], r["c"], ("⚠ " if r.get("load_drift_flag") else "") + fmt(r.get("r")),
           r["tokens_per_call"],
           r.get("predicted_tokens_per_call")] for r in members])
-    accept = _table(
+    accept = markdown_table(
         ["γ", "acceptance rate % (vLLM)", "acceptance length 1 + accepted/drafts (vLLM)", "tokens / target call",
          "drafts", "draft tokens", "accepted tokens", "per position, unconditional (accepted at i / drafts)",
          "per position, conditional (accepted at i / reached i)"],
         [[str(r["gamma"]), r.get("spec_decode_acceptance_rate"), r.get("spec_decode_acceptance_length"),
-          r.get("tokens_per_call_realized"), _fmt(r.get("spec_decode_num_drafts")),
-          _fmt(r.get("spec_decode_draft_tokens")), _fmt(r.get("spec_decode_accepted_tokens")),
+          r.get("tokens_per_call_realized"), fmt(r.get("spec_decode_num_drafts")),
+          fmt(r.get("spec_decode_draft_tokens")), fmt(r.get("spec_decode_accepted_tokens")),
           _positions(r.get("spec_decode_per_position_acceptance_rates")),
           _positions(r.get("per_position_acceptance_conditional"))] for r in members])
-    latency = _table(["run", "requests", "TTFT ms (mean / median / p99)", "TPOT ms", "ITL ms", "E2EL ms"],
-                     [[name, _fmt(r.get("completed")), _latency(r, "ttft"), _latency(r, "tpot"), _latency(r, "itl"),
+    latency = markdown_table(["run", "requests", "TTFT ms (mean / median / p99)", "TPOT ms", "ITL ms", "E2EL ms"],
+                     [[name, fmt(r.get("completed")), _latency(r, "ttft"), _latency(r, "tpot"), _latency(r, "itl"),
                        _latency(r, "e2el")]
                       for name, r in _latency_runs(members)])
     if ar.get("interleaved"):
@@ -235,10 +235,10 @@ def _timing_section(rows: list[dict]) -> list[str]:
     best = best_gammas(rows)
     if best:
         lines += ["Best γ per pair and sampling:", "",
-                  _table(["series", "best γ (measured)", "speedup", "best γ (Leviathan)",
+                  markdown_table(["series", "best γ (measured)", "speedup", "best γ (Leviathan)",
                           "best γ (cost model, among those measured)"],
                          [[b["group"], str(b["best_gamma"]), b["speedup_median"], str(b["predicted_best_gamma"]),
-                           _fmt(b.get("cost_model_best_gamma"))] for b in best]), ""]
+                           fmt(b.get("cost_model_best_gamma"))] for b in best]), ""]
     groups = list(dict.fromkeys(r["group"] for r in cells))
     for sampled in (False, True):  # greedy and sampled runs in separate tables
         mine = [g for g in groups if (next(r for r in cells if r["group"] == g)["temperature"] != 0) == sampled]
@@ -288,7 +288,7 @@ def _compare_section(rows: list[dict]) -> list[str]:
             "(order rotated): the reference and its autoregressive baseline, transformers `generate` with "
             "`assistant_model` (constant γ) and plain transformers `generate`. Each speedup is over its own "
             "baseline; ratios are per repeat, then the median.", "",
-            _table(["pair", "sampling", "γ", "reference speedup", "assisted speedup", "ref/assisted speedup",
+            markdown_table(["pair", "sampling", "γ", "reference speedup", "assisted speedup", "ref/assisted speedup",
                     "ref/assisted tokens/s", "predicted", "ref tokens/call", "assisted tokens/call"], body),
             "", "![reference vs assisted](reference_vs_assisted.png)", ""]
 

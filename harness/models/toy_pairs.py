@@ -32,7 +32,7 @@ CONSTANT_ALPHAS = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95)
 
 
 @functools.cache
-def _toy_models(kind: str, dtype: torch.dtype):
+def toy_models(kind: str, dtype: torch.dtype):
     target, draft = _toy_models_64(kind, dtype)
     for model in (target, draft):
         model.config.max_position_embeddings = max(model.config.max_position_embeddings, TOY_CONTEXT)
@@ -44,7 +44,7 @@ def _toy_models_64(kind: str, dtype: torch.dtype):
     if kind == "eos":  # toy 0.7 whose target stops at its favourite first token: EOS lands inside blocks
         target, draft = (copy.deepcopy(m) for m in _toy_models_64("0.7", torch.float64))
         with torch.inference_mode():
-            eos = int(target(input_ids=torch.tensor([_prompts()[0]])).logits[0, -1].argmax())
+            eos = int(target(input_ids=torch.tensor([toy_prompts()[0]])).logits[0, -1].argmax())
         for model in (target, draft):
             model.config.eos_token_id = eos
             model.generation_config.eos_token_id = eos
@@ -83,7 +83,7 @@ def pieces_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=bpe, additional_special_tokens=["<|sep|>"])
 
 
-def _prompts(n: int = 8, length: int = 4, seed: int = 0) -> list[list[int]]:
+def toy_prompts(n: int = 8, length: int = 4, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, TOY_VOCAB, (n, length), generator=g).tolist()
 
@@ -100,7 +100,7 @@ def _build(name: str, kind: str, description: str, device="cpu", dtype=None, syn
     from harness.models.hf_pair import resolve_dtype
 
     dtype = resolve_dtype(dtype)  # None -> float32; names such as "bf16" accepted; unknown names: clear error
-    target, draft = _toy_models(kind, torch.float32 if dtype == "auto" else dtype)
+    target, draft = toy_models(kind, torch.float32 if dtype == "auto" else dtype)
     meta = {"kind": kind, "alpha_mean_random_contexts": toy.mean_alpha(target, draft)}
     # Copies, so a caller that adds hooks (synthetic cost) or moves devices never alters the cache.
     target, draft = copy.deepcopy(target).to(device), copy.deepcopy(draft).to(device)
@@ -111,7 +111,7 @@ def _build(name: str, kind: str, description: str, device="cpu", dtype=None, syn
         meta["synthetic_cost_s"] = {"target": target_s, "draft": draft_s}
     pieces = name == "toy-pieces"
     return ModelPair(name=name, target=target, draft=draft, vocab_size=TOY_VOCAB, description=description,
-                     prompts=_letter_prompts() if pieces else _prompts(), meta=meta,
+                     prompts=_letter_prompts() if pieces else toy_prompts(), meta=meta,
                      tokenizer=pieces_tokenizer() if pieces else None)
 
 

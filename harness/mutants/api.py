@@ -133,7 +133,7 @@ class MinTokensPerStep(Bookkeeping):
         return super().finish(steps, dataclasses.replace(stops, min_tokens=least), decode)
 
     def step_hooks(self, emit):
-        from specdec_ref.generate import StepHooks, _draft_laws, _target_law
+        from specdec_ref.generate import StepHooks, draft_laws, target_law
         from specdec_ref.processing import History
 
         state = {"rows": None, "steps": {}}
@@ -152,8 +152,8 @@ class MinTokensPerStep(Bookkeeping):
             state["steps"][row] = state["steps"].get(row, 0) + 1
             return emit(rows, row, tokens)
 
-        return StepHooks(target_probs=lambda logits, params, history: _target_law(logits, params, per_step(history)),
-                         draft_probs=lambda logits, params, history: _draft_laws(logits, params, per_step(history)),
+        return StepHooks(target_probs=lambda logits, params, history: target_law(logits, params, per_step(history)),
+                         draft_probs=lambda logits, params, history: draft_laws(logits, params, per_step(history)),
                          emit=counted_emit)
 
 

@@ -324,7 +324,7 @@ def _target_dropping(names: tuple[str, ...], where: str) -> Callable:
     return target_probs
 
 
-def _target_history_before_block(logits, params, history):
+def target_history_before_block(logits, params, history):
     """Every position of the block processed with the history at its first position (earlier drafts unseen)."""
     if history is None:
         return processed(logits, params, history)
@@ -370,7 +370,7 @@ def logit_bias_draft_only(target, draft, input_ids, *, max_new_tokens, gamma, te
     unbiased target."""
 
 
-@_params_mutant(Hooks(target_probs=_target_history_before_block),
+@_params_mutant(Hooks(target_probs=target_history_before_block),
                 settings=(_setting(temperature=1.0, repetition_penalty=3.0, presence_penalty=2.0),), pair="toy",
                 needs=("a penalty set", _ACCEPTED),
                 models="SGLang #33643 (also vLLM #18902): penalties not updated for tokens accepted in the block")

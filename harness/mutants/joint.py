@@ -20,16 +20,16 @@ def exact_laws(name: str, prompt_index: int, length: int = 3, gamma: int = 3) ->
     import torch
 
     from harness.check.generation import continuation_law
-    from harness.models.toy_pairs import TOY_VOCAB, _prompts, _toy_models
+    from harness.models.toy_pairs import TOY_VOCAB, toy_models, toy_prompts
     from harness.mutants.generation import exact_output_law
     from harness.mutants.registry import get
     from specdec_ref.generate import default_eos, eos_set
 
     impl = get(HOOK_MUTANTS[1] if name == CONTROL else name)
-    target, draft = _toy_models(PAIRS[impl.pair], torch.float64)
+    target, draft = toy_models(PAIRS[impl.pair], torch.float64)
     eos = eos_set(default_eos(target))
     (setting,) = impl.fn.settings
-    prompt = _prompts()[prompt_index]
+    prompt = toy_prompts()[prompt_index]
     truth = continuation_law(target, prompt, length, setting, TOY_VOCAB, eos)
     emitted = truth if name == CONTROL else exact_output_law(target, draft, prompt, length, gamma, setting,
                                                              impl.fn.hooks, eos)

@@ -466,7 +466,7 @@ def _fp64_race(law, u_final, generator):
     return exponential_race(law, -torch.log(_uniforms(law, generator)))  # 53-bit uniforms: E ≥ ~2^-53
 
 
-def _fp32_cumsum(law, u_final, generator):
+def fp32_cumsum(law, u_final, generator):
     import numpy as np
 
     cdf = torch.from_numpy(np.cumsum(law.detach().cpu().float().numpy(), axis=-1))  # float32 running sum
@@ -496,7 +496,7 @@ def floored_uniform_race(target_probs, draft_probs, draft_tokens, generator):
 def fp32_cumsum_inverse_cdf(target_probs, draft_probs, draft_tokens, generator):
     """Final token by inverse CDF over a float32 running sum of the law (float64 u): past the head the running
     sum is ~1 and an increment below 2^-25 rounds away, so every later deep-tail token has zero width."""
-    return _final_draw_rule(_fp32_cumsum)(target_probs, draft_probs, draft_tokens, generator)
+    return _final_draw_rule(fp32_cumsum)(target_probs, draft_probs, draft_tokens, generator)
 
 
 @register(level="sampler", kind="control", cases=TAIL_CASES, position_laws=Rule().position_laws,

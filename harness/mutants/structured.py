@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from harness.mutants.base import register
-from harness.mutants.generation import _target_history_before_block, hooked_generate
+from harness.mutants.generation import hooked_generate, target_history_before_block
 from specdec_ref.generate import REFERENCE_HOOKS, Rows, StepHooks, processed
 
 # The automata of the campaign, as regexes over the toy vocabulary (token i = the letter 'a' + i; the
@@ -236,7 +236,7 @@ def grammar_state_one_behind(target, draft, input_ids, *, max_new_tokens, gamma,
     drafts are masked correctly)."""
 
 
-@_structured(StepHooks(target_probs=_target_history_before_block), kind="mutant", pair="toy", settings=_STATE_CHANGE,
+@_structured(StepHooks(target_probs=target_history_before_block), kind="mutant", pair="toy", settings=_STATE_CHANGE,
              needs=(_BLOCK,),
              models=f"{_VLLM}: every drafted position verified with the mask of the state before the block")
 def mask_from_block_start_state(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):

@@ -345,9 +345,9 @@ def exact_tree_tv_table(names: list[str], cases: dict[str, tuple[tuple[int, ...]
 
 def tree_case_tensors(name: str) -> tuple[TreeShape, Tensor, Tensor, str]:
     """(shape, p, q, scheme) of a registered tree case, as float64 tensors (for exact laws)."""
-    from harness.check.tree import _plan_case, select_cases
+    from harness.check.tree import plan_case, select_cases
 
-    plan = _plan_case(select_cases([name])[0])
+    plan = plan_case(select_cases([name])[0])
     return plan.shape, torch.from_numpy(plan.p), torch.from_numpy(plan.q), plan.case.scheme
 
 

@@ -32,10 +32,10 @@ MODEL_ALIAS = "smollm2"
 def llamacpp_available() -> tuple[bool, str]:
     if importlib.util.find_spec("llama_cpp") is None:
         return False, "needs llama-cpp-python with its server extras: `nox -s engines` builds it"
-    from harness.models.smollm2 import _gguf_path, smollm2_available
+    from harness.models.smollm2 import gguf_path, smollm2_available
 
     ok, why = smollm2_available()
-    if not ok or _gguf_path() is None:
+    if not ok or gguf_path() is None:
         return False, why or "the SmolLM2 GGUF file is missing"
     return True, ""
 
@@ -50,9 +50,9 @@ def server_command(port: int, *, speculative: bool, host: str = "127.0.0.1", see
                    model: str | None = None) -> list[str]:
     """`model`: a GGUF path (default: the embedded Q4_1 SmolLM2; the F32 one of harness.models.gguf_f32 has the
     weights the local target scores with)."""
-    from harness.models.smollm2 import _gguf_path
+    from harness.models.smollm2 import gguf_path
 
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model or _gguf_path()), "--model_alias", MODEL_ALIAS,
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model or gguf_path()), "--model_alias", MODEL_ALIAS,
            "--host", host, "--port", str(port), "--logits_all", "True", "--n_threads", "1", "--n_threads_batch", "1",
            "--n_ctx", "1024", "--seed", str(seed), "--verbose", "False"]
     if speculative:

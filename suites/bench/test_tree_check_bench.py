@@ -9,12 +9,12 @@ The planned rows, the number of gating tests and the verdict go to extra_info.
 
 import torch
 
-from harness.check.tree import _plan_case, run_tree_check
+from harness.check.tree import plan_case, run_tree_check
 from specdec_ref.adapters import tree_verify_specinfer
 
 
 def _fresh_check():
-    _plan_case.cache_clear()
+    plan_case.cache_clear()
     return run_tree_check(tree_verify_specinfer, seed=0)
 
 

@@ -96,19 +96,19 @@ def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
     after step k, prefix key) are exactly the reference there (no index reaches 16, at most 3 steps, no
     shared 16-token prefix): TV 0 by construction; at 40-token continuations nothing is enumerable (16^40)."""
     from harness.check.generation import continuation_law, total_variation
-    from harness.models.toy_pairs import _prompts, _toy_models
+    from harness.models.toy_pairs import toy_models, toy_prompts
     from harness.mutants.generation import exact_output_law
     from specdec_ref.generate import default_eos, eos_set
 
     out = {}
     for name in HOOK_MUTANTS:
         impl = get(name)
-        target, draft = _toy_models({"toy": "0.7", "toy-eos": "eos"}[impl.pair], torch.float64)
+        target, draft = toy_models({"toy": "0.7", "toy-eos": "eos"}[impl.pair], torch.float64)
         eos = eos_set(default_eos(target))
         (setting,) = impl.fn.settings
         out[name] = {"pair": impl.pair, "setting": setting.label, "tv_per_prompt": [
             total_variation(exact_output_law(target, draft, p, length, gamma, setting, impl.fn.hooks, eos),
-                            continuation_law(target, p, length, setting, 16, eos)) for p in _prompts()[:2]]}
+                            continuation_law(target, p, length, setting, 16, eos)) for p in toy_prompts()[:2]]}
     return out
 
 

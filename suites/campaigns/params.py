@@ -16,7 +16,7 @@ import torch
 from harness.check.generation import continuation_law, total_variation
 from harness.configs import Parser, add_arguments, option
 from harness.envelope import write_result
-from harness.models.toy_pairs import _prompts, _toy_models
+from harness.models.toy_pairs import toy_models, toy_prompts
 from harness.mutants import get
 from harness.mutants.generation import exact_output_law
 from harness.records import provenance
@@ -35,7 +35,7 @@ def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
     out = {}
     for name in MUTANTS + (CONTROL,):
         impl = get(name)
-        target, draft = _toy_models(KINDS[impl.pair], torch.float64)
+        target, draft = toy_models(KINDS[impl.pair], torch.float64)
         eos = eos_set(default_eos(target))
         (setting,) = impl.fn.settings
         hooks = getattr(impl.fn, "hooks", None)
@@ -44,7 +44,7 @@ def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
         out[name] = {"pair": impl.pair, "setting": setting.label, "tv_per_prompt": [
             total_variation(exact_output_law(target, draft, p, length, gamma, setting, hooks or REFERENCE_HOOKS, eos),
                             continuation_law(target, p, length, setting, target.config.vocab_size, eos))
-            for p in _prompts()[:2]]}
+            for p in toy_prompts()[:2]]}
     return out
 
 

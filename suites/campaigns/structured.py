@@ -39,7 +39,7 @@ from harness.check.structured import ConstraintSpec, bind_constraints
 from harness.configs import Parser, add_arguments, option
 from harness.envelope import write_result
 from harness.executor import Journal
-from harness.models.toy_pairs import _prompts, _toy_models
+from harness.models.toy_pairs import toy_models, toy_prompts
 from harness.mutants import get, implementations
 from harness.mutants.generation import exact_output_law
 from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED
@@ -65,12 +65,12 @@ def structured_names() -> list[str]:
 
 
 def _tv(pair: str, setting, hooks, length: int = 3, gamma: int = 3) -> list[float]:
-    target, draft = _toy_models(KINDS[pair], torch.float64)
+    target, draft = toy_models(KINDS[pair], torch.float64)
     eos = eos_set(default_eos(target))
     (bound,) = bind_constraints((setting,), get_pair(pair), length)
     return [total_variation(exact_output_law(target, draft, p, length, gamma, bound, hooks, eos),
                             continuation_law(target, p, length, bound, target.config.vocab_size, eos))
-            for p in _prompts()[:2]]
+            for p in toy_prompts()[:2]]
 
 
 def exact_tvs() -> dict:

@@ -123,7 +123,7 @@ def retention() -> dict:
     import torch
 
     from harness.check.sampler import deep_tail, plan_cases, select_cases
-    from harness.mutants.sampler import _fp32_cumsum
+    from harness.mutants.sampler import fp32_cumsum
 
     plan = plan_cases(select_cases([CASE]), 0)[0]
     p = torch.from_numpy(plan.p).float().double()
@@ -143,7 +143,7 @@ def retention() -> dict:
         out[where] = {"tail_mass": mass, "fp32_cumsum_inverse_cdf": float(width[mask].sum()) / mass,
                       "floored_uniform_race": float((w * (1 + c) * torch.exp(-c)).sum()),
                       "fp32_exponential_race": float((w * c * torch.exp(-c) / (1 - torch.exp(-c))).sum())}
-    del _fp32_cumsum  # the mutant's own float32 running sum is np.cumsum on float32, replayed above
+    del fp32_cumsum  # the mutant's own float32 running sum is np.cumsum on float32, replayed above
     return out
 
 

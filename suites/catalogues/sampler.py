@@ -16,7 +16,7 @@ def _norm(x: np.ndarray) -> np.ndarray:
     return x / x.sum(axis=-1, keepdims=True)
 
 
-def _softmax(z: np.ndarray) -> np.ndarray:
+def softmax(z: np.ndarray) -> np.ndarray:
     return _norm(np.exp(z - z.max(axis=-1, keepdims=True)))
 
 
@@ -50,7 +50,7 @@ def _case_zipf_high(rng):
 
 def _case_anti(rng):
     z = rng.normal(0, 2.0, size=(4, 64))
-    return _softmax(z), _softmax(-z[:3])
+    return softmax(z), softmax(-z[:3])
 
 
 def _case_disjoint(rng):
@@ -63,8 +63,8 @@ def _case_disjoint(rng):
 
 def _case_q_zero(rng):
     z = rng.normal(0, 1.5, size=(4, 32))
-    p = _softmax(z)
-    q = _softmax(z[:3] + rng.normal(0, 0.3, size=(3, 32)))
+    p = softmax(z)
+    q = softmax(z[:3] + rng.normal(0, 0.3, size=(3, 32)))
     q[:, rng.permutation(32)[:11]] = 0.0  # q = 0 on a third of the tokens, p > 0 there
     return p, _norm(q)
 
@@ -88,19 +88,19 @@ def _case_llm_width(rng):
 
 def _case_gamma8(rng):
     z = rng.normal(0, 2.0, size=(9, 100))
-    return _softmax(z), _softmax(z[:8] + rng.normal(0, 0.3, size=(8, 100)))
+    return softmax(z), softmax(z[:8] + rng.normal(0, 0.3, size=(8, 100)))
 
 
 def _case_rows_differ(rng):
     """Four unrelated laws, one per row in turn: a row that reads another row's p or q (a batch-index slip,
     TRT-LLM #15098 class) emits the wrong law; with identical rows such a slip is invisible."""
     z = rng.normal(0, 2.0, size=(4, 3, 12))
-    return _softmax(z), _softmax(z[:, :2] + rng.normal(0, 0.8, size=(4, 2, 12)))
+    return softmax(z), softmax(z[:, :2] + rng.normal(0, 0.8, size=(4, 2, 12)))
 
 
 def _case_rows_differ_low(rng):
     z = rng.normal(0, 2.0, size=(4, 3, 24))
-    return _softmax(z), _softmax(-z[:, :2])
+    return softmax(z), softmax(-z[:, :2])
 
 
 CASES: list[SamplerCase] = [  # cheapest first, so a failing implementation is usually caught in seconds

@@ -7,15 +7,15 @@ import numpy as np
 
 from harness.check.tree import TreeCase, caterpillar, full_tree
 from specdec_ref.tree import TreeShape
-from suites.catalogues.sampler import _softmax
+from suites.catalogues.sampler import softmax
 
 
 def _depth_laws(V: int, sigma: float, noise: float, anti: bool):
     """i.i.d. cases: p and q depend on the depth only (equal siblings stay indistinguishable)."""
     def build(rng: np.random.Generator, shape: TreeShape):
         z = rng.normal(0, sigma, size=(shape.max_depth + 1, V))
-        p = _softmax(z)
-        q = _softmax(-z if anti else z + rng.normal(0, noise, size=z.shape))
+        p = softmax(z)
+        q = softmax(-z if anti else z + rng.normal(0, noise, size=z.shape))
         idx = list(shape.depth)
         return p[idx], q[idx]
     return build
@@ -25,8 +25,8 @@ def _node_laws(V: int, sigma: float, noise: float, anti: bool):
     """Distinct siblings: every target index has its own p and q."""
     def build(rng: np.random.Generator, shape: TreeShape):
         z = rng.normal(0, sigma, size=(shape.n_nodes + 1, V))
-        q = _softmax(-z if anti else z + rng.normal(0, noise, size=z.shape))
-        return _softmax(z), q
+        q = softmax(-z if anti else z + rng.normal(0, noise, size=z.shape))
+        return softmax(z), q
     return build
 
 

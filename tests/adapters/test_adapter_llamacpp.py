@@ -75,7 +75,7 @@ def test_rows_are_seeded_padded_after_eos_and_the_draft_setting_is_restored(smol
     assert torch.equal(a, b)  # the row seeds are the stream
     assert not torch.equal(a, c)
     assert len({tuple(r.tolist()) for r in a}) > 1  # rows have seeds of their own
-    eos = set(llamacpp._eos_list(smollm2.target))
+    eos = set(llamacpp.eos_list(smollm2.target))
     for row in a.tolist():
         if -1 in row:
             cut = row.index(-1)

@@ -3,11 +3,11 @@
 import torch
 
 from harness.adapters.hf import assisted_generate
-from harness.models.toy_pairs import _toy_models
+from harness.models.toy_pairs import toy_models
 
 
 def test_assisted_generate_fixes_gamma_for_the_call_and_restores_the_config(monkeypatch):
-    target, draft = _toy_models("0.7", torch.float32)
+    target, draft = toy_models("0.7", torch.float32)
     seen = []
     original = type(target).generate
 
@@ -27,7 +27,7 @@ def test_assisted_generate_fixes_gamma_for_the_call_and_restores_the_config(monk
 def test_optional_parameters_reach_transformers_and_unsupported_ones_are_not_accepted(monkeypatch):
     from harness.check.generation import accepted_parameters
 
-    target, draft = _toy_models("0.7", torch.float32)
+    target, draft = toy_models("0.7", torch.float32)
     seen = []
     original = type(target).generate
 

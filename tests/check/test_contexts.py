@@ -27,7 +27,7 @@ from harness.contexts import (
     plan,
     random_contexts,
 )
-from harness.models.toy_pairs import _toy_models
+from harness.models.toy_pairs import toy_models
 from harness.mutants import get
 from harness.mutants.generation import PAGE, BoundaryStaleRunner, PrefixKeyedRunner
 from harness.pairs import get_pair
@@ -73,7 +73,7 @@ def test_resampled_contexts_are_prefixes_of_the_targets_own_samples(pair):
 
 
 def test_widening_the_toy_context_leaves_the_first_64_positions_unchanged():
-    target, _ = _toy_models("0.7", torch.float64)
+    target, _ = toy_models("0.7", torch.float64)
     fresh = toy.toy_pair(0.7, vocab_size=16, dtype=torch.float64)[0]  # the 64-position model
     x = torch.randint(0, 16, (4, 64), generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():

@@ -18,23 +18,23 @@ from harness.check.generation import (
 )
 from harness.cli import main
 from harness.errors import HarnessError
-from harness.models.toy_pairs import _prompts, _toy_models
+from harness.models.toy_pairs import toy_models, toy_prompts
 from harness.mutants import get
 from harness.mutants.generation import exact_output_law, hooked_generate
 from harness.pairs import get_pair
 from specdec_ref.adapters import generate as reference_generate
-from specdec_ref.generate import REFERENCE_HOOKS, StepHooks, _target_law, default_eos, eos_set
+from specdec_ref.generate import REFERENCE_HOOKS, StepHooks, default_eos, eos_set, target_law
 from specdec_ref.sampling import sample_from_uniform
 from suites.catalogues.generation import PARAMETER_SETTINGS
 
-PROMPT = _prompts()[0]
+PROMPT = toy_prompts()[0]
 NEW_MUTANTS = ("min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",
                "penalty_draft_only", "min_new_tokens_bonus_only", "bad_words_bonus_only", "top_p_before_temperature")
 KINDS = {"toy": "0.7", "toy-eos": "eos"}
 
 
 def _models(pair: str):
-    target, draft = _toy_models(KINDS[pair], torch.float64)
+    target, draft = toy_models(KINDS[pair], torch.float64)
     return target, draft, eos_set(default_eos(target))
 
 
@@ -56,7 +56,7 @@ def test_each_battery_setting_visibly_changes_the_toy_law(setting):
     plain = Setting(setting.temperature, setting.top_k, setting.top_p)
     tvs = [total_variation(continuation_law(target, p, 3, setting, 16, eos), continuation_law(target, p, 3, plain, 16,
                                                                                               eos))
-           for p in _prompts()[:2]]
+           for p in toy_prompts()[:2]]
     assert max(tvs) > 0.1, tvs
 
 
@@ -65,7 +65,7 @@ def test_the_loop_hands_position_i_the_prefix_with_the_blocks_first_i_drafts():
 
     def spy_target(logits, params, history):
         histories.append(history)
-        return _target_law(logits, params, history)
+        return target_law(logits, params, history)
 
     def spy_draft(q, u):
         x = sample_from_uniform(q, u)
@@ -95,7 +95,7 @@ def test_parameter_mutants_are_far_from_the_target_law(name):
     target, draft, eos = _models(impl.pair)
     (setting,) = impl.fn.settings
     tvs = [total_variation(exact_output_law(target, draft, p, 3, 3, setting, impl.fn.hooks, eos),
-                           continuation_law(target, p, 3, setting, 16, eos)) for p in _prompts()[:2]]
+                           continuation_law(target, p, 3, setting, 16, eos)) for p in toy_prompts()[:2]]
     assert min(tvs) > 0.08, tvs  # each above the campaign's resolution on both prompts (see results/findings)
 
 

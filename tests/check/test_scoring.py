@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.check.scoring import score_continuations
-from harness.models.toy_pairs import _toy_models
+from harness.models.toy_pairs import toy_models
 from specdec_ref import toy
 
 
@@ -17,7 +17,7 @@ def _full_forward(model, prompt: list[int], row: torch.Tensor) -> torch.Tensor:
         return model(input_ids=seq, attention_mask=torch.ones_like(seq)).logits[0, len(prompt) - 1 : -1]
 
 
-@pytest.mark.parametrize("model", [_toy_models("0.7", torch.float64)[0], toy.tiny_gpt2(32, seed=3).double()],
+@pytest.mark.parametrize("model", [toy_models("0.7", torch.float64)[0], toy.tiny_gpt2(32, seed=3).double()],
                          ids=["llama", "gpt2"])
 def test_matches_full_forward_across_prompts(model):
     V = model.config.vocab_size
@@ -35,7 +35,7 @@ def test_matches_full_forward_across_prompts(model):
 
 
 def test_one_row_and_one_prompt():
-    model = _toy_models("0.7", torch.float64)[0]
+    model = toy_models("0.7", torch.float64)[0]
     rows = torch.randint(0, 16, (1, 4), generator=torch.Generator().manual_seed(1))
     got = score_continuations(model, [[3, 1, 4]], rows)
     assert torch.allclose(got[0], _full_forward(model, [3, 1, 4], rows[0]), atol=1e-5, rtol=0)
@@ -43,7 +43,7 @@ def test_one_row_and_one_prompt():
 
 def test_shifted_positions_would_be_detected():
     """Not vacuous: scoring each row one position late (off by one in the gather) is caught."""
-    model = _toy_models("0.7", torch.float64)[0]
+    model = toy_models("0.7", torch.float64)[0]
     rows = torch.randint(0, 16, (3, 5), generator=torch.Generator().manual_seed(2))
     got = score_continuations(model, [[3, 1, 4]], rows)
     late = torch.cat([got[:, 1:], got[:, -1:]], dim=1)

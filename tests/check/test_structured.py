@@ -15,7 +15,7 @@ from harness.check.generation import (
 )
 from harness.check.structured import ConstraintSpec, bind_constraints, dead_end, format_problem
 from harness.errors import HarnessError
-from harness.models.toy_pairs import _prompts, _toy_models
+from harness.models.toy_pairs import toy_models, toy_prompts
 from harness.mutants import get, implementations
 from harness.mutants.generation import exact_output_law
 from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED, STEP_MUTANTS
@@ -29,7 +29,7 @@ from specdec_ref.processing import History, SamplingParams, process
 
 pytest.importorskip("llguidance")
 
-PROMPTS = _prompts()[:2]
+PROMPTS = toy_prompts()[:2]
 TOY_EOS = 5  # toy-eos: EOS = the toy target's favourite first token ('f')
 STRUCTURED = [i.name for i in implementations(level="generation") if i.fn.__module__ == "harness.mutants.structured"]
 
@@ -72,7 +72,7 @@ def test_processing_masks_before_the_cuts_and_greedy_is_the_masked_argmax():
 
 
 def _exact_tv(pair_name, setting, hooks=REFERENCE_HOOKS, prompts=PROMPTS):
-    target, draft = _toy_models({"toy": "0.7", "toy-eos": "eos"}[pair_name], torch.float64)
+    target, draft = toy_models({"toy": "0.7", "toy-eos": "eos"}[pair_name], torch.float64)
     eos = eos_set(default_eos(target))
     (bound,) = bind_constraints((setting,), get_pair(pair_name), 3)
     return [total_variation(exact_output_law(target, draft, p, 3, 3, bound, hooks, eos),
@@ -91,7 +91,7 @@ def test_reference_output_law_is_the_constrained_target_law(pair_name, regex, te
 
 
 def test_the_constraint_moves_the_toy_law():
-    target, _ = _toy_models("0.7", torch.float64)
+    target, _ = toy_models("0.7", torch.float64)
     (bound,) = bind_constraints((Setting(1.0, constraint=ConstraintSpec("regex", FREE_THEN_CONSTRAINED)),),
                                 get_pair("toy"), 3)
     assert total_variation(continuation_law(target, PROMPTS[0], 3, bound, 16, set()),

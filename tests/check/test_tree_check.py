@@ -14,7 +14,6 @@ from harness.adapters.calling import ImplementationError
 from harness.adapters.loading import check_signature, load_callable
 from harness.check.sampler import custom_case, run_sampler_check
 from harness.check.tree import (
-    _plan_case,
     chain_as_tree,
     count_tests_for_case,
     count_tests_for_node_laws,
@@ -25,6 +24,7 @@ from harness.check.tree import (
     load_tree_case,
     node_marginals,
     path_bound,
+    plan_case,
     read_paths,
     run_tree_check,
     validate_tree_inputs,
@@ -73,13 +73,13 @@ def test_zoo_models_the_bugs_of_the_brief():
 def test_declared_test_counts_match_what_is_emitted():
     report = run_tree_check(tree_verify_specinfer, rows=3_000, seed=0)
     for case in CASES:
-        plan = _plan_case(case)
+        plan = plan_case(case)
         emitted = [t for t in report.tests if t.name.startswith(case.name + "/")]
         assert len(emitted) == count_tests_for_case(plan), case.name
         assert sum("reach_above_bound" in t.name for t in emitted) == count_tests_for_reach_bounds(plan)
     assert "gating tests" in report.notes[-1]
     # the pure functions on their own
-    plan = _plan_case(CASES[0])
+    plan = plan_case(CASES[0])
     out = np.zeros((10, plan.shape.max_depth + 1), dtype=np.int64)
     reached = np.ones((10, plan.shape.n_nodes + 1), dtype=bool)
     assert len(tree_check.tests_for_node_laws(out, reached, plan, 1e-4, 0.9, "x")) == count_tests_for_node_laws(plan)

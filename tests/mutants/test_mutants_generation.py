@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from harness.models.toy_pairs import _toy_models
+from harness.models.toy_pairs import toy_models
 from harness.mutants import get, implementations
 from harness.mutants.generation import hooked_generate
 from specdec_ref import toy
@@ -33,7 +33,7 @@ def _run(impl_or_fn, pair, *, B=8, n=8, gamma=3, temperature=1.0, top_k=None, to
 def pairs():
     def with_eos(kind: str) -> tuple:
         """A toy pair whose target stops at its most likely first token (frequently drafted and accepted)."""
-        target, draft = (copy.deepcopy(m) for m in _toy_models(kind, torch.float32))
+        target, draft = (copy.deepcopy(m) for m in toy_models(kind, torch.float32))
         with torch.inference_mode():
             eos = int(target(input_ids=torch.tensor([PROMPT])).logits[0, -1].argmax())
         target.generation_config.eos_token_id = eos
@@ -42,7 +42,7 @@ def pairs():
     tied = toy.tiny_llama(V, seed=7)
     with torch.no_grad():  # every logit has an exact twin: greedy ties at every step
         tied.lm_head.weight[V // 2 :] = tied.lm_head.weight[: V // 2]
-    return {kind: _toy_models(kind, torch.float32) for kind in ("0.7", "0.2", "anti", "1.0")} | {
+    return {kind: toy_models(kind, torch.float32) for kind in ("0.7", "0.2", "anti", "1.0")} | {
         "eos": with_eos("0.7"), "tied": (tied, toy.tiny_llama(V, seed=8))}
 
 
@@ -255,7 +255,7 @@ def test_tie_mutant_differs_from_plain_greedy_on_tied_logits(pairs):
 
 
 def test_wasteful_variant_accepts_fewer_drafts():
-    pair = _toy_models("0.7", torch.float32)
+    pair = toy_models("0.7", torch.float32)
     ids = torch.tensor([PROMPT] * 200)
     kwargs = dict(max_new_tokens=12, gamma=3, temperature=1.0, top_k=None, top_p=None, seed=3)
     fair = hooked_generate(*pair, ids, **kwargs).stats

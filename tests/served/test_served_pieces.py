@@ -218,10 +218,10 @@ def test_the_table_equals_llama_cpps_own_pieces_for_every_id():
     """What the server reports: `detokenize([id])` of llama.cpp itself (needs llama-cpp-python: nox -s engines)."""
     llama_cpp = pytest.importorskip("llama_cpp")
     from harness.check.api import load_pair
-    from harness.models.smollm2 import _gguf_path
+    from harness.models.smollm2 import gguf_path
 
     table = PieceTable.from_tokenizer(load_pair("smollm2").tokenizer)
-    llama = llama_cpp.Llama(model_path=str(_gguf_path()), vocab_only=True, verbose=False)
+    llama = llama_cpp.Llama(model_path=str(gguf_path()), vocab_only=True, verbose=False)
     differ = [i for i in range(len(table.token_bytes)) if llama.detokenize([i]) != table.token_bytes[i]]
     assert differ == []
 

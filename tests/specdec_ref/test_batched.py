@@ -13,17 +13,17 @@ import pytest
 import torch
 
 from harness.models import smollm2
-from harness.models.toy_pairs import _toy_models
+from harness.models.toy_pairs import toy_models
 from specdec_ref import batched, toy
 from specdec_ref.generate import default_eos, speculative_generate
 from specdec_ref.runners import BatchedRunner, CachedRunner, make_runner
 
 
 def _pairs() -> dict:
-    eos_target, eos_draft = _toy_models("eos", torch.float32)
+    eos_target, eos_draft = toy_models("eos", torch.float32)
     return {
-        "toy": _toy_models("0.7", torch.float32),
-        "toy-anti": _toy_models("anti", torch.float32),  # rejections at almost every position
+        "toy": toy_models("0.7", torch.float32),
+        "toy-anti": toy_models("anti", torch.float32),  # rejections at almost every position
         "toy-eos": (eos_target, eos_draft),
         "llama 2-layer vs 1-layer": (toy.tiny_llama(32, hidden=48, layers=2, heads=4, seed=5), toy.tiny_llama(32, seed=6)),
         "gpt2 (learned positions)": (toy.tiny_gpt2(32, seed=3), toy.tiny_gpt2(32, seed=4)),

@@ -10,14 +10,14 @@ from specdec_ref.generate import autoregressive_generate, speculative_generate
 
 
 def _greedy_pairs():
-    from harness.models.toy_pairs import _toy_models
+    from harness.models.toy_pairs import toy_models
 
     target = toy.tiny_llama(32, hidden=48, layers=2, heads=4, seed=5)
     gpt2_target = toy.tiny_gpt2(32, seed=3)
     gpt2_draft = toy.tiny_gpt2(32, seed=4)
     return {
-        "toy": _toy_models("0.7", torch.float32),
-        "toy-anti (useless draft)": _toy_models("anti", torch.float32),
+        "toy": toy_models("0.7", torch.float32),
+        "toy-anti (useless draft)": toy_models("anti", torch.float32),
         "draft == target": (target, copy.deepcopy(target)),
         "random llama 2-layer vs 1-layer": (target, toy.tiny_llama(32, seed=6)),
         "random gpt2 pair": (gpt2_target, gpt2_draft),

@@ -10,9 +10,9 @@ import ctypes
 
 import llama_cpp
 
-from harness.models.smollm2 import _gguf_path
+from harness.models.smollm2 import gguf_path
 
-llama = llama_cpp.Llama(model_path=str(_gguf_path()), vocab_only=True, verbose=False)
+llama = llama_cpp.Llama(model_path=str(gguf_path()), vocab_only=True, verbose=False)
 model = llama._model
 
 
