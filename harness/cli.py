@@ -164,6 +164,11 @@ def _report_and_exit(report, args) -> int:
     if args.json:
         report.write_json(args.json)
         print(f"  report written to {args.json}")
+        from harness.check.estimate_plot import write_estimates_figure
+
+        figure = write_estimates_figure(report, args.json)  # per-position estimates and their bands, when any
+        if figure:
+            print(f"  estimates plotted in {figure}")
     if report.verdict == "inconclusive":
         return EXIT_OK if args.allow_inconclusive else EXIT_INCONCLUSIVE
     if report.verdict == "pass":

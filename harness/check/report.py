@@ -95,9 +95,14 @@ class CheckReport:
         """`--estimate`: the TV estimates of every cell, position and law, with the cell's name (cell key "case")."""
         return [{"case": c["name"], **e} for c in self.cases for e in c.get("tv_estimates", [])]
 
+    def failed_cells(self) -> set[str]:
+        """Names of the cells with a rejected test (a cell's tests are named CELL/…; a cell name may hold '/')."""
+        names = [c["name"] for c in self.cases]
+        return {n for n in names for t in self.tests if t.reject and t.name.startswith(n + "/")}
+
     def estimate_lines(self, limit: int = 8) -> list[str]:
         """"TV 0.031 [0.026, 0.036] at position 2 (case, n; exact 0.030)" — failed cells first, largest first."""
-        failed = {t.name.split("/")[0] for t in self.tests if t.reject}
+        failed = self.failed_cells()
         rows = sorted(self.estimates, key=lambda e: (e["case"] not in failed, -(e["estimate"] or 0)))
         lines = []
         for e in rows[:limit]:

@@ -52,3 +52,23 @@ def test_a_sampler_fail_report_carries_estimates_and_a_pass_report_none():
     good = run_sampler_check(get("reference_verify").fn, cases=["gamma8-v100"], samples=20000)
     assert good.verdict == "pass" and good.estimates == []
 
+
+
+def test_verify_json_writes_the_estimates_figure_beside_it(tmp_path, capsys):
+    from harness.cli import main
+
+    path = tmp_path / "report.json"
+    rc = main(["verify", "--impl", "harness.mutants.sampler:relaxed_acceptance", "--cases", "gamma8-v100",
+               "--samples", "20000", "--estimate", "--json", str(path)])
+    assert rc == 1
+    figure = tmp_path / "report-estimates.png"
+    assert figure.stat().st_size > 1000 and f"estimates plotted in {figure}" in capsys.readouterr().out
+    rc = main(["verify", "--impl", "specdec_ref.adapters:verify", "--cases", "binary-gamma8",
+               "--samples", "2000", "--json", str(tmp_path / "pass.json")])
+    assert rc == 0 and not (tmp_path / "pass-estimates.png").exists()  # a PASS without --estimate: no estimates
+
+
+def test_failed_cells_of_a_generation_report_hold_a_slash():
+    impl = get("penalties_count_rejected_drafts")
+    report = run_generation_check(impl.fn, get_pair(impl.pair), samples=2000, prompts=1, settings=impl.fn.settings)
+    assert report.failed_cells() == {"T=1,presence_penalty=3/prompt0"}
