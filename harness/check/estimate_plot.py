@@ -26,13 +26,17 @@ def estimates_figure(estimates: list[dict], title: str = ""):
     for ax, key in zip(axes[0], keys, strict=True):
         rows = sorted(groups[key], key=lambda e: -1 if e["position"] == "joint" else e["position"])
         x = [-1 if e["position"] == "joint" else e["position"] for e in rows]
-        ax.fill_between(x, [e["low"] for e in rows], [e["high"] for e in rows], alpha=0.3, label="95% interval")
+        lows, highs = [e["low"] for e in rows], [e["high"] for e in rows]
+        ax.fill_between(x, lows, highs, alpha=0.3, label="95% interval")
+        ax.vlines(x, lows, highs, alpha=0.6, lw=3)  # the band of a single position
         ax.plot(x, [e["estimate"] for e in rows], "o-", ms=4, label="estimate")
         exact = [(xi, e["exact_tv"]) for xi, e in zip(x, rows, strict=True) if e.get("exact_tv") is not None]
         if exact:
             ax.plot(*zip(*exact, strict=True), "kx", ms=6, label="exact TV")
         ax.set_xticks(x, ["joint" if xi == -1 else str(xi) for xi in x])
-        ax.set_title(" ".join(k for k in key if k), fontsize=8)
+        case, law = key
+        law = law[len(case) + 1:] if law.startswith(case + "/") else ("" if law == case else law)
+        ax.set_title(f"{case} {law}".strip(), fontsize=8)
         ax.set_xlabel("position")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
