@@ -32,6 +32,7 @@ from harness.stats import (
 )
 
 TIMING_SEED, TIMING_ROUNDS = 2000, 2
+ENGINE_SEED = 3000
 
 
 @dataclasses.dataclass
@@ -41,6 +42,11 @@ class Config:
     timing: list[str] | None = option(None, "--timing", "instead of the simulation: time these generation mutants at "
                                       "the default plan and at the plan without contexts, alternating "
                                       "(OUT/timing.json)", metavar="MUTANT", nargs="+")
+    engine: list[str] | None = option(None, "--engine", "instead of the simulation: serve these generation mutants "
+                                      "(specdec serve's app, toy-low unless the entry names a pair) and check them at "
+                                      "the engine level with --contexts catalogue and none, alternating "
+                                      "(OUT/engine.json)", metavar="MUTANT", nargs="+")
+    engine_seeds: int = option(2, "--engine-seeds", "with --engine: seeds per mutant and plan", int, "N")
 
 
 WHERE = "local"  # the simulation prints as it goes; the timing rows are measured in this process, in order
@@ -190,7 +196,10 @@ def markdown(result: dict, meta: dict, out: str = "results/headline") -> str:
         "penalties_count_rejected_drafts penalties_count_rejected_drafts_mild temperature_garbage_at_draft_positions "
         "--seeds 20 --out results/headline/zoo-penalties`; add `--compare-plans` for the plan without contexts "
         "beside it. The reference's false alarms at the default plan's cells (`zoo-control/report.md`): `specdec "
-        "mutants --only reference_generate --control-seeds 200 --out results/headline/zoo-control`.", ""]
+        "mutants --only reference_generate --control-seeds 200 --out results/headline/zoo-control`.", "",
+        "The engine level with a local target (`engine.md`, served mutants, `--contexts catalogue` vs `none`): `specdec "
+        "campaign headline --engine stale_page_at_block_boundary_sampling rollback_wrong_after_step_k stale_target_cache "
+        "draft_q_unprocessed --engine-seeds 1`.", ""]
     return "\n".join(lines)
 
 
@@ -211,6 +220,57 @@ def timing_run(name: str, plan: str, r: int, seed: int) -> dict:
             "seconds": round(got["seconds"], 2)}
 
 
+def engine_cells(names: list[str], seeds: int) -> dict[str, tuple]:
+    """Each named mutant served, checked at the engine level with the contexts catalogue and without, the order
+    alternating between seeds (cells run in this order, in one process)."""
+    return {f"engine/{s}/{name}/{plan}": ("engine", name, plan, ENGINE_SEED + s) for s in range(seeds)
+            for name in names for plan in (("catalogue", "none") if s % 2 == 0 else ("none", "catalogue"))}
+
+
+def engine_run(name: str, plan: str, seed: int) -> dict:
+    """One engine-level check of the served mutant with the local target as ground truth (a), its default plan
+    otherwise (2,000 continuations per prompt × setting; stops at the first decided cell)."""
+    import torch
+
+    from harness.mutants.registry import get
+    from harness.pairs import get_pair
+    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.serve import serving
+
+    torch.set_num_threads(1)
+    impl = get(name)
+    pair = impl.pair or "toy-low"
+    started = time.perf_counter()
+    with serving(impl.fn, get_pair(pair)) as served:
+        report = run_engine_check(EngineConfig(endpoint=served.url + "/v1", pair=pair, contexts=plan, seed=seed))
+    first = next((t for t in report.tests if t.reject), None)
+    return {"name": name, "pair": pair, "plan": plan, "seed": seed, "verdict": report.verdict,
+            "fail": report.verdict == "fail", "samples": report.samples, "first_reject": first and first.name,
+            "cells_run": len(report.cases), "seconds": round(time.perf_counter() - started, 2)}
+
+
+def engine_markdown(rows: list[dict], command: str) -> str:
+    names = list(dict.fromkeys(r["name"] for r in rows))
+    lines = ["# The engine level with a local target: contexts catalogue vs none on served mutants", "",
+             f"Command: `{command}`. Each mutant is served by `specdec serve`'s app on 127.0.0.1 and checked by "
+             "`run_engine_check` (ground truth: the local target); `catalogue` adds the contexts cells after the "
+             "cells of the plan without contexts (same rows, same order), so a run that stops at its first decided "
+             "cell decides what `none` decides, at the same cell; the catalogue is built only when a contexts cell reads it. "
+             "Seconds are wall-clock on a shared 2-core machine; the plans alternate between seeds (catalogue first at "
+             "even seeds), so with one seed the catalogue run also pays the first server start.",
+             "", "| mutant | pair | plan | FAIL / runs | first rejecting test | median s |", "|---|---|---|---|---|---|"]
+    for name in names:
+        for plan in ("none", "catalogue"):
+            got = [r for r in rows if r["name"] == name and r["plan"] == plan]
+            if not got:
+                continue
+            secs = sorted(r["seconds"] for r in got)
+            first = next((r["first_reject"] for r in got if r["first_reject"]), "-")
+            lines.append(f"| `{name}` | {got[0]['pair']} | {plan} | {sum(r['fail'] for r in got)}/{len(got)} | "
+                         f"{first} | {secs[len(secs) // 2]:.0f} |")
+    return "\n".join(lines + [""])
+
+
 def timing(names: list[str], seed: int = TIMING_SEED, rounds: int = TIMING_ROUNDS) -> list[dict]:
     return [run_cell(*args) for args in timing_cells(names, seed, rounds).values()]
 
@@ -221,19 +281,29 @@ def validate(config: Config) -> None:
 
     if config.sims < 1:
         raise HarnessError("--sims must be ≥ 1")
-    for name in config.timing or ():
-        get(name)  # an unknown mutant: "Did you mean ...?" (exit 2)
+    if config.timing and config.engine:
+        raise HarnessError("--timing and --engine are two runs: give one")
+    if config.engine_seeds < 1:
+        raise HarnessError("--engine-seeds must be ≥ 1")
+    for name in (*(config.timing or ()), *(config.engine or ())):
+        if get(name).level != "generation":  # an unknown mutant: "Did you mean ...?" (exit 2)
+            raise HarnessError(f"{name} is a {get(name).level}-level entry; --timing and --engine take generation "
+                               "mutants")
 
 
 def journaled(config: Config) -> bool:
-    return not config.timing  # a timing compares runs of one process: never resumed
+    return not config.timing  # a timing compares runs of one process: never resumed (engine runs are: minutes each)
 
 
 def provenance_fields(config: Config) -> dict:
+    if config.engine:
+        return {"seed": ENGINE_SEED}
     return {"seed": TIMING_SEED} if config.timing else {"seed": config.seed, "dtype": "float64"}
 
 
 def cells(config: Config) -> dict[str, tuple]:
+    if config.engine:
+        return engine_cells(config.engine, config.engine_seeds)
     if config.timing:
         return timing_cells(config.timing)
     return {f"power/sims{config.sims}/seed{config.seed}": ("power", config.sims, config.seed)}
@@ -242,11 +312,20 @@ def cells(config: Config) -> dict[str, tuple]:
 def run_cell(kind: str, *args) -> dict:
     if kind == "timing":
         return timing_run(*args)
+    if kind == "engine":
+        return engine_run(*args)
     sims, seed = args
     return run(sims, seed, progress=lambda line: print(line, flush=True))
 
 
 def report(run_) -> int:
+    if run_.config.engine:
+        rows = run_.records
+        run_.write_result("engine.json", "campaign.headline.engine", rows=rows,
+                          summary={"runs": len(rows), "fail": sum(r["fail"] for r in rows)})
+        run_.write_text("engine.md", engine_markdown(rows, run_.command))
+        print(engine_markdown(rows, run_.command))
+        return 0
     if run_.config.timing:
         rows = run_.records
         run_.write_result("timing.json", "campaign.headline.timing", rows=rows, summary={"runs": len(rows)})
