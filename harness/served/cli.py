@@ -141,6 +141,9 @@ class ServeConfig:
     dialect: str = option("openai", "--dialect", "llama-cpp-python: answer as its server does (text pieces, no token "
                           "ids, n = 1, /extras/tokenize), to test `specdec verify --api llama-cpp-python`; the pair "
                           "needs a real tokenizer (toy-pieces, smollm2)", choices=_dialects)
+    reasoning_end: int | None = option(None, "--reasoning-end-token", "a reasoning parser on the chat route: the text "
+                                       "before the first token ID is reasoning_content, the rest content (as vLLM's "
+                                       "--reasoning-parser)", int, "ID")
     # a planted logprob bug, for testing the logprobs honesty check (not for users: hidden from --help)
     logprobs_mutant: str | None = option(None, "--logprobs-mutant", "a planted logprob bug (tests only)",
                                          choices=_logprobs_mutants, hidden=True)
@@ -170,7 +173,8 @@ def run_serve(args) -> int:
                   speculative=not args.no_speculation, gamma=args.gamma, model_name=args.model_name,
                   max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode,
                   logprobs_mutant=args.logprobs_mutant, dialect=args.dialect,
-                  prompt_logprobs_mode=args.prompt_logprobs_mode, api_mutant=args.api_mutant)
+                  prompt_logprobs_mode=args.prompt_logprobs_mode, api_mutant=args.api_mutant,
+                  reasoning_end=args.reasoning_end)
     return EXIT_OK
 
 

@@ -25,7 +25,7 @@ other client written for vLLM) runs against the reference and every generation m
   and logprobs), finish_reason on the last, a usage event with `stream_options.include_usage`, then `[DONE]`. The
   steps are the reference adapter's own (recorded by an emit hook); the target alone, and implementations that
   do not report steps, stream one token per delta;
-- `reasoning_end` (`serving(..., reasoning_end=ID)`): a reasoning parser on the chat route, as vLLM's
+- `reasoning_end` (`specdec serve --reasoning-end-token ID`): a reasoning parser on the chat route, as vLLM's
   `--reasoning-parser` (DeepSeek-R1 style): the text before the first token ID is `reasoning_content`, the text
   after it `content`, in the reply and in each streamed delta.
 

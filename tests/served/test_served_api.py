@@ -246,6 +246,7 @@ def test_the_default_engine_checks_add_the_api_check_where_the_server_may_allow_
     assert checks("--pair", "toy") == (("tokens", "api"), True)
     assert checks("--pair", "toy", "--engine-checks", "tokens") == (("tokens",), False)
     assert checks("--pair", "toy", "--api", "llama-server") == (("tokens",), False)
+    assert build_parser().parse_args(["serve", "--reasoning-end-token", "2"]).reasoning_end == 2
 
 
 def test_the_api_check_asks_the_server_whether_it_allows_it():
