@@ -1,9 +1,10 @@
 """The prompt catalogue and defaults of `specdec bench --endpoint` (speedup of a served engine over HTTP).
 
-Categories follow Spec-Bench's task families (multi-turn chat, translation, summarization, question
-answering, math, retrieval-augmented answering) plus code; two prompts each, written for this
-project (`suites/prompts/bench.jsonl`), phrased as plain completions so that base and instruct
-models alike continue them.
+Categories are Spec-Bench's six subtasks (`chat` = multi-turn conversation, `translation`,
+`summarization`, `qa` = question answering, `math` = mathematical reasoning, `rag` = retrieval-augmented
+generation), 20 prompts each, plus two `code` prompts kept from the first catalogue; written for this
+project (`suites/prompts/bench.jsonl`, Apache-2.0, see suites/prompts/README.md), phrased as plain
+completions so that base and instruct models alike continue them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 from importlib import resources
 
 CATEGORIES = ("chat", "translation", "summarization", "qa", "math", "rag", "code")
+SPEC_BENCH = {"chat": "multi-turn conversation", "translation": "translation", "summarization": "summarization",
+              "qa": "question answering", "math": "mathematical reasoning", "rag": "retrieval-augmented generation"}
 CONCURRENCY = (1, 2, 4)
 MAX_TOKENS = 64
 QUICK = {"concurrency": (1, 2), "max_tokens": 8, "per_category": 1}  # what CI affords against the toy pair

@@ -63,7 +63,8 @@ class BenchConfig:
     top_k: int | None = _field(None, "--top-k", "top-k filter for p and q (default off)", int, "K")
     top_p: float | None = _field(None, "--top-p", "top-p filter for p and q (default off)", float, "P")
     repeats: int | None = _field(None, "--repeats", "timed repeats per cell, after the warm-up (default 3)", int, "R")
-    prompts: int | None = _field(None, "--prompts", "prompts per cell, each generated with B = 1", int, "N")
+    prompts: int | None = _field(None, "--prompts", "prompts per cell, each generated with B = 1 (with --endpoint: "
+                                 "the first N of each category; default all)", int, "N")
     max_new_tokens: int | None = _field(None, "--max-new-tokens", "new tokens per prompt", int, "N")
     synthetic_cost_ms: tuple[float, float] | None = _field(
         None, "--synthetic-cost", "pad every target/draft forward to this wall time (emulates an accelerator)",

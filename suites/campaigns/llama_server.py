@@ -59,7 +59,8 @@ SPREAD_FACTOR = 4  # tolerance = this × the largest |Δ| measured with speculat
 # An open prompt: SmolLM2's own first prompt is so peaked that llama.cpp's default truncation changes its law
 # by less than any affordable plan detects; on this one the truncation moves 5–35 % of the mass per position.
 PROMPT = "Write one sentence about a cat."
-BENCH = ["--concurrency", "1,2", "--max-new-tokens", "32", "--categories", "code,qa,summarization,translation"]
+BENCH = ["--concurrency", "1,2", "--max-new-tokens", "32", "--categories", "code,qa,summarization,translation",
+         "--prompts", "2"]  # the first two per category: the cost (and the prompts) of the runs in results/
 # (name, server, extra body, declared order, settings): the token-law cells
 TOKEN_RUNS = (
     ("speculation-on, defaults, documented order", "on", None, "standard", ("T=0", "T=0.7", "T=1")),

@@ -329,7 +329,8 @@ LOGPROBS_SAMPLES = 16  # continuations per prompt × setting (each of ENGINE_LEN
 SPREAD_FACTOR = 4
 # `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category (acceptance per position from
 # vLLM's /metrics); the servers of the raw-logprobs pair, which are plain `vllm serve` with and without n-gram.
-BENCH = ["--concurrency", "1,2,4", "--max-new-tokens", "32", "--categories", "code,qa,summarization,translation"]
+BENCH = ["--concurrency", "1,2,4", "--max-new-tokens", "32", "--categories", "code,qa,summarization,translation",
+         "--prompts", "2"]  # the first two per category: the cost (and the prompts) of the runs in results/
 
 
 @contextlib.contextmanager
