@@ -103,7 +103,7 @@ def parameter_settings() -> tuple[Setting, ...]:
     return tuple(catalogue("generation").PARAMETER_SETTINGS)
 
 
-def _target64(pair: ModelPair):
+def target64(pair: ModelPair):
     """A float64 copy of the target for exact conditionals (cached on the pair); float32 where a kernel refuses
     float64 (harness.models.precision: the reason is kept in pair.meta["score_precision_note"])."""
     if "_target64" not in pair.meta:
@@ -393,7 +393,7 @@ def greedy_tests(impl, pair: ModelPair, prompts: list[list[int]], *, gamma: int,
         if pos is None:
             gating.append(deterministic_result(f"{prefix}/prompt{i}", True, n=len(want)))
             continue
-        finding = _divergence(pair, prompt, want, got, pos)
+        finding = classify_divergence(pair, prompt, want, got, pos)
         findings.append({"prompt": i, **finding})
         result = deterministic_result(f"{prefix}/prompt{i}", False, n=len(want), **finding)
         if finding["kind"] == "numerics (near-tie)":  # reported, and the prompt's gating test passes
@@ -406,7 +406,7 @@ def greedy_tests(impl, pair: ModelPair, prompts: list[list[int]], *, gamma: int,
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def _divergence(pair, prompt, want, got, pos) -> dict:
+def classify_divergence(pair, prompt, want, got, pos) -> dict:
     """Target logit margin at the first divergence: a near-tie is numerics, a clear margin is a bug.
 
     float32/float64 targets: the gap of the emitted token below the argmax, in the target's own
@@ -428,7 +428,7 @@ def _divergence(pair, prompt, want, got, pos) -> dict:
     extra: dict = {}
     if pair.target.dtype in LOW_PRECISION and want_tok is not None and got_tok is not None and got_tok < len(logits):
         with torch.inference_mode():
-            exact = _target64(pair)(**inputs).logits[0, -1, : pair.vocab_size].double().cpu()
+            exact = target64(pair)(**inputs).logits[0, -1, : pair.vocab_size].double().cpu()
         rounding = float((logits - exact).abs().max())
         gap64 = float(exact[want_tok] - exact[got_tok])
         kind = "numerics (near-tie)" if abs(gap64) <= 2 * rounding else "logic"
@@ -978,7 +978,7 @@ class GenerationSource(TrialSource):
         self.seed, self.gamma, self.samples = config.seed, config.gamma, config.samples
         # The ground truth the outputs are tested against: a float64 copy of the target (exact), or the
         # target as loaded (--score-dtype model: no second copy in memory, the precision the pair runs in).
-        self.scorer = _target64(self.pair) if config.score_dtype == "float64" else self.pair.target
+        self.scorer = target64(self.pair) if config.score_dtype == "float64" else self.pair.target
         sampling = [s for s in self.settings if s.temperature > 0]
         self.budget_each = None if config.time_budget_s is None else \
             config.time_budget_s / max(1, len(sampling) * (len(self.prompts) + bool((self.contexts or {}).get("contexts"))))

@@ -9,7 +9,7 @@ looks the same at first sight. For each prompt this report runs, with the same w
 - the target alone, greedy, in the low precision (what the implementation must reproduce);
 - the implementation, greedy, in the low precision, classified at its first divergence by the
   exact (float64) logit gap of the two tokens against the low-precision rounding error there
-  (`harness.check.generation._divergence`);
+  (`harness.check.generation.classify_divergence`);
 - the target alone in float32 (the numerics floor: how far bf16 decoding drifts by itself);
 - the implementation in float32, which must match float32 greedy exactly (numerics allowed only
   for near-ties under 1e-3 of the logit scale).
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from harness.check.config import NumericsConfig  # its home: the light config module (the CLI's flags)
-from harness.check.generation import _divergence, first_difference, greedy_impl, greedy_target
+from harness.check.generation import classify_divergence, first_difference, greedy_impl, greedy_target
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
 
@@ -35,7 +35,7 @@ def _compare(impl_pair: ModelPair, prompt, want, got) -> dict:
     pos = first_difference(want, got)
     if pos is None:
         return {"equal": True, "agree_tokens": len(want)}
-    return {"equal": False, "agree_tokens": pos, **_divergence(impl_pair, prompt, want, got, pos)}
+    return {"equal": False, "agree_tokens": pos, **classify_divergence(impl_pair, prompt, want, got, pos)}
 
 
 def run_numerics(impl: Callable, low: ModelPair, full: ModelPair, prompts: list[list[int]],

@@ -892,12 +892,12 @@ def _eos_law(run, prompt: list[int], setting):
     def law(ids: list[int]):
         import torch
 
-        from harness.check.generation import _target64
+        from harness.check.generation import target64
         from specdec_ref.processing import process
 
         seq = torch.tensor([prompt + list(ids)], dtype=torch.long)
         with torch.inference_mode():
-            logits = _target64(run.pair)(input_ids=seq).logits[0, len(prompt) - 1 : -1, : run.pair.vocab_size].double()
+            logits = target64(run.pair)(input_ids=seq).logits[0, len(prompt) - 1 : -1, : run.pair.vocab_size].double()
         return process(logits, setting)[:, eos].sum(-1).numpy()
 
     return law

@@ -176,7 +176,7 @@ def tests_for_two_sample(rows_a: list[list[int]], rows_b: list[list[int]], *, le
 # ---------------------------------------------------------------------------------------- greedy
 
 def greedy_result(name: str, want: list[int], got: list[int], divergence: dict | None) -> TestResult:
-    """Exact equality; `divergence` (from harness.check.generation._divergence) classifies a mismatch."""
+    """Exact equality; `divergence` (from harness.check.generation.classify_divergence) classifies a mismatch."""
     if divergence is None:
         return deterministic_result(name, want == got, n=len(want),
                                     message="" if want == got else f"differs from the reference: {got} vs {want}")

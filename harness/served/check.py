@@ -494,11 +494,11 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
     rng = np.random.default_rng([run.config.seed, data.index, int(data.setting.temperature * 1000)])
     kw = {"level": level, "power": power, "prefix": cell.name}
     if run.ground_truth == "local":
-        from harness.check.generation import _target64
+        from harness.check.generation import target64
         from specdec_ref.generate import default_eos, eos_set
 
         return battery.tests_for_local_target(
-            rows, list(data.prompt), model=_target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target,
+            rows, list(data.prompt), model=target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target,
             setting=data.setting, vocab=run.pair.vocab_size,
             eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=cell.summary["joint_law"],
             rng=rng, order=run.config.processing_order, classes=run.engine.classes, **kw)
@@ -555,13 +555,13 @@ def _engine_conventions(cell: Cell, trials, level: float, power: float) -> list[
         return []
     import torch
 
-    from harness.check.generation import _target64, consistent_conventions
+    from harness.check.generation import consistent_conventions, target64
     from specdec_ref.generate import default_eos, eos_set
 
     rows = trials[0]
     width = max(1, max(map(len, rows), default=1))
     tokens = torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.long)
-    model = _target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
+    model = target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
     cell.summary["consistent_conventions"] = consistent_conventions(
         tokens, model, list(data.prompt), run.length, data.setting, run.pair.vocab_size,
         eos_set(default_eos(run.pair.target)), run.config.processing_order, level, power, cell.summary["joint_law"],
@@ -739,10 +739,10 @@ class _ContextsScorer:
     target that scores the continuations, its vocabulary, EOS, the declared convention and the run seed."""
 
     def __init__(self, run: _Run):
-        from harness.check.generation import _target64
+        from harness.check.generation import target64
         from specdec_ref.generate import default_eos, eos_set
 
-        self.scorer = _target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
+        self.scorer = target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
         self.vocab, self.seed, self.order = run.pair.vocab_size, run.config.seed, run.config.processing_order
         self.eos = eos_set(default_eos(run.pair.target))
 
@@ -755,6 +755,7 @@ def _contexts_plan(run: _Run) -> dict:
 
 def _contexts_cell(run: _Run, contexts: dict, setting: Setting, index: int) -> Cell:
     from harness.check.generation import CONTEXT_ROWS, CONTEXTS_CONVENTIONS, CONTEXTS_PIT, ContextsCell
+    from harness.contexts import slots
 
     items = contexts["contexts"]
     declared = slots(items)  # the catalogue is built when the cell draws, not when the plan is declared
@@ -773,7 +774,6 @@ def _draw_contexts(run: _Run, cell: Cell, n: int):
     """n continuations spread round-robin over the cell's contexts: one request per context (its share of
     the n rows), all sent at once; the rows come back as the generation level's ContextTrials."""
     from harness.check.generation import ContextTrials, context_rows
-    from harness.contexts import slots
 
     data, length = cell.data, cell.summary["length"]
     start = cell.summary.get("_drawn", 0)
@@ -849,7 +849,7 @@ def format_result(prefix: str, rows: list[list[int]], reasons: list[str], length
 
 def _greedy(run: _Run, cell: Cell) -> tuple[list[TestResult], list[TestResult], list[dict]]:
     """Token equality at T = 0 with the reference endpoint (else the local target); divergences classified."""
-    from harness.check.generation import _divergence, greedy_target
+    from harness.check.generation import classify_divergence, greedy_target
 
     greedy, text = Setting(0.0), run.ground_truth == "two-sample"  # text: servers without ids compare texts
     prompts, gating, advisory, found = cell.data, [], [], []
@@ -868,7 +868,7 @@ def _greedy(run: _Run, cell: Cell) -> tuple[list[TestResult], list[TestResult], 
                    None if want == got else min(len(want), len(got)))
         finding = None
         if pos is not None and run.pair is not None and all(isinstance(t, int) for t in want + got):
-            finding = _divergence(run.pair, list(prompt), want, got, pos)
+            finding = classify_divergence(run.pair, list(prompt), want, got, pos)
             found.append({"prompt": i, **finding})
         result = battery.greedy_result(f"greedy/prompt{i}", want, got, finding)
         if finding and finding["kind"] == "numerics (near-tie)":  # reported; the prompt's gating test passes

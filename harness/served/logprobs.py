@@ -91,10 +91,10 @@ def local_laws(run, rows: list[Reported], cell: LogprobsCell) -> list[np.ndarray
     """Per row, the truth's log law [len(tokens), V] at each emitted position (local target, teacher-forced)."""
     import torch
 
-    from harness.check.generation import _target64
+    from harness.check.generation import target64
     from specdec_ref.processing import ORDERS, process
 
-    model = _target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
+    model = target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
     vocab = run.pair.vocab_size
     order = getattr(run.config, "processing_order", "standard")
     if order not in ORDERS:

@@ -197,9 +197,9 @@ class GenerationBackend:
         from specdec_ref.runners import cache_capabilities
 
         cache_capabilities(pair.target)  # its probe forwards run now (cached on the model), not in a counted request
-        from harness.check.generation import _target64
+        from harness.check.generation import target64
 
-        self._target64 = _target64(pair)  # float64 scoring copy: the logprobs a client tests against are exact
+        self._target64 = target64(pair)  # float64 scoring copy: the logprobs a client tests against are exact
 
     def _count_call(self, module, args):
         self.counters.target_calls += 1

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.check.generation import Setting, _target64, pit_values
+from harness.check.generation import Setting, pit_values, target64
 from harness.pairs import get_pair, list_pairs
 
 ROWS, LENGTH = 64, 16
@@ -29,7 +29,7 @@ def scoring_case(request):
     rows = ROWS if pair.vocab_size <= 64 else ROWS // 4  # V = 49k: fewer rows keep a round in seconds
     tokens = torch.randint(0, pair.vocab_size, (rows, LENGTH), generator=g)  # [rows, LENGTH] returned ids
     prompt = (pair.prompts or [[0]])[0]
-    return _target64(pair), prompt, tokens, pair.vocab_size
+    return target64(pair), prompt, tokens, pair.vocab_size
 
 
 @pytest.mark.parametrize("batch", [64, 1], ids=["batched", "per_sequence"])

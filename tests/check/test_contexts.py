@@ -99,9 +99,9 @@ def test_pooled_pit_over_contexts_is_uniform_for_the_target_and_slices_are_decla
         tokens.append(autoregressive_generate(target, ids, max_new_tokens=40, temperature=1.0, seed=length).tokens)
         rows += [i for i in idx for _ in range(100)]
     trials = ContextTrials(torch.cat(tokens), np.array(rows))
-    from harness.check.generation import _target64
+    from harness.check.generation import target64
 
-    values = contexts_pit_values(_target64(pair), contexts, trials, Setting(1.0), 16, rng)
+    values = contexts_pit_values(target64(pair), contexts, trials, Setting(1.0), 16, rng)
     assert len(values["u"]) == 1600 * 40 and values["off_support"] == 0
     assert set(np.unique(values["abs"] % 16)) == set(range(16))
     tests = contexts_pit_tests(values, ("random",), BLOCK_SIZES, 1e-4, 0.99, "c")

@@ -132,11 +132,11 @@ CLASSES_OF_TOY = ((0, 1, 2), (5, 7))  # ids merged into one class each (the toy 
 
 
 def _toy():
-    from harness.check.generation import _target64
+    from harness.check.generation import target64
     from harness.pairs import get_pair
 
     pair = get_pair("toy")
-    return pair, _target64(pair)
+    return pair, target64(pair)
 
 
 def _rows(pair, n: int, length: int, seed: int):
