@@ -323,9 +323,9 @@ def placement(tokens: list[int], steps: list[int], stops: Stops, decode_) -> dic
 # ------------------------------------------------------------------------------------------ drawing
 
 def _body(run, data: ApiCell, seed: int | None, max_tokens: int, stream: bool = False, **fields) -> dict:
-    from harness.served.requests import _payload
+    from harness.served.requests import sampling_request
 
-    body = _payload(run.model, data.prompt, 1, max_tokens, data.setting, seed, extra=run.config.extra_body)
+    body = sampling_request(run.model, data.prompt, 1, max_tokens, data.setting, seed, extra=run.config.extra_body)
     body.update(logprobs=1, return_tokens_as_token_ids=True, **fields)
     if stream:
         body.update(stream=True, stream_options={"include_usage": True})

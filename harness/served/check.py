@@ -54,10 +54,10 @@ from harness.served.probe import (
 )
 from harness.served.requests import (  # noqa: F401 - REQUEST_NAMES, request_parameters: public here too
     REQUEST_NAMES,
-    _choices,
-    _payload,
-    _prompt_ids,
+    reply_choices,
     request_parameters,
+    sampling_request,
+    server_prompt_ids,
 )
 from harness.served.text import PROBE_TEXT, TOKEN_ID_PREFIX, decode, encode, tokenizer_for
 from harness.stats import TestResult
@@ -389,12 +389,12 @@ def sample_rows(run: _Run, client: EngineClient, model: str, role: str, prompt, 
     for i, lo in enumerate(range(0, n, run.config.chunk)):
         b = min(run.config.chunk, n - lo)
         jobs.append((f"{role}/{setting.label}/{prompt!r}/{seed}/{i}",
-                     _payload(model, prompt, b, max_tokens, setting, seed + 104_729 * i if run.config.seeded else None,
+                     sampling_request(model, prompt, b, max_tokens, setting, seed + 104_729 * i if run.config.seeded else None,
                               not allow_text and _needs_names(client, model, prompt), run.config.extra_body)))
     replies = client.run_all("/v1/completions", jobs, run.store, run.progress)
     rows, reasons = [], []
     for key, payload in jobs:
-        choices = _choices(replies[key], payload["n"], client.base)
+        choices = reply_choices(replies[key], payload["n"], client.base)
         for choice in choices:
             ids = choice_token_ids(choice)
             if ids is None and allow_text:
@@ -443,14 +443,14 @@ def score_rows(run: _Run, prompt: list[int], rows: list[list[int]], setting: Set
     per_request = max(1, min(run.config.chunk, SCORE_ENTRIES // max(1, (k + 1) * longest)))
     jobs, batch = [], {}
     for i, lo in enumerate(range(0, len(rows), per_request)):
-        body = _payload(run.reference_model, [prompt + r for r in rows[lo : lo + per_request]], 1, 1, setting, 0)
+        body = sampling_request(run.reference_model, [prompt + r for r in rows[lo : lo + per_request]], 1, 1, setting, 0)
         body["prompt_logprobs"] = k
         key = f"score-masses/{setting.label}/{prompt!r}/{hash(tuple(map(tuple, rows)))}/{k}/{per_request}/{i}"
         jobs.append((key, body))
         batch[key] = rows[lo : lo + per_request]
 
     def reduce(key: str, reply: dict) -> dict:
-        choices = _choices(reply, len(batch[key]), run.reference.base)
+        choices = reply_choices(reply, len(batch[key]), run.reference.base)
         masses = []
         for choice, row in zip(choices, batch[key], strict=True):
             entries = choice.get("prompt_logprobs")
@@ -503,7 +503,7 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
             eos=eos_set(default_eos(run.pair.target)), length=run.length, enumerate_law=cell.summary["joint_law"],
             rng=rng, order=run.config.processing_order, classes=run.engine.classes, **kw)
     if run.ground_truth == "score":
-        prompt_ids = data.prompt if isinstance(data.prompt, list) else _prompt_ids(run, data.prompt)
+        prompt_ids = data.prompt if isinstance(data.prompt, list) else server_prompt_ids(run, data.prompt)
         masses = np.concatenate(score_rows(run, prompt_ids, rows, data.setting) or [np.zeros((0, 3))])
         u, off, hidden = battery.pit_from_coarse_masses(masses, rng)
         positions = np.concatenate([np.arange(len(r)) for r in rows])
@@ -784,14 +784,14 @@ def _draw_contexts(run: _Run, cell: Cell, n: int):
         rows_c = np.nonzero(assigned == c)[0]
         seed = run.config.seed * 1_000_003 + 7919 * int(c) + 104_729 * (data.index + 1) + start
         jobs.append((f"engine/{cell.name}/ctx{int(c)}/{start}/{seed}",
-                     _payload(run.model, list(data.contexts[c].tokens), len(rows_c), length, data.setting,
+                     sampling_request(run.model, list(data.contexts[c].tokens), len(rows_c), length, data.setting,
                               seed if run.config.seeded else None, needs_names, run.config.extra_body)))
         members.append(rows_c)
     replies = run.engine.run_all("/v1/completions", jobs, run.store, run.progress)
     rows: list[list] = [[] for _ in range(n)]
     reasons = [""] * n
     for (key, payload), rows_c in zip(jobs, members, strict=True):
-        choices = _choices(replies[key], payload["n"], run.engine.base)
+        choices = reply_choices(replies[key], payload["n"], run.engine.base)
         for r, choice in zip(rows_c, choices, strict=True):
             ids = choice_token_ids(choice)
             if ids is None:

@@ -114,18 +114,18 @@ def local_laws(run, rows: list[Reported], cell: LogprobsCell) -> list[np.ndarray
 
 def scored_laws(run, rows: list[Reported], cell: LogprobsCell) -> list[list[dict[int, float]]]:
     """Per row and position, {id: logprob} of the reference endpoint's listing (its top k + the actual token)."""
-    from harness.served.requests import _choices, _payload
+    from harness.served.requests import reply_choices, sampling_request
 
     k = run.config.top_logprobs
     jobs = []
     for i, r in enumerate(rows):
-        body = _payload(run.reference_model, r.prompt + r.tokens, 1, 1, cell.setting, 0, extra=run.config.extra_body)
+        body = sampling_request(run.reference_model, r.prompt + r.tokens, 1, 1, cell.setting, 0, extra=run.config.extra_body)
         body.update(prompt_logprobs=k, return_tokens_as_token_ids=True)
         jobs.append((f"logprobs-score/{cell.mode}/{cell.setting.label}/{r.prompt!r}/{r.tokens!r}/{i}", body))
     replies = run.reference.run_all("/v1/completions", jobs, run.store, run.progress)
     out = []
     for (key, _), r in zip(jobs, rows, strict=True):
-        entries = _choices(replies[key], 1, run.reference.base)[0].get("prompt_logprobs")
+        entries = reply_choices(replies[key], 1, run.reference.base)[0].get("prompt_logprobs")
         if not isinstance(entries, list) or len(entries) != len(r.prompt) + len(r.tokens):
             raise HarnessError(f"{run.reference.base} did not return prompt_logprobs for every token: it cannot be "
                                "the logprobs ground truth; give --pair/--target (a local target)")
@@ -258,11 +258,11 @@ def cells(run, prompts: list) -> list[Cell]:
     """One cell per (prompt, sampling setting at T > 0 without history-dependent parameters)."""
     run.logprobs_truth = choose_truth(run)
     if any(not isinstance(p, list) for p in prompts):  # text prompts: the local tokenizer, else the scorer's
-        from harness.served.requests import _prompt_ids
+        from harness.served.requests import server_prompt_ids
         from harness.served.text import encode
 
         prompts = [p if isinstance(p, list) else encode(run.tokenizer, p) if run.tokenizer is not None
-                   else _prompt_ids(run, p) for p in prompts]
+                   else server_prompt_ids(run, p) for p in prompts]
     mode = engine_mode(run, prompts[0])
     settings = [s for s in run.config.settings if s.temperature > 0 and not s.extras()]
     if run.logprobs_truth == "score":
@@ -289,21 +289,21 @@ def cells(run, prompts: list) -> list[Cell]:
 
 def draw(run, cell: Cell, n: int):
     """Continuations with their reported logprobs: min(n, --logprobs-samples) per cell."""
-    from harness.served.requests import _choices, _payload
+    from harness.served.requests import reply_choices, sampling_request
 
     data, config = cell.data, run.config
     n = min(n, config.logprobs_samples)
     seed = config.seed * 1_000_003 + 1000 * data.index + int(data.setting.temperature * 100) + 77
     jobs = []
     for i, lo in enumerate(range(0, n, config.chunk)):
-        body = _payload(run.model, data.prompt, min(config.chunk, n - lo), run.length, data.setting,
+        body = sampling_request(run.model, data.prompt, min(config.chunk, n - lo), run.length, data.setting,
                         seed + 104_729 * i, extra=config.extra_body)
         body.update(logprobs=config.logprobs_k, return_tokens_as_token_ids=True)
         jobs.append((f"logprobs/{data.mode}/{data.setting.label}/{data.prompt!r}/{seed}/{i}", body))
     replies = run.engine.run_all("/v1/completions", jobs, run.store, run.progress)
     rows = []
     for key, body in jobs:
-        for choice in _choices(replies[key], body["n"], run.engine.base):
+        for choice in reply_choices(replies[key], body["n"], run.engine.base):
             rows.append(parse_choice(choice, data.prompt))
     if not any(r.tokens for r in rows):
         raise MalformedTrials("no continuation has a token")

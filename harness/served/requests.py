@@ -8,7 +8,7 @@ from harness.served.client import EngineError
 from harness.served.probe import server_tokenize
 
 
-def _payload(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int | None, names: bool = False,
+def sampling_request(model: str, prompt, n: int, max_tokens: int, setting: Setting, seed: int | None, names: bool = False,
              extra: dict | None = None) -> dict:
     """A sampling request; `names`: also ask for "token_id:N" logprob names (servers without `token_ids`);
     `seed` None: no seed field (the engine's own RNG)."""
@@ -46,7 +46,7 @@ def request_parameters(setting: Setting) -> dict:
     return out
 
 
-def _choices(reply, n: int, base: str) -> list[dict]:
+def reply_choices(reply, n: int, base: str) -> list[dict]:
     choices = reply.get("choices") if isinstance(reply, dict) else None
     if not isinstance(choices, list) or len(choices) != n or not all(isinstance(c, dict) for c in choices):
         got = len(choices) if isinstance(choices, list) else "no"
@@ -55,7 +55,7 @@ def _choices(reply, n: int, base: str) -> list[dict]:
     return choices
 
 
-def _prompt_ids(run, text: str) -> list[int]:
+def server_prompt_ids(run, text: str) -> list[int]:
     ids = server_tokenize(run.reference, run.reference_model, text)
     if ids is None:
         raise HarnessError("text prompts need the scorer's tokenization (no /tokenize route): give --pair/--target")

@@ -33,7 +33,7 @@ from harness.check.sampler import plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
-from suites.campaigns.zoo import TARGET_TV, _exact_tvs, below_resolution, clopper_pearson
+from suites.campaigns.zoo import TARGET_TV, below_resolution, clopper_pearson, exact_tvs_of
 from suites.catalogues.sampler import CASES
 
 GATE = DEFAULT_FALSE_ALARM_RATE
@@ -97,7 +97,7 @@ def tasks(calibration_seeds: int, variant_seeds: int, power_seeds: int, below_se
         if impl.kind in ("equivalent", "wasteful"):
             out += [Task(impl.name, "calibrate", 20_000 + s, calibration_tv) for s in range(variant_seeds)]
         elif impl.kind == "mutant":
-            below = below_resolution(_exact_tvs(impl), TARGET_TV)
+            below = below_resolution(exact_tvs_of(impl), TARGET_TV)
             out += [Task(impl.name, "power", s) for s in range(below_seeds if below else power_seeds)]
     return out
 
@@ -137,7 +137,7 @@ def summarise(runs: list[dict]) -> dict:
             calibration.append(row)
         else:
             fractions = [r["samples"] / r["fixed_plan"] for r in mine]
-            tvs = _exact_tvs(impl)
+            tvs = exact_tvs_of(impl)
             row.update(median_fraction=float(np.median(fractions)), max_fraction=float(np.max(fractions)),
                        median_fixed_plan=float(np.median([r["fixed_plan"] for r in mine])),
                        below_resolution=below_resolution(tvs, TARGET_TV),

@@ -43,7 +43,7 @@ def _hook_mutant_tvs() -> dict:
     return exact_tvs()
 
 
-def _exact_tvs(impl) -> dict:
+def exact_tvs_of(impl) -> dict:
     """Sampler level: worst-position exact TV on the two standard configurations (high and low α).
     Generation level, for the mutants whose output law is enumerable on the toy prompts (the p/q-hook
     mutants of suites.campaigns.contexts): the exact TV of the 3-token continuation law at each prompt."""
@@ -141,7 +141,7 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
         mutant = impl.kind == "mutant"
         if impl.level == "sampler":
             if mutant:
-                below = below_resolution(_exact_tvs(impl), TARGET_TV)
+                below = below_resolution(exact_tvs_of(impl), TARGET_TV)
                 tasks += [Task(impl.name, "detect", s, None)
                           for s in range(config.below_resolution_seeds if below else config.seeds)]
                 tasks += [Task(impl.name, "curve", 3000 + s, n) for n in config.curve_rows
@@ -223,7 +223,7 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
             row["previous_plan_median_s"] = float(np.median([r["seconds"] for r in previous]))
         if impl.level == "generation" and mine:
             row["median_s"] = float(np.median([r["seconds"] for r in mine]))
-        row.update(_exact_tvs(impl))
+        row.update(exact_tvs_of(impl))
         promised = [r["resolution_tv"] for r in mine if r.get("resolution_tv")]
         if impl.level == "generation" and promised:
             row["resolution_tv"] = min(promised)

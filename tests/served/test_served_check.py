@@ -187,11 +187,11 @@ def test_the_time_budget_stops_before_the_next_cell_and_says_which_cells_did_not
 def test_unseeded_requests_carry_no_seed_and_the_reference_still_passes(reference_on, monkeypatch):
     """`seeded=False` (`--unseeded`): no sampling request has a seed field; the draws are the engine's own."""
     import harness.served.check as check
-    from harness.served.requests import _payload
+    from harness.served.requests import sampling_request
 
-    assert "seed" not in _payload("m", [1], 2, 3, Setting(1.0), None) and _payload("m", [1], 2, 3, Setting(1.0), 5)["seed"] == 5
+    assert "seed" not in sampling_request("m", [1], 2, 3, Setting(1.0), None) and sampling_request("m", [1], 2, 3, Setting(1.0), 5)["seed"] == 5
     sent = []
-    monkeypatch.setattr(check, "_payload", lambda *a, **k: sent.append(_payload(*a, **k)) or sent[-1])
+    monkeypatch.setattr(check, "sampling_request", lambda *a, **k: sent.append(sampling_request(*a, **k)) or sent[-1])
     report = run_engine_check(EngineConfig(endpoint=reference_on, pair="toy-low", ground_truth="local", seeded=False,
                                            **SMALL))
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]

@@ -50,9 +50,9 @@ def test_exit_criterion_flags_escapes_false_alarms_and_silent_wasteful():
 def test_the_hook_mutants_exact_tvs_reach_the_zoo_rows():
     """The zoo row of a p/q-hook generation mutant carries its exact TV at both toy prompts."""
     from harness.mutants.registry import get
-    from suites.campaigns.zoo import _exact_tvs
+    from suites.campaigns.zoo import exact_tvs_of
 
-    strong, mild = _exact_tvs(get("penalties_count_rejected_drafts")), _exact_tvs(get("penalties_count_rejected_drafts_mild"))
+    strong, mild = exact_tvs_of(get("penalties_count_rejected_drafts")), exact_tvs_of(get("penalties_count_rejected_drafts_mild"))
     assert set(strong) == set(mild) == {"exact_tv_prompt0", "exact_tv_prompt1"}
     assert min(strong.values()) > 0.15 and 0.02 < max(mild.values()) < 0.05
 
