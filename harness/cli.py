@@ -107,10 +107,6 @@ def _cmd_verify(args) -> int:
     from harness.check.config import CheckConfig
     from harness.configs import from_args
 
-    if args.alpha is not None:
-        print("specdec: warning: --alpha is deprecated (α is the acceptance rate everywhere else): use "
-              "--false-alarm-rate", file=sys.stderr)
-        args.false_alarm_rate = args.alpha
     config = from_args(CheckConfig, args, cases=args.cases)
     if args.vary:
         return _verify_matrix(args, config)
@@ -249,9 +245,6 @@ def _cmd_mutants(args) -> int:
 
     from harness.configs import given
 
-    if args.alpha is not None:
-        print("specdec: warning: --alpha is deprecated, use --false-alarm-rate", file=sys.stderr)
-        args.gate = args.alpha
     profile = "quick" if args.quick else (args.profile or "full")
     chosen = given(CampaignConfig, args)  # the flags given; every other field: the profile's, else the default
     chosen.pop("profile", None)

@@ -1,7 +1,7 @@
 """pytest plugin (entry point `pytest11: specdec`). Light on import: torch loads only when a check runs.
 
 Options (group "specdec"), built from `CheckConfig` fields: --specdec-false-alarm-rate, --specdec-tv,
---specdec-power, --specdec-seed, --specdec-samples (--specdec-alpha: deprecated alias of the first).
+--specdec-power, --specdec-seed, --specdec-samples.
 Fixtures, one per verifier family and level — the functions of harness.testing with those options as
 defaults: `assert_lossless` (chain), `assert_lossless_block`, `assert_lossless_tree`,
 `assert_lossless_generation`. Marker: `specdec`. The report header shows the seed and levels.
@@ -28,8 +28,6 @@ def pytest_addoption(parser):
         meta = field.metadata
         group.addoption("--specdec-" + meta["flag"].removeprefix("--"), dest=f"specdec_{field.name}",
                         type=meta["parse"], default=field.default, help=f"{meta['help']} (default {field.default})")
-    group.addoption("--specdec-alpha", dest="specdec_alpha", type=float, default=None,
-                    help="deprecated alias of --specdec-false-alarm-rate")
 
 
 def pytest_configure(config):
@@ -37,10 +35,7 @@ def pytest_configure(config):
 
 
 def _options(config) -> dict:
-    values = {name: config.getoption(f"specdec_{name}") for name in OPTION_FIELDS}
-    if config.getoption("specdec_alpha") is not None:
-        values["false_alarm_rate"] = config.getoption("specdec_alpha")
-    return values
+    return {name: config.getoption(f"specdec_{name}") for name in OPTION_FIELDS}
 
 
 def pytest_report_header(config):

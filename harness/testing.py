@@ -37,14 +37,14 @@ def _raise_unless_passed(report) -> None:
 
 def assert_lossless(verify: Callable | str, *, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
                     tv: float | None = None, power: float = DEFAULT_POWER, seed: int = 0, samples: int | None = None,
-                    cases: list[str] | None = None, family: str = "chain", alpha: float | None = None):
+                    cases: list[str] | None = None, family: str = "chain"):
     """Sampler-level check of a §1a `verify` (or a tree verifier with family="tree"); returns the report.
     `tv` None: the family's default detectable TV (CheckConfig)."""
     from harness.check.api import run_verify
     from harness.check.config import CheckConfig
 
     report = run_verify(CheckConfig(impl=verify, level="sampler", family=family,
-                                    false_alarm_rate=alpha if alpha is not None else false_alarm_rate, tv=tv,
+                                    false_alarm_rate=false_alarm_rate, tv=tv,
                                     power=power, seed=seed, samples=samples, cases=cases))
     _raise_unless_passed(report)
     return report
@@ -62,14 +62,12 @@ def assert_lossless_tree(tree_verify: Callable | str, **options):
 
 def assert_lossless_generation(generate: Callable | str, *, pair: str = "toy",
                                false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE, power: float = DEFAULT_POWER,
-                               seed: int = 0, samples: int | None = None, gamma: int = DEFAULT_GAMMA,
-                               alpha: float | None = None):
+                               seed: int = 0, samples: int | None = None, gamma: int = DEFAULT_GAMMA):
     """Generation-level check of a §1b `generate` on a registered pair; returns the CheckReport."""
     from harness.check.api import run_verify
     from harness.check.config import CheckConfig
 
     report = run_verify(CheckConfig(impl=generate, level="generation", pair=pair,
-                                    false_alarm_rate=alpha if alpha is not None else false_alarm_rate,
-                                    power=power, seed=seed, samples=samples, gamma=gamma))
+                                    false_alarm_rate=false_alarm_rate, power=power, seed=seed, samples=samples, gamma=gamma))
     _raise_unless_passed(report)
     return report

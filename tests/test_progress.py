@@ -7,7 +7,8 @@ import time
 
 import torch
 
-from harness.check.api import VerifyConfig, run_verify
+from harness.check.api import run_verify
+from harness.check.config import CheckConfig
 from harness.progress import Progress
 from tests.impls import broken
 
@@ -59,7 +60,7 @@ class Recorder:
 
 def test_wrapped_one_row_sampler_ticks_every_row():
     rec = Recorder()
-    run_verify(VerifyConfig(impl=broken.one_row_only, cases=["anti-logits"], samples=40), progress=rec)
+    run_verify(CheckConfig(impl=broken.one_row_only, cases=["anti-logits"], samples=40), progress=rec)
     assert rec.updates == [40]
     assert rec.rows >= 40  # every row of the case (plus the reproducibility rows), not once per case
 
@@ -67,6 +68,6 @@ def test_wrapped_one_row_sampler_ticks_every_row():
 def test_generation_level_knows_its_total_and_ticks_rows():
     rec = Recorder()
     torch.manual_seed(0)
-    run_verify(VerifyConfig(impl=broken.generate_one_row, level="generation", pair="toy", samples=10, contexts="none"), progress=rec)
+    run_verify(CheckConfig(impl=broken.generate_one_row, level="generation", pair="toy", samples=10, contexts="none"), progress=rec)
     assert rec.total == 10 * 2 * 2  # samples × prompts × sampling settings (no contexts cell: --contexts none)
     assert sum(rec.updates) == rec.total and rec.rows >= rec.total

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 from collections.abc import Callable
 
 from harness.adapters.calling import with_timeout
@@ -12,15 +11,6 @@ from harness.adapters.loading import batched_generation, batched_sampler, check_
 from harness.check.config import CheckConfig
 from harness.check.report import CheckReport
 from harness.errors import HarnessError
-
-
-def VerifyConfig(**kwargs) -> CheckConfig:  # noqa: N802 - the old class name, kept for users' scripts
-    """Deprecated name of `CheckConfig`; `alpha=` (the false-alarm rate) still works, with a warning."""
-    if "alpha" in kwargs:
-        warnings.warn("VerifyConfig(alpha=...) is deprecated: use CheckConfig(false_alarm_rate=...)",
-                      DeprecationWarning, stacklevel=2)
-        kwargs["false_alarm_rate"] = kwargs.pop("alpha")
-    return CheckConfig(**kwargs)
 
 
 def _name(impl) -> str:

@@ -134,9 +134,7 @@ class CheckConfig:
 
     @classmethod
     def build(cls, config: CheckConfig | None = None, **fields) -> CheckConfig:
-        """`config` with `fields` replaced (or a new config from `fields`); the old keyword `rows` is `samples`."""
-        if "rows" in fields:
-            fields["samples"] = fields.pop("rows")
+        """`config` with `fields` replaced (or a new config from `fields`)."""
         if config is None:
             return cls(**fields)
         return dataclasses.replace(config, **fields) if fields else config
@@ -181,7 +179,6 @@ class VerifyOptions:
     json: str | None = option(None, "--json", "write the machine-readable report here", metavar="PATH")
     verbose: bool = option(False, "--verbose", "print every test, not only rejections", action="store_true",
                            aliases=("-v",))
-    alpha: float | None = option(None, "--alpha", "deprecated alias of --false-alarm-rate", float, "A")
 
 
 _MATRIX = "a matrix of configurations (harness.check.matrix)"

@@ -494,8 +494,8 @@ def run_sampler_check(impl: Callable, config: CheckConfig | None = None, *, impl
                       max_rows_per_case_floats: float | None = None, **fields) -> CheckReport:
     """Run every configuration against `impl` (a §1a verify) and decide with Holm at the false-alarm rate.
 
-    `config` (or `fields` of CheckConfig, e.g. `cases=`, `seed=`, `samples=` — alias `rows=` — or
-    `family=`) says what to run; every default is CheckConfig's. `progress(n)` is called with the number of
+    `config` (or `fields` of CheckConfig, e.g. `cases=`, `seed=`, `samples=` or `family=`)
+    says what to run; every default is CheckConfig's. `progress(n)` is called with the number of
     rows just processed."""
     config = CheckConfig.build(config, **fields)
     source = SamplerSource(impl, dtype=dtype, device=config.device, rows_cap_floats=max_rows_per_case_floats)

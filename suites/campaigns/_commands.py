@@ -84,7 +84,6 @@ class ZooOptions:
     fresh: bool = option(False, "--fresh", "forget the journal OUT/journal.jsonl: run every cell again (default: a "
                          "rerun resumes, keeping every finished run; each is written there as it finishes)",
                          action="store_true")
-    alpha: float | None = option(None, "--alpha", "deprecated alias of --false-alarm-rate", float, "A")
 
 
 @dataclasses.dataclass

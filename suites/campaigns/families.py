@@ -55,7 +55,7 @@ def family_run(name: str, seed: int, cases: list, false_alarm_rate: float, rows:
     impl = get(name)
     check = run_draft_step_check if impl.level == "draft_step" else run_sampler_check
     started = time.perf_counter()
-    report = check(impl.fn, impl_name=name, false_alarm_rate=false_alarm_rate, seed=seed, cases=cases, rows=rows,
+    report = check(impl.fn, impl_name=name, false_alarm_rate=false_alarm_rate, seed=seed, cases=cases, samples=rows,
                    stop_on_fail=impl.kind == "mutant")
     return {"name": name, "seed": seed, "fail": report.verdict == "fail", "seconds": time.perf_counter() - started}
 

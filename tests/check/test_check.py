@@ -107,7 +107,7 @@ def test_json_schema(tmp_path):
 
 
 def test_bad_flags_exit_2(capsys):
-    assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--alpha", "2"]) == 2
+    assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--false-alarm-rate", "2"]) == 2
     capsys.readouterr()
     assert main(["verify", "--impl", "specdec_ref.adapters:verify", "--cases", "zipf1000-high-alphq"]) == 2
     assert "Did you mean 'zipf1000-high-alpha'" in capsys.readouterr().err

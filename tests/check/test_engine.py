@@ -21,7 +21,7 @@ FAST = ["rows-differ", "rows-differ-low-alpha"]
 
 def test_sampler_battery_emits_what_it_declares():
     """Every check of every default cell emits exactly the gating tests it declared (the Holm plan is right)."""
-    report = run_sampler_check(verify, rows=60, seed=3, inconclusive_tv=0.99)
+    report = run_sampler_check(verify, samples=60, seed=3, inconclusive_tv=0.99)
     assert report.declared_tests == len(report.tests)
     cells = SamplerSource(verify).cells(CheckConfig(impl=verify))
     assert report.declared_tests == sum(c.declared_tests() + 1 for c in cells)
@@ -73,7 +73,7 @@ def test_wasteful_rule_keeps_sampling_deep_positions():
 
 
 def test_tiny_plan_is_inconclusive_not_pass(capsys):
-    report = run_sampler_check(verify, cases=["anti-logits"], rows=20)
+    report = run_sampler_check(verify, cases=["anti-logits"], samples=20)
     assert report.verdict == "inconclusive"
     code = main(["verify", "--impl", "specdec_ref.adapters:verify", "--cases", "anti-logits", "--samples", "20"])
     assert code == 3
@@ -85,7 +85,7 @@ def test_tiny_plan_is_inconclusive_not_pass(capsys):
 def test_failure_summary_localizes_a_bonus_token_bug():
     case = custom_case("high-alpha", np.array([[0.5, 0.3, 0.2], [0.4, 0.4, 0.2], [0.1, 0.1, 0.8]]),
                        np.array([[0.5, 0.3, 0.2], [0.4, 0.4, 0.2]]))
-    report = run_sampler_check(bonus_wrong_position, cases=[case], rows=20_000, seed=0)
+    report = run_sampler_check(bonus_wrong_position, cases=[case], samples=20_000, seed=0)
     assert report.verdict == "fail"
     summary = report.failure_summary()
     assert any("position 2 = γ (the bonus token)" in line for line in summary), summary
@@ -96,13 +96,12 @@ def test_failure_summary_names_acceptance_above_the_optimum():
     assert any("acceptance above" in line for line in report.failure_summary())
 
 
-def test_false_alarm_rate_flag_and_deprecated_alpha(capsys):
+def test_false_alarm_rate_flag_and_no_alpha(capsys):
     args = ["verify", "--impl", "specdec_ref.adapters:verify", "--cases", "rows-differ"]
     assert main([*args, "--false-alarm-rate", "0.01"]) == 0
     assert "family-wise false-alarm rate 0.01" in capsys.readouterr().out
-    assert main([*args, "--alpha", "0.01"]) == 0
-    captured = capsys.readouterr()
-    assert "--alpha is deprecated" in captured.err and "false-alarm rate 0.01" in captured.out
+    assert main([*args, "--alpha", "0.01"]) == 2  # the old name of --false-alarm-rate is gone (CHANGELOG)
+    assert "--alpha" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

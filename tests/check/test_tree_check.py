@@ -42,7 +42,7 @@ TREE = implementations(level="tree")
 
 
 def _check(impl, **kw):
-    return run_tree_check(impl, cases=kw.pop("cases", FAST), rows=kw.pop("rows", 20_000), **kw)
+    return run_tree_check(impl, cases=kw.pop("cases", FAST), samples=kw.pop("samples", 20_000), **kw)
 
 
 @pytest.mark.parametrize("impl", [i for i in TREE if i.must_pass], ids=lambda i: i.name)
@@ -71,7 +71,7 @@ def test_zoo_models_the_bugs_of_the_brief():
 
 
 def test_declared_test_counts_match_what_is_emitted():
-    report = run_tree_check(tree_verify_specinfer, rows=3_000, seed=0)
+    report = run_tree_check(tree_verify_specinfer, samples=3_000, seed=0)
     for case in CASES:
         plan = plan_case(case)
         emitted = [t for t in report.tests if t.name.startswith(case.name + "/")]
@@ -104,12 +104,12 @@ def test_a_single_chain_gets_the_chain_checks_verdicts(gamma):
     tree_case = custom_tree_case(f"chain-{gamma}", range(-1, gamma - 1), p, q_tree, "iid")
     verdicts = {}
     for name, verify in [("reference", chain_reference), ("always_accept", always_accept)]:
-        chain = run_sampler_check(verify, cases=[chain_case], rows=20_000, seed=4).verdict
-        tree = run_tree_check(chain_as_tree(verify), cases=[tree_case], rows=20_000, seed=4).verdict
+        chain = run_sampler_check(verify, cases=[chain_case], samples=20_000, seed=4).verdict
+        tree = run_tree_check(chain_as_tree(verify), cases=[tree_case], samples=20_000, seed=4).verdict
         verdicts[name] = (chain, tree)
     assert verdicts == {"reference": ("pass", "pass"), "always_accept": ("fail", "fail")}
     # and the tree reference agrees with the chain reference on a chain
-    assert run_tree_check(tree_verify_specinfer, cases=[tree_case], rows=20_000, seed=4).verdict == "pass"
+    assert run_tree_check(tree_verify_specinfer, cases=[tree_case], samples=20_000, seed=4).verdict == "pass"
 
 
 def _accept_first_child(target_probs, draft_probs, draft_tokens, parents, generator):
@@ -121,7 +121,7 @@ def _accept_first_child(target_probs, draft_probs, draft_tokens, parents, genera
 
 
 def test_reach_above_the_universal_bound_is_failed():
-    report = _check(_accept_first_child, cases=["wr-b3-d2"], rows=5_000)
+    report = _check(_accept_first_child, cases=["wr-b3-d2"], samples=5_000)
     assert report.verdict == "fail"
     above = [t for t in report.tests if t.name.endswith("node0/reach_above_bound")]
     assert above and above[0].reject
@@ -129,7 +129,7 @@ def test_reach_above_the_universal_bound_is_failed():
 
 def test_wasteful_but_lossless_reach_is_not_failed():
     """The point-mass rule on i.i.d. children reaches nodes less often than SpecInfer: not a failure."""
-    report = _check(tree_verify_topk, cases=["iid-b8-d1-low", "iid-caterpillar-d5"], rows=20_000)
+    report = _check(tree_verify_topk, cases=["iid-b8-d1-low", "iid-caterpillar-d5"], samples=20_000)
     assert report.verdict == "pass"
     reach = report.cases[1]["reach"][0]
     assert reach["measured"] < reach["reference"]
@@ -146,7 +146,7 @@ def test_format_catches_paths_off_the_tree_and_bad_shapes():
         return torch.cat([out, torch.full_like(out[:, :1], -1)], 1)
 
     for impl, needle in [(off_tree, "does not follow the tree"), (too_wide, "returned shape")]:
-        report = _check(impl, cases=["topk-b2-d4"], rows=2_000)
+        report = _check(impl, cases=["topk-b2-d4"], samples=2_000)
         assert report.verdict == "fail"
         assert needle in report.tests[0].details["message"]
 
@@ -222,7 +222,7 @@ def test_implementation_errors_are_reported():
         raise RuntimeError("boom")
 
     with pytest.raises(ImplementationError, match="raised RuntimeError during tree case"):  # a FAIL (exit 1)
-        _check(raises, cases=["topk-b2-d4"], rows=100)
+        _check(raises, cases=["topk-b2-d4"], samples=100)
     assert tree_zoo.TREE_RULES["tree_reference_specinfer"] is SPECINFER
 
 
@@ -236,7 +236,7 @@ def _pairs_share_uniforms(target_probs, draft_probs, draft_tokens, parents, gene
 
 
 def test_row_independence_catches_uniforms_shared_across_rows():
-    report = _check(_pairs_share_uniforms, cases=["topk-b2-d4"], rows=20_000)
+    report = _check(_pairs_share_uniforms, cases=["topk-b2-d4"], samples=20_000)
     assert report.verdict == "fail"
     rejected = {t.name for t in report.tests if t.reject}
     assert rejected == {"topk-b2-d4/rows_independent"}  # every per-node law is right: only this test sees it
