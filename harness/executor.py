@@ -279,9 +279,3 @@ def deadline(stop_at: str | float | None = None, budget_s: float | None = None,
               if t is not None]
     end = min(limits, default=None)
     return lambda: end is not None and clock() > end
-
-
-def runner_from_arguments(args: argparse.Namespace) -> tuple[Executor, Callable[[], bool]]:
-    """(executor, stop) from the options `add_runner_arguments` added."""
-    return (make_executor(args.scheduler, args.workers, local_workers=args.local_workers),
-            deadline(args.stop_at, args.budget_s))

@@ -7,7 +7,6 @@ as a traceback after the work (docs/EXIT_CODES.md).
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -103,12 +102,6 @@ def at_least(value, flag: str, minimum: float = 1):
     """value >= minimum (None passes: 'not given')."""
     if value is not None and not value >= minimum:
         raise HarnessError(f"{flag} must be >= {minimum:g}, got {value}")
-    return value
-
-
-def in_open_unit(value: float, flag: str) -> float:
-    if not (0 < value < 1 and math.isfinite(value)):
-        raise HarnessError(f"{flag} must be in (0, 1), got {value}")
     return value
 
 

@@ -135,15 +135,3 @@ def with_timeout(fn: Callable, seconds: float | None) -> Callable:
         return box["value"]
 
     return timed
-
-
-def check_timeout(seconds: float | None) -> float | None:
-    if seconds is not None and not seconds > 0:
-        raise HarnessError(f"--timeout must be > 0 seconds, got {seconds:g}")
-    return seconds
-
-
-def exit_message(exc: ImplementationError) -> str:
-    """The one line the CLI prints for an ImplementationError."""
-    return f"verdict: FAIL ({exc})"
-

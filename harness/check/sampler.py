@@ -828,29 +828,6 @@ class SamplerSource(TrialSource):
                                 ", ".join(f"{c.name} ({c.tv:g})" for c in cells if c.name in wider))
 
 
-def add_case_results(report: CheckReport, plan: CasePlan, tokens: np.ndarray | None, problems: list[str],
-                     rows: int, level: float, power: float) -> dict:
-    """Append one case's fixed-n tests, advisories and summary (`rows` trials drawn) to `report`."""
-    prefix = plan.case.name
-    report.tests.append(deterministic_result(f"{prefix}/format", not problems, n=rows, message="; ".join(problems)))
-    report.samples += rows
-    summary = {"name": prefix, "description": plan.case.description, "gamma": plan.case.gamma,
-               "vocab": plan.case.vocab, "rows": rows, "tested_positions": plan.tested,
-               "untested_positions": [j for j in range(plan.case.gamma + 1) if j not in plan.tested],
-               "reach_probability": plan.reach.tolist(), "format_problems": problems}
-    if tokens is not None:
-        report.tests += _flag_rarely_reached(position_tests(tokens, plan, level, power, prefix), tokens)
-        report.tests += _tail_tests(tokens, plan, level, power, prefix)
-        gating, advisory, rates = _acceptance_tests(tokens, plan, level, power, prefix)
-        report.tests += gating
-        report.advisories += advisory
-        report.tests.append(row_independence(tokens, level, power, prefix))
-        summary["acceptance"] = rates
-        summary["wasteful"] = any(a.p_value < level for a in advisory)
-    report.cases.append(summary)
-    return summary
-
-
 def select_cases(cases: list[str | SamplerCase] | None) -> list[SamplerCase]:
     """Case names (from the catalogue, opt-in cases included; "default" = the default plan's cases) or
     SamplerCase objects (e.g. `custom_case`); None: the default catalogue."""
@@ -902,14 +879,6 @@ def _run_case(impl, plan: CasePlan, streams: Streams, dtype, device, progress):
 def chunk_rows(plan: CasePlan) -> int:
     """Rows per implementation call for this case, so that one call's inputs stay ≤ CHUNK_FLOATS."""
     return max(1, int(CHUNK_FLOATS // ((2 * plan.case.gamma + 1) * plan.case.vocab)))
-
-
-def run_chunk(impl, plan: CasePlan, rows: int, streams: Streams, dtype, device) -> tuple[np.ndarray | None, list[str]]:
-    """Draw `rows` fresh trials, call the implementation once, check the format: (tokens [rows, γ+1], problems)."""
-    target, draft, x = _draw_inputs(plan, rows, streams.drafts, dtype, device)
-    out = call_impl(impl, target, draft, x, streams.impl, what=f"case {plan.case.name}")
-    problems, tokens = format_problems(out, x, plan.case.vocab)
-    return tokens, problems
 
 
 def _reproducibility(impl, plan: CasePlan, seed: int, dtype, device) -> TestResult:

@@ -50,13 +50,3 @@ def family_size(cases: list | None, seed: int) -> int:
     cells = source.cells(config)
     return sum(cell.declared_tests() + 1 + sum(len(m.processes) for m in source.monitors(cell, config))
                for cell in cells)
-
-
-def sequential_summary(report: CheckReport) -> dict:
-    """Compact, picklable facts of one run: verdict, rows used and planned, smallest anytime p-value."""
-    seq = [t for t in report.tests if t.details.get("anytime_valid")]
-    return {"fail": report.verdict == "fail", "samples": report.samples,
-            "planned": sum(c.get("planned_rows", 0) for c in report.cases),
-            "min_anytime_p": min((t.p_value for t in seq), default=1.0),
-            "seconds": report.seconds,
-            "rejected": [t.name for t in report.tests if t.reject]}

@@ -8,8 +8,6 @@ tokenizer-identity probe all mean the same thing on both sides of the wire. vLLM
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 TOKEN_ID_PREFIX = "token_id:"
 PROBE_TEXT = "Speculative decoding must not change the law: 12 tokens, naïve café, 3.14!"
 
@@ -52,11 +50,3 @@ def decode(tokenizer, ids: list[int]) -> str:
 
 def token_name(tokenizer, token: int, as_ids: bool) -> str:
     return f"{TOKEN_ID_PREFIX}{token}" if as_ids else decode(tokenizer, [token])
-
-
-def parse_token_name(name: str) -> int:
-    """The id in a "token_id:N" name (vLLM `return_tokens_as_token_ids`)."""
-    if not name.startswith(TOKEN_ID_PREFIX):
-        raise HarnessError(f"the server returned token {name!r} as text, not as 'token_id:N': ask it for "
-                           "token ids (vLLM: return_tokens_as_token_ids / return_token_ids)")
-    return int(name[len(TOKEN_ID_PREFIX):])

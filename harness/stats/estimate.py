@@ -160,11 +160,6 @@ def exact_partition_kl(law: np.ndarray, p: np.ndarray, cell: np.ndarray) -> floa
     return max(0.0, float(_kl(a, b)))  # ≥ 0: rounding can leave −1e-17 where the laws agree
 
 
-def samples_for_width(width: float, spread: float) -> int:
-    """n for an interval of `width` when width·√n ≈ `spread` (measured on known laws by `specdec campaign estimate`)."""
-    return int(math.ceil((spread / width) ** 2))
-
-
 # --- laws of whole continuations (the generation level's prompt cells): the joint law and its per-position marginals
 
 ENDED = -1  # the "no token here" value of a position after an EOS ended the continuation

@@ -106,16 +106,6 @@ def task_key(task: Task) -> str:
     return f"{task.name}/{task.purpose}/{task.seed}/{task.calibration_tv}"
 
 
-def run_study(task_list: list[Task], executor=None, *, journal=None, stop=None) -> list[dict]:
-    """Every task as a cell of `run_cells` (journaled: a rerun resumes); the runs made, in task order."""
-    from harness.executor import LocalExecutor, run_cells
-
-    cells = {task_key(t): (t,) for t in task_list}
-    with executor or LocalExecutor() as ex:
-        done = run_cells(ex, run_task, cells, journal=journal, stop=stop)
-    return [done[k] for k in cells if k in done]
-
-
 def summarise(runs: list[dict]) -> dict:
     from harness.mutants.registry import get
 
