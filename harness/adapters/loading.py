@@ -18,7 +18,6 @@ import torch
 from harness.adapters.calling import ImplementationTimeout, MalformedOutput
 from harness.errors import HarnessError
 
-VERIFY_PARAMS = ("target_probs", "draft_probs", "draft_tokens", "generator")
 TREE_VERIFY_ARITY = 5  # tree verify(target_probs, draft_probs, draft_tokens, parents, generator)
 GENERATE_KEYWORDS = ("max_new_tokens", "gamma", "temperature", "top_k", "top_p", "seed")
 

@@ -24,9 +24,6 @@ MIN_REACH = 0.1  # chain positions reached with lower probability are reported, 
 MIN_NODE_REACH = 0.05  # tree nodes reached with lower probability (by the reference) are not law-tested
 DEFAULT_GAMMA = 3
 LEVELS = ("sampler", "generation", "engine")  # --level
-# What an implementation's signature must be (harness.check.api.contract_of): a §1a step, a §1b generate,
-# a tree step, a draft-and-verify step. The mutant zoo registers entries by contract.
-CONTRACTS = ("sampler", "generation", "tree", "draft_step")
 PROCESSING_ORDERS = ("standard", "top_p_before_temperature", "top_k_after_top_p", "penalties_after_temperature",
                      "llama_cpp")
 FAMILIES = ("chain", "block", "tree")

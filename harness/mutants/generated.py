@@ -21,7 +21,6 @@ import torch
 
 RNG_SOURCES = ("generator", "global", "global_flat")
 ORDERS = ("accept_first", "residual_first")
-LOOPS = ("vector", "rows")
 DTYPES = ("float16", "float32", "float64")
 
 

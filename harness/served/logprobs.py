@@ -35,7 +35,6 @@ from harness.check.report import deterministic_result
 from harness.errors import HarnessError
 from harness.served.text import TOKEN_ID_PREFIX
 
-DEFAULT_TOLERANCE = 1e-3  # nats, absolute
 MASKED = -1e3  # a reported logprob at or below this is "cannot be sampled" (OpenAI's -9999, -inf)
 MODES = ("auto", "raw", "processed")
 
