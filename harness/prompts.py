@@ -17,6 +17,7 @@ from harness.errors import HarnessError
 from harness.policy import catalogue
 
 PROMPT_KINDS = ("chat", "qa", "code", "summarize", "rewrite")
+PROMPT_SET = "suites/prompts/prompts.jsonl"  # what load_prompts reads (a pair's meta["prompt_set"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,8 @@ def _fmt(x: float | None, spec: str = ".3f") -> str:
 
 def summary_lines(rows: list[dict]) -> list[str]:
     """A few lines per section of the report, for the terminal."""
+    from harness.bench.report import SYNTHETIC_LABEL
+
     lines = []
     tokens = [r for r in rows if r["kind"] == "tokens"]
     if tokens:
@@ -46,7 +48,8 @@ def summary_lines(rows: list[dict]) -> list[str]:
         flagged = sum(bool(r.get("cost_model_flag")) for r in members)
         band = (f"; measured/cost model in [{min(ratios):.3f}, {max(ratios):.3f}], {flagged} of {len(ratios)} "
                 f"outside [{COST_MODEL_BAND[0]}, {COST_MODEL_BAND[1]}]" if ratios else "")
-        lines.append(f"{group}: best γ={best['gamma']} speedup {_fmt(best['speedup_median'])} "
+        label = f" [{SYNTHETIC_LABEL}]" if best.get("random_prompts") else ""
+        lines.append(f"{group}{label}: best γ={best['gamma']} speedup {_fmt(best['speedup_median'])} "
                      f"(cost model {_fmt(best.get('predicted_speedup_cost_model'))}, Leviathan r=1 "
                      f"{_fmt(best.get('predicted_speedup'))}){band}")
     for r in (r for r in rows if r["kind"] == "compare"):
@@ -57,6 +60,7 @@ def summary_lines(rows: list[dict]) -> list[str]:
 
 def regime_lines(rows: list[dict]) -> list[str]:
     """Per series, its best cell and why it wins or loses: the cost model's terms and the break-even α."""
+    from harness.bench.report import SYNTHETIC_LABEL
     from harness.bench.theory import break_even_alpha
 
     lines = []
@@ -75,7 +79,8 @@ def regime_lines(rows: list[dict]) -> list[str]:
                                    "not a regime where speculation pays)")}[(measured, model)]
         n = b.get("distinct_prompts")
         lines.append(
-            f"{group}, best γ={b['gamma']}: {verdict}: measured {b['speedup_median']:.3f} "
+            f"{group}{f' [{SYNTHETIC_LABEL}]' if b.get('random_prompts') else ''}, "
+            f"best γ={b['gamma']}: {verdict}: measured {b['speedup_median']:.3f} "
             f"[{b['speedup_min']:.3f}, {b['speedup_max']:.3f}] over repeats"
             + (f", per prompt [{b['speedup_prompt_min']:.3f}, {b['speedup_prompt_max']:.3f}] over "
                f"{n} prompt{'s' if n != 1 else ''}" if "speedup_prompt_min" in b else "")

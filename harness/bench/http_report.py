@@ -166,13 +166,16 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
                 return "–"
             if "speedup_paired_median" not in r:
                 return fmt(r["speedup"])
-            return (f"{r['speedup']:.3f} (paired {r['speedup_paired_median']:.3f} "
-                    f"[{r['speedup_paired_min']:.3f}, {r['speedup_paired_max']:.3f}], n = {r['paired_requests']})")
+            return (f"{r['speedup']:.3f} (paired {r['speedup_paired_median']:.3f}, IQR "
+                    f"[{fmt(r.get('speedup_paired_q25'))}, {fmt(r.get('speedup_paired_q75'))}], range "
+                    f"[{r['speedup_paired_min']:.3f}, {r['speedup_paired_max']:.3f}], n = {r['paired_requests']} "
+                    f"requests of {r.get('prompts', '–')} prompts)")
 
         per_cat = {n: next(r for r in cats if r["category"] == n) for n in names}
         lines += ["## Speedup by category (median per-request tokens/s, on / off)", "",
                   "Each cell: the ratio of the medians; in brackets the per-request ratios (the same prompt and "
-                  "repeat with speculation on / off): median [min, max] over n requests. A cell resting on a few "
+                  "repeat with speculation on / off): median, interquartile range and [min, max] over n requests, "
+                  "and how many distinct prompts those requests are (column 'prompts'). A cell resting on a few "
                   "prompts is an anecdote, not a measurement of the category.", "",
                   markdown_table(["category", "prompts"] + [f"concurrency {c}" for c in levels],
                          [[n, str(per_cat[n].get("prompts", "–"))] + [cell(n, c) for c in levels] for n in names]),

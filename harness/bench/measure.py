@@ -139,6 +139,13 @@ def selected_prompts(pair: ModelPair, select: tuple[str, ...] | None) -> list[li
     return [ids for ids, p in zip(pair.prompts, catalogue, strict=True) if p.kind in select or p.id in select]
 
 
+def synthetic_prompts(pair: ModelPair) -> bool:
+    """True when a pair's prompts are no text: token ids (random for toy and const pairs, random letters for
+    toy-pieces, fixed ids for the tiny-architecture pairs) or none at all (random ids drawn per cell). Only prompts encoded from a text catalogue
+    (`pair.meta["prompt_set"]`: SmolLM2, --target/--draft pairs with a tokenizer) count as text."""
+    return not (pair.prompts and pair.meta.get("prompt_set"))
+
+
 def cell_prompts(pair: ModelPair, cell: Cell) -> list[torch.Tensor]:
     """[1, T] prompts: the pair's defaults (or the selected ones; cycled if there are fewer than asked), else
     random ids."""
@@ -264,7 +271,7 @@ def measure_timing(pair: ModelPair, cell: Cell) -> dict:
     return {
         "max_new_tokens_used": n_new,
         "prompt_lengths": [int(p.shape[1]) for p in prompts],
-        "random_prompts": not pair.prompts,  # synthetic inputs: random token ids, said in the report
+        "random_prompts": synthetic_prompts(pair),  # synthetic inputs: token ids, no text; said in the report
         "distinct_prompts": min(len(prompts), len(selected_prompts(pair, cell.prompt_select)) or len(prompts)),
         "timings": timings,  # per method: per-repeat tokens and seconds
         "forwards": counters,  # per method: per-repeat model forward passes (B = 1 each), counted by hooks
@@ -301,7 +308,7 @@ def measure_tokens(pair: ModelPair, cell: Cell) -> dict:
             per_row = new_full / rows
             rows = min(cell.prompts, max(1, math.ceil(1.05 * (cell.min_row_steps - full) / per_row)))
     return {"max_new_tokens_used": n_new, "batches": len(collected), "seconds": time.perf_counter() - start,
-            "stats": {"ref": merge_stats(collected)}}
+            "random_prompts": synthetic_prompts(pair), "stats": {"ref": merge_stats(collected)}}
 
 
 def measure_cell(pair: ModelPair, cell: Cell) -> dict:

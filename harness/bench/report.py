@@ -111,6 +111,13 @@ def _tokens_section(rows: list[dict]) -> list[str]:
     ]
 
 
+SYNTHETIC_LABEL = "synthetic inputs (token ids, not text)"  # beside every number measured on them
+
+
+def _inputs(r: dict) -> str:
+    return f" [{SYNTHETIC_LABEL}]" if r.get("random_prompts") else ""
+
+
 def _positions(values) -> str:
     return " ".join(fmt(v, 2) for v in values) if values else "–"
 
@@ -153,8 +160,8 @@ def _headline(cells: list[dict]) -> list[str]:
         lines[0] += " Baselines interleaved: each γ cell timed its own autoregressive baseline in rotation with it."
     wins = [r for r in cells if r["speedup_median"] > 1]
     lines[0] += (" Speculation pays (median speedup > 1) in: " + ", ".join(
-        f"{r['group']} γ={r['gamma']} ({r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}] "
-        f"over repeats; per prompt {_per_prompt(r)})" for r in wins) + "." if wins
+        f"{r['group']}{_inputs(r)} γ={r['gamma']} ({r['speedup_median']:.3f} [{r['speedup_min']:.3f}, "
+        f"{r['speedup_max']:.3f}] over repeats; per prompt {_per_prompt(r)})" for r in wins) + "." if wins
         else " No cell has a median speedup above 1.")
     return lines + [""]
 
@@ -245,7 +252,8 @@ def _timing_section(rows: list[dict]) -> list[str]:
         if mine:
             lines += [f"### {'Sampled' if sampled else 'Greedy'}", ""]
         for group in mine:
-            lines += [f"#### {group}", ""] + _group_tables([r for r in cells if r["group"] == group])
+            members = [r for r in cells if r["group"] == group]
+            lines += [f"#### {group}{_inputs(members[0])}", ""] + _group_tables(members)
     lines += ["rows.json carries these numbers per cell under `vllm bench serve`'s names where vLLM has them "
               "(`spec_decode_acceptance_rate`, `spec_decode_acceptance_length`, `spec_decode_num_drafts`, "
               "`spec_decode_draft_tokens`, `spec_decode_accepted_tokens`, `spec_decode_per_position_acceptance_rates`, "
@@ -305,8 +313,9 @@ def _header(plan_name: str, suite: str, rows: list[dict], command: str | None) -
              "- raw rows: [rows.csv](rows.csv), [rows.json](rows.json); per-cell records: rows.jsonl"]
     random = sorted({r["pair"] for r in rows if r.get("random_prompts")})
     if random:
-        lines.append(f"- **synthetic inputs**: {', '.join(random)} ha{'s' if len(random) == 1 else 've'} no prompt set; "
-                     "their prompts are random token ids (speedups on random tokens are not those on text)")
+        lines.append(f"- **{SYNTHETIC_LABEL}**: {', '.join(random)} ha{'s' if len(random) == 1 else 've'} no text "
+                     "prompts; their prompts are token ids (random for the toy pairs), not text: speedups on such inputs "
+                     "are not those on text (SPEED-Bench finds random-token inputs overstate speculative throughput)")
     chosen = sorted({"+".join(r["prompt_select"]) for r in rows if r.get("prompt_select")})
     if chosen:
         lines.append(f"- prompts: only {', '.join(chosen)} of the pair's default set (suites/prompts/prompts.jsonl)")

@@ -16,7 +16,7 @@ import torch
 
 from harness.errors import HarnessError
 from harness.models.pair import ModelPair
-from harness.prompts import encode_prompts, load_prompts
+from harness.prompts import PROMPT_SET, encode_prompts, load_prompts
 
 # Files whose presence means a checkpoint directory carries its own tokenizer.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -155,5 +155,5 @@ def pair_from_checkpoints(target: str | Path, draft: str | Path, *, device: str 
         prompts=encode_prompts(tokenizer, load_prompts()) if tokenizer is not None else None,
         meta={"target_path": str(target), "draft_path": str(draft), "device": device,
               "device_map": None if device_map is None else str(device_map),
-              "dtype": str(target_model.dtype)},
+              "dtype": str(target_model.dtype), **({"prompt_set": PROMPT_SET} if tokenizer is not None else {})},
     )

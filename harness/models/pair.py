@@ -25,6 +25,8 @@ class ModelPair:
     eos_token_id: int | None = None
     prompts: list[list[int]] | None = None  # default prompts as token ids
     meta: dict = dataclasses.field(default_factory=dict)  # e.g. analytic alpha, synthetic cost
+    # meta["prompt_set"]: the text catalogue `prompts` encode (e.g. suites/prompts/prompts.jsonl); without it a
+    # pair's prompts are taken for synthetic (random token ids) and the bench reports say so
 
 
 @dataclasses.dataclass(frozen=True)

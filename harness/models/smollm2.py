@@ -35,7 +35,7 @@ from torch import nn
 from harness.errors import HarnessError
 from harness.models.hf_pair import load_causal_lm, reconcile_vocab, resolve_dtype
 from harness.models.pair import ModelPair, PairSpec
-from harness.prompts import encode_prompts, load_prompts
+from harness.prompts import PROMPT_SET, encode_prompts, load_prompts
 
 if TYPE_CHECKING:
     from harness.models.ngram_draft import NgramDraftModel
@@ -346,6 +346,7 @@ def _smollm2_pair(name: str, kind: str, device: str, dtype: Any, make_draft, opt
         eos_token_id=tokenizer.eos_token_id,
         prompts=encode_prompts(tokenizer, load_prompts()),
         meta={"target": "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to float)", "draft_kind": kind,
+              "prompt_set": PROMPT_SET,
               "device": device, "dtype": str(target.dtype), "draft": getattr(draft, "specdec_info", {}), **info},
     )
 

@@ -1,0 +1,80 @@
+"""What a bench report says about its inputs: how many prompts each category cell rests on, with its spread,
+and a label on every number measured on synthetic inputs (random token ids)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.bench import http, measure
+from harness.bench import plan as bench_plan
+from harness.bench.cli import regime_lines, summary_lines
+from harness.bench.config import BenchConfig
+from harness.bench.http_report import write_http_report
+from harness.bench.report import SYNTHETIC_LABEL
+from harness.bench.runner import run_bench
+from harness.models.pair import ModelPair
+from harness.pairs import get_pair
+
+
+@pytest.mark.parametrize("name", ["toy", "toy-pieces", "const-a0.8"])
+def test_toy_pairs_prompts_are_synthetic(name):
+    assert measure.synthetic_prompts(get_pair(name))
+
+
+def test_only_prompts_encoded_from_a_text_catalogue_count_as_text():
+    pair = ModelPair("p", None, None, 16, prompts=[[1, 2, 3]])
+    assert measure.synthetic_prompts(pair)
+    pair.meta["prompt_set"] = "suites/prompts/prompts.jsonl"
+    assert not measure.synthetic_prompts(pair)
+    pair.prompts = None  # no prompts: random ids drawn per cell
+    assert measure.synthetic_prompts(pair)
+
+
+def test_an_in_process_report_on_random_token_prompts_is_labelled(tmp_path, monkeypatch):
+    sweep = bench_plan.Sweep("timing", ("toy",), gammas=(1,), temperatures=(0.0,), prompts=2, max_new_tokens=4,
+                             repeats=1)
+    monkeypatch.setitem(bench_plan._SUITES, "labels", bench_plan.SuiteSpec("labels", lambda quick: [sweep], "test"))
+    run_bench(BenchConfig(suite="labels", out=str(tmp_path)))
+    out = tmp_path / "labels"
+    rows = json.loads((out / "rows.json").read_text())["rows"]
+    spec = [r for r in rows if r["kind"] == "spec"]
+    assert spec and all(r["random_prompts"] for r in rows)
+    report = (out / "report.md").read_text()
+    assert f"**{SYNTHETIC_LABEL}**: toy" in report  # the header
+    assert f"#### {spec[0]['group']} [{SYNTHETIC_LABEL}]" in report  # the group's tables
+    assert f"({spec[0]['distinct_prompts']})" in report and spec[0]["distinct_prompts"] == 2  # per-prompt cell: n
+    assert all(SYNTHETIC_LABEL in line for line in summary_lines(rows) if line.startswith(spec[0]["group"]))
+    assert all(SYNTHETIC_LABEL in line for line in regime_lines(rows))
+
+
+def _records(prompts: dict[str, int], repeats: int = 2) -> list[dict]:
+    """Fake requests: every prompt of every category, on (2× faster on rag) and off, at concurrency 1."""
+    out = []
+    for k, (pid, cat) in enumerate((p, c) for c, n in prompts.items() for p in (f"{c}-{i}" for i in range(n))):
+        for r in range(repeats):
+            for role in http.ROLES:
+                fast = 2.0 if role == "spec" and cat == "rag" else 1.0
+                latency = (1.0 + 0.1 * k + 0.01 * r) / fast
+                out.append({"role": role, "concurrency": 1, "repeat": r, "prompt": pid, "category": cat,
+                            "seed": k, "tokens": 10, "latency_s": latency, "ttft_s": 0.1, "gaps_s": [0.1] * 9,
+                            "chunks": 10, "streamed": True, "text": "x"})
+    return out
+
+
+def test_an_http_category_cell_states_its_prompts_requests_and_spread(tmp_path):
+    records = _records({"rag": 5, "qa": 3})
+    walls = {(role, 1): 10.0 for role in http.ROLES}
+    rows = http.summarize(records, walls, {}, {(role, 1): True for role in http.ROLES})
+    rag = next(r for r in rows if r["kind"] == "category" and r["role"] == "spec" and r["category"] == "rag")
+    assert rag["prompts"] == 5 and rag["paired_requests"] == 10 and rag["speedup_paired_min"] == pytest.approx(2.0)
+    config = http.HttpBenchConfig(endpoint="http://on", reference_endpoint="http://off", concurrency=(1,), repeats=2,
+                                  max_tokens=10, prompts=[{"id": f"{c}-{i}", "category": c, "text": "t"}
+                                                          for c, n in (("rag", 5), ("qa", 3)) for i in range(n)])
+    write_http_report(tmp_path, rows, config, {"spec": "m", "nospec": "m"})
+    report = (tmp_path / "report.md").read_text()
+    line = next(x for x in report.splitlines() if x.startswith("| rag"))
+    assert "| 5 |" in line and "n = 10 requests of 5 prompts" in line and "IQR [2.000, 2.000]" in line
+    qa = next(x for x in report.splitlines() if x.startswith("| qa"))
+    assert "| 3 |" in qa and "n = 6 requests of 3 prompts" in qa
