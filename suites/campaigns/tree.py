@@ -48,7 +48,7 @@ def tree_run(name: str, seed: int, rows: int | None, gate: float, stop_on_fail: 
 
     torch.set_num_threads(1)
     started = time.perf_counter()
-    report = run_tree_check(get(name).fn, impl_name=name, seed=seed, rows=rows, false_alarm_rate=gate,
+    report = run_tree_check(get(name).fn, impl_name=name, seed=seed, samples=rows, false_alarm_rate=gate,
                             stop_on_fail=stop_on_fail)
     return {"name": name, "seed": seed, "family_p": family_p(report), "verdict": report.verdict,
             "seconds": time.perf_counter() - started}

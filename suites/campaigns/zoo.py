@@ -103,7 +103,7 @@ def run_task(task: Task, gate: float) -> dict:
     impl = get(task.name)
     if impl.level == "sampler":
         report = run_sampler_check(impl.fn, impl_name=impl.name, false_alarm_rate=gate, seed=task.seed,
-                                   rows=task.rows, stop_on_fail=task.purpose != "calibrate",
+                                   samples=task.rows, stop_on_fail=task.purpose != "calibrate",
                                    cases=[*impl.cases, "default"] if impl.cases else None,  # its opt-in cases first
                                    max_rows_per_case_floats=CALIBRATION_FLOATS if task.rows else None)
     elif impl.level in STEP_CHECKS:  # the other step families: tree, draft-and-verify (their default plans)
