@@ -755,6 +755,7 @@ def _contexts_plan(run: _Run) -> dict:
 
 def _contexts_cell(run: _Run, contexts: dict, setting: Setting, index: int) -> Cell:
     from harness.check.generation import CONTEXT_ROWS, CONTEXTS_CONVENTIONS, CONTEXTS_PIT, ContextsCell
+    from harness.contexts import slots
 
     items = contexts["contexts"]
     declared = slots(items)  # the catalogue is built when the cell draws, not when the plan is declared
@@ -773,7 +774,6 @@ def _draw_contexts(run: _Run, cell: Cell, n: int):
     """n continuations spread round-robin over the cell's contexts: one request per context (its share of
     the n rows), all sent at once; the rows come back as the generation level's ContextTrials."""
     from harness.check.generation import ContextTrials, context_rows
-    from harness.contexts import slots
 
     data, length = cell.data, cell.summary["length"]
     start = cell.summary.get("_drawn", 0)
