@@ -98,7 +98,9 @@ class BenchConfig:
                               "shared machine; one more generation per cell)", action="store_true")
     prompt_select: tuple[str, ...] | None = _field(None, "--prompt-select", "in-process: only these kinds or ids of "
                                                    "the pair's default prompts (suites/prompts/prompts.jsonl, e.g. "
-                                                   "rewrite,code-rename)", parse_names, "NAME[,NAME]")
+                                                   "rewrite,code-rename), or catalogue:CATEGORY / catalogue:ID of "
+                                                   "suites/prompts/bench.jsonl (e.g. catalogue:rag; pairs with a "
+                                                   "tokenizer)", parse_names, "NAME[,NAME]")
     categories: tuple[str, ...] | None = _field(None, "--categories", "with --endpoint: prompt categories of the "
                                                 "catalogue (default all)", parse_names, "NAME[,NAME]")
     workers: int | None = _field(None, "--workers", "measure cells on a local dask cluster of N worker processes "

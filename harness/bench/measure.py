@@ -121,10 +121,41 @@ class ForwardCounter:
         self._handle.remove()
 
 
+CATALOGUE = "catalogue:"  # --prompt-select catalogue:CATEGORY_OR_ID picks from suites/prompts/bench.jsonl
+
+
+def _split(select: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(names of the pair's default prompts, names of the bench catalogue without their prefix)."""
+    return (tuple(s for s in select if not s.startswith(CATALOGUE)),
+            tuple(s[len(CATALOGUE):] for s in select if s.startswith(CATALOGUE)))
+
+
+def catalogue_prompts(pair: ModelPair, names: tuple[str, ...]) -> list[list[int]]:
+    """Token ids of the bench catalogue's prompts whose category or id is in `names` (file order), encoded as
+    plain text once per tokenizer (harness.prompts.pair_catalogue): what `specdec bench --endpoint` sends."""
+    from harness.prompts import pair_catalogue
+
+    rows = pair_catalogue(pair)
+    if rows is None:
+        raise HarnessError(f"--prompt-select {CATALOGUE}...: {pair.name} has no tokenizer to encode the catalogue "
+                           "(suites/prompts/bench.jsonl) with")
+    known = {p.kind for p, _ in rows} | {p.id for p, _ in rows}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise HarnessError(f"--prompt-select: the catalogue has no category or id {unknown[0]!r}; categories: "
+                           f"{', '.join(sorted({p.kind for p, _ in rows}))}")
+    return [ids for p, ids in rows if p.kind in names or p.id in names]
+
+
 def selected_prompts(pair: ModelPair, select: tuple[str, ...] | None) -> list[list[int]]:
-    """The pair's default prompts, or those whose kind or id is in `select` (suites/prompts/prompts.jsonl order)."""
+    """The pair's default prompts, or those whose kind or id is in `select` (suites/prompts/prompts.jsonl order),
+    then the bench catalogue's named `catalogue:CATEGORY` or `catalogue:ID` (suites/prompts/bench.jsonl order)."""
     if not select:
         return list(pair.prompts or [])
+    select, from_catalogue = _split(select)
+    chosen = catalogue_prompts(pair, from_catalogue) if from_catalogue else []
+    if not select:
+        return chosen
     from harness.prompts import load_prompts
 
     catalogue = load_prompts()
@@ -136,14 +167,22 @@ def selected_prompts(pair: ModelPair, select: tuple[str, ...] | None) -> list[li
     if unknown:
         raise HarnessError(f"--prompt-select: no prompt kind or id {unknown[0]!r}; kinds and ids: "
                            f"{', '.join(sorted(known))}")
-    return [ids for ids, p in zip(pair.prompts, catalogue, strict=True) if p.kind in select or p.id in select]
+    return [ids for ids, p in zip(pair.prompts, catalogue, strict=True)
+            if p.kind in select or p.id in select] + chosen
 
 
 def synthetic_prompts(pair: ModelPair) -> bool:
     """True when a pair's prompts are no text: token ids (random for toy and const pairs, random letters for
-    toy-pieces, fixed ids for the tiny-architecture pairs) or none at all (random ids drawn per cell). Only prompts encoded from a text catalogue
-    (`pair.meta["prompt_set"]`: SmolLM2, --target/--draft pairs with a tokenizer) count as text."""
+    toy-pieces, fixed ids for the tiny-architecture pairs) or none at all (random ids drawn per cell). Only
+    prompts encoded from a text catalogue (`pair.meta["prompt_set"]`: SmolLM2, --target/--draft pairs with a
+    tokenizer) count as text."""
     return not (pair.prompts and pair.meta.get("prompt_set"))
+
+
+def cell_synthetic(pair: ModelPair, cell: Cell) -> bool:
+    """Whether a cell's prompts are no text: catalogue prompts are text (encoded by the pair's tokenizer)."""
+    own, from_catalogue = _split(cell.prompt_select or ())
+    return synthetic_prompts(pair) if own or not from_catalogue else False
 
 
 def cell_prompts(pair: ModelPair, cell: Cell) -> list[torch.Tensor]:
@@ -271,7 +310,7 @@ def measure_timing(pair: ModelPair, cell: Cell) -> dict:
     return {
         "max_new_tokens_used": n_new,
         "prompt_lengths": [int(p.shape[1]) for p in prompts],
-        "random_prompts": synthetic_prompts(pair),  # synthetic inputs: token ids, no text; said in the report
+        "random_prompts": cell_synthetic(pair, cell),  # synthetic inputs: token ids, no text; said in the report
         "distinct_prompts": min(len(prompts), len(selected_prompts(pair, cell.prompt_select)) or len(prompts)),
         "timings": timings,  # per method: per-repeat tokens and seconds
         "forwards": counters,  # per method: per-repeat model forward passes (B = 1 each), counted by hooks
@@ -308,7 +347,7 @@ def measure_tokens(pair: ModelPair, cell: Cell) -> dict:
             per_row = new_full / rows
             rows = min(cell.prompts, max(1, math.ceil(1.05 * (cell.min_row_steps - full) / per_row)))
     return {"max_new_tokens_used": n_new, "batches": len(collected), "seconds": time.perf_counter() - start,
-            "random_prompts": synthetic_prompts(pair), "stats": {"ref": merge_stats(collected)}}
+            "random_prompts": cell_synthetic(pair, cell), "stats": {"ref": merge_stats(collected)}}
 
 
 def measure_cell(pair: ModelPair, cell: Cell) -> dict:

@@ -318,7 +318,9 @@ def _header(plan_name: str, suite: str, rows: list[dict], command: str | None) -
                      "are not those on text (SPEED-Bench finds random-token inputs overstate speculative throughput)")
     chosen = sorted({"+".join(r["prompt_select"]) for r in rows if r.get("prompt_select")})
     if chosen:
-        lines.append(f"- prompts: only {', '.join(chosen)} of the pair's default set (suites/prompts/prompts.jsonl)")
+        lines.append(f"- prompts: only {', '.join(chosen)} (a bare name: a kind or id of the pair's default set, "
+                     "suites/prompts/prompts.jsonl, chat-templated; `catalogue:NAME`: a category or id of the bench "
+                     "catalogue, suites/prompts/bench.jsonl, encoded as plain text)")
     if command:
         lines.append(f"- reproduce: `{command}`")
     return lines + ["", "Notation (Leviathan et al. 2023): p = target, q = draft, γ = drafts per step, "

@@ -78,3 +78,31 @@ def test_an_http_category_cell_states_its_prompts_requests_and_spread(tmp_path):
     assert "| 5 |" in line and "n = 10 requests of 5 prompts" in line and "IQR [2.000, 2.000]" in line
     qa = next(x for x in report.splitlines() if x.startswith("| qa"))
     assert "| 3 |" in qa and "n = 6 requests of 3 prompts" in qa
+
+
+def test_catalogue_categories_select_pre_tokenized_text_prompts_in_process():
+    from harness.errors import HarnessError
+    from harness.prompts import pair_catalogue
+
+    pair = get_pair("toy-pieces")
+    rag = measure.selected_prompts(pair, ("catalogue:rag",))
+    assert rag == [ids for _, ids in pair_catalogue(pair, ("rag",))] and len(rag) >= 20
+    both = measure.selected_prompts(pair, ("catalogue:summarization", "catalogue:math-apples"))
+    assert len(both) == len(pair_catalogue(pair, ("summarization",))) + 1
+    with pytest.raises(HarnessError, match="no category or id 'poetry'"):
+        measure.selected_prompts(pair, ("catalogue:poetry",))
+    with pytest.raises(HarnessError, match="no tokenizer"):
+        measure.selected_prompts(get_pair("toy"), ("catalogue:rag",))
+
+
+def test_an_in_process_run_on_catalogue_prompts_is_not_labelled_synthetic(tmp_path, monkeypatch):
+    sweep = bench_plan.Sweep("timing", ("toy-pieces",), gammas=(1,), temperatures=(0.0,), prompts=3, max_new_tokens=4,
+                             repeats=1)
+    monkeypatch.setitem(bench_plan._SUITES, "labels", bench_plan.SuiteSpec("labels", lambda quick: [sweep], "test"))
+    run_bench(BenchConfig(suite="labels", out=str(tmp_path), prompt_select=("catalogue:math",)))
+    out = tmp_path / "labels"
+    rows = json.loads((out / "rows.json").read_text())["rows"]
+    spec = next(r for r in rows if r["kind"] == "spec")
+    assert not any(r["random_prompts"] for r in rows) and spec["distinct_prompts"] == 3
+    report = (out / "report.md").read_text()
+    assert SYNTHETIC_LABEL not in report and "catalogue:math" in report
