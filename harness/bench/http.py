@@ -300,6 +300,17 @@ def summarize(records: list[dict], walls: dict, metrics: dict, streamed: dict) -
     return rows
 
 
+_ID_TEXT = re.compile(r"(\s*\d+)+\s*")
+
+
+def id_text_replies(records: list[dict]) -> bool:
+    """True when every non-empty reply is token ids written out (" 3 11 0"): an engine without a tokenizer
+    (specdec serve on a toy pair, harness.served.text.IdTokenizer), which folds the catalogue's characters into
+    its small vocabulary, so its inputs are synthetic, not text."""
+    texts = [r.get("text") for r in records if r.get("text")]
+    return bool(texts) and all(_ID_TEXT.fullmatch(t) for t in texts)
+
+
 def _as_request(r: dict) -> dict:
     return {"tokens": r["tokens"], "e2el_s": r["latency_s"], "ttft_s": r["ttft_s"] if r["streamed"] else None,
             "gaps_s": r["gaps_s"]}
@@ -406,6 +417,6 @@ def run_http_bench(config: HttpBenchConfig, out_dir: Path, progress: Callable[[s
     rows = summarize(records, walls, metrics, streamed)
     from harness.bench.http_report import write_http_report
 
-    files = write_http_report(out_dir, rows, config, models, clipped)
+    files = write_http_report(out_dir, rows, config, models, clipped, synthetic=id_text_replies(records))
     files["requests.jsonl"] = out_dir / "requests.jsonl"
     return HttpBenchRun(rows, files, time.perf_counter() - started, models)

@@ -39,6 +39,7 @@ def test_tiny_bench_against_specdec_serve_writes_the_report_with_plots(tmp_path,
     assert {r["category"] for r in rows if r["kind"] == "category"} == {"code", "math", "qa"}
     report = (run / "report.md").read_text()
     assert "## By concurrency" in report and "tokens per target call" in report
+    assert "**synthetic inputs (token ids, not text)**" in report  # the toy engine has no tokenizer
     assert "report.md" in capsys.readouterr().out
 
 

@@ -49,7 +49,7 @@ def test_an_in_process_report_on_random_token_prompts_is_labelled(tmp_path, monk
     assert all(SYNTHETIC_LABEL in line for line in regime_lines(rows))
 
 
-def _records(prompts: dict[str, int], repeats: int = 2) -> list[dict]:
+def _records(prompts: dict[str, int], repeats: int = 2, text: str = "x") -> list[dict]:
     """Fake requests: every prompt of every category, on (2× faster on rag) and off, at concurrency 1."""
     out = []
     for k, (pid, cat) in enumerate((p, c) for c, n in prompts.items() for p in (f"{c}-{i}" for i in range(n))):
@@ -59,7 +59,7 @@ def _records(prompts: dict[str, int], repeats: int = 2) -> list[dict]:
                 latency = (1.0 + 0.1 * k + 0.01 * r) / fast
                 out.append({"role": role, "concurrency": 1, "repeat": r, "prompt": pid, "category": cat,
                             "seed": k, "tokens": 10, "latency_s": latency, "ttft_s": 0.1, "gaps_s": [0.1] * 9,
-                            "chunks": 10, "streamed": True, "text": "x"})
+                            "chunks": 10, "streamed": True, "text": text})
     return out
 
 
@@ -72,7 +72,7 @@ def test_an_http_category_cell_states_its_prompts_requests_and_spread(tmp_path):
     config = http.HttpBenchConfig(endpoint="http://on", reference_endpoint="http://off", concurrency=(1,), repeats=2,
                                   max_tokens=10, prompts=[{"id": f"{c}-{i}", "category": c, "text": "t"}
                                                           for c, n in (("rag", 5), ("qa", 3)) for i in range(n)])
-    write_http_report(tmp_path, rows, config, {"spec": "m", "nospec": "m"})
+    write_http_report(tmp_path, rows, config, {"spec": "m", "nospec": "m"}, synthetic=http.id_text_replies(records))
     report = (tmp_path / "report.md").read_text()
     line = next(x for x in report.splitlines() if x.startswith("| rag"))
     assert "| 5 |" in line and "n = 10 requests of 5 prompts" in line and "IQR [2.000, 2.000]" in line
@@ -106,3 +106,18 @@ def test_an_in_process_run_on_catalogue_prompts_is_not_labelled_synthetic(tmp_pa
     assert not any(r["random_prompts"] for r in rows) and spec["distinct_prompts"] == 3
     report = (out / "report.md").read_text()
     assert SYNTHETIC_LABEL not in report and "catalogue:math" in report
+
+
+@pytest.mark.parametrize(("reply", "synthetic"), [(" 3 11 0 7", True), ("Paris is the capital", False),
+                                                  ("12 apples", False)])
+def test_an_http_report_from_an_engine_without_tokenizer_is_labelled_synthetic(tmp_path, reply, synthetic):
+    records = _records({"math": 2}, repeats=1, text=reply)
+    assert http.id_text_replies(records) is synthetic
+    rows = http.summarize(records, {(role, 1): 1.0 for role in http.ROLES}, {}, {(role, 1): True for role in http.ROLES})
+    config = http.HttpBenchConfig(endpoint="http://on", reference_endpoint="http://off", concurrency=(1,), max_tokens=10,
+                                  prompts=[{"id": f"math-{i}", "category": "math", "text": "t"} for i in range(2)])
+    write_http_report(tmp_path, rows, config, {"spec": "m", "nospec": "m"}, synthetic=http.id_text_replies(records))
+    report = (tmp_path / "report.md").read_text()
+    assert (f"**{SYNTHETIC_LABEL}**" in report) is synthetic
+    assert (f"on / off) [{SYNTHETIC_LABEL}]" in report) is synthetic
+    assert json.loads((tmp_path / "rows.json").read_text())["summary"]["synthetic_inputs"] is synthetic
