@@ -101,8 +101,10 @@ class BenchConfig:
                                                    "rewrite,code-rename), or catalogue:CATEGORY / catalogue:ID of "
                                                    "suites/prompts/bench.jsonl (e.g. catalogue:rag; pairs with a "
                                                    "tokenizer)", parse_names, "NAME[,NAME]")
-    categories: tuple[str, ...] | None = _field(None, "--categories", "with --endpoint: prompt categories of the "
-                                                "catalogue (default all)", parse_names, "NAME[,NAME]")
+    categories: tuple[str, ...] | None = _field(None, "--categories", "prompt categories of the catalogue "
+                                                "(suites/prompts/bench.jsonl): with --endpoint the ones sent (default "
+                                                "all); in-process one group per category, for pairs with a "
+                                                "tokenizer", parse_names, "NAME[,NAME]")
     workers: int | None = _field(None, "--workers", "measure cells on a local dask cluster of N worker processes "
                                  "(they share this machine's cores: for counts and resilience, not timing)", int, "N")
 
@@ -137,8 +139,11 @@ class BenchConfig:
                                "the same engine with it off")
         if self.endpoint is not None and self.prompt_select:
             raise HarnessError("--prompt-select chooses in-process prompts; with --endpoint use --categories")
-        if self.endpoint is None and (self.concurrency or self.categories):
-            raise HarnessError("--concurrency and --categories go with --endpoint (a served engine)")
+        if self.endpoint is None and self.concurrency:
+            raise HarnessError("--concurrency goes with --endpoint (a served engine)")
+        if self.categories and self.prompt_select:
+            raise HarnessError("--categories and --prompt-select both choose prompts: give one (in-process, "
+                               "--categories C is --prompt-select catalogue:C, one group per category)")
         if self.concurrency is not None and (not self.concurrency or min(self.concurrency) < 1):
             raise HarnessError(f"--concurrency values must be >= 1, got {list(self.concurrency)}")
         if (self.target is None) != (self.draft is None):

@@ -108,21 +108,22 @@ def _threads(config: BenchConfig, pair: str) -> int | None:
 def sweep_cells(sweep: Sweep, config: BenchConfig, checkpoints: tuple[str, str] | None = None) -> list[Cell]:
     """The cells of one sweep; in a timing sweep each group's `ar` cell comes first."""
     cells = []
-    for pair in sweep.pairs:
-        for temperature in sweep.temperatures:
-            base = Cell(kind="ar", pair=pair, gamma=0, temperature=float(temperature), top_k=sweep.top_k,
-                        top_p=sweep.top_p, prompts=sweep.prompts, max_new_tokens=sweep.max_new_tokens,
-                        repeats=sweep.repeats, warmup=sweep.warmup, synthetic_cost_ms=sweep.synthetic_cost_ms,
-                        device=sweep.device, dtype=config.dtype, seed=config.seed, threads=_threads(config, pair),
-                        checkpoints=checkpoints, prompt_select=config.prompt_select,
-                        interleave=bool(config.interleave) and sweep.kind == "timing")
-            if sweep.kind == "timing" and not base.interleave:
-                cells.append(base)
-            kind = {"timing": "spec", "compare": "compare", "tokens": "tokens"}[sweep.kind]
-            for gamma in sweep.gammas:
-                extra = {"repeats": 1, "warmup": 0, "min_row_steps": sweep.min_row_steps,
-                         "max_new_tokens": sweep.max_new_tokens or 2 * (gamma + 1)} if kind == "tokens" else {}
-                cells.append(dataclasses.replace(base, kind=kind, gamma=gamma, **extra))
+    selections = ([("catalogue:" + c,) for c in config.categories] if config.categories and config.endpoint is None
+                  else [config.prompt_select])  # in-process --categories: one group per catalogue category
+    for pair, temperature, select in ((p, t, s) for p in sweep.pairs for t in sweep.temperatures for s in selections):
+        base = Cell(kind="ar", pair=pair, gamma=0, temperature=float(temperature), top_k=sweep.top_k,
+                    top_p=sweep.top_p, prompts=sweep.prompts, max_new_tokens=sweep.max_new_tokens,
+                    repeats=sweep.repeats, warmup=sweep.warmup, synthetic_cost_ms=sweep.synthetic_cost_ms,
+                    device=sweep.device, dtype=config.dtype, seed=config.seed, threads=_threads(config, pair),
+                    checkpoints=checkpoints, prompt_select=select,
+                    interleave=bool(config.interleave) and sweep.kind == "timing")
+        if sweep.kind == "timing" and not base.interleave:
+            cells.append(base)
+        kind = {"timing": "spec", "compare": "compare", "tokens": "tokens"}[sweep.kind]
+        for gamma in sweep.gammas:
+            extra = {"repeats": 1, "warmup": 0, "min_row_steps": sweep.min_row_steps,
+                     "max_new_tokens": sweep.max_new_tokens or 2 * (gamma + 1)} if kind == "tokens" else {}
+            cells.append(dataclasses.replace(base, kind=kind, gamma=gamma, **extra))
     return cells
 
 
@@ -152,6 +153,10 @@ def make_plan(config: BenchConfig) -> Plan:
         raise UnknownNameError("suite", suite, [*_registered(), "grid"])
     if pairs:
         sweeps = [dataclasses.replace(s, pairs=pairs) for s in sweeps]
+    if config.categories:
+        from harness.policy import load
+
+        load("http_bench").catalogue(config.categories)  # an unknown category: UnknownNameError, exit 2
     if config.compare_hf:
         sweeps += [dataclasses.replace(s, kind="compare") for s in sweeps if s.kind == "timing"]
     cells = [c for s in sweeps

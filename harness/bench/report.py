@@ -166,6 +166,30 @@ def _headline(cells: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def _category(row: dict) -> str | None:
+    """The catalogue category a row's prompts are (`--categories` / `--prompt-select catalogue:C`), else None."""
+    select = row.get("prompt_select") or ()
+    return select[0].removeprefix("catalogue:") if len(select) == 1 and select[0].startswith("catalogue:") else None
+
+
+def _category_section(cells: list[dict]) -> list[str]:
+    """One line per catalogue category and series: its best γ, with how many prompts it rests on and their spread."""
+    groups = list(dict.fromkeys(r["group"] for r in cells if _category(r)))
+    if not groups:
+        return []
+    best = [max((r for r in cells if r["group"] == g), key=lambda r: r["speedup_median"]) for g in groups]
+    return ["### By prompt category (best γ of each)", "",
+            "Per prompt: each prompt's own speedup (its tokens/s over the baseline's on the same prompt, seed and "
+            "repeat), median [min, max] over the n distinct prompts the cell rests on.", "",
+            markdown_table(["category", "series", "γ", "speedup [min, max] over repeats", "per prompt: median [min, max]",
+                            "prompts", "measured / cost model"],
+                           [[_category(r), r["group"] + _inputs(r), str(r["gamma"]),
+                             f"{r['speedup_median']:.3f} [{r['speedup_min']:.3f}, {r['speedup_max']:.3f}]",
+                             (f"{r['speedup_prompt_median']:.3f} [{r['speedup_prompt_min']:.3f}, "
+                              f"{r['speedup_prompt_max']:.3f}]" if "speedup_prompt_median" in r else "–"),
+                             fmt(r.get("distinct_prompts")), fmt(r.get("cost_model_ratio"))] for r in best]), ""]
+
+
 def _latency_runs(members: list[dict]) -> list[tuple[str, dict]]:
     if members[0].get("interleaved"):  # every cell has its own baseline
         return [run for r in members for run in ((f"autoregressive (γ = {r['gamma']} cell)", r.get("ar_latency") or {}),
@@ -235,7 +259,7 @@ def _timing_section(rows: list[dict]) -> list[str]:
              "than its own forward passes explain. '± SE' is the acceptance noise of the timed steps, and "
              "'at realized acceptance' puts the tokens per call realized in those steps in place of E[tokens/call]: "
              "what remains is time outside the forward passes.", ""]
-    lines += _headline(cells)
+    lines += _headline(cells) + _category_section(cells)
     if synthetic:
         lines += _synthetic_summary(synthetic)
     lines += ["![speedup vs gamma](speedup_vs_gamma.png)", ""]

@@ -121,3 +121,26 @@ def test_an_http_report_from_an_engine_without_tokenizer_is_labelled_synthetic(t
     assert (f"**{SYNTHETIC_LABEL}**" in report) is synthetic
     assert (f"on / off) [{SYNTHETIC_LABEL}]" in report) is synthetic
     assert json.loads((tmp_path / "rows.json").read_text())["summary"]["synthetic_inputs"] is synthetic
+
+
+def test_in_process_categories_give_one_group_per_category_each_stating_its_prompts(tmp_path, monkeypatch):
+    sweep = bench_plan.Sweep("timing", ("toy-pieces",), gammas=(1,), temperatures=(0.0,), prompts=2, max_new_tokens=3,
+                             repeats=1)
+    monkeypatch.setitem(bench_plan._SUITES, "cats", bench_plan.SuiteSpec("cats", lambda quick: [sweep], "test"))
+    config = BenchConfig(suite="cats", out=str(tmp_path), categories=("math", "rag"))
+    plan = bench_plan.make_plan(config)
+    assert [c.prompt_select for c in plan.cells] == [("catalogue:math",)] * 2 + [("catalogue:rag",)] * 2
+    run_bench(config)
+    report = (tmp_path / "cats" / "report.md").read_text()
+    assert "### By prompt category" in report and SYNTHETIC_LABEL not in report
+    table = [line for line in report.splitlines() if line.startswith(("| math ", "| rag "))]
+    assert len(table) == 2 and all(line.split("|")[6].strip() == "2" for line in table)  # the prompts column
+
+
+def test_categories_in_process_are_checked_and_exclusive_with_prompt_select():
+    from harness.errors import HarnessError
+
+    with pytest.raises(HarnessError, match="poetry"):
+        bench_plan.make_plan(BenchConfig(pairs=("toy-pieces",), categories=("poetry",)))
+    with pytest.raises(HarnessError, match="both choose prompts"):
+        BenchConfig(pairs=("toy-pieces",), categories=("rag",), prompt_select=("code",)).validate()
