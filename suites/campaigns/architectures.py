@@ -230,20 +230,26 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
              "| pair | plan (settings, samples per cell, time budget) | runs (seeds) | FAIL at the gate (95% CI) "
              "| family p ≤ 0.05 | m (declared tests) | per-test level at Holm's first step |",
              "|---|---|---|---|---|---|---|"]
-    for name in families:
-        plans: dict[tuple, dict[int, dict]] = {}
+    pooled: dict[tuple, list[dict]] = {}
+    for name in [*families, "all families"]:
+        plans: dict[tuple, dict] = {}
         for r in rows:
             if r.get("part") == "reference" and r.get("pair") == name:
                 plan = (str(r.get("settings", "default")), r.get("samples_requested"), r.get("time_budget_s"),
                         r.get("contexts"))
                 plans.setdefault(plan, {})[r["seed"]] = r
+        if name == "all families":  # every family's runs of a plan together (plans run on more than one family)
+            plans = {plan: dict(enumerate(runs)) for plan, runs in pooled.items()
+                     if len({r["pair"] for r in runs}) > 1}
         for (settings, samples, budget, contexts), by_seed in plans.items():
             runs = list(by_seed.values())
+            if name != "all families":
+                pooled.setdefault((settings, samples, budget, contexts), []).extend(runs)
             k = sum(r["verdict"] == "fail" for r in runs)
             low, high = clopper_pearson(k, len(runs))
             with_p = [r["family_p"] for r in runs if r.get("family_p") is not None]
             m = max((r.get("declared_tests") or 0) for r in runs)
-            seeds = sorted(by_seed)
+            seeds = sorted(r["seed"] for r in runs)
             level = f"{DEFAULT_FALSE_ALARM_RATE / m:.1e}" if m else "-"
             plan = (f"{settings}, {samples or 'planned'}" + (f", ≤ {budget:.0f} s" if budget else "")
                     + (f", contexts {contexts}" if contexts else ""))
