@@ -79,6 +79,9 @@ def _bootstrap_estimate(counts, p, distance, upper: float, *, needs_support: boo
     if n == 0:
         return ({"estimate": math.nan, "low": 0.0, "high": upper, "plug_in": math.nan, "bias": math.nan, "n": 0,
                  "cells": 0, "level": level, "method": "none: no draws"}, None, None)
+    if not np.all(np.isfinite(p)) or np.sum(p) <= 0:
+        return ({"estimate": math.nan, "low": 0.0, "high": upper, "plug_in": math.nan, "bias": math.nan, "n": n,
+                 "cells": 0, "level": level, "method": "none: p is not a law (NaN, inf or no mass)"}, None, None)
     cell = partition(p, n, min_expected, max_cells)
     c = np.append(coarsen(counts, cell), outside)
     pc = np.append(coarsen(p, cell), 0.0)
@@ -94,7 +97,8 @@ def _bootstrap_estimate(counts, p, distance, upper: float, *, needs_support: boo
     lo_q, hi_q = np.quantile(star, [a / 2, 1 - a / 2])  # the bootstrap's approximation (nominal 95 % measured 0.945)
     # Null-scale widening: the bias a bootstrap from the truth p would show (the plug-in's bias where the laws
     # agree, known exactly because p is known) minus the bootstrap-world bias, when positive.
-    null = distance(rng.multinomial(n, pc, size=bootstrap) / n, pc)
+    law = np.clip(pc, 0.0, None)  # p as given may carry float error (a sum 1 + 1e-9, a -0.0): drawn from normalized
+    null = distance(rng.multinomial(n, law / law.sum(), size=bootstrap) / n, pc)
     slack = max(0.0, float(null.mean()) - bias)
     # ± ROUNDING: where every resample gives the same value (all draws in one cell), 2·T − q* is T up to one rounding.
     # The upper end: the basic end 2·T − q*_lo reads the upper spread off the bootstrap's left tail, which the floor

@@ -1,5 +1,7 @@
 """The bias-corrected TV estimate (harness.stats.estimate): partition, exact value, interval on known laws."""
 
+import math
+
 import numpy as np
 
 from harness.stats.estimate import (
@@ -107,3 +109,14 @@ def test_continuation_estimates_joint_and_per_position():
     assert abs(second["exact_tv_full"] - 0.1) < 1e-12
     for e in out:
         assert e["low"] <= e["exact_tv"] <= e["high"]
+
+
+def test_a_law_with_float_error_or_no_law_never_breaks_the_estimate():
+    """A FAIL report's estimate must not crash the run: p summing to 1 + 1e-9 (float32 arithmetic upstream) is
+    estimated as usual; a p with NaN gets no estimate, said in `method`."""
+    p = np.array([0.5, 0.3, 0.2 + 1e-9, -0.0])
+    counts = np.array([500, 300, 200, 0])
+    got = tv_estimate(counts, p, rng=np.random.default_rng(0))
+    assert got["low"] <= got["estimate"] <= got["high"] and got["estimate"] < 0.05
+    bad = tv_estimate(counts, np.array([0.5, np.nan, 0.5, 0.0]), rng=np.random.default_rng(0))
+    assert bad["method"].startswith("none: p is not a law") and math.isnan(bad["estimate"])
