@@ -14,9 +14,9 @@ ZOO = {
 # suites/campaigns/demo.py (`specdec demo`; --quick: a minute or two). None: the check's own plan.
 DEMO = {
     "full": dict(sampler_samples=None, toy_generation_samples=None, real_generation_samples=None,
-                 ngram_new_tokens=64, synthetic_new_tokens=48),
+                 ngram_new_tokens=64, ngram_prompts=8, synthetic_new_tokens=48),
     "quick": dict(sampler_samples=3_000, toy_generation_samples=300, real_generation_samples=48,
-                  ngram_new_tokens=32, synthetic_new_tokens=32),
+                  ngram_new_tokens=32, ngram_prompts=3, synthetic_new_tokens=32),
 }
 
 PROFILES = {"zoo": ZOO, "demo": DEMO}

@@ -7,7 +7,8 @@
    cost model's with the verify pass at its measured price r = T(γ+1)/T(1)) and to transformers
    assisted generation;
 4. the regime where speculation pays on this machine: a prompt-lookup (n-gram) draft with the SmolLM2
-   target on copy-heavy prompts (when the real model is installed), and a synthetic-cost pair whose
+   target on the copy-heavy categories of the prompt catalogue, summarization and RAG, with each category's
+   spread over its prompts (when the real model is installed), and a synthetic-cost pair whose
    forward passes are padded to 40 ms / 4 ms (a verify pass as cheap as a one-token pass, r ≈ 1, as on
    an accelerator) - each with measured vs cost-model speedup;
 5. results/demo/report.md linking all of it.
@@ -83,8 +84,9 @@ def demo_bench_config(pair: str, out: Path, *, quick: bool):
                        resume=False, interleave=True)
 
 
-# The regime where speculation pays: prompts that the answer copies from (suites/prompts/prompts.jsonl)
-COPY_HEAVY_PROMPTS = ("code-rename", "code-docstring", "rewrite-json")
+# The regime where speculation pays: catalogue categories whose answers copy from the prompt
+# (suites/prompts/bench.jsonl, Spec-Bench's summarization and retrieval-augmented QA), one group per category
+COPY_HEAVY_CATEGORIES = ("summarization", "rag")
 SYNTHETIC_PAIR, SYNTHETIC_COST_MS = "const-a0.8", (40.0, 4.0)
 
 
@@ -94,18 +96,20 @@ def demo_regime_configs(pair: str, out: Path, *, quick: bool) -> list[tuple[str,
     from harness.bench.config import BenchConfig
 
     runs = []
+    sizes = _sizes(quick)
     if pair == "smollm2":
-        runs.append(("a prompt-lookup (n-gram) draft (`smollm2-ngram`, c ≈ 0.01) with the SmolLM2 target, on "
-                     f"copy-heavy prompts ({', '.join(COPY_HEAVY_PROMPTS)}), greedy",
-                     BenchConfig(pairs=("smollm2-ngram",), prompt_select=COPY_HEAVY_PROMPTS, gammas=(2,),
-                                 temperatures=(0.0,), repeats=2, prompts=len(COPY_HEAVY_PROMPTS),
-                                 max_new_tokens=_sizes(quick)["ngram_new_tokens"], threads=1, out=str(out),
+        runs.append(("a prompt-lookup (n-gram) draft (`smollm2-ngram`, c ≈ 0.01) with the SmolLM2 target, on the "
+                     f"copy-heavy catalogue categories ({', '.join(COPY_HEAVY_CATEGORIES)}: the first "
+                     f"{sizes['ngram_prompts']} prompts of each), greedy",
+                     BenchConfig(pairs=("smollm2-ngram",), categories=COPY_HEAVY_CATEGORIES, gammas=(2,),
+                                 temperatures=(0.0,), repeats=2, prompts=sizes["ngram_prompts"],
+                                 max_new_tokens=sizes["ngram_new_tokens"], threads=1, out=str(out),
                                  run_name="bench-ngram", resume=False, interleave=True)))
     runs.append((f"a synthetic-cost pair (`{SYNTHETIC_PAIR}`: exact α = 0.8; every target / draft forward padded "
                  f"to {SYNTHETIC_COST_MS[0]:g} / {SYNTHETIC_COST_MS[1]:g} ms, so a verify pass costs what a one-token "
                  "pass does, r ≈ 1, as on an accelerator; random-token inputs), T = 1",
                  BenchConfig(pairs=(SYNTHETIC_PAIR,), gammas=(2, 4), temperatures=(1.0,), repeats=2, prompts=1,
-                             max_new_tokens=_sizes(quick)["synthetic_new_tokens"], synthetic_cost_ms=SYNTHETIC_COST_MS,
+                             max_new_tokens=sizes["synthetic_new_tokens"], synthetic_cost_ms=SYNTHETIC_COST_MS,
                              threads=1,
                              out=str(out), run_name="bench-synthetic", resume=False, interleave=True)))
     return runs
