@@ -20,8 +20,8 @@ import torch
 
 from harness.adapters.control import target_only_generate
 from harness.mutants.base import declare, register
-from harness.mutants.rule import Rule
-from harness.mutants.sampler import scaled_acceptance
+from harness.mutants.rule import INVERSE_CDF, Rule, normalized
+from harness.mutants.sampler import relaxed_acceptance, scaled_acceptance
 from specdec_ref.adapters import cache_strategy
 from specdec_ref.adapters import generate as _reference_generate
 from specdec_ref.generate import (
@@ -167,12 +167,24 @@ def _stale_runner(model, name, n_rows, strategy):
 
 
 def lifted(rule: Rule) -> Callable:
-    """A sampler-level `Rule` as the verify hook (the greedy rule is kept at temperature 0)."""
+    """A sampler-level `Rule` as the verify hook (the greedy rule is kept at temperature 0); the hook carries the
+    rule (`verify.rule`), so `exact_output_law` integrates it where the rule has a closed form (`integrable`)."""
     def verify(p, q, x, u_accept, u_final, temperature):
         if temperature == 0:
             return greedy_verify(p, x)
         return rule.from_uniforms(p, q, x, u_accept, u_final)
+    verify.rule = rule
     return verify
+
+
+def integrable(rule: Rule | None) -> bool:
+    """Whether `exact_output_law` integrates a lifted rule: per-position uniforms (no shared one), the drafts tested
+    as drawn (no greedy drafter) and the final token drawn from its law by the inverse CDF."""
+    return rule is not None and rule.analytic and not rule.greedy_draft and rule.draw is INVERSE_CDF
+
+
+def _lifted_rule(hooks: Hooks) -> Rule | None:
+    return getattr(hooks.verify, "rule", None)
 
 
 # ---------------------------------------------------------------- registration
@@ -187,8 +199,10 @@ def _zoo(hooks: Hooks, *, kind: str, models: str, needs: tuple[str, ...] = (), p
 
         generate.__name__, generate.__qualname__, generate.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         generate.hooks = hooks
+        # a p/q-hook entry, or one whose verify hook is an integrable lifted rule: its law is enumerable
+        swapped = {"target_probs", "draft_probs"} | ({"verify"} if integrable(_lifted_rule(hooks)) else set())
         if all(getattr(hooks, f.name) is getattr(REFERENCE_HOOKS, f.name) for f in dataclasses.fields(hooks)
-               if f.name not in ("target_probs", "draft_probs")):  # a p/q-hook entry: its law is enumerable
+               if f.name not in swapped):
             generate.exact_continuation_law = lambda *args: exact_output_law(*args[:5], args[5], hooks, args[6])
         return register(level="generation", kind=kind, models=models, needs=needs, pair=pair)(generate)
     return deco
@@ -273,6 +287,17 @@ def scaled_acceptance_generate(target, draft, input_ids, *, max_new_tokens, gamm
                                seed):
     """Algorithm 1 with acceptance λ·min(1, p/q) and residual norm(p − λ·min(p, q)): lossless, fewer
     accepted drafts per step (the greedy rule is unchanged at temperature 0)."""
+
+
+@_zoo(Hooks(verify=lifted(relaxed_acceptance.rule)), kind="mutant", pair="toy",
+      needs=("temperature > 0", "a draft that over-drafts one of the target's top 3 tokens (q(x) > p(x) ≥ 0.5·max p): "
+             "the toy pair"),
+      models="lossy by design: relaxed acceptance (TensorRT-LLM PR #3865) in a whole generate(), the rule of "
+             "harness.mutants.sampler:relaxed_acceptance; `specdec serve --impl` plants it in a served engine")
+def relaxed_acceptance_generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+    """Each step verifies with relaxed acceptance: a draft among the target's 3 likeliest tokens with p(x) ≥
+    0.5·max p is kept outright, others with the exact probability min(1, p/q), residual as the reference (the greedy
+    rule at temperature 0); its exact continuation law is enumerable on a toy pair, so estimates print it."""
 
 
 @_zoo(Hooks(emit=_emit_past_eos), kind="mutant", needs=(_EOS,), pair="toy-eos",
@@ -430,7 +455,9 @@ def exact_output_law(target, draft, prompt: list[int], length: int, gamma: int, 
                      hooks: Hooks = REFERENCE_HOOKS, eos=()) -> dict[tuple[int, ...], float]:
     """Law of the `length` tokens (cut after EOS) a many-row run of `hooked_generate` emits, by enumeration.
 
-    Algorithm 1 over the hooks' p and q (the verify hook is not used: for p/q-hook mutants only).
+    Algorithm 1 over the hooks' p and q, or, where the verify hook is a lifted sampler `Rule` (`lifted`,
+    `integrable`), that rule's acceptance probabilities and final law (any other verify hook is not used: for
+    p/q-hook and lifted-rule mutants only).
     Block sizes follow a batched run: step k drafts min(γ, length − k − 1) tokens (the slowest row
     decides, and in thousands of rows one row emits a single token per step), rows that need fewer
     tokens keep a prefix of the block. Exact in float64 for small vocabularies (toy pairs)."""
@@ -481,10 +508,14 @@ def _block_law(target, draft, prompt, prefix, g, params, hooks, eos) -> dict[tup
     seqs = torch.cat([base.expand(len(paths), -1), paths], 1)
     block = None if before is None else extend_history(_expand_history(before, paths[:, :0]), paths)
     p = hooks.target_probs(_logits(target, seqs, g + 1), params, block).double()  # [N, g+1, V]
+    rule = _lifted_rule(hooks)
+    step = _rule_step(rule, p, q_rows, paths, g) if integrable(rule) and g > 0 else None
     out: dict[tuple[int, ...], float] = {}
     reach = weight.clone()  # P(draft path, and its first i drafts accepted)
     for i in range(g + 1):
-        if i == g:
+        if step is not None:
+            accept, final = step(i)
+        elif i == g:
             final = p[:, g]
         else:
             x = paths[:, i]
@@ -503,6 +534,30 @@ def _block_law(target, draft, prompt, prefix, g, params, hooks, eos) -> dict[tup
         if i < g:
             reach = reach * accept
     return out
+
+
+def _rule_step(rule: Rule, p: Tensor, q_rows: list[Tensor], paths: Tensor, g: int) -> Callable:
+    """For a lifted rule: i -> (P(draft i of each path accepted) [N] (None at i = g), the law of the final token
+    after a rejection at i, or of the bonus at i = g [N, V]), from the rule's own views, acceptance and final law
+    (as `Rule.from_uniforms` computes them; the same closed forms `Rule.position_laws` integrates)."""
+    N = len(paths)
+    pv = rule.p_view(normalized(p))  # [N, g+1, V]
+    q = torch.stack(q_rows, 1)  # [N, g, V]
+    qv = rule.q_view(normalized(q))
+    rows = torch.arange(N)
+
+    def step(i: int):
+        x_i = paths[:, i] if i < g else torch.zeros(N, dtype=torch.long)
+        final = normalized(rule.final(pv, qv, torch.full((N,), i, dtype=torch.long), x_i))
+        if i == g:
+            return None, final
+        if rule.accept_table is None:
+            accept = rule.accept.prob(pv[rows, i, x_i], qv[rows, i, x_i])
+        else:
+            accept = rule.accept_table(pv[:, i], qv[:, i])[rows, x_i]
+        return accept, final
+
+    return step
 
 
 def _expand_history(history: History, paths: Tensor) -> History:

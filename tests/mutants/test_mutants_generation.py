@@ -108,6 +108,7 @@ BLIND = {
     "draft_q_unprocessed": dict(pair="0.7", temperature=1.0),
     "draft_greedy_softmax_q": dict(pair="0.7", temperature=0.0),
     "greedy_verify_when_sampling": dict(pair="0.7", temperature=0.0),
+    "relaxed_acceptance_generate": dict(pair="0.7", temperature=0.0),  # the greedy rule at T = 0
     "greedy_tie_last_index": dict(pair="0.7", temperature=0.0),
     "stale_target_cache": dict(pair="1.0", temperature=1.0),  # draft = target: nothing is ever rejected
     "stale_batched_target_cache": dict(pair="1.0", temperature=1.0),
@@ -261,3 +262,32 @@ def test_wasteful_variant_accepts_fewer_drafts():
     fair = hooked_generate(*pair, ids, **kwargs).stats
     scaled = hooked_generate(*pair, ids, hooks=get("scaled_acceptance_generate").fn.hooks, **kwargs).stats
     assert scaled.mean_accepted_tokens < fair.mean_accepted_tokens - 0.2
+
+
+def test_a_lifted_rules_exact_law_is_enumerated_with_the_rules_own_acceptance():
+    """`exact_output_law` integrates a lifted sampler rule (issue 46: the engine level's exact TV beside its
+    estimates): the lossless scaled acceptance has the target's law; relaxed acceptance has its own, which a run of
+    the mutant's loop follows (and the target's law does not), at T = 1 with top-k 3 on toy prompt 1."""
+    import collections
+
+    from harness.check.generation import Setting, continuation_law
+    from harness.models.toy_pairs import TOY_VOCAB, toy_prompts
+    from specdec_ref.generate import default_eos, eos_set
+
+    target, draft = toy_models("0.7", torch.float64)
+    eos, prompt, setting = eos_set(default_eos(target)), toy_prompts()[1], Setting(1.0, top_k=3)
+    truth = continuation_law(target, prompt, 3, setting, TOY_VOCAB, eos)
+
+    def tv(a, b):
+        return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+    law = {name: get(name).fn.exact_continuation_law(target, draft, prompt, 3, 3, setting, eos)
+           for name in ("scaled_acceptance_generate", "relaxed_acceptance_generate")}
+    assert tv(law["scaled_acceptance_generate"], truth) < 1e-12
+    assert abs(tv(law["relaxed_acceptance_generate"], truth) - 0.1203) < 1e-3
+    n = 6000
+    out = _run(get("relaxed_acceptance_generate"), toy_models("0.7", torch.float32), B=n, n=3, gamma=3, top_k=3,
+               ids=torch.tensor([prompt] * n), seed=2)
+    seen = collections.Counter(tuple(t for t in row if t >= 0) for row in out.tolist())
+    empirical = {k: c / n for k, c in seen.items()}
+    assert tv(empirical, law["relaxed_acceptance_generate"]) < 0.04 < 0.08 < tv(empirical, truth)
