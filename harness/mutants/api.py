@@ -188,9 +188,45 @@ class ReasoningOncePerDelta(Bookkeeping):
         return out
 
 
+class ToolCallOncePerDelta(Bookkeeping):
+    """The streaming tool-call parser takes one transition per delta: the delta that holds `<tool_call>` only moves
+    it into the call, so the call's name and the arguments that came in the same delta are never sent (its later
+    arguments are, without a name; a call opened and closed in one delta is lost). Deltas of one token (speculation
+    off) never show it; the non-streamed reply is right."""
+
+    name = "tool_call_parser_once_per_delta"
+    models = "vLLM #42781, #56077, #55082 (tool-call parsers advance once per delta: <tool_call> and its arguments " \
+             "in one delta are dropped)"
+
+    def stream_tool_calls(self, finished, slices, texts, contents, start, tools, decode):
+        from harness.served.bookkeeping import tool_calls
+
+        right = super().stream_tool_calls(finished, slices, texts, contents, start, tools, decode)
+        opened = [c.open for c in tool_calls(finished.tokens, finished.text, tools, decode, start)]
+        out = []
+        for (a, b), (content, entries) in zip(slices, right, strict=True):
+            dropped = {k for k, at in enumerate(opened) if a <= at < b}  # the calls whose marker is in this delta
+            out.append((content, [e for e in entries if e["index"] not in dropped]))
+        return out
+
+
+class StopIdsUnmaskedUnderMinTokens(Bookkeeping):
+    """min_tokens masks EOS only: a stop token id can be drawn before min_tokens (it is then skipped, and the reply
+    goes on past it), where vLLM's contract is that neither EOS nor stop_token_ids can be generated before
+    min_tokens. What `specdec serve` did until the API check tested it."""
+
+    name = "stop_ids_unmasked_under_min_tokens"
+    models = "vLLM min_tokens (\"before EOS or stop_token_ids can be generated\"; PR #32642 masks the stop tokens " \
+             "at every draft position below min_tokens)"
+
+    def masked(self, stops):
+        return frozenset()
+
+
 API_MUTANTS = {cls.name: cls for cls in (CapBeforeStop, StopInStepTail, IdsPastStop, MaxTokensPerStep,
                                          StreamLastTokenOnly, UnseededSharedStream, MinTokensPerStep,
-                                         ChoicesShareSeed, ReasoningOncePerDelta)}
+                                         ChoicesShareSeed, ReasoningOncePerDelta, ToolCallOncePerDelta,
+                                         StopIdsUnmaskedUnderMinTokens)}
 
 
 def get(name: str) -> type[Bookkeeping]:

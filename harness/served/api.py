@@ -46,8 +46,13 @@ STOP_KINDS = STRING_KINDS + TOKEN_KINDS
 N_CHOICES = 24  # choices per n > 1 request (n_independent: 2 requests give 12 + 12 disjoint pairs)
 N_REQUESTS = 2  # n > 1 requests per prompt (and one repeated: seed_reproducible)
 CHAT_REQUESTS = 8  # chat requests per prompt (each plain and streamed), where the engine streams chat
+# The tool sent with every chat request where the engine streams chat with tools (a tool-call parser: `streams`)
+TOOLS = [{"type": "function", "function": {"name": "specdec_probe", "description": "a tool the model may call",
+                                           "parameters": {"type": "object", "properties": {}}}}]
 MIN_TOKENS_EOS_FRACTION = 2
 MIN_TOKENS_EOS_REQUESTS = 32  # per prompt, where the model has an EOS
+MIN_TOKENS_STOP_ID_REQUESTS = 32  # per prompt, with stop_token_ids (where the engine takes them with min_tokens)
+MIN_TOKENS_STOP_IDS = 3  # the stop ids of those: the most frequent tokens of the base continuations
 
 
 @dataclasses.dataclass
@@ -57,6 +62,8 @@ class ApiCell:
     prompt: list[int]
     streams: bool  # whether the engine streams completions (asked once per run)
     chat_streams: bool = False  # whether it streams chat completions
+    tools: bool = False  # whether it streams chat completions with `tools` (a tool-call parser: see streams)
+    min_stop_ids: bool = False  # whether it takes stop_token_ids with min_tokens (see takes_min_stop_ids)
 
 
 @dataclasses.dataclass
@@ -68,7 +75,7 @@ class Context:
     decode: object  # ids -> text
     tolerance: float
     reproducible: bool = False
-    eos_law: object = None  # ids -> the local target's P(EOS) at each position of a reply (the cell's setting)
+    eos_law: object = None  # (ids, tokens) -> the local target's P(tokens) at each position of a reply (T = 1)
 
 
 @dataclasses.dataclass
@@ -84,6 +91,8 @@ class Reply:
     deltas: list[int] | None = None  # tokens per delta (streams)
     done: bool = True  # a stream ended with [DONE]
     reasoning: str | None = None  # chat: reasoning_content (a reasoning parser's), else None
+    tool_calls: list | None = None  # chat: [(name, arguments)] of message.tool_calls / the deltas' (by index)
+    tool_delta: int | None = None  # chat stream: tokens of the first delta that carried a tool call
 
 
 @dataclasses.dataclass
@@ -144,14 +153,19 @@ def parse_chat(reply: dict, base: str) -> Reply:
     choice = choices[0]
     message = choice.get("message") or {}
     ids = choice.get("token_ids")
+    calls = [((c.get("function") or {}).get("name") or "", (c.get("function") or {}).get("arguments") or "")
+             for c in message.get("tool_calls") or [] if isinstance(c, dict)]
     return Reply(list(ids) if isinstance(ids, list) else None, str(message.get("content") or ""),
                  choice.get("finish_reason"), (reply.get("usage") or {}).get("completion_tokens"), None, None,
-                 reasoning=_reasoning_of(message))
+                 reasoning=_reasoning_of(message), tool_calls=calls)
 
 
 def parse_chat_stream(streamed: dict) -> Reply:
-    """A chat stream's deltas of choice 0 concatenated (content, reasoning, token ids), tokens per delta."""
+    """A chat stream's deltas of choice 0 concatenated (content, reasoning, token ids, tool calls: each call's
+    name and arguments pieces joined by its index), tokens per delta."""
     ids, text, reasoning, deltas, reason, usage, has_ids, any_reasoning = [], [], [], [], None, None, True, False
+    calls: dict[int, list[str]] = {}
+    tool_delta = None
     for event in streamed["events"]:
         if isinstance(event.get("usage"), dict):
             usage = event["usage"].get("completion_tokens")
@@ -160,8 +174,15 @@ def parse_chat_stream(streamed: dict) -> Reply:
                 continue
             delta = choice.get("delta") or {}
             got = choice.get("token_ids")
-            if got is None and (delta.get("content") or _reasoning_of(delta)):
+            entries = [e for e in delta.get("tool_calls") or [] if isinstance(e, dict)]
+            if got is None and (delta.get("content") or _reasoning_of(delta) or entries):
                 has_ids = False
+            for e in entries:
+                call = calls.setdefault(int(e.get("index", 0)), ["", ""])
+                call[0] += (e.get("function") or {}).get("name") or ""
+                call[1] += (e.get("function") or {}).get("arguments") or ""
+            if entries and tool_delta is None:
+                tool_delta = len(got or [])
             ids += got or []
             text.append(str(delta.get("content") or ""))
             part = _reasoning_of(delta)
@@ -171,7 +192,8 @@ def parse_chat_stream(streamed: dict) -> Reply:
                 deltas.append(len(got))
             reason = choice.get("finish_reason") or reason
     return Reply(ids if has_ids else None, "".join(text), reason, usage, None, None, deltas,
-                 streamed.get("done", False), "".join(reasoning) if any_reasoning else None)
+                 streamed.get("done", False), "".join(reasoning) if any_reasoning else None,
+                 [tuple(calls[k]) for k in sorted(calls)], tool_delta)
 
 
 def parse_stream(streamed: dict) -> Reply:
@@ -380,6 +402,11 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
     plain = dataclasses.replace(data, setting=_plain_setting())  # T = 1: no truncation hides EOS from the test
     eos_jobs = [(f"{key}/min_tokens_eos/{least}/{s}", _body(run, plain, s, length, min_tokens=least))
                 for s in eos_seeds] if ctx.eos else []  # without an EOS the mask has nothing to hide
+    stop_ids = frequent_tokens([e.reply.ids or [] for e in out if e.kind == "base"], ctx.eos) if data.min_stop_ids \
+        else []
+    stop_seeds = [seeds[0] + 6_007 * (j + 1) for j in range(MIN_TOKENS_STOP_ID_REQUESTS)] if stop_ids else []
+    eos_jobs += [(f"{key}/min_tokens_stop_ids/{least}/{stop_ids}/{s}",
+                  _body(run, plain, s, length, min_tokens=least, stop_token_ids=stop_ids)) for s in stop_seeds]
     n_seeds = [seeds[0] + 104_729 * (j + 1) for j in range(N_REQUESTS)]
     n_jobs = [(f"{key}/n/{N_CHOICES}/{s}", {**_body(run, data, s, length), "n": N_CHOICES}) for s in n_seeds]
     n_jobs.append((f"{key}/n-repeat/{N_CHOICES}/{n_seeds[0]}", n_jobs[0][1]))
@@ -395,8 +422,9 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
     for name, kind, body, ex in more:
         streamed = parse_stream(replies[name + "/stream"]) if data.streams else None
         out.append(Exchange(kind, ex.seed, body, parse_reply(replies[name], run.engine.base), streamed))
-    for (name, body), s in zip(eos_jobs, eos_seeds, strict=False):
-        out.append(Exchange("min_tokens_eos", s, body, parse_reply(replies[name], run.engine.base)))
+    for (name, body), s in zip(eos_jobs, (eos_seeds if ctx.eos else []) + stop_seeds, strict=True):
+        kind = "min_tokens_stop_ids" if "stop_token_ids" in body else "min_tokens_eos"
+        out.append(Exchange(kind, s, body, parse_reply(replies[name], run.engine.base)))
     for j, (name, body) in enumerate(n_jobs):
         choices = parse_choices(replies[name], N_CHOICES, run.engine.base)
         kind = "n" if j < len(n_seeds) else "n_repeat"
@@ -410,6 +438,17 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
     return out, None
 
 
+def frequent_tokens(continuations: list[list[int]], eos: set[int], k: int = MIN_TOKENS_STOP_IDS) -> list[int]:
+    """The k most frequent tokens of the base continuations, EOS excluded (ties: the smaller id): stop ids that a
+    correct engine draws often past min_tokens, so that masking them too long shows."""
+    counts: dict[int, int] = {}
+    for ids in continuations:
+        for t in ids:
+            if t not in eos:
+                counts[t] = counts.get(t, 0) + 1
+    return sorted(sorted(counts), key=lambda t: -counts[t])[:k]
+
+
 def _plain_setting():
     from harness.check.generation import Setting
 
@@ -420,8 +459,9 @@ def _chat_body(run, data: ApiCell, seed: int, length: int) -> dict:
     body = _body(run, data, seed, length)
     for field in ("prompt", "n", "logprobs", "return_tokens_as_token_ids"):
         body.pop(field, None)
-    return {**body, "messages": [{"role": "user", "content": decode(run.tokenizer, data.prompt)}],
-            "return_token_ids": True}
+    out = {**body, "messages": [{"role": "user", "content": decode(run.tokenizer, data.prompt)}],
+           "return_token_ids": True}
+    return {**out, "tools": TOOLS, "tool_choice": "auto"} if data.tools else out
 
 
 def _chat_summary(ctx: Context, exchanges: list[Exchange]) -> dict:
@@ -441,9 +481,14 @@ def _chat_summary(ctx: Context, exchanges: list[Exchange]) -> dict:
             inside += 1
             first = sum(sizes[: step_of[marker]])
             middle += first < marker < first + sizes[step_of[marker]] - 1
+    with_calls = [e for e in chats if e.reply.tool_calls]
     return {"chat_requests": len(chats), "chat_reasoning_split": split, "chat_marker_in_multi_token_delta": inside,
             "chat_marker_mid_delta": middle,
-            "chat_tokens_per_delta": _histogram([d for e in chats for d in (e.streamed.deltas or [])])}
+            "chat_tokens_per_delta": _histogram([d for e in chats for d in (e.streamed.deltas or [])]),
+            "chat_tools": bool(chats) and bool(chats[0].body.get("tools")),
+            "chat_tool_call_replies": len(with_calls),
+            "chat_tool_calls": sum(len(e.reply.tool_calls) for e in with_calls),
+            "chat_tool_call_in_multi_token_delta": sum((e.streamed.tool_delta or 0) > 1 for e in with_calls)}
 
 
 def _histogram(sizes: list[int]) -> dict:
@@ -667,8 +712,10 @@ def _problems_seed(ctx: Context, exchanges):
 
 
 def _problems_min_tokens(ctx: Context, exchanges):
-    """The deterministic part of `min_tokens`: no EOS among the first min_tokens tokens, and no reply shorter than
-    min(min_tokens, max_tokens) (the stops it must skip are judged by stop_strings / finish_reason)."""
+    """The deterministic part of `min_tokens`: no EOS and no stop token id among the first min_tokens tokens (both
+    are masked until then: vLLM's "before EOS or stop_token_ids can be generated"), and no reply shorter than
+    min(min_tokens, max_tokens) (the stops it must skip are judged by stop_strings / finish_reason, the stop ids it
+    must honour after it by stop_token_ids)."""
     out = []
     for e, r in _replies(exchanges):
         least = e.body.get("min_tokens") or 0
@@ -677,30 +724,37 @@ def _problems_min_tokens(ctx: Context, exchanges):
         early = [j for j, t in enumerate(r.ids[:least]) if t in ctx.eos]
         if early:
             out.append(f"{_where(e, r)}: EOS at token {early[0] + 1} with min_tokens={least}")
+        stop_ids = set(e.body.get("stop_token_ids") or ())
+        early = [j for j, t in enumerate(r.ids[:least]) if t in stop_ids]
+        if early:
+            out.append(f"{_where(e, r)}: stop token id {r.ids[early[0]]} at token {early[0] + 1} with "
+                       f"min_tokens={least} (not masked)")
         if len(r.ids) < min(least, e.body["max_tokens"]):
             out.append(f"{_where(e, r)}: {len(r.ids)} tokens returned with min_tokens={least}")
     return out
 
 
-def eos_hazard(ctx: Context, exchanges) -> dict:
-    """Whether EOS stays masked past min_tokens (SGLang PR #33643: counted per step, about L times too long): at
-    every position j >= min_tokens of the `min_tokens_eos` replies, the local target's probability p_j of EOS at
-    the request's setting (the law there has no mask) against whether the reply ended with EOS there. Under a
-    correct engine M = Σ (1[EOS_j] − p_j) is a martingale whose increments are bounded by 1 with predictable
-    variance V = Σ p_j (1 − p_j); too few EOS (E − N = t > 0) has p <= exp(−t² / (2 (V + t / 3))) (Freedman's
-    inequality at the observed V)."""
-    rows = [e for e in exchanges if e.kind == "min_tokens_eos" and e.reply.ids]
+def eos_hazard(ctx: Context, exchanges, kind: str = "min_tokens_eos") -> dict:
+    """Whether EOS (and the stop ids) stay masked past min_tokens (SGLang PR #33643: counted per step, about L times
+    too long): at every position j >= min_tokens of the `kind` replies (`min_tokens_eos`: EOS; `min_tokens_stop_ids`:
+    EOS and the request's stop_token_ids, masked and honoured alike), the local target's probability p_j of that
+    set at the request's setting (the law there has no mask) against whether the reply ended with one of them there.
+    Under a correct engine M = Σ (1[end_j] − p_j) is a martingale whose increments are bounded by 1 with
+    predictable variance V = Σ p_j (1 − p_j); too few ends (E − N = t > 0) has p <= exp(−t² / (2 (V + t / 3)))
+    (Freedman's inequality at the observed V)."""
+    rows = [e for e in exchanges if e.kind == kind and e.reply.ids]
     if not rows or ctx.eos_law is None:
         return {"p": 1.0, "expected": 0.0, "observed": 0, "variance": 0.0, "positions": 0}
     expected = variance = 0.0
     observed = positions = 0
     for e in rows:
         least = e.body["min_tokens"]
-        probs = ctx.eos_law(e.reply.ids)  # p_j(EOS) at every position j of the reply
+        ends = set(ctx.eos) | set(e.body.get("stop_token_ids") or ())
+        probs = ctx.eos_law(e.reply.ids, sorted(ends))  # p_j(an end token) at every position j of the reply
         for j in range(least, len(e.reply.ids)):
             p = float(probs[j])
             expected, variance, positions = expected + p, variance + p * (1 - p), positions + 1
-            observed += e.reply.ids[j] in ctx.eos
+            observed += e.reply.ids[j] in ends
     t = expected - observed
     p_value = 1.0 if t <= 0 else math.exp(-t * t / (2 * (variance + t / 3)))
     return {"p": p_value, "expected": expected, "observed": observed, "variance": variance, "positions": positions}
@@ -734,7 +788,8 @@ def n_independence(exchanges) -> dict:
 
 def _problems_chat_stream(ctx: Context, exchanges):
     """The chat stream's deltas concatenated equal the non-streamed chat reply: content, reasoning (a reasoning
-    parser's fields), finish_reason, usage, token ids (where both carry them); where seeds reproduce."""
+    parser's fields), tool calls (a tool-call parser's: each call's name and arguments, in order), finish_reason,
+    usage, token ids (where both carry them); where seeds reproduce."""
     out = []
     for e in exchanges:
         s, r = e.streamed, e.reply
@@ -745,14 +800,17 @@ def _problems_chat_stream(ctx: Context, exchanges):
         if not ctx.reproducible:
             continue
         pairs = [("content", s.text, r.text), ("reasoning", s.reasoning, r.reasoning),
+                 ("tool_calls", s.tool_calls or [], r.tool_calls or []),
                  ("finish_reason", s.reason, r.reason), ("usage", s.usage, r.usage)]
         if s.ids is not None and r.ids is not None:
             pairs.append(("ids", s.ids, r.ids))
         diffs = [name for name, a, b in pairs if a != b]
         if diffs:
+            calls = (f"; tool calls streamed {s.tool_calls}, non-streamed {r.tool_calls}" if "tool_calls" in diffs
+                     else "")
             out.append(f"chat seed {e.seed}: the concatenated stream differs from the non-streamed reply in "
                        f"{', '.join(diffs)} (deltas {s.deltas}; stream reasoning {(s.reasoning or '')[-30:]!r}, "
-                       f"content {s.text[:30]!r}; non-streamed {(r.reasoning or '')[-30:]!r}, {r.text[:30]!r})")
+                       f"content {s.text[:30]!r}; non-streamed {(r.reasoning or '')[-30:]!r}, {r.text[:30]!r}{calls})")
     return out
 
 
@@ -796,13 +854,17 @@ def _api_tests(cell: Cell, trials, level: float, power: float) -> list:
 
 def _min_tokens_result(cell: Cell, ctx: Context, exchanges) -> TestResult:
     problems = _problems_min_tokens(ctx, exchanges)
-    hazard = eos_hazard(ctx, exchanges)
-    cell.summary["min_tokens_eos"] = hazard
+    hazards = {"EOS": eos_hazard(ctx, exchanges), "stop ids": eos_hazard(ctx, exchanges, "min_tokens_stop_ids")}
+    cell.summary["min_tokens_eos"], cell.summary["min_tokens_stop_ids"] = hazards["EOS"], hazards["stop ids"]
+    used = {name: h for name, h in hazards.items() if h["positions"]}
+    p = min(1.0, max(1, len(used)) * min((h["p"] for h in used.values()), default=1.0))  # Bonferroni over the two
+    name, hazard = min(hazards.items(), key=lambda item: item[1]["p"])
     message = (f"{len(problems)} replies wrong; " + "; ".join(problems[:3]) if problems else
-               f"{hazard['observed']} EOS where the target's law expects {hazard['expected']:.2f} over "
-               f"{hazard['positions']} positions past min_tokens (EOS masked too long?)" if hazard["p"] < 0.5 else "")
-    return TestResult(f"{cell.name}/min_tokens", hazard["expected"] - hazard["observed"],
-                      0.0 if problems else hazard["p"], n=hazard["positions"], details={"message": message, **hazard})
+               f"{hazard['observed']} {name} where the target's law expects {hazard['expected']:.2f} over "
+               f"{hazard['positions']} positions past min_tokens ({name} masked too long?)" if p < 0.5 else "")
+    return TestResult(f"{cell.name}/min_tokens", hazard["expected"] - hazard["observed"], 0.0 if problems else p,
+                      n=sum(h["positions"] for h in hazards.values()),
+                      details={"message": message, **hazards["EOS"], "p": p, "stop_ids": hazards["stop ids"]})
 
 
 def _n_result(cell: Cell, ctx: Context, exchanges) -> TestResult:
@@ -845,12 +907,16 @@ def refusal(run, prompt) -> str | None:
     return None
 
 
-def streams(run, prompt: list[int], chat: bool = False) -> bool:
+def streams(run, prompt: list[int], chat: bool = False, tools: bool = False) -> bool:
     """Whether the engine answers stream: true with server-sent events on its completions (`chat`: chat
-    completions) route; a refusal, 4xx, means it does not."""
+    completions) route; a refusal, 4xx, means it does not. `tools`: a chat stream with `tools` and tool_choice
+    "auto", which a server answers where it runs a tool-call parser (vLLM: `--enable-auto-tool-choice
+    --tool-call-parser`, else 400; `specdec serve --tool-call-tokens`)."""
     body = {"model": run.model, "max_tokens": 2, "seed": 0, "stream": True}
+    if tools:
+        body.update(tools=TOOLS, tool_choice="auto")
     try:
-        if chat:
+        if chat or tools:
             got = run.engine.stream("/v1/chat/completions",
                                     {**body, "messages": [{"role": "user", "content": decode(run.tokenizer, prompt)}]})
         else:
@@ -858,6 +924,18 @@ def streams(run, prompt: list[int], chat: bool = False) -> bool:
     except RequestRefused:
         return False
     return bool(got["events"])
+
+
+def takes_min_stop_ids(run, prompt: list[int]) -> bool:
+    """Whether the engine answers a completion with stop_token_ids and min_tokens (vLLM does; `specdec serve` with
+    an implementation that cannot mask stop ids refuses it, 4xx)."""
+    body = {"model": run.model, "prompt": list(prompt), "max_tokens": 2, "seed": 0, "min_tokens": 1,
+            "stop_token_ids": [int(prompt[0])]}
+    try:
+        run.engine.post("/v1/completions", body)
+    except RequestRefused:
+        return False
+    return True
 
 
 def cells(run, prompts: list) -> list[Cell]:
@@ -873,23 +951,25 @@ def cells(run, prompts: list) -> list[Cell]:
     setting = next((s for s in run.config.settings if s.temperature > 0 and not s.extras()), Setting(1.0))
     stream = streams(run, list(prompts[0]))
     chat = streams(run, list(prompts[0]), chat=True)
+    tools = chat and streams(run, list(prompts[0]), tools=True)
+    stop_ids = takes_min_stop_ids(run, list(prompts[0]))
     tests = TESTS + (("stream",) if stream else ()) + (("chat_stream",) if chat else ())
-    return [Cell(f"api/{setting.label}/prompt{i}", [API_CHECK], ApiCell(setting, i, list(p), stream, chat), math.nan,
+    return [Cell(f"api/{setting.label}/prompt{i}", [API_CHECK],
+                 ApiCell(setting, i, list(p), stream, chat, tools, stop_ids), math.nan,
                  {"_run": run, "_api": dataclasses.replace(ctx, eos_law=_eos_law(run, list(p), _plain_setting())),
-                  "_tests": tests, "setting": dataclasses.asdict(setting), "streams": stream, "chat_streams": chat})
+                  "_tests": tests, "setting": dataclasses.asdict(setting), "streams": stream, "chat_streams": chat,
+                  "chat_tools": tools, "min_tokens_with_stop_ids": stop_ids})
             for i, p in enumerate(prompts)]
 
 
 def _eos_law(run, prompt: list[int], setting):
-    """ids -> P(EOS) at each position of a reply to `prompt`: the local target (float64), teacher-forced, at
-    `setting` (the min_tokens EOS requests': T = 1) without min_tokens (None without a local target or an EOS)."""
-    from specdec_ref.generate import default_eos, eos_set
-
-    eos = sorted(eos_set(default_eos(run.pair.target))) if run.pair is not None else []
-    if not eos:
+    """(ids, tokens) -> P(tokens) at each position of a reply to `prompt`: the local target (float64),
+    teacher-forced, at `setting` (the min_tokens requests': T = 1) without min_tokens (None without a local
+    target)."""
+    if run.pair is None:
         return None
 
-    def law(ids: list[int]):
+    def law(ids: list[int], eos: list[int]):
         import torch
 
         from harness.check.generation import target64

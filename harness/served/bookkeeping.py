@@ -19,7 +19,12 @@ bookkeeping"). `Bookkeeping` is that layer of `specdec serve`, written step by s
   before token min_tokens do not end the reply (vLLM's StopChecker: `num_tokens < min_tokens`; its detokenizer
   searches stop strings only in the text after them);
 - `stream_parts`: a reasoning parser's split of each delta into reasoning and content (vLLM
-  `--reasoning-parser`), where the server has one (`reasoning_end`: the token that ends the reasoning).
+  `--reasoning-parser`), where the server has one (`reasoning_end`: the token that ends the reasoning);
+- `stream_tool_calls`: a tool-call parser's split of each delta's content into content and `tool_calls` entries
+  (vLLM `--tool-call-parser`, Hermes style: `<tool_call>` ... `</tool_call>`), where the server has one
+  (`tool_call_tokens`: the tokens that open and close a call; see `tool_calls`);
+- `masked`: the token ids that `min_tokens` masks besides EOS (the request's `stop_token_ids`, as vLLM's
+  min_tokens logits processor does: they cannot be generated before min_tokens).
 
 The planted API bugs (harness.mutants.api) are subclasses that each get one of these wrong.
 """
@@ -106,6 +111,11 @@ class Bookkeeping:
             return decode(tokens), "length", None
         return None
 
+    def masked(self, stops: Stops) -> frozenset[int]:
+        """Token ids the implementation masks with EOS while fewer than min_tokens tokens are out: the request's
+        stop_token_ids (vLLM: "before EOS or stop_token_ids can be generated")."""
+        return stops.token_ids if stops.min_tokens else frozenset()
+
     def deltas(self, finished: Finished) -> list[tuple[int, int]]:
         """[(start, end)) slices of the returned tokens, one per SSE delta: one speculative step each."""
         out, at = [], 0
@@ -139,6 +149,86 @@ class Bookkeeping:
             out.append((finished.text[lo: min(hi, len(reasoning))], finished.text[max(lo, start_content): hi]))
             at = hi
         return out
+
+
+    def stream_tool_calls(self, finished: Finished, slices: list[tuple[int, int]], texts: list[str],
+                          contents: list[str], start: int, tools: tuple[int, int], decode) -> list[tuple[str, list]]:
+        """(content, tool_calls entries) of each delta for a tool-call parser (`tool_calls`) over the reply from
+        token `start` on. `contents[j]` is the content delta j carries before tool calls are parsed out of it (its
+        text, or a reasoning parser's content part): the last characters of the delta. The parser keeps its state
+        across deltas and splits a delta wherever a marker falls in it: the content outside the markup; a call's
+        name (with its id and type) in the delta where the name token has arrived; its arguments as they arrive."""
+        calls = tool_calls(finished.tokens, finished.text, tools, decode, start)
+        spans = content_spans(calls, len(finished.text), _offset(decode, finished.tokens, finished.text, start))
+        out, hi, named = [], 0, set()
+        for text, content in zip(texts, contents, strict=True):
+            lo, hi = hi, hi + len(text)
+            seen = hi - len(content)  # the characters of this delta the parser gets
+            kept = "".join(finished.text[max(s, seen): min(e, hi)] for s, e in spans if min(e, hi) > max(s, seen))
+            entries = []
+            for k, call in enumerate(calls):
+                args = finished.text[max(call.arguments[0], seen): min(call.arguments[1], hi)]
+                if k not in named and call.name_span[1] <= hi and seen <= max(call.name_span[0], lo):
+                    named.add(k)
+                    entries.append({"index": k, "id": f"call_{os.urandom(6).hex()}", "type": "function",
+                                    "function": {"name": call.name, "arguments": args}})
+                elif k in named and args:
+                    entries.append({"index": k, "function": {"arguments": args}})
+            out.append((kept, entries))
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a reply, in characters of its text."""
+
+    name: str
+    name_span: tuple[int, int]  # the name token's characters (the name is their text, stripped)
+    arguments: tuple[int, int]  # the arguments' characters (the rest of the call, up to the closing marker)
+    markup: tuple[int, int]  # from the opening marker to the end of the closing one (or of the reply)
+    open: int  # the opening marker's token index
+
+
+def tool_calls(tokens: list[int], text: str, tools: tuple[int, int], decode, start: int = 0) -> list[ToolCall]:
+    """The tool calls of a reply for a Hermes-style parser whose calls are `<tool_call>` BODY `</tool_call>`, the
+    markers being the tokens `tools` = (open, close), looked for from token `start` on. A toy model writes no JSON,
+    so the body is read token-wise: its first token's text (stripped) names the function, the text of the rest is
+    the arguments. A call still open at the end of the reply ends there (as vLLM's Hermes parser reads it)."""
+    opening, closing = tools
+    out, i = [], start
+    while i < len(tokens):
+        if tokens[i] != opening:
+            i += 1
+            continue
+        c = next((j for j in range(i + 1, len(tokens)) if tokens[j] == closing), len(tokens))
+        ns, ne = _offset(decode, tokens, text, i + 1), _offset(decode, tokens, text, min(i + 2, c))
+        out.append(ToolCall(text[ns:ne].strip(), (ns, ne), (ne, _offset(decode, tokens, text, c)),
+                            (_offset(decode, tokens, text, i), _offset(decode, tokens, text, c + 1)), i))
+        i = c + 1
+    return out
+
+
+def content_spans(calls: list[ToolCall], length: int, begin: int = 0) -> list[tuple[int, int]]:
+    """The characters [begin, length) of a reply outside its tool calls' markup."""
+    out, at = [], begin
+    for call in calls:
+        out.append((at, call.markup[0]))
+        at = call.markup[1]
+    out.append((at, length))
+    return [(s, e) for s, e in out if e > s]
+
+
+def parse_tool_calls(tokens: list[int], text: str, tools: tuple[int, int], decode,
+                     start: int = 0) -> tuple[str, list[ToolCall]]:
+    """(content, calls) of a reply's text from token `start` on (`tool_calls`)."""
+    calls = tool_calls(tokens, text, tools, decode, start)
+    spans = content_spans(calls, len(text), _offset(decode, tokens, text, start))
+    return "".join(text[s:e] for s, e in spans), calls
+
+
+def _offset(decode, tokens: list[int], text: str, m: int) -> int:
+    """Characters of `text` the first m tokens account for (all of it from the last token on)."""
+    return len(text) if m >= len(tokens) else _shown(decode, tokens, text, m)
 
 
 def split_reasoning(tokens: list[int], text: str, end: int, decode) -> tuple[str, str]:

@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from harness.check.config import INCONCLUSIVE_TV, CheckConfig
+from harness.check.config import DEFAULT_GAMMA, INCONCLUSIVE_TV, CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource
 from harness.check.generation import ENUMERATION_MAX_VOCAB, Setting, default_settings
 from harness.check.report import CheckReport, deterministic_result
@@ -176,6 +176,19 @@ class EngineConfig:
     api_where_allowed: bool = option(False, None, "the API check runs only where the server allows it (a probe "
                                      "completion with stop, seed, logprobs and token ids; a local tokenizer; --api "
                                      "openai) and is otherwise noted and left out: the command line's default")
+    estimate: bool = option(False, None, "also estimate how far the engine's output is from the target: a "
+                            "bias-corrected TV with a confidence interval of each prompt's whole continuation and "
+                            "of each position (a local toy pair, whose joint law is enumerable; "
+                            "harness.served.estimate) " + _CHECK_FLAG)
+    fail_estimate: bool = option(True, None, "a FAIL report carries the estimates of its failing cells "
+                                 + _CHECK_FLAG)
+    served_impl: str | None = option(None, "--served-impl", "with the estimates: the generation-level implementation "
+                                     "the server runs (its `specdec serve --impl`), stated by you; where its "
+                                     "continuation law is enumerable (the reference, a zoo entry that changes p, q "
+                                     "or the acceptance rule) its exact TV is printed beside each estimate",
+                                     metavar="MODULE:CALLABLE", group=_ENGINE_GROUP)
+    gamma: int = option(DEFAULT_GAMMA, None, "with --served-impl: the server's drafted tokens per step, for its "
+                        "exact law " + _CHECK_FLAG)
 
     def __post_init__(self):
         if self.prompt_texts is not None:  # --prompt-text appends to a list
@@ -215,6 +228,12 @@ class EngineConfig:
                                "contexts cells are scored by the local target")
         if self.ground_truth in ("score", "two-sample") and not self.reference_endpoint:
             raise HarnessError(f"--ground-truth {self.ground_truth} needs --reference-endpoint URL (speculation off)")
+        if self.gamma < 1:
+            raise HarnessError(f"--gamma must be >= 1, got {self.gamma}")
+        if self.served_impl is not None:
+            from harness.served.estimate import served_law
+
+            served_law(self.served_impl)  # loads it: a bad spec is a usage error before any request
         return self
 
 
@@ -290,7 +309,8 @@ def _prepare(config, engine, model, reference, reference_model, progress) -> _Ru
     length = config.length or (3 if vocab is not None and vocab <= ENUMERATION_MAX_VOCAB else 16)
     fields = {k: v for k, v in dataclasses.asdict(config).items()
               if k not in ("out", "concurrency", "timeout_s", "retries", "stop_on_fail", "time_budget_s",
-                           "inconclusive_tv")}  # how the run is done or judged, not what it asks
+                           "inconclusive_tv", "estimate", "fail_estimate", "served_impl",
+                           "gamma")}  # how the run is done, judged or reported, not what it asks
     if "api" not in config.checks:  # the API check's own fields: records made before it existed still resume
         for name in ("api_seeds", "api_length", "api_unseeded", "api_where_allowed"):
             fields.pop(name)
@@ -570,6 +590,15 @@ def _engine_conventions(cell: Cell, trials, level: float, power: float) -> list[
 
 
 ENGINE_CONVENTIONS = Check("conventions", lambda cell: 0, _engine_conventions, gating=False)
+
+
+def _engine_estimate(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+    from harness.served.estimate import estimate_run
+
+    return estimate_run(cell, trials, level, power)
+
+
+ENGINE_ESTIMATE = Check("tv_estimate", lambda cell: 0, _engine_estimate, gating=False)
 ENGINE_GREEDY = Check("greedy_equality", lambda cell: len(cell.data), _greedy_gating)
 ENGINE_GREEDY_NUMERICS = Check("greedy_numerics", lambda cell: 0, _greedy_numerics, gating=False)
 ENGINE_LAW = Check("ground_truth", lambda cell: count_tests_for_cell(cell.summary["ground_truth"], cell.summary["length"],
@@ -620,11 +649,15 @@ class EngineSource(TrialSource):
             cells.append(Cell("greedy", [ENGINE_GREEDY, ENGINE_GREEDY_NUMERICS], prompts, math.nan,
                               {"prompts": len(prompts)}))
         contexts = _contexts_plan(run) if run.config.contexts == "catalogue" else None
+        from harness.served.estimate import estimable
+
+        estimates = [ENGINE_ESTIMATE] if ((run.config.estimate or run.config.fail_estimate) and
+                                          estimable(run) is None) else []
         # The prompt cells of every setting first (the plan without contexts, in its order), then the contexts
         # cells (as at the generation level): the headline is the tests that see one law each.
         for setting in sampling:
             for i, prompt in enumerate(prompts):
-                cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW, ENGINE_CONVENTIONS],
+                cells.append(Cell(f"{setting.label}/prompt{i}", [ENGINE_LAW, ENGINE_CONVENTIONS, *estimates],
                                   _SamplingCell(setting, i, prompt),
                                   math.nan, {"_run": run, "length": run.length, "ground_truth": run.ground_truth,
                                              "setting": setting_record(setting), "joint_law": enumerate_law}))
@@ -720,6 +753,9 @@ class EngineSource(TrialSource):
         report.notes += api.notes(report)
         if run.api_left_out:
             report.notes.append(f"the API check (default set) left out: {run.api_left_out}")
+        from harness.served import estimate
+
+        report.notes += estimate.notes(report, run)
         hidden = [c["hidden_mass"] for c in report.cases if "hidden_mass" in c]
         report.notes.append(f"ground truth {run.ground_truth}; {run.length} new tokens per continuation")
         if hidden:

@@ -39,7 +39,7 @@ def _record_explicit_pair(parser) -> None:
 
 # The EngineConfig fields set from CheckConfig's flags of `specdec verify` (not given: EngineConfig's default).
 SHARED_FIELDS = ("target", "power", "inconclusive_tv", "seed", "samples", "length", "score_dtype", "timeout_s",
-                 "time_budget_s", "processing_order")
+                 "time_budget_s", "processing_order", "estimate", "fail_estimate", "gamma")
 
 
 def engine_config(args):
@@ -115,6 +115,20 @@ def _logprobs_mutants() -> tuple[str, ...]:
 _LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 
 
+def _token_pair(value: str) -> tuple[int, int]:
+    """OPEN,CLOSE: two different token ids (--tool-call-tokens)."""
+    import argparse
+
+    parts = value.split(",")
+    try:
+        pair = tuple(int(p) for p in parts)
+    except ValueError:
+        pair = ()
+    if len(pair) != 2 or pair[0] == pair[1] or min(pair) < 0:
+        raise argparse.ArgumentTypeError(f"expected two different token ids OPEN,CLOSE, got {value!r}")
+    return pair
+
+
 @dataclasses.dataclass
 class ServeConfig:
     """`specdec serve`: an OpenAI-compatible server around a generation-level implementation."""
@@ -144,6 +158,11 @@ class ServeConfig:
     reasoning_end: int | None = option(None, "--reasoning-end-token", "a reasoning parser on the chat route: the text "
                                        "before the first token ID is reasoning_content, the rest content (as vLLM's "
                                        "--reasoning-parser)", int, "ID")
+    tool_call_tokens: tuple[int, int] | None = option(None, "--tool-call-tokens", "a tool-call parser on the chat "
+                                                      "route, for requests with tools: each OPEN ... CLOSE span of the "
+                                                      "content is a tool call, its first token the name, the rest the "
+                                                      "arguments (as vLLM's --tool-call-parser hermes)",
+                                                      _token_pair, "OPEN,CLOSE")
     # a planted logprob bug, for testing the logprobs honesty check (not for users: hidden from --help)
     logprobs_mutant: str | None = option(None, "--logprobs-mutant", "a planted logprob bug (tests only)",
                                          choices=_logprobs_mutants, hidden=True)
@@ -174,7 +193,7 @@ def run_serve(args) -> int:
                   max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode,
                   logprobs_mutant=args.logprobs_mutant, dialect=args.dialect,
                   prompt_logprobs_mode=args.prompt_logprobs_mode, api_mutant=args.api_mutant,
-                  reasoning_end=args.reasoning_end)
+                  reasoning_end=args.reasoning_end, tool_call_tokens=args.tool_call_tokens)
     return EXIT_OK
 
 

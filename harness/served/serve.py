@@ -27,7 +27,13 @@ other client written for vLLM) runs against the reference and every generation m
   do not report steps, stream one token per delta;
 - `reasoning_end` (`specdec serve --reasoning-end-token ID`): a reasoning parser on the chat route, as vLLM's
   `--reasoning-parser` (DeepSeek-R1 style): the text before the first token ID is `reasoning_content`, the text
-  after it `content`, in the reply and in each streamed delta.
+  after it `content`, in the reply and in each streamed delta;
+- `tool_call_tokens` (`specdec serve --tool-call-tokens OPEN,CLOSE`): a tool-call parser on the chat route, as
+  vLLM's `--tool-call-parser hermes` with `--enable-auto-tool-choice` (requests with `tools`, `tool_choice` not
+  "none"): each OPEN ... CLOSE span of the content is a call in `message.tool_calls` (streamed: `delta.tool_calls`,
+  the name once, then the arguments as they arrive), its first token's text the function name, the rest of its
+  text the arguments (harness.served.bookkeeping.tool_calls: a toy model writes no JSON); without it, `tools` is
+  ignored and a streamed request with `tools` is refused.
 
 `api_mutant` (hidden `specdec serve --api-mutant NAME`) swaps that bookkeeping for a planted API bug of
 harness.mutants.api, to test `specdec verify --level engine --engine-checks api`.
@@ -163,7 +169,7 @@ class GenerationBackend:
                  max_logprobs: int = 20, logprobs_mode: str = "raw_logprobs", tokenizer=None, max_n: int = 10_000,
                  token_ids: bool = True, logprobs: bool = True, logprobs_mutant: str | None = None,
                  dialect: str = "openai", prompt_logprobs_mode: str = "raw_logprobs", api_mutant: str | None = None,
-                 reasoning_end: int | None = None):
+                 reasoning_end: int | None = None, tool_call_tokens: tuple[int, int] | None = None):
         if dialect not in DIALECTS:
             raise HarnessError(f"--dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
         if logprobs_mode not in LOGPROBS_MODES:
@@ -174,6 +180,11 @@ class GenerationBackend:
         self.prompt_logprobs_mode = prompt_logprobs_mode
         self.bookkeeping = api_bookkeeping(api_mutant)  # stops, limits, stream deltas, seeds (a planted bug or not)
         self.reasoning_end = reasoning_end  # a reasoning parser on the chat route: the token that ends the reasoning
+        # a tool-call parser on the chat route (requests with `tools`): the tokens that open and close a call
+        self.tool_call_tokens = None if tool_call_tokens is None else tuple(tool_call_tokens)
+        if self.tool_call_tokens is not None and (len(self.tool_call_tokens) != 2
+                                                  or len(set(self.tool_call_tokens)) != 2):
+            raise HarnessError(f"--tool-call-tokens must be two different token ids OPEN,CLOSE, got {tool_call_tokens}")
         from harness.adapters.control import target_only_generate
 
         self.impl = impl if speculative else target_only_generate
@@ -207,9 +218,10 @@ class GenerationBackend:
     # ------------------------------------------------------------------ generation and scoring
 
     def generate(self, prompts: list[list[int]], n: int, max_tokens: int, sampling: Sampling,
-                 seed: int) -> list[list[list[list[int]]]]:
+                 seed: int, masked: frozenset[int] = frozenset()) -> list[list[list[list[int]]]]:
         """n continuations of each prompt, each as its steps (the tokens each target pass emitted; rows cut after
-        EOS, EOS included); prompts of one length share a call."""
+        EOS, EOS included); prompts of one length share a call. `masked`: token ids masked with EOS before
+        min_new_tokens (a min_tokens request's stop_token_ids; rows end at them too, as at EOS)."""
         out: list[list[list[list[int]]]] = [[] for _ in prompts]
         by_length: dict[int, list[int]] = {}
         for i, p in enumerate(prompts):
@@ -217,19 +229,24 @@ class GenerationBackend:
         k = self.bookkeeping.samples(n)  # independent rows per prompt (n, unless a planted bug shares them)
         for group in by_length.values():
             ids = torch.tensor([prompts[i] for i in group for _ in range(k)], dtype=torch.long)
-            rows = self._call_impl(ids, max_tokens, sampling, seed + 7919 * group[0])
+            rows = self._call_impl(ids, max_tokens, sampling, seed + 7919 * group[0], masked)
             for j, i in enumerate(group):
                 out[i] = [rows[j * k + c % k] for c in range(n)]
         return out
 
     def _call_impl(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling,
-                   seed: int) -> list[list[list[int]]]:
+                   seed: int, masked: frozenset[int] = frozenset()) -> list[list[list[int]]]:
+        from harness.adapters.control import target_only_generate
         from harness.check.generation import accepted_parameters
         from harness.check.streams import seed_global
+        from specdec_ref import adapters
 
         missing = sorted(set(sampling.extras) - accepted_parameters(self.impl))
         if missing:
             raise RequestError(f"the served implementation does not take {', '.join(missing)}")
+        if masked and self.impl not in (adapters.generate, target_only_generate):  # CONTRACT §1b has no stop ids
+            raise RequestError("stop_token_ids with min_tokens: the served implementation cannot mask them before "
+                               "min_tokens (the reference adapter and --no-speculation can)")
         with self.lock:
             # A seeded request is reproducible whatever ran before it: torch's global RNG (what an implementation
             # that ignores its seed draws from) is seeded per call on its own stream of the request seed, never
@@ -238,7 +255,7 @@ class GenerationBackend:
             # The hook lives only for the call: targets can be shared between pairs (and deep-copied)
             hook = self.pair.target.register_forward_pre_hook(self._count_call)
             try:
-                out, sizes = self._stepped(ids, max_tokens, sampling, seed)
+                out, sizes = self._stepped(ids, max_tokens, sampling, seed, masked)
             finally:
                 hook.remove()
             rows = [[t for t in row if t >= 0] for row in out.detach().cpu().tolist()]
@@ -250,15 +267,25 @@ class GenerationBackend:
             return [[[t] for t in row] for row in rows]
         return [_split(row, s) for row, s in zip(rows, sizes, strict=True)]
 
-    def _stepped(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling, seed: int):
+    def _stepped(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling, seed: int,
+                 masked: frozenset[int] = frozenset()):
         """(tokens [B, N], per row the tokens each step kept, or None where the implementation does not say).
 
         The reference adapter is run as its own loop with an emit hook that records each row's step; the same
         call `specdec_ref.adapters:generate` makes, so the tokens are its tokens."""
         kw = dict(max_new_tokens=max_tokens, gamma=self.gamma, temperature=sampling.temperature,
                   top_k=sampling.top_k, top_p=sampling.top_p, seed=seed, **sampling.extras)
+        from harness.adapters.control import target_only_generate
         from specdec_ref import adapters
 
+        eos = sorted(eos_set(default_eos(self.pair.target)) | set(masked)) if masked else default_eos(self.pair.target)
+        if masked and self.impl is target_only_generate:  # its own call, with the stop ids masked as EOS
+            from specdec_ref.generate import autoregressive_generate
+
+            del kw["gamma"]
+            return autoregressive_generate(self.pair.target, ids, eos_token_id=eos,
+                                           cache=adapters.cache_strategy(ids, max_tokens, self.pair.target),
+                                           **kw).tokens, None
         if self.impl is not adapters.generate:
             return self.impl(self.pair.target, self.pair.draft, ids, **kw), None
         from specdec_ref.generate import speculative_generate
@@ -270,7 +297,7 @@ class GenerationBackend:
             sizes[row].append(kept)
             return kept
 
-        out = speculative_generate(self.pair.target, self.pair.draft, ids, eos_token_id=default_eos(self.pair.target),
+        out = speculative_generate(self.pair.target, self.pair.draft, ids, eos_token_id=eos,
                                    cache=adapters.cache_strategy(ids, max_tokens, self.pair.target),
                                    hooks=self.bookkeeping.step_hooks(emit), **kw).tokens
         return out, sizes
@@ -399,7 +426,8 @@ class GenerationBackend:
 
     def _finished(self, prompts: list[list[int]], n: int, stops, sampling: Sampling, seed: int) -> list[list]:
         """Per prompt, its n choices as `bookkeeping` returns them (harness.served.bookkeeping.Finished)."""
-        steps = self.generate(prompts, n, self.bookkeeping.budget(stops.max_tokens, self.gamma), sampling, seed)
+        steps = self.generate(prompts, n, self.bookkeeping.budget(stops.max_tokens, self.gamma), sampling, seed,
+                              self.bookkeeping.masked(stops))
         return [[self.bookkeeping.finish(s, stops, self._decode) for s in rows] for rows in steps]
 
     def _decode(self, ids: list[int]) -> str:
@@ -473,8 +501,10 @@ class GenerationBackend:
         max_tokens = _int(body, "max_completion_tokens", None, 1, 4096) or _int(body, "max_tokens", 16, 1, 4096)
         k = self._k(body.get("top_logprobs") or 0, "top_logprobs") if body.get("logprobs") else None
         as_ids = bool(body.get("return_tokens_as_token_ids")) and self.token_ids
-        if body.get("stream") and (body.get("tools") or body.get("response_format")):
-            raise RequestError("stream=true with tools or response_format is not supported by specdec serve")
+        if body.get("stream") and ((body.get("tools") and self.tool_call_tokens is None) or body.get("response_format")):
+            raise RequestError("stream=true with tools (without --tool-call-tokens) or response_format is not "
+                               "supported by specdec serve")
+        tools = self.tool_call_tokens is not None and bool(body.get("tools")) and body.get("tool_choice") != "none"
         done = self._finished([prompt], n, self._stops(body, max_tokens), sampling, self.bookkeeping.seed(_seed(body)))[0]
         rows = [f.tokens for f in done]
         laws = self.reported_laws([prompt + r for r in rows], [len(prompt)] * n, sampling) if k is not None else None
@@ -486,6 +516,14 @@ class GenerationBackend:
 
                 message["reasoning_content"], message["content"] = split_reasoning(row, f.text, self.reasoning_end,
                                                                                    self._decode)
+            if tools:
+                from harness.served.bookkeeping import parse_tool_calls
+
+                message["content"], calls = parse_tool_calls(row, f.text, self.tool_call_tokens, self._decode,
+                                                             self._content_start(row))
+                message["tool_calls"] = [{"id": f"call_{os.urandom(6).hex()}", "type": "function",
+                                          "function": {"name": c.name, "arguments": f.text[slice(*c.arguments)]}}
+                                         for c in calls]
             choice = {"index": i, "message": message, "finish_reason": f.reason, "stop_reason": f.stop_reason,
                       "logprobs": None}
             entries_of.append([_chat_entry(e) for e in self._entries(row, laws[i], k, as_ids)] if k is not None
@@ -502,12 +540,21 @@ class GenerationBackend:
         if not body.get("stream"):
             return reply
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return Stream(self._chat_chunks(reply, done, entries_of, include_usage))
+        return Stream(self._chat_chunks(reply, done, entries_of, include_usage, tools))
 
-    def _chat_chunks(self, reply: dict, finished: list, entries_of: list, include_usage: bool) -> list[dict]:
+    def _content_start(self, row: list[int]) -> int:
+        """The first token of a reply's content: after the reasoning where the server parses it (none ended: no
+        content), else the first."""
+        if self.reasoning_end is None:
+            return 0
+        return row.index(self.reasoning_end) + 1 if self.reasoning_end in row else len(row)
+
+    def _chat_chunks(self, reply: dict, finished: list, entries_of: list, include_usage: bool,
+                     tools: bool = False) -> list[dict]:
         """The SSE events of a chat completion: per choice, a first delta with the role, then one delta per
-        speculative step (its content, reasoning_content where the server parses reasoning, token ids and
-        logprobs), finish_reason on the last; then the usage event where `stream_options.include_usage`."""
+        speculative step (its content, reasoning_content where the server parses reasoning, tool_calls where it
+        parses tool calls, token ids and logprobs), finish_reason on the last; then the usage event where
+        `stream_options.include_usage`."""
         from harness.served.bookkeeping import text_deltas
 
         head = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"],
@@ -520,10 +567,17 @@ class GenerationBackend:
             texts = text_deltas(f.tokens, f.text, slices, self._decode)
             parts = (self.bookkeeping.stream_parts(f, slices, texts, self.reasoning_end, self._decode)
                      if self.reasoning_end is not None else None)
+            calls = (self.bookkeeping.stream_tool_calls(f, slices, texts, [p[1] for p in parts] if parts else texts,
+                                                        self._content_start(f.tokens), self.tool_call_tokens,
+                                                        self._decode) if tools else None)
             for j, ((a, b), text) in enumerate(zip(slices, texts, strict=True)):
                 last = j == len(slices) - 1
                 delta = {"content": text} if parts is None else {"reasoning_content": parts[j][0],
                                                                   "content": parts[j][1]}
+                if calls is not None:
+                    delta["content"] = calls[j][0]
+                    if calls[j][1]:
+                        delta["tool_calls"] = calls[j][1]
                 out = {"index": choice["index"], "delta": delta, "logprobs": None,
                        "finish_reason": f.reason if last else None, "stop_reason": f.stop_reason if last else None}
                 if entries is not None:

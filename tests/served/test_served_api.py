@@ -23,6 +23,7 @@ PAIR = "toy"
 # Small enough to run in seconds; the seeds put a stop inside the step that reaches max_tokens (the cap bug's case)
 API = dict(pair=PAIR, checks=("api",), prompts=1, api_seeds=2, api_length=16, api_unseeded=3, seed=1)
 decode = IdTokenizer(16).decode
+TOOLS = (5, 9)  # the toy server's tool-call markers (`--tool-call-tokens 5,9`): tokens the toy target emits inside steps
 STEPS = [[3, 4], [5, 6, 7, 8], [9, 10]]  # " 3 4 | 5 6 7 8 | 9 10"
 
 
@@ -78,6 +79,38 @@ def test_each_planted_bug_gets_its_case_wrong():
     assert _finish(STEPS, per_step, max_tokens=2).tokens == [3, 4, 5, 6, 7, 8]
     assert API_MUTANTS["stream_last_token_only"]().deltas(_finish()) == [(1, 2), (5, 6), (7, 8)]
     assert API_MUTANTS["unseeded_shared_stream"]().seed(None) == API_MUTANTS["unseeded_shared_stream"]().seed(None)
+
+
+def test_the_tool_call_parser_splits_calls_and_streams_them_whatever_the_slicing():
+    """Token 5 opens a call, 9 closes it: the first body token names the function, the rest is its arguments; the
+    streamed entries (name once, arguments as they arrive) and content join to the non-streamed fields for any
+    deltas; the parser that advances once per delta loses the name and arguments in the delta of the marker."""
+    from harness.mutants.api import API_MUTANTS
+    from harness.served.bookkeeping import parse_tool_calls
+
+    tokens = [3, 5, 7, 8, 10, 9, 11, 5, 12]  # " 3 <5> 7 8 10 <9> 11 <5> 12": the second call is open at the end
+    done = _finish([tokens], max_tokens=9)
+    content, calls = parse_tool_calls(tokens, done.text, (5, 9), decode)
+    assert content == " 3 11" and [(c.name, done.text[slice(*c.arguments)]) for c in calls] == [("7", " 8 10"),
+                                                                                                  ("12", "")]
+    assert parse_tool_calls(tokens, done.text, (5, 9), decode, start=6)[0] == " 11"
+
+    def joined(book, slices):
+        texts = text_deltas(tokens, done.text, slices, decode)
+        parts = book.stream_tool_calls(done, slices, texts, texts, 0, (5, 9), decode)
+        got: dict[int, list[str]] = {}
+        for _, entries in parts:
+            for e in entries:
+                call = got.setdefault(e["index"], ["", ""])
+                call[0] += e["function"].get("name", "")
+                call[1] += e["function"]["arguments"]
+        return "".join(c for c, _ in parts), [tuple(got[k]) for k in sorted(got)]
+
+    for slices in ([(i, i + 1) for i in range(9)], [(0, 3), (3, 6), (6, 9)], [(0, 9)], [(0, 2), (2, 8), (8, 9)]):
+        assert joined(Bookkeeping(), slices) == (" 3 11", [("7", " 8 10"), ("12", "")]), slices
+    once = API_MUTANTS["tool_call_parser_once_per_delta"]()
+    assert joined(once, [(i, i + 1) for i in range(9)]) == (" 3 11", [("7", " 8 10"), ("12", "")])  # 1 token a delta
+    assert joined(once, [(0, 3), (3, 6), (6, 9)]) == (" 3 11", [("", " 8 10")])  # "7" and the call "12" lost
 
 
 def test_text_deltas_concatenate_to_the_text_whatever_the_slicing():
@@ -164,16 +197,18 @@ def test_a_chat_stream_with_a_reasoning_parser_splits_each_step_where_the_marker
 
 @pytest.mark.parametrize("speculative", [True, False])
 def test_the_correct_server_passes_the_api_check_with_stops_inside_steps(speculative):
-    with serving(generate, get_pair(PAIR), speculative=speculative, reasoning_end=2) as s:
+    with serving(generate, get_pair(PAIR), speculative=speculative, reasoning_end=2, tool_call_tokens=TOOLS) as s:
         report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **API))
     assert report.verdict == "pass", [t.details for t in report.tests if t.reject]
     (cell,) = report.cases
     assert {t.name.rsplit("/", 1)[-1] for t in report.tests} >= {"max_tokens", "usage", "stop_strings", "stream",
                                                                  "min_tokens", "n_independent", "chat_stream"}
     assert cell["seed_reproducible"] and cell["stop_requests"] >= 3
+    assert cell["chat_tools"] and cell["chat_tool_call_replies"] >= 2  # tool calls parsed, streamed and compared
     if speculative:
         assert cell["stops_inside_step"] >= 2 and cell["stops_across_steps"] >= 1
         assert set(cell["tokens_per_delta"]) > {"1"}
+        assert cell["chat_tool_call_in_multi_token_delta"] >= 2
     else:
         assert set(cell["tokens_per_delta"]) == {"1"}
 
@@ -202,19 +237,86 @@ def test_eos_masked_per_step_fails_the_min_tokens_test_on_toy_eos():
 
 @pytest.mark.parametrize("mutant", ["cap_before_stop", "stop_in_step_tail", "ids_past_stop", "max_tokens_per_step",
                                     "stream_last_token_only", "unseeded_shared_stream", "min_tokens_per_step",
-                                    "n_choices_share_seed", "reasoning_parser_once_per_delta"])
+                                    "n_choices_share_seed", "reasoning_parser_once_per_delta",
+                                    "tool_call_parser_once_per_delta", "stop_ids_unmasked_under_min_tokens"])
 def test_each_planted_api_bug_fails_the_api_check(mutant):
     from harness.mutants.api import API_MUTANTS
 
-    with serving(generate, get_pair(PAIR), api_mutant=mutant, reasoning_end=2) as s:
+    with serving(generate, get_pair(PAIR), api_mutant=mutant, reasoning_end=2, tool_call_tokens=TOOLS) as s:
         report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **API))
     rejected = {t.name.rsplit("/", 1)[-1] for t in report.tests if t.reject}
     assert report.verdict == "fail" and rejected, API_MUTANTS[mutant].__doc__
     expected = {"cap_before_stop": "finish_reason", "stop_in_step_tail": "stop_strings", "ids_past_stop": "stop_strings",
                 "max_tokens_per_step": "max_tokens", "stream_last_token_only": "stream",
-                "unseeded_shared_stream": "unseeded_independent", "min_tokens_per_step": "stop_strings",
-                "n_choices_share_seed": "n_independent", "reasoning_parser_once_per_delta": "chat_stream"}[mutant]
-    assert expected in rejected, rejected
+                "unseeded_shared_stream": "unseeded_independent",
+                "min_tokens_per_step": "stop_strings min_tokens",  # min_tokens: the stop ids masked per step
+                "n_choices_share_seed": "n_independent", "reasoning_parser_once_per_delta": "chat_stream",
+                "tool_call_parser_once_per_delta": "chat_stream",
+                "stop_ids_unmasked_under_min_tokens": "min_tokens"}[mutant]
+    assert set(expected.split()) <= rejected, rejected
+
+
+def test_tool_calls_are_compared_only_where_the_server_streams_chat_with_tools():
+    """A server without a tool-call parser refuses a chat stream with `tools` (as vLLM without
+    --enable-auto-tool-choice does): the check sends no tools and says so; with the parser, the non-streamed
+    tool_calls and the streamed delta.tool_calls of one multi-token step are the same calls."""
+    from types import SimpleNamespace
+
+    from harness.served.api import streams
+    from harness.served.client import EngineClient
+
+    for tools, allowed in ((None, False), (TOOLS, True)):
+        with serving(generate, get_pair(PAIR), tool_call_tokens=tools) as s, EngineClient(s.url) as client:
+            run = SimpleNamespace(tokenizer=IdTokenizer(16), engine=client, model=PAIR)
+            assert streams(run, [1, 2, 3], chat=True) and streams(run, [1, 2, 3], tools=True) == allowed
+            if not allowed:
+                continue
+            body = {"model": PAIR, "messages": [{"role": "user", "content": " 12 15 5 0"}], "max_tokens": 16,
+                    "seed": 7, "return_token_ids": True, "tools": [{"type": "function", "function": {"name": "f"}}]}
+            whole = client.post("/v1/chat/completions", body)["choices"][0]
+            events = client.stream("/v1/chat/completions", {**body, "stream": True})
+    entries = [e for ev in events["events"] for c in ev["choices"] for e in c["delta"].get("tool_calls") or []]
+    assert whole["token_ids"][:2] == [5, 3] and whole["message"]["tool_calls"][0]["function"]["name"] == "3"
+    assert entries[0]["function"]["name"] == "3" and entries[0]["type"] == "function"
+    assert "".join(e["function"]["arguments"] for e in entries if e["index"] == 0) == \
+        whole["message"]["tool_calls"][0]["function"]["arguments"]
+
+
+def test_stop_token_ids_are_masked_before_min_tokens_and_honoured_after_it():
+    """min_tokens masks the request's stop_token_ids with EOS (vLLM: "before EOS or stop_token_ids can be
+    generated"), speculation on and off; one past min_tokens ends the reply. The planted bug masks EOS only. An
+    implementation the server cannot mask them for refuses the request, and the API check then sends none."""
+    import functools
+    from types import SimpleNamespace
+
+    from harness.served.api import takes_min_stop_ids
+    from harness.served.client import EngineClient
+
+    body = {"model": PAIR, "prompt": [1, 2, 3], "max_tokens": 16, "min_tokens": 8, "stop_token_ids": [3, 5],
+            "temperature": 1.0, "return_token_ids": True}
+    for options, masked in (({}, True), ({"speculative": False}, True),
+                            ({"api_mutant": "stop_ids_unmasked_under_min_tokens"}, False)):
+        early = ended = 0
+        with serving(generate, get_pair(PAIR), **options) as s, EngineClient(s.url) as client:
+            for seed in range(12):
+                (choice,) = client.post("/v1/completions", {**body, "seed": seed})["choices"]
+                ids = choice["token_ids"]
+                early += any(t in (3, 5) for t in ids[:8])
+                if any(t in (3, 5) for t in ids[8:]):
+                    ended += 1
+                    assert ids[-1] in (3, 5) and not any(t in (3, 5) for t in ids[8:-1]), ids
+                    assert choice["finish_reason"] == "stop" and choice["stop_reason"] == ids[-1]
+        assert (early == 0) == masked and ended >= 3, (options, early, ended)
+
+    @functools.wraps(generate)
+    def third_party(*args, **kwargs):
+        return generate(*args, **kwargs)
+
+    with serving(third_party, get_pair(PAIR)) as s, EngineClient(s.url, retries=0) as client:
+        run = SimpleNamespace(engine=client, model=PAIR)
+        assert takes_min_stop_ids(run, [1, 2, 3]) is False
+        report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **{**API, "api_unseeded": 0}))
+    assert report.verdict == "pass" and report.cases[0]["min_tokens_with_stop_ids"] is False
 
 
 def test_the_cli_exit_codes_1_for_a_planted_bug_2_without_a_local_tokenizer():
@@ -247,6 +349,7 @@ def test_the_default_engine_checks_add_the_api_check_where_the_server_may_allow_
     assert checks("--pair", "toy", "--engine-checks", "tokens") == (("tokens",), False)
     assert checks("--pair", "toy", "--api", "llama-server") == (("tokens",), False)
     assert build_parser().parse_args(["serve", "--reasoning-end-token", "2"]).reasoning_end == 2
+    assert build_parser().parse_args(["serve", "--tool-call-tokens", "5,9"]).tool_call_tokens == (5, 9)
 
 
 def test_the_api_check_asks_the_server_whether_it_allows_it():

@@ -5,8 +5,9 @@ speculation on and off, each planted API bug (harness.mutants.api), and the corr
     .nox/tests/bin/python results/findings/api-semantics/run.py [--seeds 20] [--parts default,false_alarms,detection]
         [--mutants a,b] [--pair toy-eos]
 
-Every server runs a reasoning parser on its chat route (token REASONING_END ends the reasoning), so that the chat
-stream test sees reasoning markers inside speculative steps.
+Every server runs a reasoning parser on its chat route (token REASONING_END ends the reasoning) and a tool-call parser
+(tokens TOOL_CALL_TOKENS open and close a call), so that the chat stream test sees reasoning and tool-call markers
+inside speculative steps.
 
 Each part replaces its key in results.json (the others are kept).
 """
@@ -25,17 +26,21 @@ from specdec_ref.adapters import generate
 
 PAIR = "toy"
 REASONING_END = 2  # a token the toy target often emits inside a speculative step (not at its edges)
+TOOL_CALL_TOKENS = (5, 9)  # likewise, after the reasoning: tool calls open and close inside steps
 
 
 def one(server: dict, pair: str = PAIR, **config) -> dict:
     started = time.perf_counter()
-    with serving(generate, get_pair(pair), reasoning_end=REASONING_END, **server) as s:
+    with serving(generate, get_pair(pair), reasoning_end=REASONING_END, tool_call_tokens=TOOL_CALL_TOKENS,
+                 **server) as s:
         report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", pair=pair, checks=("api",), **config))
     cases = [{k: c.get(k) for k in ("name", "requests", "stop_requests", "stops_placed", "stops_inside_step",
                                     "stops_across_steps", "tokens_per_delta", "seed_reproducible", "chat_requests",
                                     "chat_reasoning_split", "chat_marker_in_multi_token_delta",
-                                    "chat_marker_mid_delta", "chat_tokens_per_delta", "min_tokens_eos",
-                                    "n_independent")}
+                                    "chat_marker_mid_delta", "chat_tokens_per_delta", "chat_tools",
+                                    "chat_tool_call_replies", "chat_tool_calls",
+                                    "chat_tool_call_in_multi_token_delta", "min_tokens_eos",
+                                    "min_tokens_with_stop_ids", "min_tokens_stop_ids", "n_independent")}
              for c in report.cases]
     return {"server": server, "pair": pair, "config": config, "verdict": report.verdict, "seconds": time.perf_counter() - started,
             "rejected": sorted({t.name.rsplit("/", 1)[-1] for t in report.tests if t.reject}),
