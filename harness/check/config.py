@@ -71,7 +71,8 @@ class CheckConfig:
                                  "setting)", int, "N", group='statistics: false alarms, power, sample size (every level)')
     cases: list[str] | None = option(None, "--cases", "sampler level: run only these configurations", metavar="CASE",
                                      nargs="+")
-    gamma: int = option(DEFAULT_GAMMA, "--gamma", "generation level: drafted tokens per step", int, "G", group="generation level (--level generation; the engine level's local ground truth too)")
+    gamma: int = option(DEFAULT_GAMMA, "--gamma", "generation level: drafted tokens per step (engine level: the "
+                        "server's, for the exact law of --served-impl)", int, "G", group="generation level (--level generation; the engine level's local ground truth too)")
     length: int | None = option(None, "--length", "generation and engine levels: new tokens per sample (default "
                                 "3 for V <= 64, where the exact joint law is enumerated, else 16)", int, "N", group="generation level (--level generation; the engine level's local ground truth too)")
     device: str = option("cpu", "--device", "torch device (cpu, cuda, cuda:1, ...)", metavar="DEV", group='running')
@@ -114,8 +115,9 @@ class CheckConfig:
     estimate: bool = option(False, "--estimate", "also estimate how far the emitted law is from the target: a "
                             "bias-corrected TV with a 95%% confidence interval at every tested position (sampler "
                             "level), of the whole continuation and of each position at a prompt (generation level, "
-                            "pairs with an exact joint law); beside the exact TV for a zoo entry with an exact law; in "
-                            "the report and the JSON (docs/ESTIMATES.md)", action="store_true",
+                            "and engine level with a local toy pair: pairs with an exact joint law); beside the exact "
+                            "TV for a zoo entry with an exact law (engine level: --served-impl); in the report and the "
+                            "JSON (docs/ESTIMATES.md)", action="store_true",
                             group='statistics: false alarms, power, sample size (every level)')
     fail_estimate: bool = option(True, "--no-fail-estimate", "do not estimate the TV in the cells that fail (by "
                                  "default a FAIL report carries, for each failing cell, the --estimate lines: 'TV "
