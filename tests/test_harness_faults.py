@@ -26,8 +26,8 @@ SAMPLER = ["verify", "--impl", "specdec_ref.adapters:verify", "--samples", "200"
 
 FAULTS = {
     # the ground-truth scorer: an IndexError from a cache the model cannot use (the Qwen3-Next traceback)
-    "scorer": ("harness.check.generation.score_continuations", IndexError("list index out of range"), GENERATION,
-               "harness.check.generation"),
+    "scorer": ("harness.check.pit.score_continuations", IndexError("list index out of range"), GENERATION,
+               "harness.check.pit"),
     # the float64 scoring copy: a kernel that refuses the dtype
     "score-copy": ("harness.models.precision.scoring_copy",
                    _KernelRefuses("Expected mat_a to be Float32, BFloat16 or Float16 matrix, got Double"), GENERATION,

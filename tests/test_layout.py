@@ -83,8 +83,8 @@ def test_the_harness_names_no_case_catalogue_and_no_results_folder():
 
 def test_the_catalogues_load_through_the_policy_layer():
     from harness.bench.plan import suite_specs
-    from harness.check.generation import default_settings, parameter_settings
     from harness.check.sampler import case_names
+    from harness.check.settings import default_settings, parameter_settings
     from harness.check.tree import case_names as tree_case_names
     from harness.prompts import load_prompts
     from suites.catalogues import generation, sampler, tree

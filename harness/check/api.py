@@ -70,7 +70,8 @@ def _masked_step_source(config: CheckConfig, notes: list[str], progress, stack):
 
 
 def _generation_source(config: CheckConfig, notes: list[str], progress, stack):
-    from harness.check.generation import GenerationSource, generation_samples, parse_setting
+    from harness.check.generation import GenerationSource, generation_samples
+    from harness.check.settings import parse_setting
 
     fn = _implementation(config, "generation")
     settings = tuple(s for text in config.settings for s in parse_setting(text)) if config.settings else None

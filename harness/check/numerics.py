@@ -9,7 +9,7 @@ looks the same at first sight. For each prompt this report runs, with the same w
 - the target alone, greedy, in the low precision (what the implementation must reproduce);
 - the implementation, greedy, in the low precision, classified at its first divergence by the
   exact (float64) logit gap of the two tokens against the low-precision rounding error there
-  (`harness.check.generation.classify_divergence`);
+  (`harness.check.greedy.classify_divergence`);
 - the target alone in float32 (the numerics floor: how far bf16 decoding drifts by itself);
 - the implementation in float32, which must match float32 greedy exactly (numerics allowed only
   for near-ties under 1e-3 of the logit scale).
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from harness.check.config import NumericsConfig  # its home: the light config module (the CLI's flags)
-from harness.check.generation import classify_divergence, first_difference, greedy_impl, greedy_target
+from harness.check.greedy import classify_divergence, first_difference, greedy_impl, greedy_target
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
 

@@ -9,7 +9,7 @@ no token is allowed within the continuation length raise HarnessError (exit 2, o
 
 The ground truth is then the target's law under the same processing, constraint mask included (the joint
 law by enumeration on toy pairs, teacher-forced PIT of the masked law on real pairs:
-harness.check.generation). `CONSTRAINT_FORMAT` adds a deterministic test per cell: every returned
+harness.check.exact_laws, harness.check.pit). `CONSTRAINT_FORMAT` adds a deterministic test per cell: every returned
 continuation must be allowed by the automaton token by token (EOS only where it accepts); a FAIL names
 the first offending row, position and token. It has power where the law tests have none (few samples).
 """

@@ -368,7 +368,7 @@ def _params_mutant(hooks: Hooks, *, settings: tuple, pair: str, needs: tuple[str
 
 
 def _setting(**kwargs):
-    from harness.check.generation import Setting
+    from harness.check.settings import Setting
 
     return Setting(**kwargs)
 

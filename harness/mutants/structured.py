@@ -38,7 +38,7 @@ class LazySettings(Sequence):
 
     def _built(self):
         if self._settings is None:
-            from harness.check.generation import Setting
+            from harness.check.settings import Setting
             from harness.check.structured import ConstraintSpec
 
             self._settings = tuple(Setting(**{k: v for k, v in f.items() if k != "regex"},

@@ -450,7 +450,7 @@ def frequent_tokens(continuations: list[list[int]], eos: set[int], k: int = MIN_
 
 
 def _plain_setting():
-    from harness.check.generation import Setting
+    from harness.check.settings import Setting
 
     return Setting(1.0)
 
@@ -940,7 +940,7 @@ def takes_min_stop_ids(run, prompt: list[int]) -> bool:
 
 def cells(run, prompts: list) -> list[Cell]:
     """One cell per prompt, at the first sampling setting without history-dependent parameters (else T = 1)."""
-    from harness.check.generation import Setting
+    from harness.check.settings import Setting
     from specdec_ref.generate import default_eos, eos_set
 
     if run.tokenizer is None or any(not isinstance(p, list) for p in prompts):
@@ -972,7 +972,7 @@ def _eos_law(run, prompt: list[int], setting):
     def law(ids: list[int], eos: list[int]):
         import torch
 
-        from harness.check.generation import target64
+        from harness.check.exact_laws import target64
         from specdec_ref.processing import process
 
         seq = torch.tensor([prompt + list(ids)], dtype=torch.long)

@@ -1,7 +1,7 @@
 """Statistical pieces of the engine level, as pure functions `tests_for_X` / `count_tests_for_X`.
 
 (a) a local copy of the target: `tests_for_local_target` teacher-forces the returned continuations
-    and reuses the generation level's randomized PIT (harness.check.generation `pit_values`,
+    and reuses the generation level's randomized PIT (harness.check.pit `pit_values`,
     `pit_tests`) and, for tiny vocabularies, its exact joint law.
 (b) a non-speculative endpoint that scores: `coarse_pit` builds the randomized PIT of the
     *coarsened* variable — the k tokens the scorer lists (top k by rank, chosen without looking at
@@ -34,14 +34,14 @@ SUPPORT_EPS = 1e-9  # rest mass below this: the scorer listed the whole support
 # ---------------------------------------------------------------------------------------- (a) and (b)
 
 def count_tests_for_pit(length: int) -> int:
-    """support + pooled uniformity + one per position + serial (harness.check.generation.pit_tests)."""
+    """support + pooled uniformity + one per position + serial (harness.check.pit.pit_tests)."""
     return 3 + length
 
 
 def tests_for_pit(u, positions, seq_ids, off_support: int, *, length: int, level: float, power: float,
                   prefix: str) -> list[TestResult]:
     """`pit_tests` with every position 0..length−1 present (a position no row reached: no data, p = 1)."""
-    from harness.check.generation import pit_tests
+    from harness.check.pit import pit_tests
 
     out = pit_tests(u, positions, seq_ids, off_support, level, power, prefix)
     seen = {int(j) for j in np.unique(positions)}
@@ -64,7 +64,8 @@ def tests_for_local_target(rows: list[list[int]], prompt: list[int], *, model, s
     first shared class (`coarsen_law`, `pit_values(classes=)`)."""
     import torch
 
-    from harness.check.generation import coarsen_law, continuation_law, joint_law_tests, pit_values
+    from harness.check.exact_laws import coarsen_law, continuation_law, joint_law_tests
+    from harness.check.pit import pit_values
 
     out: list[TestResult] = []
     if enumerate_law:
@@ -176,7 +177,7 @@ def tests_for_two_sample(rows_a: list[list[int]], rows_b: list[list[int]], *, le
 # ---------------------------------------------------------------------------------------- greedy
 
 def greedy_result(name: str, want: list[int], got: list[int], divergence: dict | None) -> TestResult:
-    """Exact equality; `divergence` (from harness.check.generation.classify_divergence) classifies a mismatch."""
+    """Exact equality; `divergence` (from harness.check.greedy.classify_divergence) classifies a mismatch."""
     if divergence is None:
         return deterministic_result(name, want == got, n=len(want),
                                     message="" if want == got else f"differs from the reference: {got} vs {want}")

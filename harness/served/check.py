@@ -28,8 +28,9 @@ import torch
 
 from harness.check.config import DEFAULT_GAMMA, INCONCLUSIVE_TV, CheckConfig
 from harness.check.engine import Cell, Check, MalformedTrials, TrialSource
-from harness.check.generation import ENUMERATION_MAX_VOCAB, Setting, default_settings
+from harness.check.exact_laws import ENUMERATION_MAX_VOCAB
 from harness.check.report import CheckReport, deterministic_result
+from harness.check.settings import Setting, default_settings
 from harness.check.structured import setting_record
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
@@ -514,7 +515,7 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
     rng = np.random.default_rng([run.config.seed, data.index, int(data.setting.temperature * 1000)])
     kw = {"level": level, "power": power, "prefix": cell.name}
     if run.ground_truth == "local":
-        from harness.check.generation import target64
+        from harness.check.exact_laws import target64
         from specdec_ref.generate import default_eos, eos_set
 
         return battery.tests_for_local_target(
@@ -575,7 +576,8 @@ def _engine_conventions(cell: Cell, trials, level: float, power: float) -> list[
         return []
     import torch
 
-    from harness.check.generation import consistent_conventions, target64
+    from harness.check.conventions import consistent_conventions
+    from harness.check.exact_laws import target64
     from specdec_ref.generate import default_eos, eos_set
 
     rows = trials[0]
@@ -707,12 +709,12 @@ class EngineSource(TrialSource):
         return rows, ref_rows
 
     def count(self, trials) -> int:
-        from harness.check.generation import ContextTrials
+        from harness.check.context_cells import ContextTrials
 
         return len(trials) if isinstance(trials, ContextTrials) else len(trials[0])
 
     def extend(self, trials, more):
-        from harness.check.generation import ContextTrials
+        from harness.check.context_cells import ContextTrials
 
         if isinstance(trials, ContextTrials):  # every draw of a contexts cell has the cell's length
             return trials.extend(more)
@@ -775,7 +777,7 @@ class _ContextsScorer:
     target that scores the continuations, its vocabulary, EOS, the declared convention and the run seed."""
 
     def __init__(self, run: _Run):
-        from harness.check.generation import target64
+        from harness.check.exact_laws import target64
         from specdec_ref.generate import default_eos, eos_set
 
         self.scorer = target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
@@ -790,7 +792,7 @@ def _contexts_plan(run: _Run) -> dict:
 
 
 def _contexts_cell(run: _Run, contexts: dict, setting: Setting, index: int) -> Cell:
-    from harness.check.generation import CONTEXT_ROWS, CONTEXTS_CONVENTIONS, CONTEXTS_PIT, ContextsCell
+    from harness.check.context_cells import CONTEXT_ROWS, CONTEXTS_CONVENTIONS, CONTEXTS_PIT, ContextsCell
     from harness.contexts import slots
 
     items = contexts["contexts"]
@@ -809,7 +811,7 @@ def _contexts_cell(run: _Run, contexts: dict, setting: Setting, index: int) -> C
 def _draw_contexts(run: _Run, cell: Cell, n: int):
     """n continuations spread round-robin over the cell's contexts: one request per context (its share of
     the n rows), all sent at once; the rows come back as the generation level's ContextTrials."""
-    from harness.check.generation import ContextTrials, context_rows
+    from harness.check.context_cells import ContextTrials, context_rows
 
     data, length = cell.data, cell.summary["length"]
     start = cell.summary.get("_drawn", 0)
@@ -885,7 +887,7 @@ def format_result(prefix: str, rows: list[list[int]], reasons: list[str], length
 
 def _greedy(run: _Run, cell: Cell) -> tuple[list[TestResult], list[TestResult], list[dict]]:
     """Token equality at T = 0 with the reference endpoint (else the local target); divergences classified."""
-    from harness.check.generation import classify_divergence, greedy_target
+    from harness.check.greedy import classify_divergence, greedy_target
 
     greedy, text = Setting(0.0), run.ground_truth == "two-sample"  # text: servers without ids compare texts
     prompts, gating, advisory, found = cell.data, [], [], []

@@ -95,7 +95,7 @@ def _settings(args) -> dict:
     """`--setting` texts (the sampling parameters are sent to the server), else EngineConfig's default battery."""
     if not getattr(args, "settings", None):
         return {}
-    from harness.check.generation import parse_setting
+    from harness.check.settings import parse_setting
 
     return {"settings": tuple(s for text in args.settings for s in parse_setting(text))}
 

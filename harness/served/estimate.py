@@ -38,7 +38,7 @@ def served_law(spec: str | None):
 
 def estimable(run) -> str | None:
     """None when the engine run can carry estimates, else why not (noted in the report)."""
-    from harness.check.generation import ENUMERATION_MAX_VOCAB
+    from harness.check.exact_laws import ENUMERATION_MAX_VOCAB
 
     if run.ground_truth != "local":
         return (f"ground truth {run.ground_truth}: no local target, so no exact law of the target to estimate the "
@@ -55,7 +55,7 @@ def estimate_run(cell, trials, level: float, power: float) -> list:
     """Advisory check of a prompt cell: its continuations' estimates into the cell's "tv_estimates" (every cell with
     --estimate, else only a cell that fails: a FAIL report's default); the exact TV beside each where
     `--served-impl` names an implementation with an enumerable law. Reports, never gates."""
-    from harness.check.generation import continuation_law, target64
+    from harness.check.exact_laws import continuation_law, target64
     from harness.check.streams import numpy_rng
     from harness.stats.estimate import continuation_estimates
     from specdec_ref.generate import default_eos, eos_set

@@ -41,7 +41,7 @@ MODES = ("auto", "raw", "processed")
 
 @dataclasses.dataclass
 class LogprobsCell:
-    setting: object  # harness.check.generation.Setting
+    setting: object  # harness.check.settings.Setting
     index: int
     prompt: list[int]
     mode: str  # "raw" | "processed"
@@ -90,7 +90,7 @@ def local_laws(run, rows: list[Reported], cell: LogprobsCell) -> list[np.ndarray
     """Per row, the truth's log law [len(tokens), V] at each emitted position (local target, teacher-forced)."""
     import torch
 
-    from harness.check.generation import target64
+    from harness.check.exact_laws import target64
     from specdec_ref.processing import ORDERS, process
 
     model = target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target

@@ -15,7 +15,7 @@ guess, would bias the test. So:
 - `ids_from_pieces`: a row's ids up to and including its first shared piece; that position holds the
   class's representative (its smallest id) and the row ends there (`SHARED_PIECE`). Where a row ends is
   decided by its tokens so far (a stopping rule), and the check scores the last position under the
-  target's law coarsened to the classes (`harness.check.generation.pit_values(classes=...)`): exact.
+  target's law coarsened to the classes (`harness.check.pit.pit_values(classes=...)`): exact.
   The server leaves a generated BOS out of its pieces; `usage.completion_tokens` shows it, and then the
   ids cannot be known (`UnresolvedPieces`, exit 2). A setting with `logit_bias` {BOS: -100} rules it out.
 - `PiecesClient`: the engine check's vLLM-style requests (`n`, `seed`, `return_token_ids`) sent as one

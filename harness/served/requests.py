@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.check.generation import Setting
+from harness.check.settings import Setting
 from harness.errors import HarnessError
 from harness.served.client import EngineError
 from harness.served.probe import server_tokenize

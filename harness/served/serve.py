@@ -208,7 +208,7 @@ class GenerationBackend:
         from specdec_ref.runners import cache_capabilities
 
         cache_capabilities(pair.target)  # its probe forwards run now (cached on the model), not in a counted request
-        from harness.check.generation import target64
+        from harness.check.exact_laws import target64
 
         self._target64 = target64(pair)  # float64 scoring copy: the logprobs a client tests against are exact
 
@@ -237,7 +237,7 @@ class GenerationBackend:
     def _call_impl(self, ids: torch.Tensor, max_tokens: int, sampling: Sampling,
                    seed: int, masked: frozenset[int] = frozenset()) -> list[list[list[int]]]:
         from harness.adapters.control import target_only_generate
-        from harness.check.generation import accepted_parameters
+        from harness.check.settings import accepted_parameters
         from harness.check.streams import seed_global
         from specdec_ref import adapters
 

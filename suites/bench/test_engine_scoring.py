@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.check.generation import Setting, pit_values, target64
+from harness.check.exact_laws import target64
+from harness.check.pit import pit_values
+from harness.check.settings import Setting
 from harness.pairs import get_pair, list_pairs
 
 ROWS, LENGTH = 64, 16

@@ -95,7 +95,7 @@ def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
     target's, on the pair's 4-token prompts with 3 new tokens. The runner mutants (block boundary, rollback
     after step k, prefix key) are exactly the reference there (no index reaches 16, at most 3 steps, no
     shared 16-token prefix): TV 0 by construction; at 40-token continuations nothing is enumerable (16^40)."""
-    from harness.check.generation import continuation_law, total_variation
+    from harness.check.exact_laws import continuation_law, total_variation
     from harness.models.toy_pairs import toy_models, toy_prompts
     from harness.mutants.generation import exact_output_law
     from specdec_ref.generate import default_eos, eos_set

@@ -60,7 +60,7 @@ MIN_EXPECTED = 5.0  # GATE_MIN_EXPECTED of the generation battery
 
 
 def tests(u: np.ndarray, context: np.ndarray, row: np.ndarray) -> dict[str, float]:
-    """p-values of the contexts cell's PIT tests that pool or stratify over contexts (harness.check.generation)."""
+    """p-values of the contexts cell's PIT tests that pool or stratify over contexts (harness.check.context_cells)."""
     return {"pooled PIT (binned)": uniformity_test(u, min_expected=MIN_EXPECTED).p_value,
             "per-context PIT (binned)": stratified_uniformity_test(u, context, min_expected=MIN_EXPECTED).p_value,
             "probit mean": probit_mean_test(u).p_value,
@@ -118,7 +118,7 @@ def run(sims: int, seed: int, progress=None) -> dict:
     rng = np.random.default_rng(seed)
     n = ROWS * LENGTH
     row = np.repeat(np.arange(ROWS), LENGTH)
-    context = row % CONTEXTS  # round robin, as harness.check.generation.context_rows
+    context = row % CONTEXTS  # round robin, as harness.check.context_cells.context_rows
     logits = rng.normal(0.0, SIGMA, (n, VOCAB))
     p = np.exp(logits - logits.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)

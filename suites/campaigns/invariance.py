@@ -124,7 +124,7 @@ def run_one(rule: LosslessRule, source: str, mode: str, seed: int, gate: float):
 def pieces_engine_check(rule: LosslessRule, seed: int, gate: float = DEFAULT_FALSE_ALARM_RATE, **fields):
     """The rule's generate() on toy-pieces behind `specdec serve --dialect llama-cpp-python`, checked as
     `specdec verify --level engine --api llama-cpp-python --pair toy-pieces --contexts none --setting T=1` checks it."""
-    from harness.check.generation import parse_setting
+    from harness.check.settings import parse_setting
     from harness.pairs import get_pair
     from harness.served.check import EngineConfig, run_engine_check
     from harness.served.serve import serving

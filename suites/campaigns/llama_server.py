@@ -183,7 +183,7 @@ def _prompt_ids() -> list[int]:
 
 
 def _logprobs(url: str, api: str, mode: str, tol: float, seed: int, samples: int):
-    from harness.check.generation import parse_setting
+    from harness.check.settings import parse_setting
     from harness.served.llama_server import NO_TRUNCATION
 
     plain = tuple(s for t in ("T=1", "T=0.7") for s in parse_setting(t))
@@ -192,7 +192,7 @@ def _logprobs(url: str, api: str, mode: str, tol: float, seed: int, samples: int
 
 
 def _token_law(url: str, *, samples: int, length: int, texts, extra, order: str, responses: str):
-    from harness.check.generation import parse_setting
+    from harness.check.settings import parse_setting
     from harness.served.llama_server import NO_TRUNCATION
 
     settings = tuple(s for t in texts for s in parse_setting(t))

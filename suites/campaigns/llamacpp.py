@@ -80,7 +80,7 @@ def _probe(url: str) -> dict:
 
 def _two_sample_check(on: str, off: str, setting: dict, samples: int, length: int) -> dict:
     """Speculation on against off at one setting (two-sample, ground truth c) -> the report as a dict."""
-    from harness.check.generation import Setting
+    from harness.check.settings import Setting
     from harness.served.check import EngineConfig, run_engine_check
 
     return run_engine_check(EngineConfig(
@@ -126,7 +126,7 @@ IDS_SETTINGS = ({"temperature": 1.0, "logit_bias": NO_BOS}, {"temperature": 0.7,
 
 def ids_check(url: str, setting: dict, samples: int, length: int, responses: str | None) -> dict:
     """`verify --level engine --api llama-cpp-python --pair smollm2 --ground-truth local` at one setting."""
-    from harness.check.generation import Setting
+    from harness.check.settings import Setting
     from harness.served.check import EngineConfig, run_engine_check
 
     return run_engine_check(EngineConfig(
@@ -140,7 +140,7 @@ def run_ids(out, samples: int = IDS_SAMPLES, length: int = IDS_LENGTH, *, journa
             stop=None, speculative: bool = True) -> dict:
     """The ids checks (one cell per setting) against one F32 server with prompt lookup -> OUT/ids.json's record;
     `speculative=False`: the control, the same server and checks without speculation (OUT/ids-control.json)."""
-    from harness.check.generation import Setting
+    from harness.check.settings import Setting
     from harness.models.gguf_f32 import smollm2_models
 
     kind = "ids" if speculative else "ids-off"
@@ -204,7 +204,7 @@ def finding_cells(samples: int, length: int, paired_seeds: int, *, probe_only: b
     """key -> (measurement, its arguments), in run order: the probes, the generation-level checks (no server),
     the server checks, greedy, same-seed identity. The key names what the measurement depends on (not the
     servers' ports), so a rerun finds it."""
-    from harness.check.generation import Setting
+    from harness.check.settings import Setting
 
     cells: dict[str, tuple] = {f"probe/{side}": ("probe", side) for side in SIDES}
     if probe_only:
@@ -230,7 +230,7 @@ def finding_cell(servers, kind: str, *args) -> dict:
     if kind == "probe":
         row = {"side": args[0], "probe": _probe(urls[0])}
     elif kind == "check":
-        from harness.check.generation import Setting
+        from harness.check.settings import Setting
 
         row = {"setting": Setting(**args[0]).label, "report": _two_sample_check(*urls, *args)}
     elif kind == "greedy":

@@ -13,7 +13,7 @@ import dataclasses
 
 import torch
 
-from harness.check.generation import continuation_law, total_variation
+from harness.check.exact_laws import continuation_law, total_variation
 from harness.configs import Parser, add_arguments, option
 from harness.envelope import write_result
 from harness.models.toy_pairs import toy_models, toy_prompts

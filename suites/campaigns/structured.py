@@ -34,7 +34,9 @@ from pathlib import Path
 
 import torch
 
-from harness.check.generation import Setting, continuation_law, run_generation_check, total_variation
+from harness.check.exact_laws import continuation_law, total_variation
+from harness.check.generation import run_generation_check
+from harness.check.settings import Setting
 from harness.check.structured import ConstraintSpec, bind_constraints
 from harness.configs import Parser, add_arguments, option
 from harness.envelope import write_result

@@ -1,10 +1,10 @@
 """The generation-level settings catalogue: the sampling settings `specdec verify --level generation`
 (and the engine level) run when no `--setting` is named, and the `battery` of every sampling parameter
-(harness.check.generation loads them through harness.policy)."""
+(harness.check.settings loads them through harness.policy)."""
 
 from __future__ import annotations
 
-from harness.check.generation import Setting
+from harness.check.settings import Setting
 
 # Order = the order cells run in (a run with stop_on_fail ends at the first decided cell): greedy first
 # (deterministic and cheap), then the setting with the most processing (temperature and top-p, where

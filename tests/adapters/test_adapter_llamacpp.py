@@ -115,7 +115,8 @@ def test_a_model_of_another_vocabulary_is_a_usage_error():
 @pytest.mark.slow
 def test_the_shipped_decoder_passes_and_the_unverified_drafts_fail(smollm2):
     """One cell each at T = 1 on the pair's first prompt: correct code is not failed; the planted bug is."""
-    from harness.check.generation import Setting, run_generation_check
+    from harness.check.generation import run_generation_check
+    from harness.check.settings import Setting
 
     kw = dict(samples=200, length=8, gamma=4, prompts=1, settings=(Setting(temperature=1.0),), seed=1)
     good = run_generation_check(llamacpp.prompt_lookup_generate, smollm2, **kw)

@@ -25,7 +25,7 @@ def test_assisted_generate_fixes_gamma_for_the_call_and_restores_the_config(monk
 
 
 def test_optional_parameters_reach_transformers_and_unsupported_ones_are_not_accepted(monkeypatch):
-    from harness.check.generation import accepted_parameters
+    from harness.check.settings import accepted_parameters
 
     target, draft = toy_models("0.7", torch.float32)
     seen = []

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from harness.check.generation import (
+from harness.check.context_cells import (
     ContextTrials,
-    Setting,
     contexts_pit_tests,
     contexts_pit_values,
     count_contexts_pit_tests,
-    run_generation_check,
 )
+from harness.check.generation import run_generation_check
+from harness.check.settings import Setting
 from harness.contexts import (
     BLOCK_SIZES,
     CONTINUATION,
@@ -99,7 +99,7 @@ def test_pooled_pit_over_contexts_is_uniform_for_the_target_and_slices_are_decla
         tokens.append(autoregressive_generate(target, ids, max_new_tokens=40, temperature=1.0, seed=length).tokens)
         rows += [i for i in idx for _ in range(100)]
     trials = ContextTrials(torch.cat(tokens), np.array(rows))
-    from harness.check.generation import target64
+    from harness.check.exact_laws import target64
 
     values = contexts_pit_values(target64(pair), contexts, trials, Setting(1.0), 16, rng)
     assert len(values["u"]) == 1600 * 40 and values["off_support"] == 0

@@ -9,13 +9,9 @@ import json
 import pytest
 import torch
 
-from harness.check.generation import (
-    Setting,
-    continuation_law,
-    parse_setting,
-    run_generation_check,
-    total_variation,
-)
+from harness.check.exact_laws import continuation_law, total_variation
+from harness.check.generation import run_generation_check
+from harness.check.settings import Setting, parse_setting
 from harness.cli import main
 from harness.errors import HarnessError
 from harness.models.toy_pairs import toy_models, toy_prompts
@@ -192,7 +188,7 @@ def _draw(law: dict, n: int, seed: int) -> torch.Tensor:
 
 
 def test_convention_diagnosis_names_the_order_that_fits_and_no_other():
-    from harness.check.generation import consistent_conventions
+    from harness.check.conventions import consistent_conventions
 
     target, _, eos = _models("toy")
     setting = Setting(0.7, top_p=0.9)

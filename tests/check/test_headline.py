@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.check.generation import SupportCount, contexts_pit_tests, joint_law_tests, pit_tests
+from harness.check.context_cells import contexts_pit_tests
+from harness.check.exact_laws import SupportCount, joint_law_tests
+from harness.check.pit import pit_tests
 from harness.check.report import CheckReport
 from harness.cli import headline_scope, print_check_report
 

@@ -111,8 +111,10 @@ def test_a_token_just_outside_a_truncation_cut_is_numerics_not_an_impossible_tok
     import numpy as np
     import torch
 
-    from harness.check.generation import NEAR_TIE, SupportCount, _support_message, relax_boundary_tokens
-    from harness.check.generation import Setting as S
+    from harness.check.exact_laws import SupportCount
+    from harness.check.greedy import NEAR_TIE
+    from harness.check.pit import relax_boundary_tokens, support_message
+    from harness.check.settings import Setting as S
     from specdec_ref.processing import process
 
     setting = S(1.0, top_k=2)
@@ -126,4 +128,4 @@ def test_a_token_just_outside_a_truncation_cut_is_numerics_not_an_impossible_tok
     assert (p_y == 0).all()
     _, relaxed_p_y, boundary = relax_boundary_tokens(logits, tokens, mask, setting, None, "standard", probs, y, p_y)
     assert boundary == 1 and relaxed_p_y[0] > 0 and relaxed_p_y[1] == 0
-    assert "1 tokens just outside a truncation cut" in _support_message(SupportCount(1, 1))
+    assert "1 tokens just outside a truncation cut" in support_message(SupportCount(1, 1))

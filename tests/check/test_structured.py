@@ -6,13 +6,9 @@ mutants (exact TV, caught by the format check where the law tests have no power)
 import pytest
 import torch
 
-from harness.check.generation import (
-    Setting,
-    continuation_law,
-    parse_setting,
-    run_generation_check,
-    total_variation,
-)
+from harness.check.exact_laws import continuation_law, total_variation
+from harness.check.generation import run_generation_check
+from harness.check.settings import Setting, parse_setting
 from harness.check.structured import ConstraintSpec, bind_constraints, dead_end, format_problem
 from harness.errors import HarnessError
 from harness.models.toy_pairs import toy_models, toy_prompts
@@ -190,7 +186,7 @@ def test_bad_constraints_exit_2_with_one_line_before_any_work(setting, needle, c
 
 def test_bind_refuses_a_constraint_object_of_the_wrong_width():
     with pytest.raises(HarnessError, match="masks 8 tokens"):
-        from harness.check.generation import supported_settings
+        from harness.check.settings import supported_settings
 
         supported_settings(reference_generate, (Setting(1.0, constraint=GrammarConstraint(
             "regex", "[a-c]+", toy_tokenizer(8))),), 16)

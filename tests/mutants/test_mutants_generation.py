@@ -270,7 +270,8 @@ def test_a_lifted_rules_exact_law_is_enumerated_with_the_rules_own_acceptance():
     the mutant's loop follows (and the target's law does not), at T = 1 with top-k 3 on toy prompt 1."""
     import collections
 
-    from harness.check.generation import Setting, continuation_law
+    from harness.check.exact_laws import continuation_law
+    from harness.check.settings import Setting
     from harness.models.toy_pairs import TOY_VOCAB, toy_prompts
     from specdec_ref.generate import default_eos, eos_set
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from harness.check.generation import Setting
+from harness.check.settings import Setting
 from harness.mutants.registry import get
 from harness.pairs import get_pair
 from harness.served.check import EngineConfig, count_tests_for_cell, run_engine_check, vacuous

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.check.generation import Setting
+from harness.check.settings import Setting
 from harness.contexts import BLOCK_SIZES, CONTINUATION, random_contexts
 from harness.errors import HarnessError
 from harness.mutants.registry import get

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.check.generation import Setting
+from harness.check.settings import Setting
 from harness.pairs import get_pair
 from harness.served.check import EngineConfig, run_engine_check
 from harness.served.serve import serving

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.check.generation import Setting
+from harness.check.settings import Setting
 from harness.mutants.registry import get
 from harness.pairs import get_pair
 from harness.served.check import EngineConfig, run_engine_check

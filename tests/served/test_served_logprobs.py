@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from harness.check.generation import Setting
+from harness.check.settings import Setting
 from harness.errors import HarnessError
 from harness.pairs import get_pair
 from harness.served.check import EngineConfig, run_engine_check

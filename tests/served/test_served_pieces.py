@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.check.generation import Setting, coarsen, pit_tests, pit_values
+from harness.check.exact_laws import coarsen
+from harness.check.pit import pit_tests, pit_values
+from harness.check.settings import Setting
 from harness.errors import HarnessError
 from harness.served.pieces import SHARED_PIECE, PiecesClient, PieceTable, UnresolvedPieces, ids_from_pieces
 
@@ -132,7 +134,7 @@ CLASSES_OF_TOY = ((0, 1, 2), (5, 7))  # ids merged into one class each (the toy 
 
 
 def _toy():
-    from harness.check.generation import target64
+    from harness.check.exact_laws import target64
     from harness.pairs import get_pair
 
     pair = get_pair("toy")

@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from harness.check.generation import Setting
+from harness.check.settings import Setting
 from harness.errors import HarnessError
 from harness.pairs import get_pair
 from harness.served.check import EngineConfig, choose_ground_truth, run_engine_check

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import torch
 
-from harness.check.generation import Setting
+from harness.check.settings import Setting
 from harness.check.structured import ConstraintSpec, compile_for_pair
 from harness.errors import HarnessError
 from harness.mutants import get
