@@ -33,7 +33,7 @@ FAULTS = {
                    _KernelRefuses("Expected mat_a to be Float32, BFloat16 or Float16 matrix, got Double"), GENERATION,
                    "harness.check"),
     # the statistics
-    "statistics": ("harness.check.engine._run_checks", ZeroDivisionError("division by zero"), SAMPLER, "harness.check.engine"),
+    "statistics": ("harness.check.driver._run_checks", ZeroDivisionError("division by zero"), SAMPLER, "harness.check.driver"),
 }
 
 

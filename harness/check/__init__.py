@@ -1,4 +1,4 @@
-"""Statistical losslessness checks, all on one engine (`engine.run_battery`, configured by `config.CheckConfig`).
+"""Statistical losslessness checks, all through one driver (`driver.run_battery`, configured by `config.CheckConfig`).
 
 Trial sources: `sampler` (one §1a verification step, chain or block family), `draft_step` (the
 implementation draws its own drafts), `tree` (one tree step, docs/CONTRACT-tree.md), `generation` (a whole

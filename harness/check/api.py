@@ -108,7 +108,7 @@ def run_verify(config, progress: Callable[[int], None] | None = None, **options)
     trial source of its contract from the table and run the one driver on it (every mode — fixed n, early
     stop, reach top-up, sequential — is the driver's). `options` go to the source's builder (the engine
     level: `client=`, an adapter replacing the one `--api` names)."""
-    from harness.check.engine import run_battery
+    from harness.check.driver import run_battery
 
     config.validate()
     contract = contract_of(config)
@@ -142,7 +142,7 @@ def planned_rows(config: CheckConfig) -> int | None:
     """Total trials the run will draw (for a progress bar), if known in advance."""
     if config.level != "sampler":
         return None
-    from harness.check.engine import plan_cell
+    from harness.check.driver import plan_cell
     from harness.check.sampler import SamplerSource
 
     if contract_of(config) in ("tree", "masked_step"):

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from harness.check.conventions import order_matters
-from harness.check.engine import Cell, Check
+from harness.check.driver import Cell, Check
 from harness.check.exact_laws import SupportCount
 from harness.check.pit import (
     PIT_BATCH_POSITIONS,

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from harness.check.config import CheckConfig
-from harness.check.engine import Cell, Check, MalformedTrials, run_battery
+from harness.check.driver import Cell, Check, MalformedTrials, run_battery
 from harness.check.report import CheckReport
 from harness.check.sampler import (
     CHUNK_FLOATS,
@@ -90,7 +90,7 @@ def run_draft_step_check(impl: Callable, config: CheckConfig | None = None, *, i
                          dtype: torch.dtype = torch.float32, progress: Callable[[int], None] | None = None,
                          **fields) -> CheckReport:
     """Run the draft-step battery against `impl` on the sampler check's cases; Holm at the false-alarm rate
-    (the check engine's driver: the sampler battery plus the draft-law check); `fields` of CheckConfig as
+    (the check driver: the sampler battery plus the draft-law check); `fields` of CheckConfig as
     in `run_sampler_check`."""
     config = CheckConfig.build(config, **{"step": "draft_and_verify", **fields})
     report = run_battery(DraftStepSource(impl, dtype=dtype, device=config.device), config, impl_name=impl_name,

@@ -35,7 +35,7 @@ from harness.check.context_cells import (
     sample_contexts,
 )
 from harness.check.conventions import consistent_conventions
-from harness.check.engine import (
+from harness.check.driver import (
     Cell,
     Check,
     CheckConfig,
@@ -117,7 +117,7 @@ def run_generation_check(impl: Callable, pair: ModelPair, config: CheckConfig | 
 
 
 
-# --- the generation level as a trial source of the check engine (harness.check.engine) -------------------
+# --- the generation level as a trial source of the check driver (harness.check.driver) -------------------
 
 
 @dataclasses.dataclass

@@ -31,7 +31,7 @@ import torch
 
 from harness.adapters.calling import ImplementationError, call_impl  # noqa: F401 - re-exported for callers
 from harness.check.config import MIN_REACH
-from harness.check.engine import (
+from harness.check.driver import (
     Cell,
     Check,
     CheckConfig,
@@ -144,7 +144,7 @@ class CasePlan:
 def plan_cases(cases: list[SamplerCase], seed: int) -> list[CasePlan]:
     plans = []
     for case in cases:
-        if case.laws > 1:  # rows holding different laws: their first law (the engine plans every law: _plan_mixed)
+        if case.laws > 1:  # rows holding different laws: their first law (the driver plans every law: _plan_mixed)
             plans.append(_plan_mixed(case, seed)[0])
             continue
         p, q = case.build(np.random.default_rng([seed, zlib.crc32(case.name.encode())]))  # stable per case
@@ -502,7 +502,7 @@ def run_sampler_check(impl: Callable, config: CheckConfig | None = None, *, impl
     return run_battery(source, config, impl_name=impl_name, progress=progress)
 
 
-# --- the sampler level as a trial source of the check engine (harness.check.engine) ----------------------
+# --- the sampler level as a trial source of the check driver (harness.check.driver) ----------------------
 
 
 def _tok(trials) -> np.ndarray:

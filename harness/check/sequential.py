@@ -1,6 +1,6 @@
 """Sequential (anytime-valid) mode of the checks: stop as soon as the verdict is certain.
 
-It is a mode of the one driver (`harness.check.engine.run_battery` with `CheckConfig(sequential=True)`),
+It is a mode of the one driver (`harness.check.driver.run_battery` with `CheckConfig(sequential=True)`),
 drawing through the same trial sources as the fixed-n check, so multi-law cells keep every law and the
 reach-following top-up is monitored too. The cells advance in rounds, each to the same growing fraction
 of its plan (1/1000 of it first, then ×1.15 per round), and after every chunk the cell's monitors — test
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from harness.check.config import CheckConfig
-from harness.check.engine import look_schedule, run_battery
+from harness.check.driver import look_schedule, run_battery
 from harness.check.report import CheckReport
 from harness.check.sampler import SamplerSource, law_processes, mass_above  # noqa: F401 - public names
 

@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import json
 
-from harness.check.engine import Check
+from harness.check.driver import Check
 from harness.check.report import deterministic_result
 from harness.errors import HarnessError
 from specdec_ref.errors import SpecDecInputError

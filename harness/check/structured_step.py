@@ -12,7 +12,7 @@ j is reached, follows norm(p_j · allowed_j).
 
 The harness draws the automaton: a random DFA over the V tokens (`random_dfa`: every state allows a random
 non-empty subset, each allowed token moves to a random state), so no model and no grammar library are
-involved. Checks, on the engine (harness.check.engine.run_battery): the format of the output, the
+involved. Checks, on the driver (harness.check.driver.run_battery): the format of the output, the
 constraint format (every emitted token allowed in its state), and the randomized PIT of every emitted token
 under its masked law (iid U(0, 1) under H0), pooled and per position.
 """
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from harness.check.engine import Cell, Check, CheckConfig, MalformedTrials, TrialSource, run_battery
+from harness.check.driver import Cell, Check, CheckConfig, MalformedTrials, TrialSource, run_battery
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.sampler import GATE_MIN_EXPECTED, call_impl, padded_rows_problems
 from harness.policy import catalogue

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from harness.check.config import DEFAULT_TREE_TV, MIN_NODE_REACH  # noqa: F401 - DEFAULT_TREE_TV: public
-from harness.check.engine import (
+from harness.check.driver import (
     Cell,
     Check,
     CheckConfig,
@@ -374,7 +374,7 @@ def run_tree_check(impl: Callable, config: CheckConfig | None = None, *, impl_na
                    dtype: torch.dtype = torch.float32, progress: Callable[[int], None] | None = None,
                    **fields) -> CheckReport:
     """Run every tree case against `impl` (a tree verify) and decide with Holm at the false-alarm rate
-    (the check engine's driver: harness.check.engine.run_battery); `fields` of CheckConfig as in
+    (the check driver: harness.check.driver.run_battery); `fields` of CheckConfig as in
     `run_sampler_check` (the family is tree)."""
     config = CheckConfig.build(config, **{"family": "tree", **fields})
     report = run_battery(TreeSource(impl, dtype=dtype), config, impl_name=impl_name, progress=progress)
@@ -382,7 +382,7 @@ def run_tree_check(impl: Callable, config: CheckConfig | None = None, *, impl_na
     return report
 
 
-# --- the tree family as a trial source of the check engine ------------------------------------------------
+# --- the tree family as a trial source of the check driver ------------------------------------------------
 
 
 def _reached_nodes(trials) -> np.ndarray:

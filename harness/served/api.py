@@ -26,7 +26,7 @@ import dataclasses
 import json
 import math
 
-from harness.check.engine import Cell, Check, MalformedTrials
+from harness.check.driver import Cell, Check, MalformedTrials
 from harness.check.report import deterministic_result
 from harness.errors import HarnessError
 from harness.served.bookkeeping import Bookkeeping, Stops, first_stop

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from harness.check.config import DEFAULT_GAMMA, INCONCLUSIVE_TV, CheckConfig
-from harness.check.engine import Cell, Check, MalformedTrials, TrialSource
+from harness.check.driver import Cell, Check, MalformedTrials, TrialSource
 from harness.check.exact_laws import ENUMERATION_MAX_VOCAB
 from harness.check.report import CheckReport, deterministic_result
 from harness.check.settings import Setting, default_settings

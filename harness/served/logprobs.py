@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from harness.check.engine import Cell, Check, MalformedTrials
+from harness.check.driver import Cell, Check, MalformedTrials
 from harness.check.report import deterministic_result
 from harness.errors import HarnessError
 from harness.served.text import TOKEN_ID_PREFIX

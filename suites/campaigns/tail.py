@@ -157,7 +157,7 @@ def write_report(out: Path, done: dict, config: Config, meta: dict) -> None:
     if rows:
         from harness.check.api import planned_rows  # noqa: F401 - the plan's per-test level comes from the check
         from harness.check.config import DEFAULT_FALSE_ALARM_RATE
-        from harness.check.engine import CheckConfig
+        from harness.check.driver import CheckConfig
         from harness.check.sampler import SamplerSource
 
         cells_ = SamplerSource(None).cells(CheckConfig(impl="x", cases=[CASE]))

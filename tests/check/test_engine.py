@@ -1,12 +1,12 @@
-"""The check engine: declared test counts, rows that differ, reach-following plans, INCONCLUSIVE,
-the failure summary, and the CheckConfig-built CLI (harness/check/engine.py, harness/check/config.py)."""
+"""The check driver: declared test counts, rows that differ, reach-following plans, INCONCLUSIVE,
+the failure summary, and the CheckConfig-built CLI (harness/check/driver.py, harness/check/config.py)."""
 
 import numpy as np
 import pytest
 
 from harness.check.api import run_verify
 from harness.check.config import CheckConfig
-from harness.check.engine import Cell, Check, TrialSource, run_battery
+from harness.check.driver import Cell, Check, TrialSource, run_battery
 from harness.check.generation import GenerationSource
 from harness.check.sampler import SamplerSource, custom_case, run_sampler_check
 from harness.cli import main

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import harness.check.engine as engine
+import harness.check.driver as driver
 from harness.check.api import run_verify
 from harness.check.config import DEFAULT_TREE_TV, DEFAULT_TV, CheckConfig
 from harness.check.sampler import SamplerSource, run_sampler_check
@@ -46,13 +46,13 @@ def test_half_acceptance_lossless_rule_passes_rows_differ_at_the_default_plan():
 def test_half_acceptance_passes_after_a_top_up_at_every_row_count_residue(monkeypatch, residue):
     """The first draw's row count is forced to each residue mod the 4 laws; the top-up draws continue
     the law cycle and carry their labels."""
-    real = engine.plan_cell
+    real = driver.plan_cell
 
     def plan(cell, level, power):
         n = real(cell, level, power)
         return n - n % 4 + residue + 4
 
-    monkeypatch.setattr(engine, "plan_cell", plan)
+    monkeypatch.setattr(driver, "plan_cell", plan)
     report = run_sampler_check(half_acceptance, cases=["rows-differ"], seed=1)
     assert report.cases[0]["planned"] % 4 == residue
     assert report.cases[0]["samples"] > report.cases[0]["planned"]
@@ -118,7 +118,7 @@ def test_tv_is_honoured_by_every_family(family, impl, monkeypatch):
         seen["cells"] = [c.tv for c in source.cells(config)]
         raise SystemExit(0)
 
-    monkeypatch.setattr(engine, "run_battery", capture)
+    monkeypatch.setattr(driver, "run_battery", capture)
     with pytest.raises(SystemExit):
         run_verify(CheckConfig(impl=impl, level="sampler", family=family, tv=0.03))
     assert seen["tv"] == 0.03 and 0.03 in seen["cells"]

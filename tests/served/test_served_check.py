@@ -59,11 +59,11 @@ def test_reference_passes_and_mutant_fails_with_every_ground_truth(reference_on,
 def test_the_engine_level_is_a_source_of_the_one_driver(reference_on, monkeypatch):
     """`run_verify` takes an EngineConfig through its source table (as every level): the same verdict and
     p-values as `run_engine_check`, and the driver is run_battery."""
-    from harness.check import api, engine
+    from harness.check import api, driver
 
     calls = []
-    real = engine.run_battery
-    monkeypatch.setattr(engine, "run_battery", lambda *a, **k: calls.append(type(a[0]).__name__) or real(*a, **k))
+    real = driver.run_battery
+    monkeypatch.setattr(driver, "run_battery", lambda *a, **k: calls.append(type(a[0]).__name__) or real(*a, **k))
     config = EngineConfig(endpoint=reference_on, pair="toy-low", **SMALL)
     direct, via_table = run_engine_check(config), api.run_verify(config)
     assert calls == ["EngineSource", "EngineSource"]

@@ -1,4 +1,4 @@
-"""One check engine for every level and verifier family.
+"""The check driver: one for every level (tier) and verifier family.
 
 Vocabulary (the same at the sampler, generation and engine levels):
 
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.check.config import (  # noqa: F401 - re-exported: the engine's public names
+from harness.check.config import (  # noqa: F401 - re-exported: the driver's public names
     DEFAULT_FALSE_ALARM_RATE,
     DEFAULT_GAMMA,
     DEFAULT_POWER,
