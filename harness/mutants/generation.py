@@ -329,7 +329,7 @@ def greedy_tie_last_index(target, draft, input_ids, *, max_new_tokens, gamma, te
 
 # ---------------------------------------------------------------- the sampling parameters beyond T / top-k / top-p
 # (min_p, logit_bias, penalties, ...). Each mutant drops one parameter from one part of the step; `settings` are the sampling
-# settings (harness.check.generation.Setting) under which it shows, on `pair`.
+# settings (harness.check.settings.Setting) under which it shows, on `pair`.
 
 def _target_dropping(names: tuple[str, ...], where: str) -> Callable:
     """A target hook that processes without `names` at the block positions `where` selects:

@@ -57,7 +57,7 @@ MIN_TOKENS_STOP_IDS = 3  # the stop ids of those: the most frequent tokens of th
 
 @dataclasses.dataclass
 class ApiCell:
-    setting: object  # harness.check.generation.Setting
+    setting: object  # harness.check.settings.Setting
     index: int
     prompt: list[int]
     streams: bool  # whether the engine streams completions (asked once per run)
