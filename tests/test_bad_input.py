@@ -243,6 +243,7 @@ def test_flaky_implementation_is_not_taken_for_a_one_row_one(capsys):
     assert "one row at a time" not in capsys.readouterr().out
 
 
+@pytest.mark.statistical
 def test_generation_level_wraps_one_row_implementations(capsys):
     from harness.cli import main
 
@@ -262,6 +263,7 @@ def test_dtype_the_device_cannot_compute_in_is_refused(monkeypatch):
         preflight.dtype("float16", "cpu")
 
 
+@pytest.mark.statistical
 def test_over_long_generation_is_clamped_and_reported(tmp_path, capsys):
     from harness.cli import main
 
@@ -272,6 +274,7 @@ def test_over_long_generation_is_clamped_and_reported(tmp_path, capsys):
     assert "max_new_tokens clamped" in next(tmp_path.glob("*/report.md")).read_text()
 
 
+@pytest.mark.statistical
 def test_interrupted_sweep_exits_130_then_resumes(tmp_path, capsys, monkeypatch):
     from harness.bench import measure
     from harness.cli import main

@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_PAGES = ["README.md", "docs/index.md", "docs/getting-started.md", "docs/CHECKING.md", "docs/ENGINES.md"]
-TEST_COMMAND = "python3 -m pip install nox && python3 -m nox -s tests"
+TEST_COMMAND = "python3 -m pip install nox && python3 -m nox -s tests statistical"  # both test layers
 
 
 def test_readme_is_short_and_ci_runs_its_test_command():

@@ -41,6 +41,7 @@ def test_journal_skips_finished_cells_and_ignores_a_torn_line(tmp_path):
     assert Journal(journal.path, fresh=True).load() == {}
 
 
+@pytest.mark.statistical
 def test_unreachable_scheduler_is_a_usage_error():
     with pytest.raises(HarnessError, match="cannot reach the dask scheduler"), \
             DaskExecutor(scheduler="tcp://127.0.0.1:9", timeout_s=2):
@@ -218,6 +219,7 @@ def test_run_cells_past_its_deadline_runs_nothing_but_returns_the_journal(tmp_pa
     assert sorted(done) == ["cell-0"] and starts(logs) == {}
 
 
+@pytest.mark.statistical
 def test_tree_campaign_runs_on_the_cell_runner_and_resumes(tmp_path):
     from suites.campaigns.tree import run_tree_campaign, tree_cells
 

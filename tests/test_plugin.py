@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 pytest_plugins = ["pytester"]
 
 USER_TESTS = '''
@@ -39,6 +41,7 @@ def test_mutant(assert_lossless):
 '''
 
 
+@pytest.mark.statistical
 def test_plugin_fixtures_options_and_header(pytester):
     pytester.makepyfile(test_user=USER_TESTS)
     result = pytester.runpytest_inprocess("--specdec-seed", "7", "--strict-markers")

@@ -5,6 +5,8 @@ name in its home module. Scans harness/, suites/, specdec_ref/ and specdec/ (the
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "suites", "specdec_ref", "specdec")
 
@@ -71,12 +73,14 @@ def private_imports(root: Path) -> list[tuple[str, int, str, str]]:
     return found
 
 
+@pytest.mark.statistical
 def test_no_library_module_imports_another_modules_private_name():
     found = [f"{file}:{line}: {module}.{name}" for file, line, module, name in private_imports(ROOT)
              if (file, module, name) not in EXCEPTIONS]
     assert found == []  # give the helper a public name in its home module (no leading underscore)
 
 
+@pytest.mark.statistical
 def test_the_exceptions_are_still_needed():
     used = {(file, module, name) for file, _, module, name in private_imports(ROOT)}
     assert set(EXCEPTIONS) - used == set()

@@ -5,6 +5,7 @@ import io
 import re
 import time
 
+import pytest
 import torch
 
 from harness.check.api import run_verify
@@ -65,6 +66,7 @@ def test_wrapped_one_row_sampler_ticks_every_row():
     assert rec.rows >= 40  # every row of the case (plus the reproducibility rows), not once per case
 
 
+@pytest.mark.statistical
 def test_generation_level_knows_its_total_and_ticks_rows():
     rec = Recorder()
     torch.manual_seed(0)

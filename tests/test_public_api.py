@@ -92,6 +92,7 @@ def test_verify_engine_level_builds_an_engine_config_and_validates_before_any_re
 
 
 
+@pytest.mark.statistical
 def test_python_dash_m_specdec_is_the_command_line():
     run = subprocess.run([sys.executable, "-m", "specdec", "pairs"], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0 and "toy" in run.stdout

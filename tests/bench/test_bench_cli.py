@@ -110,6 +110,7 @@ def test_gpu_suite_skips_cleanly_without_cuda_but_other_cuda_requests_are_errors
         make_plan(BenchConfig(pairs=("toy",), device="cuda"))
 
 
+@pytest.mark.statistical
 def test_batched_bench_reports_the_checks_achieved_tv(tmp_path):
     """The check part states the achieved detectable TV (not the generation level's NaN target) and keeps
     the whole report; a part this run skipped is absent, never taken from an earlier run."""

@@ -1,11 +1,14 @@
 """`--estimate` at the generation level (issue 46): the joint law of a toy prompt's continuation and each position's,
 with the exact value beside the estimate for a p/q-hook zoo entry."""
 
+import pytest
+
 from harness.check.generation import run_generation_check
 from harness.mutants.registry import get
 from harness.pairs import get_pair
 
 
+@pytest.mark.statistical
 def test_generation_estimate_reports_the_joint_and_each_position_with_the_exact_tv():
     impl = get("penalties_count_rejected_drafts")  # exact joint TV 0.177 at toy prompt 0 (suites/campaigns/contexts)
     report = run_generation_check(impl.fn, get_pair(impl.pair), samples=4000, prompts=1, settings=impl.fn.settings,
@@ -20,6 +23,7 @@ def test_generation_estimate_reports_the_joint_and_each_position_with_the_exact_
     assert any("over the whole continuation (joint law)" in line for line in report.estimate_lines())
 
 
+@pytest.mark.statistical
 def test_generation_estimate_of_the_reference_holds_zero_and_has_no_exact_law_without_hooks():
     ref = get("reference_generate")
     report = run_generation_check(ref.fn, get_pair("toy"), samples=4000, prompts=1,
@@ -28,6 +32,7 @@ def test_generation_estimate_of_the_reference_holds_zero_and_has_no_exact_law_wi
     assert all(e["low"] == 0.0 and "exact_tv" not in e for e in report.estimates)
 
 
+@pytest.mark.statistical
 def test_a_fail_report_carries_the_failing_cells_estimates_by_default():
     """Without --estimate, a FAIL report still says how far: estimates in the cells that failed, none elsewhere;
     --no-fail-estimate (fail_estimate=False) turns them off."""
@@ -42,6 +47,7 @@ def test_a_fail_report_carries_the_failing_cells_estimates_by_default():
     assert off.verdict == "fail" and off.estimates == []
 
 
+@pytest.mark.statistical
 def test_a_sampler_fail_report_carries_estimates_and_a_pass_report_none():
     from harness.check.sampler import run_sampler_check
 
@@ -54,6 +60,7 @@ def test_a_sampler_fail_report_carries_estimates_and_a_pass_report_none():
 
 
 
+@pytest.mark.statistical
 def test_verify_json_writes_the_estimates_figure_beside_it(tmp_path, capsys):
     from harness.cli import main
 
@@ -68,6 +75,7 @@ def test_verify_json_writes_the_estimates_figure_beside_it(tmp_path, capsys):
     assert rc == 0 and not (tmp_path / "pass-estimates.png").exists()  # a PASS without --estimate: no estimates
 
 
+@pytest.mark.statistical
 def test_failed_cells_of_a_generation_report_hold_a_slash():
     impl = get("penalties_count_rejected_drafts")
     report = run_generation_check(impl.fn, get_pair(impl.pair), samples=2000, prompts=1, settings=impl.fn.settings)

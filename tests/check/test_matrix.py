@@ -51,6 +51,7 @@ def _verdicts(result):
     return [(c["config"]["impl"], c["config"]["seed"], c["verdict"]) for c in result.cells]
 
 
+@pytest.mark.statistical
 def test_matrix_gives_each_configuration_its_own_verdict_and_resumes_from_its_journal(tmp_path, monkeypatch):
     vary = matrix.parse_vary([IMPLS, "seed=0,1"])
     configs = matrix.expand(BASE, vary)
@@ -82,6 +83,7 @@ def test_exit_code_is_the_most_serious_outcome():
     assert result("error", "fail", "pass").exit_code() == 1
 
 
+@pytest.mark.statistical
 def test_matrix_on_a_local_dask_cluster_matches_in_process():
     pytest.importorskip("distributed")
     vary = matrix.parse_vary([IMPLS, "seed=0,1"])
@@ -100,6 +102,7 @@ def _cli(*args, cwd):
                           cwd=cwd, env={"PYTHONPATH": str(cwd), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.statistical
 def test_cli_matrix_exit_codes_and_report(tmp_path):
     from pathlib import Path
 

@@ -46,6 +46,7 @@ def _check(impl, **kw):
 
 
 @pytest.mark.parametrize("impl", [i for i in TREE if i.must_pass], ids=lambda i: i.name)
+@pytest.mark.statistical
 def test_references_and_controls_pass(impl):
     report = _check(impl.fn, seed=1)
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]
@@ -70,6 +71,7 @@ def test_zoo_models_the_bugs_of_the_brief():
         check_signature(impl.fn, "tree", impl.spec)
 
 
+@pytest.mark.statistical
 def test_declared_test_counts_match_what_is_emitted():
     report = run_tree_check(tree_verify_specinfer, samples=3_000, seed=0)
     for case in CASES:

@@ -32,6 +32,7 @@ def toy_server():
         yield s.url + "/v1"
 
 
+@pytest.mark.statistical
 def test_reference_passes_on_the_command_line(toy_server, tmp_path, capsys):
     out = tmp_path / "report.json"
     assert main(verify("--endpoint", toy_server, "--pair", "toy", "--json", str(out))) == 0
@@ -64,6 +65,7 @@ def test_server_without_token_ids(capsys):
     assert "no token ids" in err and "two-sample" in err
 
 
+@pytest.mark.statistical
 def test_scorer_without_logprobs(toy_server, capsys):
     with serving(generate, get_pair("toy"), speculative=False, logprobs=False) as ref:
         err = one_line_error(capsys, verify("--endpoint", toy_server, "--pair", "toy", "--ground-truth", "score",
@@ -84,6 +86,7 @@ def test_tokenizer_differs_between_server_and_local_model(capsys):
     assert "tokenizes differently" in err
 
 
+@pytest.mark.statistical
 def test_probe_table_and_json(toy_server, capsys):
     assert main(["probe", "--endpoint", toy_server, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)  # a result envelope of kind "probe"
@@ -98,6 +101,7 @@ def test_probe_table_and_json(toy_server, capsys):
     assert "ground truths" in table and "T = 1 only" in table
 
 
+@pytest.mark.statistical
 def test_a_lossy_engine_exits_1_with_one_fail_line(capsys):
     """Exit 1 means "not lossless" at the engine level too, with the same one-line summary on stderr."""
     from harness.mutants.registry import get

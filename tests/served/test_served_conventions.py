@@ -6,6 +6,7 @@ documented order with the diagnosis naming `llama_cpp`, and PASSES once that con
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness.check.settings import Setting
@@ -30,6 +31,7 @@ def test_llama_cpp_order_applies_its_defaults_then_temperature():
     assert torch.count_nonzero(process(logits, SamplingParams(0.5, top_p=1.0, min_p=0.0), order="llama_cpp")) == 5
 
 
+@pytest.mark.statistical
 def test_undeclared_llama_cpp_sampling_is_named_by_the_diagnosis_and_passes_when_declared():
     with serving(llama_cpp_like, get_pair("toy")) as s:
         undeclared = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **KW))

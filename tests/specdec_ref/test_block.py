@@ -233,6 +233,7 @@ def _acceptance(report, suffix):
     return [t for t in report.tests + report.advisories if t.name.endswith(suffix)]
 
 
+@pytest.mark.statistical
 def test_block_verifier_is_not_failed_for_accepting_more_than_the_chain():
     from harness.check.sampler import run_sampler_check
     from harness.stats import binomial_event_test
@@ -250,6 +251,7 @@ def test_block_verifier_is_not_failed_for_accepting_more_than_the_chain():
     assert sum(t.p_value < level for t in old) >= 5
 
 
+@pytest.mark.statistical
 def test_chain_reference_passes_and_reads_token_level_optimal():
     from harness.check.sampler import run_sampler_check
     from specdec_ref.adapters import verify
@@ -275,6 +277,7 @@ def test_accepting_above_the_universal_bound_is_failed_by_the_gate():
     assert {a["outcome"] for c in report.cases for a in c["acceptance"]} <= {"above block level", "optimal"}
 
 
+@pytest.mark.statistical
 def test_acceptance_test_count_matches_what_is_emitted():
     from harness.check.sampler import _acceptance_tests, count_acceptance_tests, plan_cases
     from suites.catalogues.sampler import CASES
@@ -308,6 +311,7 @@ def test_block_position_integrator_gives_p_for_the_reference_residual():
         assert torch.allclose(laws, p, atol=1e-12)
 
 
+@pytest.mark.statistical
 def test_block_residual_from_p_has_exact_tv_and_is_caught():
     from harness.check.sampler import run_sampler_check
     from harness.mutants.laws import exact_tvs
@@ -337,6 +341,7 @@ def test_block_token_level_accept_is_caught_by_the_universal_gate():
 
 
 @pytest.mark.parametrize("name", ["block_reference", "block_exponential_clocks"])
+@pytest.mark.statistical
 def test_block_controls_pass(name):
     from harness.check.sampler import run_sampler_check
     from harness.mutants.registry import get

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from harness.stats.estimate import (
     ENDED,
@@ -30,6 +31,7 @@ def test_partition_keeps_well_filled_tokens_and_pools_the_rest():
     assert abs(coarsen(p, cell).sum() - 1) < 1e-12
 
 
+@pytest.mark.statistical
 def test_lossless_counts_give_an_interval_that_holds_zero():
     p = _zipf(200)
     rng = np.random.default_rng(1)

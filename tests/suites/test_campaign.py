@@ -47,6 +47,7 @@ def test_exit_criterion_flags_escapes_false_alarms_and_silent_wasteful():
     assert not below_resolution({"exact_tv_prompt0": 0.0, "level": "generation"}, 0.02)  # no promise: gated
 
 
+@pytest.mark.statistical
 def test_the_hook_mutants_exact_tvs_reach_the_zoo_rows():
     """The zoo row of a p/q-hook generation mutant carries its exact TV at both toy prompts."""
     from harness.mutants.registry import get
@@ -57,6 +58,7 @@ def test_the_hook_mutants_exact_tvs_reach_the_zoo_rows():
     assert min(strong.values()) > 0.15 and 0.02 < max(mild.values()) < 0.05
 
 
+@pytest.mark.statistical
 def test_small_campaign_catches_the_mutant_and_passes_the_controls(tmp_path):
     config = CampaignConfig(seeds=3, control_seeds=3, curve_rows=(100,), curve_seeds=2, workers=2,
                             only=("always_accept", "reference_verify", "accept_less_equal", "always_reject"))
@@ -76,6 +78,7 @@ def test_small_campaign_catches_the_mutant_and_passes_the_controls(tmp_path):
     assert data["provenance"]["git_commit"] and (tmp_path / "campaign.csv").exists()
 
 
+@pytest.mark.statistical
 def test_quick_profile_and_cli(tmp_path, capsys):
     quick = CampaignConfig.quick()
     assert quick.profile == "quick" and quick.curve_seeds == 0 and 5 <= quick.seeds < CampaignConfig().seeds
@@ -87,6 +90,7 @@ def test_quick_profile_and_cli(tmp_path, capsys):
     assert "Did you mean 'always_accept'" in capsys.readouterr().err
 
 
+@pytest.mark.statistical
 def test_campaign_runs_every_step_family():
     """The zoo's tree and draft-and-verify entries run through their own checks (mutants caught)."""
     from suites.campaigns.zoo import CampaignConfig, run_campaign

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.envelope import write_result
 from harness.records import provenance
 from suites.campaigns.contexts import main
 
 
+@pytest.mark.statistical
 def test_contexts_campaign_resumes_the_part_journals_and_journals_new_runs(tmp_path):
     out = tmp_path / "contexts"
     out.mkdir()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.executor import Journal
 from harness.pairs import get_pair
 from harness.served.serve import serving
@@ -9,6 +11,7 @@ from specdec_ref.adapters import generate
 from suites.campaigns import engine as campaign
 
 
+@pytest.mark.statistical
 def test_engine_rows_are_journaled_cells_and_a_rerun_starts_none(tmp_path):
     journal = Journal(tmp_path / "journal.jsonl")
     with serving(generate, get_pair(campaign.PAIR)) as server:

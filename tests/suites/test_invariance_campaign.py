@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.cli import main as specdec
 from suites.campaigns.invariance import invariance_cells
 
@@ -13,6 +15,7 @@ def main(argv: list[str]) -> int:
     return specdec(["campaign", "invariance", *argv])
 
 
+@pytest.mark.statistical
 def test_invariance_campaign_journals_every_run_and_resumes(tmp_path):
     out = tmp_path / "inv"
     cells, slips = invariance_cells(["sampler"], 2, 1e-3)

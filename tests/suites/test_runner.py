@@ -111,6 +111,7 @@ def test_command_line_lists_the_flags_that_differ_from_their_defaults():
     assert command_line("small", _Config(n=5)) == "specdec campaign small --n 5"
 
 
+@pytest.mark.statistical
 def test_the_tree_campaign_on_the_command_line_resumes(tmp_path, capsys):
     from harness.cli import main
 

@@ -17,6 +17,7 @@ SETTING = "T=1,regex=[a-eg-p]*f[a-c]+"
 
 @pytest.mark.parametrize("impl,code", [("specdec_ref.adapters:generate", 0),
                                        ("harness.mutants.structured:grammar_state_one_behind", 1)])
+@pytest.mark.statistical
 def test_specdec_verify_setting_takes_the_constraint(impl, code, capsys, tmp_path):
     out_json = tmp_path / "report.json"
     got = main(["verify", "--impl", impl, "--level", "generation", "--pair", "toy", "--setting", SETTING,
