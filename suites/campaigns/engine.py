@@ -1,146 +1,220 @@
 """Engine-level calibration over HTTP: false alarms of the reference, detection of the generation zoo.
 
-    specdec campaign engine --out results/engine [--seeds 100] [--mutant-seeds 20] [--samples 1000]
+    specdec campaign engine [--seeds 100] [--mutant-seeds 20] [--samples 1000] [--out DIR]
 
 Every implementation is served by `specdec serve`'s app (harness.served.serve.serving) on 127.0.0.1
 and checked with `run_engine_check` against the local target (ground truth a): the reference over
 `--seeds` seeds (the false-alarm rate at the gate, and at a nominal 0.05 for resolution), each
 generation mutant over `--mutant-seeds` seeds (stopping once a run's verdict is decided), plus the
 reference against a non-speculative scorer (ground truth b) and as a two-sample test (c) over
-`--other-seeds` seeds. Writes report.md, calibration.json and the probe of the served reference. Every run is a cell of
-`harness.executor.run_cells`, journaled in OUT/journal.jsonl: a rerun resumes (`--stop-at` / `--budget-s`: no run
-starts after them).
+`--other-seeds` seeds. Writes report.md, calibration.json and the probe of the served reference.
+
+Every run is a cell of the campaign runner (harness.runner), run in this process against the servers it holds
+(WHERE = "local": a server is started when the first cell that needs it runs, and stopped when a cell needs
+another) and journaled in OUT/journal.jsonl: a rerun resumes, and starts no server for the cells it already has.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
 import json
-import sys
 import time
-from pathlib import Path
 
-import torch
-
-from harness.configs import Parser, add_arguments, option
+from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
-from harness.envelope import write_result
-from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
-from harness.pairs import get_pair
-from harness.records import provenance
-from harness.served.check import EngineConfig, run_engine_check
-from harness.served.serve import serving
-from harness.stats.rates import clopper_pearson, family_p
-from suites.outputs import FOLDERS
+from harness.stats.rates import clopper_pearson
 
 PAIR = "toy-low"  # α ≈ 0.2: residual and bonus paths run often, as in the generation-level campaign
 GATE = DEFAULT_FALSE_ALARM_RATE
+MUTANT_FIRST_SEED = 1000
+REFERENCE = "reference_generate"
+OTHER_GROUND_TRUTHS = ("score", "two-sample")
+WHERE = "local"  # the cells run in this process, against the servers it holds
 
 
-def engine_run(url: str, seed: int, pair: str, samples: int, stop_on_fail: bool, extra: dict) -> dict:
-    """One cell: `run_engine_check` of the server at `url` for one seed -> the row the report needs."""
+@dataclasses.dataclass
+class Config:
+    """`specdec campaign engine`: how many runs of each row, and their sizes."""
+
+    seeds: int = option(100, "--seeds", "reference seeds (false-alarm rate, ground truth a)", int, "N")
+    mutant_seeds: int = option(20, "--mutant-seeds", "seeds per generation mutant", int, "N")
+    other_seeds: int = option(30, "--other-seeds", "reference seeds for ground truths b and c", int, "N")
+    samples: int = option(1000, "--samples", "continuations per prompt × setting (reference, a)", int, "N")
+    mutant_samples: int = option(2000, "--mutant-samples", "... for the mutants", int, "N")
+    other_samples: int = option(1000, "--other-samples", "... for ground truths b and c", int, "N")
+
+
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+
+    if min(config.seeds, config.mutant_seeds, config.other_seeds) < 0:
+        raise HarnessError("--seeds, --mutant-seeds and --other-seeds must be >= 0")
+    if min(config.samples, config.mutant_samples, config.other_samples) < 1:
+        raise HarnessError("--samples, --mutant-samples and --other-samples must be >= 1")
+
+
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0}
+
+
+def mutants() -> tuple[list, list[str]]:
+    """The generation mutants served here, and the names of those left out: an entry that needs sampling parameters
+    (min_p, penalties, ...) in the request is blind at the engine level, which does not send them yet."""
+    from harness.mutants.registry import implementations
+
+    impls = implementations(kind="mutant", level="generation")
+    return [i for i in impls if not hasattr(i.fn, "settings")], [i.name for i in impls if hasattr(i.fn, "settings")]
+
+
+def _key(name: str, ground_truth: str, pair: str, samples: int, seed: int) -> str:
+    return f"{name}/{ground_truth}/{pair}/{samples}/{seed}"  # the server's port is not part of a cell's key
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    """The probe of the served reference, then in this order what the gate rests on first: the reference (ground
+    truth a), each mutant, the reference against a scorer (b) and as a two-sample test (c)."""
+    out: dict[str, tuple] = {f"probe/{REFERENCE}/{PAIR}": ("probe", REFERENCE, "local", PAIR, 0, 0)}
+    out.update({_key(REFERENCE, "local", PAIR, config.samples, s): ("check", REFERENCE, "local", PAIR,
+                                                                     config.samples, s) for s in range(config.seeds)})
+    for impl in mutants()[0]:
+        pair = impl.pair or PAIR
+        out.update({_key(impl.name, "local", pair, config.mutant_samples, s): ("check", impl.name, "local", pair,
+                                                                              config.mutant_samples, s)
+                    for s in range(MUTANT_FIRST_SEED, MUTANT_FIRST_SEED + config.mutant_seeds)})
+    for gt in OTHER_GROUND_TRUTHS:
+        out.update({_key(REFERENCE, gt, PAIR, config.other_samples, s): ("check", REFERENCE, gt, PAIR,
+                                                                         config.other_samples, s)
+                    for s in range(config.other_seeds)})
+    return out
+
+
+# The servers the cells run against: at most one set at a time (the reference; a mutant; the reference and its
+# non-speculative scorer), started when a cell needs it and stopped when a cell needs another or the session ends.
+_UP: dict = {"names": None, "stack": None, "urls": []}
+
+
+def _start(name: str, pair: str):
+    from harness.pairs import get_pair
+    from harness.served.serve import serving
+    from specdec_ref.adapters import generate
+
+    if name == "scorer":  # speculation off, scoring the processed law: ground truth b at T != 1
+        return serving(generate, get_pair(pair), speculative=False, logprobs_mode="processed_logprobs",
+                       prompt_logprobs_mode="processed_logprobs")
+    if name == REFERENCE:
+        return serving(generate, get_pair(pair))
+    from harness.mutants.registry import get
+
+    return serving(get(name).fn, get_pair(pair))
+
+
+def _servers(names: tuple[str, ...], pair: str) -> list[str]:
+    if _UP["names"] != (names, pair):
+        _stop()
+        _UP["stack"] = stack = contextlib.ExitStack()  # stopped by the session even if a start below fails
+        _UP["urls"] = [stack.enter_context(_start(n, pair)).url for n in names]
+        _UP["names"] = (names, pair)
+    return _UP["urls"]
+
+
+def _stop() -> None:
+    stack, _UP["stack"], _UP["names"], _UP["urls"] = _UP["stack"], None, None, []
+    if stack is not None:
+        stack.close()
+
+
+@contextlib.contextmanager
+def session(config: Config):
+    """One torch thread in this process (the servers and the checks share it); every server stopped at the end."""
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        _stop()
+
+
+def _plain(x):
+    if dataclasses.is_dataclass(x):
+        return dataclasses.asdict(x)
+    return float(x) if hasattr(x, "__float__") else str(x)
+
+
+def run_cell(kind: str, name: str, ground_truth: str, pair: str, samples: int, seed: int) -> dict:
+    """`probe`: `specdec probe` of the served reference; `check`: one `run_engine_check` of the served `name` for one
+    seed (a mutant's run stops once decided; ground truths b and c send the scorer's endpoint) -> the report's row."""
+    if kind == "probe":
+        from harness.served.probe import probe
+
+        (url,) = _servers((REFERENCE,), pair)
+        return json.loads(json.dumps(probe(url), default=_plain))
+    from harness.served.check import EngineConfig, run_engine_check
+    from harness.stats.rates import family_p
+
+    if ground_truth == "local":
+        (url,) = _servers((name,), pair)
+        extra = {}
+    else:
+        url, scorer = _servers((REFERENCE, "scorer"), pair)
+        extra = {"ground_truth": ground_truth, "reference_endpoint": scorer}
     started = time.perf_counter()
-    report = run_engine_check(EngineConfig(endpoint=url, pair=pair, samples=samples, seed=seed,
-                                           false_alarm_rate=GATE, stop_on_fail=stop_on_fail, **extra))
-    return {"seed": seed, "fail": report.verdict == "fail", "family_p": family_p(report),
-            "samples": report.samples, "detectable_tv": report.detectable_tv,
-            "first_reject": next((t.name for t in report.tests if t.reject), None),
-            "seconds": time.perf_counter() - started}
+    report = run_engine_check(EngineConfig(endpoint=url, pair=pair, samples=samples, seed=seed, false_alarm_rate=GATE,
+                                           stop_on_fail=name != REFERENCE, **extra))
+    row = {"name": name, "ground_truth": ground_truth, "pair": pair, "seed": seed, "fail": report.verdict == "fail",
+           "family_p": family_p(report), "samples": report.samples, "detectable_tv": report.detectable_tv,
+           "first_reject": next((t.name for t in report.tests if t.reject), None),
+           "seconds": time.perf_counter() - started}
+    return json.loads(json.dumps(row, default=_plain))
 
 
-def _runs(url: str, seeds, *, name: str, pair: str, samples: int, stop_on_fail: bool, journal=None, stop=None,
-          **extra) -> list[dict]:
-    """The seeds of one row as cells of `run_cells` (in this process: the server is this process's), journaled
-    under the row's name, ground truth, seed and size (the server's port is not part of the key)."""
-    gt = extra.get("ground_truth", "local")
-    cells = {f"{name}/{gt}/{pair}/{samples}/{seed}": (url, seed, pair, samples, stop_on_fail, extra) for seed in seeds}
-    with LocalExecutor() as ex:
-        done = run_cells(ex, engine_run, cells, journal=journal, stop=stop)
-    return [done[k] for k in cells if k in done]
-
-
-def _summary(name: str, kind: str, ground_truth: str, rows: list[dict]) -> dict:
-    if not rows:  # out of time before this row's first run
+def summary(name: str, kind: str, ground_truth: str, runs: list[dict]) -> dict:
+    """One row of the report: the rate at the gate and at a nominal 0.05 with their 95 % intervals."""
+    if not runs:  # out of time before this row's first run
         return {"name": name, "kind": kind, "ground_truth": ground_truth, "runs": 0, "rate_at_gate": float("nan"),
                 "ci_gate": (float("nan"), float("nan")), "rate_at_0.05": float("nan"), "ci_nominal": None,
                 "samples_per_run": 0, "detectable_tv": float("nan"), "seconds": 0.0, "first_rejects": []}
-    n, k_gate = len(rows), sum(r["fail"] for r in rows)
-    k_nominal = sum(r["family_p"] <= 0.05 for r in rows)
+    n, k_gate = len(runs), sum(r["fail"] for r in runs)
+    k_nominal = sum(r["family_p"] <= 0.05 for r in runs)
+    tvs = [r["detectable_tv"] for r in runs if r["detectable_tv"] is not None]
     return {"name": name, "kind": kind, "ground_truth": ground_truth, "runs": n, "rate_at_gate": k_gate / n,
             "ci_gate": clopper_pearson(k_gate, n), "rate_at_0.05": k_nominal / n,
-            "ci_nominal": clopper_pearson(k_nominal, n), "samples_per_run": max(r["samples"] for r in rows),
-            "detectable_tv": max(r["detectable_tv"] for r in rows),
-            "seconds": sum(r["seconds"] for r in rows), "first_rejects": sorted({r["first_reject"] for r in rows
-                                                                                if r["first_reject"]})[:4]}
+            "ci_nominal": clopper_pearson(k_nominal, n), "samples_per_run": max(r["samples"] for r in runs),
+            "detectable_tv": max(tvs) if tvs else float("nan"), "seconds": sum(r["seconds"] for r in runs),
+            "first_rejects": sorted({r["first_reject"] for r in runs if r["first_reject"]})[:4]}
 
 
-def calibrate(seeds: int, mutant_seeds: int, other_seeds: int, samples: int, other_samples: int,
-              mutant_samples: int, on_row=None, journal=None, stop=None) -> dict:
-    """All rows; `on_row(partial result)` after each (so an interrupted calibration still leaves its rows).
-    `journal` / `stop`: the cell runner's journal (a rerun resumes) and deadline, for every row's runs."""
-    from harness.mutants.registry import implementations
-    from harness.served.probe import probe
-    from specdec_ref.adapters import generate
+def rows(run) -> list[dict]:
+    """The report's rows from the finished cells, in the cells' order (a row with no finished run says so)."""
+    by_row: dict[tuple, list[dict]] = {}
+    for key, args in run.cells.items():
+        kind, name, gt, pair = args[:4]
+        if kind == "check":
+            runs = by_row.setdefault((name, gt, pair), [])
+            if key in run.done:
+                runs.append(run.done[key])
+    from harness.mutants.registry import get
 
-    torch.set_num_threads(1)
-    rows, started, skipped = _Rows(), time.perf_counter(), []
-    config = {"seeds": seeds, "mutant_seeds": mutant_seeds, "other_seeds": other_seeds, "samples_per_cell": samples,
-              "other_samples_per_cell": other_samples, "mutant_samples_per_cell": mutant_samples, "pair": PAIR,
-              "gate": GATE}
-    probe_info: dict = {}
-
-    def result() -> dict:
-        return {"rows": list(rows), "skipped": skipped, "probe": probe_info, "seconds": time.perf_counter() - started,
-                "config": config,
-                "provenance": provenance(seed=0, device="cpu", dtype="float32")}
-
-    rows.on_append = lambda: on_row and on_row(result())
-    runner = {"journal": journal, "stop": stop}
-    # Order: what the gate rests on first (an interrupted run keeps every finished row).
-    with serving(generate, get_pair(PAIR)) as ref:
-        probe_info.update(probe(ref.url))
-        rows.append(_summary("reference_generate", "control", "local",
-                             _runs(ref.url, range(seeds), name="reference_generate", pair=PAIR, samples=samples, stop_on_fail=False,
-                                   **runner)))
-    for impl in implementations(kind="mutant", level="generation"):
-        if hasattr(impl.fn, "settings"):  # needs sampling parameters (min_p, penalties, ...) in the request:
-            skipped.append(impl.name)     # the engine level does not send them yet, so it would be blind
-            continue
-        pair = impl.pair or PAIR
-        with serving(impl.fn, get_pair(pair)) as s:
-            rows.append(_summary(impl.name, "mutant", "local", _runs(
-                s.url, range(1000, 1000 + mutant_seeds), name=impl.name, pair=pair, samples=mutant_samples, stop_on_fail=True,
-                **runner)) | {
-                "pair": pair, "models": impl.models})
-    with serving(generate, get_pair(PAIR)) as ref, \
-            serving(generate, get_pair(PAIR), speculative=False, logprobs_mode="processed_logprobs",
-                    prompt_logprobs_mode="processed_logprobs") as off:  # scores the processed law: (b) at T != 1
-        for gt in ("score", "two-sample"):
-            rows.append(_summary("reference_generate", "control", gt, _runs(
-                ref.url, range(other_seeds), name="reference_generate", pair=PAIR, samples=other_samples, stop_on_fail=False, ground_truth=gt,
-                reference_endpoint=off.url, **runner)))
-    return result()
-
-
-class _Rows(list):
-    """A list that calls `on_append()` after each append (incremental reports)."""
-
-    on_append = None
-
-    def append(self, item) -> None:
-        super().append(item)
-        if self.on_append:
-            self.on_append()
+    out = []
+    for (name, gt, pair), runs in by_row.items():
+        row = summary(name, "control" if name == REFERENCE else "mutant", gt, runs)
+        if name != REFERENCE:
+            row |= {"pair": pair, "models": get(name).models}
+        out.append(row)
+    return out
 
 
 def report_md(result: dict, command: str) -> str:
     cfg = result["config"]
+    partial = result["cells_run"] < result["cells"]
     lines = ["# Engine level over HTTP: calibration against `specdec serve`", "",
-             f"Command: `{command}` ({result['seconds'] / 60:.1f} min on a shared 2-core machine, beside other "
-             "jobs).", "",
-             *([f"Not run: {', '.join(f'`{n}`' for n in result['skipped'])} — mutants that need the sampling "
-                "optional sampling parameters (min_p, logit_bias, penalties, ...) in the request, which the engine level "
+             f"Command: `{command}` ({result['seconds'] / 60:.1f} min of this invocation on a shared 2-core machine, "
+             "beside other jobs).", "",
+             *([f"**Partial: {result['cells_run']} of {result['cells']} runs made (--budget-s / --stop-at); the same "
+                "command resumes.**", ""] if partial else []),
+             *([f"Not run: {', '.join(f'`{n}`' for n in result['skipped'])} — mutants that need optional "
+                "sampling parameters (min_p, logit_bias, penalties, ...) in the request, which the engine level "
                 "does not send yet (at default settings they are blind by construction).", ""]
                if result.get("skipped") else []),
              f"Every implementation is served over HTTP on 127.0.0.1 and checked with `specdec verify --level engine`'s "
@@ -176,62 +250,26 @@ def _probe_text(info: dict) -> str:
     return probe_table(info)
 
 
-@dataclasses.dataclass
-class Config:
-    """`specdec campaign engine`: its flags (harness.configs.option)."""
+def report(run) -> int:
+    """calibration.json, report.md and probe-serve.json; the rates printed. Exit 0: the rates are a measurement,
+    the report states them (a partial run says so, and its rerun resumes)."""
+    c = run.config
+    probe_info = run.done.get(f"probe/{REFERENCE}/{PAIR}") or {}
+    config = {"seeds": c.seeds, "mutant_seeds": c.mutant_seeds, "other_seeds": c.other_seeds,
+              "samples_per_cell": c.samples, "other_samples_per_cell": c.other_samples,
+              "mutant_samples_per_cell": c.mutant_samples, "pair": PAIR, "gate": GATE}
+    result = {"rows": rows(run), "skipped": mutants()[1], "probe": probe_info, "seconds": run.seconds,
+              "config": config, "cells": len(run.cells), "cells_run": len(run.done)}
+    plain = json.loads(json.dumps(result, default=_plain))
+    run.write_result("calibration.json", "campaign.engine", rows=plain["rows"],
+                     summary={k: v for k, v in plain.items() if k != "rows"})
+    run.write_text("report.md", report_md(result, run.command))
+    if probe_info:
+        from harness.served.probe import write_probe
 
-    out: str = option(FOLDERS["campaign.engine"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
-    seeds: int = option(100, '--seeds', "reference seeds (false-alarm rate, ground truth a)", int)
-    mutant_seeds: int = option(20, '--mutant-seeds', 'mutant seeds', int)
-    other_seeds: int = option(30, '--other-seeds', "reference seeds for ground truths b and c", int)
-    samples: int = option(1000, '--samples', "continuations per prompt × setting (reference, a)", int)
-    mutant_samples: int = option(2000, '--mutant-samples', "... for the mutants", int)
-    other_samples: int = option(1000, '--other-samples', "... for ground truths b and c", int)
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign engine`: every flag from a config field (Config, the runner's)."""
-    parser = Parser(description=__doc__.splitlines()[0], prog='specdec campaign engine')
-    add_arguments(parser, Config)
-    add_runner_arguments(parser, where=False)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser()
-    args = parser.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    command = "specdec campaign engine " + " ".join(argv if argv is not None else sys.argv[1:])
-
-    def write(result: dict, final: bool = False) -> None:
-        plain = json.loads(json.dumps(result, default=_plain))
-        write_result(out / "calibration.json", "campaign.engine", config=plain["config"],
-                     provenance=plain["provenance"], rows=plain["rows"],
-                     summary={k: v for k, v in plain.items() if k not in ("config", "provenance", "rows")})
-        text = report_md(result, command.strip())
-        if not final:
-            text = text.replace("\n\n", "\n\n**Partial: the calibration is still running (rows so far).**\n\n", 1)
-        (out / "report.md").write_text(text, encoding="utf-8")
-
-    result = calibrate(args.seeds, args.mutant_seeds, args.other_seeds, args.samples, args.other_samples,
-                       args.mutant_samples, on_row=write,
-                       journal=Journal(out / "journal.jsonl", fresh=args.fresh),  # every run kept: a rerun resumes
-                       stop=deadline(args.stop_at, args.budget_s))
-    write(result, final=True)
-    from harness.served.probe import write_probe
-
-    write_probe(out / "probe-serve.json", result["probe"], {"endpoint": "specdec serve (this campaign's)", "pair": PAIR})
+        write_probe(run.out / "probe-serve.json", probe_info, {"endpoint": "specdec serve (this campaign's)",
+                                                               "pair": PAIR})
     for r in result["rows"]:
         print(f"{r['name']:<34} {r['ground_truth']:<10} {r['kind']:<8} {100 * r['rate_at_gate']:5.1f}% of {r['runs']}")
+    print(f"engine campaign -> {run.out}/report.md ({len(run.done)} of {len(run.cells)} cells)")
     return 0
-
-
-def _plain(x):
-    if dataclasses.is_dataclass(x):
-        return dataclasses.asdict(x)
-    return float(x) if hasattr(x, "__float__") else str(x)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
