@@ -169,11 +169,12 @@ def engines(session: nox.Session) -> None:
                 "tests/served/test_served_logprobs.py", "tests/served/test_served_conventions.py", "tests/bench/test_bench_http.py",
                 "tests/served/test_served_llama_server.py", "tests/adapters/test_adapter_llamacpp.py",
                 "tests/served/test_served_pieces.py", *session.posargs)
-    # --fresh: one invocation measures everything again (journals and kept responses forgotten); to resume a run
-    # that was cut, run the campaign command itself without --fresh
+    # --fresh: everything measured again (the one journal OUT/journal.jsonl of every mode and the kept responses
+    # forgotten; the --ids runs after the first then find none of their cells); to resume a run that was cut, run
+    # the campaign command itself without --fresh
     session.run("specdec", "campaign", "llamacpp", "--out", "results/findings/llamacpp", "--fresh")
-    session.run("specdec", "campaign", "llamacpp", "--ids", "--out", "results/findings/llamacpp", "--fresh")
-    session.run("specdec", "campaign", "llamacpp", "--ids", "--control", "--out", "results/findings/llamacpp", "--fresh")
+    session.run("specdec", "campaign", "llamacpp", "--ids", "--out", "results/findings/llamacpp")
+    session.run("specdec", "campaign", "llamacpp", "--ids", "--control", "--out", "results/findings/llamacpp")
     session.run("specdec", "campaign", "llama_server", "--out", "results/findings/llama-server", "--fresh")
 
 

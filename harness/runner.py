@@ -14,7 +14,11 @@ and, where it needs them,
     WHERE = "local"               the cells run in this process, in order (a server it holds, a timing): the
                                   campaign has no --local-workers / --scheduler / --workers
     journaled(config) -> bool     False: never resume (a timing ratio must come from one run)
-    session(config)               a context manager around the cells and the report (e.g. a checkout they use)
+    session(config)               a context manager around the cells and the report (e.g. a checkout they use);
+    session(config, out)          the same, given the output folder (e.g. servers whose logs, and cells whose
+                                  reports, go there)
+    KEPT = ("responses", ...)     folders under OUT that cells keep to resume within a cell (e.g. an engine
+                                  check's responses): --fresh removes them with the journal
     LOCAL_WORKERS = N             the default of --local-workers
 
 The runner owns the rest, once for every campaign (`RunnerConfig`, `WhereConfig`): the output folder (default:
@@ -28,7 +32,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import inspect
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -148,6 +154,15 @@ def _progress(name: str):
     return report
 
 
+def _session(module: ModuleType, config: Any, out: Path):
+    """The campaign's `session(config)` or `session(config, out)`; none: a context that does nothing."""
+    if not hasattr(module, "session"):
+        return contextlib.nullcontext()
+    if len(inspect.signature(module.session).parameters) > 1:
+        return module.session(config, out)
+    return module.session(config)
+
+
 def run(name: str, argv: list[str] | None = None, module: ModuleType | None = None) -> int:
     """Parse `argv` for campaign `name`, run its cells (journaled, resumable) and its report; the exit code."""
     from harness import preflight
@@ -172,8 +187,10 @@ def run(name: str, argv: list[str] | None = None, module: ModuleType | None = No
     if runner.report_only and not journaled:
         raise HarnessError(f"campaign {name} keeps no journal (every run is fresh): --report-only has nothing to report")
     journal = Journal(out / JOURNAL, fresh=runner.fresh and not runner.report_only) if journaled else None
-    session = module.session(config) if hasattr(module, "session") else contextlib.nullcontext()
-    with session:
+    if journal is not None and runner.fresh and not runner.report_only:
+        for kept in getattr(module, "KEPT", ()):  # what the forgotten cells kept goes with them
+            shutil.rmtree(out / kept, ignore_errors=True)
+    with _session(module, config, out):
         cells = module.cells(config)
         started = time.perf_counter()
         with make_executor(where.scheduler, where.workers, local_workers=where.local_workers) as executor:
