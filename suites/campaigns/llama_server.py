@@ -19,30 +19,29 @@ with the embedded Q4_1 GGUF as draft (speculation on) and without it (off). Reco
    every run judged at `--inconclusive-tv 0.05`;
 5. `specdec bench --endpoint`: speculation on vs off by concurrency and prompt category.
 
-Every measurement (each probe, each logprobs calibration and check, each reproducer, the same-seed
-requests, each token-law run, the bench) is a cell of `harness.executor.run_cells`, run in
-this process against the servers it holds and journaled in OUT/journal.jsonl: a rerun resumes the cells not yet
-finished and starts a server only for a cell that needs it (`--stop-at` / `--budget-s`: no cell starts after
-them, the README names the cells not run; `--fresh`: every cell again, the kept responses forgotten too). The
-README is written from the journal's records. Within a token-law run the responses are kept under OUT/responses,
-so a run cut mid-cell resumes its requests there.
+A campaign of the runner (harness.runner): every measurement (the binary, each probe, the logprobs honesty
+(calibration then checks: one cell, the checks need its tolerance), each reproducer, the same-seed requests, each
+token-law run, the bench) is a cell, run in this process against the servers the session holds, each started only
+when a cell first needs it: a resumed, complete run starts none. The runner journals the cells (OUT/journal.jsonl),
+resumes, stops at --stop-at / --budget-s (the README names the cells not run), and --fresh measures everything
+again, the kept responses (OUT/responses, where a token-law run cut mid-cell resumes its requests) forgotten too.
+The README is written from the cells' records. `--build-only` runs the binary cell alone, unjournaled.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
-from harness.configs import Parser, add_arguments, option
-from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
-from suites.campaigns._servers import ENGINE_TV_BAR, Servers, campaign_journal, not_run, not_run_lines, plain
-from suites.outputs import FOLDERS
+from harness.configs import option
+from harness.envelope import NOT_RECORDED
+from harness.errors import HarnessError
+from suites.campaigns._servers import ENGINE_TV_BAR, Servers, not_run, not_run_lines, plain
 
 # The plan (policy): sized for a shared 2-core machine. Two plans for the token-law runs:
 # - the diagnosis (the documented order with llama-server's defaults undeclared): 200 continuations of 4 tokens,
@@ -209,13 +208,28 @@ def _bench(on: str, off: str, out: Path, quick: bool) -> int:
     return specdec(command + (["--quick"] if quick else []))
 
 
-def _cell(servers, out: Path, kind: str, *args) -> dict:
-    """One measurement -> {"value": its JSON record, "seconds": its wall time} (the servers it asks for start on
-    first use, outside the timing)."""
+def _logprobs_cell(on: str, off: str, samples: int) -> dict:
+    """The logprobs honesty of both servers in both modes: first the calibration (speculation off against the
+    float64 target at no tolerance, seed 1, raw and processed), whose largest |Δ| states the tolerance, then the
+    checks at that tolerance (seed 0), speculation off (the control) and on. One cell: the checks need the
+    calibration's number (a minute or two in all)."""
+    spreads = {mode: max(c["max_abs_diff"] for c in _logprobs(off, api, mode, math.inf, 1, samples).cases
+                         if "max_abs_diff" in c) for api, mode in APIS}
+    tol = _tolerance(max(spreads.values()))
+    checks = {f"logprobs/{mode}/speculation-{side}": _summary(_logprobs({"on": on, "off": off}[side], api, mode, tol,
+                                                                         0, samples))
+              for side in ("off", "on") for api, mode in APIS}
+    return {"spreads": spreads, "tolerance": tol, "checks": checks}
+
+
+def run_cell(kind: str, *args) -> dict:
+    """One measurement -> {"value": its JSON record, "seconds": its wall time, the load around it} (the servers it
+    asks for start on first use, outside the timing)."""
+    servers, out = _HELD["servers"], _HELD["out"]
     runs = {r[0]: r for r in TOKEN_RUNS}
-    if kind in ("probe", "calibration", "logprobs", "reproducer"):
-        url = servers[{"calibration": "off"}.get(kind, args[0])]
-    elif kind in ("same-seed", "bench"):
+    if kind == "probe" or kind == "reproducer":
+        url = servers[args[0]]
+    elif kind in ("logprobs", "same-seed", "bench"):
         on, off = servers["on"], servers["off"]
     elif kind == "tokens":
         url = servers[runs[args[0]][1]]
@@ -224,13 +238,8 @@ def _cell(servers, out: Path, kind: str, *args) -> dict:
         value = _binary()
     elif kind == "probe":
         value = _probe(url, args[1])
-    elif kind == "calibration":  # the spread of speculation off against the float64 target, on other seeds
-        api, mode, samples = args
-        value = max(c["max_abs_diff"] for c in _logprobs(url, api, mode, math.inf, 1, samples).cases
-                    if "max_abs_diff" in c)
     elif kind == "logprobs":
-        _, api, mode, tol, samples = args
-        value = _summary(_logprobs(url, api, mode, tol, 0, samples))
+        value = _logprobs_cell(on, off, *args)
     elif kind == "reproducer":
         value = reproducer(url, _prompt_ids())
     elif kind == "same-seed":
@@ -263,62 +272,56 @@ def _tolerance(spread: float) -> float:
     return float(f"{SPREAD_FACTOR * spread:.1g}")
 
 
-def run(out: Path, quick: bool = False, samples: int | None = None, *, journal: Journal | None = None,
-        stop=None) -> dict:
-    """Every measurement of the finding as a cell of `run_cells` (journal: a rerun resumes; stop: no cell starts
-    once it says so); the record (finding.json) is built from the cells' records, `not_run` naming the rest.
-    The logprobs checks run at the tolerance the calibration cells give, so they are planned after them."""
-    samples = samples or (60 if quick else None)  # None: each run's own plan
-    lp, seeds = 4 if quick else LOGPROBS_SAMPLES, 4 if quick else 16
-    load_at_start = os.getloadavg()
-    first: dict[str, tuple] = {"binary": ("binary",)}
-    first.update({f"probe/{side}/{api}": ("probe", side, api) for side in ("on", "off") for api in ("openai", "llama-server")})
-    first.update({f"calibration/{mode}/n={lp}": ("calibration", api, mode, lp) for api, mode in APIS})
-    with Servers(on=lambda: _server(out, "on", "on"), off=lambda: _server(out, "off", "off")) as servers, \
-            LocalExecutor() as here:  # in this process: the servers are its own
-        measure = lambda *a: _cell(servers, out, *a)  # noqa: E731
-        done = run_cells(here, measure, first, journal=journal, stop=stop)
-        spread = [done[f"calibration/{mode}/n={lp}"]["value"] for _, mode in APIS if f"calibration/{mode}/n={lp}" in done]
-        tol = _tolerance(max(spread)) if len(spread) == len(APIS) else None
-        second: dict[str, tuple] = {}
-        unplanned = []  # the logprobs checks, when the calibration they need was cut short
-        for side in ("off", "on"):
-            for api, mode in APIS:
-                if tol is None:
-                    unplanned.append(f"logprobs/{mode}/speculation-{side}/n={lp}")
-                else:
-                    second[f"logprobs/{mode}/speculation-{side}/n={lp}/tol={tol:g}"] = ("logprobs", side, api, mode, tol, lp)
-        second.update({f"reproducer/{side}": ("reproducer", side) for side in ("on", "off")})
-        second[f"same-seed/n={seeds}"] = ("same-seed", seeds)
-        for run_ in TOKEN_RUNS:
-            n, length = plan(run_, samples)
-            second[f"tokens/{run_[0]}/n={n}/length={length}"] = ("tokens", run_[0], n, length, run_[4])
-        second["bench/quick" if quick else "bench"] = ("bench", quick)
-        done.update(run_cells(here, measure, second, journal=journal, stop=stop))
+def _sizes(config) -> tuple[int | None, int, int]:
+    """(continuations per sampling cell or None: each run's own plan, logprobs continuations, same-seed requests)."""
+    quick = config.quick
+    return config.samples or (60 if quick else None), 4 if quick else LOGPROBS_SAMPLES, 4 if quick else 16
+
+
+def cells(config) -> dict[str, tuple]:
+    """The measurements in run order: the binary, the probes, the logprobs honesty, the reproducers, the same-seed
+    requests, the token-law runs, the bench (`--build-only`: the binary alone)."""
+    if config.build_only:
+        return {"binary": ("binary",)}
+    samples, lp, seeds = _sizes(config)
+    out: dict[str, tuple] = {"binary": ("binary",)}
+    out.update({f"probe/{side}/{api}": ("probe", side, api) for side in ("on", "off") for api in ("openai", "llama-server")})
+    out[f"logprobs/n={lp}"] = ("logprobs", lp)
+    out.update({f"reproducer/{side}": ("reproducer", side) for side in ("on", "off")})
+    out[f"same-seed/n={seeds}"] = ("same-seed", seeds)
+    for run_ in TOKEN_RUNS:
+        n, length = plan(run_, samples)
+        out[f"tokens/{run_[0]}/n={n}/length={length}"] = ("tokens", run_[0], n, length, run_[4])
+    out["bench/quick" if config.quick else "bench"] = ("bench", config.quick)
+    return out
+
+
+def finding_record(config, planned: dict, done: dict, load_at_start) -> dict:
+    """finding.json's record, built from the cells' records; `not_run` names the cells cut short."""
+    samples, lp, seeds = _sizes(config)
     value = {k: v["value"] for k, v in done.items()}
     record: dict = {**value.get("binary", {"binary": None, "version": None}), "tv_bar": ENGINE_TV_BAR,
                     "plans": {r[0]: dict(zip(("samples", "length"), plan(r, samples), strict=True)) for r in TOKEN_RUNS},
                     "prompt": PROMPT, "slots": SLOTS, "chunk": CHUNK, "concurrency": CONCURRENCY,
                     "load_at_start": load_at_start, "checks": {},
                     "probe": {k.removeprefix("probe/"): v for k, v in value.items() if k.startswith("probe/")}}
-    if tol is not None:
-        record.update(calibration_spread_nats=max(spread), tolerance_nats=tol)
-    for key, cell in second.items():
-        if key in value and cell[0] == "logprobs":
-            record["checks"][f"logprobs/{cell[3]}/speculation-{cell[1]}"] = value[key]
+    logprobs = value.get(f"logprobs/n={lp}")
+    if logprobs:
+        record.update(calibration_spread_nats=max(logprobs["spreads"].values()), tolerance_nats=logprobs["tolerance"])
+        record["checks"].update(logprobs["checks"])
     if all(f"reproducer/{side}" in value for side in ("on", "off")):
         record["reproducer"] = {side: value[f"reproducer/{side}"] for side in ("on", "off")}
     if f"same-seed/n={seeds}" in value:
         record["same_seed_identity"] = value[f"same-seed/n={seeds}"]
-    for key, cell in second.items():
+    for key, cell in planned.items():
         if key in value and cell[0] == "tokens":
             record["checks"][f"tokens/{cell[1]}"] = value[key]
-    bench = "bench/quick" if quick else "bench"
+    bench = "bench/quick" if config.quick else "bench"
     if bench in value:
         record["bench_exit"] = value[bench]
     record["seconds"] = sum(v["seconds"] for v in done.values())
     record["load_at_start"], record["load_at_end"] = _measured_load(done, load_at_start)
-    record["not_run"] = not_run({**first, **second}, done) + unplanned
+    record["not_run"] = not_run(planned, done)
     return record
 
 
@@ -475,53 +478,62 @@ def report_md(record: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- the campaign (harness.runner): Config, cells (above), run_cell (above), report -------------------------------
+
+WHERE = "local"  # the cells run in this process, against the servers it holds
+KEPT = ("responses",)  # the token-law runs' kept responses: --fresh measures them again too
+_HELD: dict = {}  # while the session lasts: "servers" (started on first use), "out", "load_at_start"
+DIAGNOSIS = "tokens/" + TOKEN_RUNS[0][0]  # the undeclared convention: FAILs by design (the diagnosis names it)
+
+
 @dataclasses.dataclass
 class Config:
     """`specdec campaign llama_server`: its flags (harness.configs.option)."""
 
-    out: str = option(FOLDERS["campaign.llama_server"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
-    build_only: bool = option(False, '--build-only', "build (or find) llama-server and stop", action='store_true')
-    quick: bool = option(False, '--quick', "a few samples only (a smoke run)", action='store_true')
-    samples: int | None = option(None, '--samples', f"continuations per sampling cell (default: {POWER_SAMPLES} of "
-                        f"{POWER_LENGTH} tokens in the runs expected to pass, {SAMPLES} of {LENGTH} in the diagnosis)", int)
+    build_only: bool = option(False, "--build-only", "build (or find) llama-server, print its path and stop (no "
+                              "journal, no report)", action="store_true")
+    quick: bool = option(False, "--quick", "a few samples only (a smoke run)", action="store_true")
+    samples: int | None = option(None, "--samples", f"continuations per sampling cell (default: {POWER_SAMPLES} of "
+                                 f"{POWER_LENGTH} tokens in the runs expected to pass, {SAMPLES} of {LENGTH} in the "
+                                 "diagnosis)", int, "N")
 
 
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign llama_server`: every flag from a config field (Config, the runner's)."""
-    parser = Parser(prog='specdec campaign llama_server', description=__doc__.split("\n")[0])
-    add_arguments(parser, Config)
-    add_runner_arguments(parser, where=False)
-    return parser
+def validate(config: Config) -> None:
+    if config.samples is not None and config.samples < 1:
+        raise HarnessError(f"--samples must be >= 1, got {config.samples}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from harness.envelope import NOT_RECORDED, write_result
-    from harness.errors import HarnessError
-    from harness.records import atomic_write_text, provenance
+def journaled(config: Config) -> bool:
+    return not config.build_only  # --build-only always builds or finds the binary (build_llama_server caches it)
 
-    parser = argument_parser()
-    args = parser.parse_args(argv)
-    try:
-        if args.build_only:
-            from harness.served.llama_server import build_llama_server
 
-            print(build_llama_server())
-            return 0
-        out = Path(args.out)
-        runner = {"journal": campaign_journal(out, args.fresh), "stop": deadline(args.stop_at, args.budget_s)}
-        record = run(out, quick=args.quick, samples=args.samples, **runner)
-        write_result(out / "finding.json", "campaign.llama_server", config=args,  # the GGUF dtype is the server's
-                     provenance={**provenance(seed=0), "dtype": NOT_RECORDED},
-                     report=json.loads(json.dumps(record, default=str)), summary={"not_run": record["not_run"]})
-        command = "specdec campaign llama_server " + " ".join(argv if argv is not None else sys.argv[1:])
-        atomic_write_text(out / "README.md", report_md(record, command.strip()))
-        print(f"wrote {out / 'README.md'}: " + ", ".join(f"{k} {v['verdict']}" for k, v in record["checks"].items())
-              + (f"; not run: {', '.join(record['not_run'])}" if record["not_run"] else ""))
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0, "dtype": NOT_RECORDED}  # the GGUF's dtype is the server's own
+
+
+@contextlib.contextmanager
+def session(config: Config, out):
+    """Both servers (speculation on and off), each started when a cell first needs it (a resumed, complete run
+    starts none), stopped after the report."""
+    out = Path(out)
+    with Servers(on=lambda: _server(out, "on", "on"), off=lambda: _server(out, "off", "off")) as servers:
+        _HELD.update(servers=servers, out=out, load_at_start=os.getloadavg())
+        try:
+            yield
+        finally:
+            _HELD.clear()
+
+
+def report(run) -> int:
+    """finding.json and README.md from the finished cells (`--build-only`: the binary's path). Exit 1: a check of
+    llama-server FAILs (its logprobs, its token law under a declared convention or with truncation off, the
+    control); the undeclared-convention run FAILs by design and does not count; 0 otherwise."""
+    if run.config.build_only:
+        print(run.done["binary"]["value"]["binary"] if "binary" in run.done else "llama-server: not built")
         return 0
-    except HarnessError as exc:
-        print(f"llama_server finding: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    record = finding_record(run.config, run.cells, run.done, _HELD.get("load_at_start", os.getloadavg()))
+    run.write_result("finding.json", "campaign.llama_server", report=record, summary={"not_run": record["not_run"]})
+    run.write_text("README.md", report_md(record, run.command))
+    print(f"wrote {run.out / 'README.md'}: " + ", ".join(f"{k} {v['verdict']}" for k, v in record["checks"].items())
+          + (f"; not run: {', '.join(record['not_run'])}" if record["not_run"] else ""))
+    return 1 if any(v["verdict"] == "fail" for k, v in record["checks"].items() if k != DIAGNOSIS) else 0
