@@ -17,6 +17,8 @@ and, where it needs them,
     session(config)               a context manager around the cells and the report (e.g. a checkout they use);
     session(config, out)          the same, given the output folder (e.g. servers whose logs, and cells whose
                                   reports, go there)
+    halted(config) -> bool        True: no further cell starts (e.g. the server the cells need has died); the rest
+                                  is left unrun, as at --stop-at
     KEPT = ("responses", ...)     folders under OUT that cells keep to resume within a cell (e.g. an engine
                                   check's responses): --fresh removes them with the journal
     LOCAL_WORKERS = N             the default of --local-workers
@@ -194,8 +196,9 @@ def run(name: str, argv: list[str] | None = None, module: ModuleType | None = No
         cells = module.cells(config)
         started = time.perf_counter()
         with make_executor(where.scheduler, where.workers, local_workers=where.local_workers) as executor:
+            halted = getattr(module, "halted", lambda c: False)
             done = run_cells(executor, module.run_cell, cells, journal=journal, progress=_progress(name),
-                             stop=(lambda: True) if runner.report_only else stop)
+                             stop=(lambda: True) if runner.report_only else (lambda: stop() or halted(config)))
         done = {k: done[k] for k in cells if k in done}
         fields = {"seed": None, "device": "cpu", "dtype": "float32",
                   **(module.provenance_fields(config) if hasattr(module, "provenance_fields") else {})}

@@ -1,17 +1,15 @@
 """Servers a campaign's cells run against, each started the first time a cell asks for it.
 
-The campaigns that hold engine servers (llamacpp, llama_server, vllm_cpu) run their measurements as cells of
-`harness.executor.run_cells` in this process; a cell journaled by an earlier run is not run again, so a server is
-only started when a cell that needs it is about to run: a resumed, complete run starts none.
+The campaigns that hold engine servers (llamacpp, llama_server, vllm_cpu) run their measurements as cells of the
+campaign runner (harness.runner) in this process; a cell journaled by an earlier run is not run again, so a server
+is only started when a cell that needs it is about to run: a resumed, complete run starts none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 # The served engines' sampling prompts: one that invites copying (n-gram / prompt-lookup drafters propose
@@ -22,17 +20,6 @@ OPEN_PROMPT = "Write one sentence about a cat."
 # Every engine-level sampling cell a campaign runs is judged at this bar (`--inconclusive-tv`): a passing cell whose
 # detectable TV is above it is INCONCLUSIVE, never PASS.
 ENGINE_TV_BAR = 0.05
-
-
-def campaign_journal(out, fresh: bool):
-    """OUT/journal.jsonl (every cell kept: a rerun resumes). `--fresh`: the engine checks' kept responses
-    (OUT/responses) go with the journal, so that a fresh run measures every response again instead of resuming the
-    ones an earlier run recorded for the same configuration."""
-    from harness.executor import Journal
-
-    if fresh:
-        shutil.rmtree(Path(out) / "responses", ignore_errors=True)
-    return Journal(Path(out) / "journal.jsonl", fresh=fresh)
 
 
 class Servers:

@@ -26,18 +26,18 @@ control that the FAILs come from the expand kernel alone.
 
 What is policy here (not in harness/): the seeds, the prompts, the sample sizes, the speculative configs.
 
-Every check (one sampler-level run of one variant at one seed, one probe, one engine-level run with the probe
-that follows it on the same server, one isolation run) is a cell of `harness.executor.run_cells`, run in this
-process against the servers it holds and journaled in OUT/journal.jsonl: a rerun resumes the cells not yet
-finished and starts a part's servers only for a cell that needs them (`--stop-at` / `--budget-s`: no cell starts
-after them, summary.md names the cells not run; `--fresh`: every cell again). A command interrupted (exit 130)
-is not journaled: the rerun runs it again. commands.jsonl gets the commands this invocation ran; summary.md is
-written from the reports the cells wrote; the exit code is the largest exit of the journaled cells.
+A campaign of the runner (harness.runner): every check (one sampler-level run of one variant at one seed, one
+probe, one engine-level run with the probe that follows it on the same server, one isolation run) is a cell, run in
+this process against the servers of its part, started when a cell first needs them (a resumed, complete run starts
+none) and stopped before the next part's. The runner journals the cells (OUT/journal.jsonl; --expand-fix's under
+expand-fix/), resumes, stops at --stop-at / --budget-s (summary.md names the cells not run), and --fresh measures
+everything again, the kept responses forgotten too. A command interrupted (exit 130) stops the campaign (exit 130)
+and is not journaled: the rerun runs it again. OUT/commands.jsonl gets every command as it finishes; summary.md is
+written from the reports the journaled cells wrote; the exit code is the largest exit of the cells' commands.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import io
@@ -48,21 +48,19 @@ import sys
 import time
 from pathlib import Path
 
-from harness.configs import Parser, add_arguments, option
+from harness.configs import option
 from harness.defaults import EXIT_INCONCLUSIVE
 from harness.envelope import NOT_RECORDED, read_result, write_result
-from harness.executor import LocalExecutor, add_runner_arguments, deadline, run_cells
+from harness.errors import HarnessError
 from suites.campaigns._servers import (
     COPY_PROMPT,
     ENGINE_TV_BAR,
     OPEN_PROMPT,
     Servers,
-    campaign_journal,
     not_run,
     not_run_lines,
     plain,
 )
-from suites.outputs import FOLDERS
 
 SEEDS = (0, 1, 2)
 SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed", "ragged": "verify_ragged",
@@ -80,19 +78,25 @@ PARTS = ("sampler", "engine", "draft", "eagle", "control", "logprobs", "scoring"
 PARTS_FIXED = PARTS[1:]  # with --expand-fix (the sampler part runs in process: its forward variants hold the fix)
 
 
-class Interrupted(Exception):
-    """A `specdec` command that exited 130 (interrupted): its cell is not journaled, so a rerun runs it again."""
+class Interrupted(KeyboardInterrupt):
+    """A `specdec` command that exited 130 (interrupted): the campaign stops as interrupted (exit 130) and that cell is
+    not journaled, so a rerun runs it again."""
+
+
+def specdec(cli_args: list[str]) -> int:
+    """`specdec ARGS` in this process (harness.cli.main): its exit code."""
+    from harness.cli import main
+
+    return main(cli_args)
 
 
 def _run(cli_args: list[str], log: list[dict], out: Path, name: str) -> dict:
     """`specdec ARGS` in this process; its output goes to out/NAME.txt, the command to the log (and returned).
     Exit 130 (interrupted) raises `Interrupted`."""
-    from harness.cli import main
-
     buffer = io.StringIO()
     started = time.perf_counter()
     with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        code = main(cli_args)
+        code = specdec(cli_args)
     (out / f"{name}.txt").write_text(buffer.getvalue(), encoding="utf-8")
     log.append({"name": name, "command": "specdec " + shlex.join(cli_args), "exit": code,
                 "seconds": round(time.perf_counter() - started, 1), "load": os.getloadavg()})
@@ -162,7 +166,6 @@ def sampler_no_draft_probs_cells(out: Path, log: list[dict], seeds, variants=())
 ENGINE_SPECS = ((NGRAM, "server_ngram.log"), (None, "server_off.log"))
 
 
-@contextlib.contextmanager
 def _record(path: Path, name: str, report: dict | None = None, rows: list | None = None, summary=None) -> None:
     """A record of the campaign (servers, the n sweep) as a result envelope; the served model's dtype is the server's."""
     from harness.records import provenance
@@ -382,8 +385,20 @@ def calibration_cells(out: Path, log: list[dict]) -> dict[str, tuple]:
     return cells
 
 
-def logprobs_cells(out: Path, log: list[dict], tol: float) -> dict[str, tuple]:
-    """Per mode and server (speculation off: the control; n-gram on): the check at tolerance `tol` (seed 0), the
+def measured_tolerance(out: Path) -> float:
+    """The tolerance of the logprobs checks: SPREAD_FACTOR × the largest spread of the calibration reports (both
+    modes), which the calibration cells, planned before the checks, wrote."""
+    return tolerance([spread(out / f"logprobs_calibration_{mode}.json") for mode, _ in LOGPROBS_MODES])
+
+
+def logprobs_check(s, out: Path, log: list[dict], which: int, mode: str, name: str, chunk: int) -> dict:
+    """One logprobs check at the calibrated tolerance (recorded in its log entry)."""
+    tol = measured_tolerance(out)
+    return {**_run(_logprobs_args(s[which].url, mode, tol, 0, name, out, chunk), log, out, name), "tolerance": tol}
+
+
+def logprobs_cells(out: Path, log: list[dict]) -> dict[str, tuple]:
+    """Per mode and server (speculation off: the control; n-gram on): the check at the calibrated tolerance (seed 0), the
     continuations of a cell in one request (n = 16); on the n-gram server also in requests of n = 1 (one sequence
     per request: vLLM 0.32 with n-gram and processed logprobs answers a request of n > 1 with HTTP 400, 'Out of
     range float values are not JSON compliant', a non-finite logprob; measured here, README)."""
@@ -391,9 +406,9 @@ def logprobs_cells(out: Path, log: list[dict], tol: float) -> dict[str, tuple]:
     for mode, _ in LOGPROBS_MODES:
         for which, side, chunk in ((1, "off", LOGPROBS_SAMPLES), (0, "ngram", LOGPROBS_SAMPLES), (0, "ngram", 1)):
             name = f"logprobs_{mode}_{side}" + ("_n1" if chunk == 1 else "")
-            cells[f"logprobs/{mode}/{side}/n={LOGPROBS_SAMPLES}/tol={tol:g}" + ("/chunk=1" if chunk == 1 else "")] = (
-                mode, (lambda s, mode=mode, which=which, name=name, chunk=chunk: _run(
-                    _logprobs_args(s[which].url, mode, tol, 0, name, out, chunk), log, out, name),))
+            cells[f"logprobs/{mode}/{side}/n={LOGPROBS_SAMPLES}" + ("/chunk=1" if chunk == 1 else "")] = (
+                mode, (lambda s, mode=mode, which=which, name=name, chunk=chunk: logprobs_check(
+                    s, out, log, which, mode, name, chunk),))
     cells["logprobs/processed/n-sweep"] = ("processed", (lambda s: nonfinite_sweep(s, out, log),))
     return cells
 
@@ -516,12 +531,6 @@ def bench_cells(out: Path, log: list[dict]) -> dict[str, tuple]:
     return {"bench/http": ("raw", (bench,))}
 
 
-def vllm_cell(servers: Servers, group: str | None, steps) -> dict:
-    """One cell: its steps (commands) in turn against the server group it names (started on first use)."""
-    got = servers[group] if group else None
-    return plain({"log": [step(got) for step in steps]})
-
-
 def ngram_proposal(context: list[int], longest: int = NGRAM["prompt_lookup_max"],
                    shortest: int = NGRAM["prompt_lookup_min"]) -> int | None:
     """The first token prompt lookup would draft: the token after the latest earlier occurrence of the
@@ -599,123 +608,186 @@ def draft_echo(out: Path) -> str:
     return text
 
 
+# --- the campaign (harness.runner): Config, cells, run_cell, report -----------------------------------------------
+
+WHERE = "local"  # the cells run in this process, against the servers it holds
+KEPT = ("responses", "expand-fix/responses")  # the engine checks' kept responses: --fresh measures them again too
+FIX = "expand-fix"  # --expand-fix: the reports under OUT/expand-fix, the cells' keys under expand-fix/
+_HELD: dict = {}  # while the session lasts: "out" (OUT or OUT/expand-fix), "log", "servers"
+
+
 @dataclasses.dataclass
 class Config:
     """`specdec campaign vllm_cpu`: its flags (harness.configs.option)."""
 
-    out: str = option(FOLDERS["campaign.vllm_cpu"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
-    only: list | None = option(None, '--only', "run these parts only (default: every part but isolate)", choices=tuple([*PARTS, "isolate", "echo"]), nargs="+")
-    sampler_variants: list = option([], '--sampler-variants', f"--only sampler: these only ({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)", metavar="TAG", nargs="+")
-    isolate_runs: list = option([], '--isolate-runs', f"--only isolate: these runs only ({', '.join(r[0] for r in ISOLATE)})", metavar="NAME", nargs="+")
-    seeds: list = option(list(SEEDS), '--seeds', 'seeds', int, nargs="+")
-    samples: int = option(440, '--samples', f"engine level: continuations per prompt × setting (440: detectable TV ≤ {ENGINE_TV_BAR})", int)
-    python: str = option(sys.executable, '--python', "the Python of the venv that holds vLLM")
-    model_dir: str | None = option(None, '--model-dir', "HF safetensors of SmolLM2 (default: the project's materialized cache)")
-    draft_dir: str | None = option(None, '--draft-dir', f"--only draft: HF safetensors of the draft model (default: the target's "
-                                            f"first {DRAFT_LAYERS} layers, materialized next to the target's cache)")
-    eagle_dir: str | None = option(None, '--eagle-dir', "--only eagle: an EAGLE-1 head for the target (default: the offline "
-                                            "identity head, materialized next to the target's cache)")
-    expand_fix: bool = option(False, '--expand-fix', "every server loads the expand-kernel fix of harness.adapters.vllm_fix (section 7 of the "
-                             "finding); the reports go to OUT/expand-fix; default parts: all but the sampler part", action='store_true')
+    only: list[str] | None = option(None, "--only", "run these parts only (default: every part but isolate; echo: "
+                                    "draft_echo.md from OUT/responses, nothing else)",
+                                    choices=(*PARTS, "isolate", "echo"), nargs="+")
+    sampler_variants: list[str] = option([], "--sampler-variants", f"--only sampler: these only "
+                                         f"({', '.join(SAMPLER_VARIANTS)}, no_draft_probs, ragged_no_draft_probs)",
+                                         metavar="TAG", nargs="+")
+    isolate_runs: list[str] = option([], "--isolate-runs", f"--only isolate: these runs only "
+                                     f"({', '.join(r[0] for r in ISOLATE)})", metavar="NAME", nargs="+")
+    seeds: list[int] = option(list(SEEDS), "--seeds", "sampler level: seeds", int, "S", nargs="+")
+    samples: int = option(440, "--samples", "engine level: continuations per prompt × setting (440: detectable TV ≤ "
+                          f"{ENGINE_TV_BAR})", int, "N")
+    python: str = option(sys.executable, "--python", "the Python of the venv that holds vLLM", metavar="PATH")
+    model_dir: str | None = option(None, "--model-dir", "HF safetensors of SmolLM2 (default: the project's "
+                                   "materialized cache)", metavar="DIR")
+    draft_dir: str | None = option(None, "--draft-dir", "--only draft: HF safetensors of the draft model (default: "
+                                   f"the target's first {DRAFT_LAYERS} layers, materialized next to the target's "
+                                   "cache)", metavar="DIR")
+    eagle_dir: str | None = option(None, "--eagle-dir", "--only eagle: an EAGLE-1 head for the target (default: the "
+                                   "offline identity head, materialized next to the target's cache)", metavar="DIR")
+    expand_fix: bool = option(False, "--expand-fix", "every server loads the expand-kernel fix of "
+                              "harness.adapters.vllm_fix (section 7 of the finding); the reports go to OUT/expand-fix; "
+                              "default parts: all but the sampler part", action="store_true")
 
 
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign vllm_cpu`: every flag from a config field (Config, the runner's)."""
-    parser = Parser(prog='specdec campaign vllm_cpu', description=__doc__.split("\n")[0])
-    add_arguments(parser, Config)
-    add_runner_arguments(parser, where=False)
-    return parser
+def _parts(config: Config) -> set[str]:
+    return set(config.only or (PARTS_FIXED if config.expand_fix else PARTS))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser()
-    args = parser.parse_args(argv)
-    fix = args.expand_fix
-    for flag, given in (("--draft-dir", args.draft_dir), ("--eagle-dir", args.eagle_dir)):
-        if given and not (Path(given) / "config.json").is_file():  # before any server: vLLM would fail its start
-            print(f"specdec campaign vllm_cpu: {flag} {given}: no config.json there (not an HF model folder)",
-                  file=sys.stderr)
-            return 2
-    out = Path(args.out)
-    if fix:
-        out = out / "expand-fix"  # the fixed servers' reports, journal and summary never mix with the shipped ones'
+def validate(config: Config) -> None:
+    """Before any server: a draft folder vLLM could not load, a bad size."""
+    for flag, given in (("--draft-dir", config.draft_dir), ("--eagle-dir", config.eagle_dir)):
+        if given and not (Path(given) / "config.json").is_file():
+            raise HarnessError(f"{flag} {given}: no config.json there (not an HF model folder)")
+    if config.samples < 1:
+        raise HarnessError(f"--samples must be >= 1, got {config.samples}")
+    if "echo" in _parts(config) and len(_parts(config)) > 1:
+        raise HarnessError("--only echo reads OUT/responses and runs nothing: give it alone")
+
+
+def provenance_fields(config: Config) -> dict:
+    return {"seed": list(config.seeds), "dtype": NOT_RECORDED}  # the served model's dtype is the server's
+
+
+class CommandLog(list):
+    """The commands run, each appended to OUT/commands.jsonl as soon as it finishes (the log of every command)."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = path
+
+    def append(self, entry: dict) -> None:
+        super().append(entry)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+
+
+class PartServers:
+    """The server groups of one part at a time, each started when a cell first asks for it: a cell of another part
+    stops the current part's servers first (vLLM servers are large; the parts run in order)."""
+
+    def __init__(self, starts: dict[str, dict]):
+        self._starts, self._part, self._servers = starts, None, None
+
+    def get(self, part: str, group: str):
+        if part != self._part:
+            self.close()
+            self._servers, self._part = Servers(**self._starts[part]).__enter__(), part
+        return self._servers[group]
+
+    def started(self, part: str, group: str):
+        """The server(s) of `group` if that part's are up and it was started; else None (nothing is started)."""
+        if part != self._part or group not in self._servers.started:
+            return None
+        return self._servers[group]
+
+    def close(self) -> None:
+        servers, self._servers, self._part = self._servers, None, None
+        if servers is not None:
+            servers.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def session(config: Config, out):
+    """OUT (OUT/expand-fix with --expand-fix), the command log and the servers of each part, started on first use
+    (a resumed, complete run starts none) and stopped before the next part's start and at the end."""
+    out = Path(out) / FIX if config.expand_fix else Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    only = set(args.only or (PARTS_FIXED if fix else PARTS))
-    if "echo" in only:  # reads responses/ only: no server, no cell
+    python, fix = config.python, config.expand_fix
+    model_dir = lambda: config.model_dir or str(materialized_smollm2())  # noqa: E731  (only when a server starts)
+
+    def head(part: str, given: str | None):
+        return lambda: given or str(materialized_draft(part))
+
+    starts = {"engine": {"engine": lambda: engine_servers(out, python, model_dir, fix)},
+              **{part: {part: lambda part=part, given=given: draft_server(out, python, model_dir, part,
+                                                                            head(part, given), fix)}
+                 for part, given in (("draft", config.draft_dir), ("eagle", config.eagle_dir))},
+              "isolate": {"isolate": lambda: isolate_server(out, python, model_dir, fix)},
+              "control": {"control": lambda: control_server(out, python, model_dir, fix)},
+              "scoring": {"scoring": lambda: logprobs_servers(out, python, model_dir, "processed", fix, "scoring",
+                                                              ("--max-logprobs", str(SCORING_K)))},
+              "logprobs": {mode: (lambda mode=mode: logprobs_servers(out, python, model_dir, mode, fix))
+                           for mode, _ in LOGPROBS_MODES}}
+    servers = PartServers(starts)
+    _HELD.update(out=out, log=CommandLog(out / "commands.jsonl"), servers=servers)
+    try:
+        yield
+    finally:
+        servers.close()
+        _HELD.clear()
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    """key -> (part, server group or None, the steps): in run order, a part's cells together (sampler, engine,
+    draft, eagle, isolate, control, scoring, logprobs, bench); `--only echo`: none."""
+    out, log, only = _HELD["out"], _HELD["log"], _parts(config)
+    if "echo" in only:
+        return {}
+    planned: list[tuple[str, dict]] = []
+    if "sampler" in only:
+        planned.append(("sampler", {**sampler_cells(out, log, config.seeds, config.sampler_variants),
+                                    **sampler_no_draft_probs_cells(out, log, config.seeds, config.sampler_variants)}))
+    if "engine" in only:
+        planned.append(("engine", engine_cells(out, log, samples=config.samples)))
+    planned += [(part, draft_cells(out, log, part, samples=config.samples)) for part in ("draft", "eagle")
+                if part in only]
+    if "isolate" in only:  # not part of the default run: it answers one question about the FAIL
+        planned.append(("isolate", isolate_cells(out, log, samples=min(config.samples, 200),
+                                                 runs=tuple(config.isolate_runs))))
+    if "control" in only:
+        planned.append(("control", control_cells(out, log, samples=config.samples)))
+    if "scoring" in only:
+        planned.append(("scoring", scoring_cells(out, log, samples=config.samples)))
+    if "logprobs" in only:  # the checks run at the tolerance the calibration cells (before them) measured
+        planned.append(("logprobs", {**calibration_cells(out, log), **logprobs_cells(out, log)}))
+    if "bench" in only:
+        planned.append(("logprobs", bench_cells(out, log)))  # against the raw-logprobs pair
+    prefix = f"{FIX}/" if config.expand_fix else ""
+    return {prefix + key: (part, group, steps) for part, found in planned for key, (group, steps) in found.items()}
+
+
+def run_cell(part: str, group: str | None, steps) -> dict:
+    """One cell: its steps (commands) in turn against the server group it names (started on first use)."""
+    got = _HELD["servers"].get(part, group) if group else None
+    return plain({"log": [step(got) for step in steps]})
+
+
+def halted(config: Config) -> bool:
+    """The isolation runs stop once their server has died (the runs after it would only find it gone)."""
+    server = _HELD["servers"].started("isolate", "isolate") if _HELD else None
+    return server is not None and not server.alive()
+
+
+def report(run) -> int:
+    """summary.md (OUT or OUT/expand-fix) from the reports the journaled cells wrote, the cells not run named;
+    campaign.json; the exit code is the largest exit of the cells' commands (1: a check FAILED)."""
+    config = run.config
+    out = run.out / FIX if config.expand_fix else run.out
+    if "echo" in _parts(config):
         print(draft_echo(out))
         return 0
-    journal = campaign_journal(out, args.fresh)
-    late = deadline(args.stop_at, args.budget_s)
-    log: list[dict] = []  # the commands this invocation runs -> commands.jsonl
-    model_dir = lambda: args.model_dir or str(materialized_smollm2())  # noqa: E731  (only when a server starts)
-    # (cells, the server groups they run against, then): in run order; a part's servers stop before the next.
-    # then(done) -> (the cells planned from the first ones' results, names of those it could not plan)
-    parts: list[tuple] = []
-    if "sampler" in only:
-        parts.append(({**sampler_cells(out, log, args.seeds, args.sampler_variants),
-                       **sampler_no_draft_probs_cells(out, log, args.seeds, args.sampler_variants)}, {}, None))
-    if "engine" in only:
-        parts.append((engine_cells(out, log, samples=args.samples),
-                      {"engine": lambda: engine_servers(out, args.python, model_dir, fix)}, None))
-    for part, given in (("draft", args.draft_dir), ("eagle", args.eagle_dir)):
-        if part in only:
-            head = lambda part=part, given=given: given or str(materialized_draft(part))  # noqa: E731
-            parts.append((draft_cells(out, log, part, samples=args.samples),
-                          {part: lambda part=part, head=head: draft_server(out, args.python, model_dir, part, head,
-                                                                           fix)},
-                          None))
-    if "isolate" in only:  # not part of the default run: it answers one question about the FAIL
-        parts.append((isolate_cells(out, log, samples=min(args.samples, 200), runs=tuple(args.isolate_runs)),
-                      {"isolate": lambda: isolate_server(out, args.python, model_dir, fix)}, None))
-    if "control" in only:
-        parts.append((control_cells(out, log, samples=args.samples),
-                      {"control": lambda: control_server(out, args.python, model_dir, fix)}, None))
-    if "scoring" in only:
-        parts.append((scoring_cells(out, log, samples=args.samples),
-                      {"scoring": lambda: logprobs_servers(out, args.python, model_dir, "processed", fix, "scoring",
-                                                           ("--max-logprobs", str(SCORING_K)))},
-                      None))
-    if only & {"logprobs", "bench"}:  # the checks run at the tolerance the calibration cells measured
-        first = calibration_cells(out, log) if "logprobs" in only else {}
-        bench = bench_cells(out, log) if "bench" in only else {}
-
-        def then(done, first=first, bench=bench):
-            spreads = [done[k]["log"][0]["spread"] for k in first if k in done]
-            if not first:
-                return bench, []
-            if len(spreads) < len(first):
-                later = logprobs_cells(out, log, float("nan"))  # their keys without the tolerance they lack
-                return {}, [k.replace("/tol=nan", "") for k in later] + list(bench)
-            return {**logprobs_cells(out, log, tolerance(spreads)), **bench}, []
-
-        parts.append((first, {mode: (lambda mode=mode: logprobs_servers(out, args.python, model_dir, mode, fix))
-                              for mode, _ in LOGPROBS_MODES}, then))
-    planned = {k: v for cells, _, _ in parts for k, v in cells.items()}
-    unplanned: list[str] = []
-    interrupted = False
-    try:
-        for cells, start, then in parts:
-            with Servers(**start) as servers, LocalExecutor() as here:  # in this process: the servers are its own
-                dead = lambda s=servers: "isolate" in s.started and not s["isolate"].alive()  # noqa: E731
-                measure = lambda group, steps, s=servers: vllm_cell(s, group, steps)  # noqa: E731
-                stop = lambda dead=dead: late() or dead()  # noqa: E731  (the isolation runs stop once the server died)
-                done = run_cells(here, measure, cells, journal=journal, stop=stop)
-                if then is not None:
-                    more, missing = then(done)
-                    unplanned += missing
-                    planned.update(more)
-                    run_cells(here, measure, more, journal=journal, stop=stop)
-    except Interrupted:  # (e.g. `timeout -s INT`): stop, the servers are stopped; the rerun runs that cell again
-        interrupted = True
-    with (out / "commands.jsonl").open("a", encoding="utf-8") as f:
-        for entry in log:
-            f.write(json.dumps(entry) + "\n")
-    done = {k: r for k, r in journal.load().items() if k in planned}  # this run's cells and the earlier ones
-    journaled = {e["name"] for record in journal.load().values() for e in record["log"]}
-    summarize(out, unfinished=not_run(planned, done) + unplanned, journaled=journaled)
-    if interrupted:
-        return 130
-    return max((e["exit"] for record in done.values() for e in record["log"]), default=0)
+    mine = {k: r for k, r in run.journal.items() if k.startswith(f"{FIX}/") == config.expand_fix}
+    unfinished = not_run(run.cells, run.done)
+    summarize(out, unfinished=unfinished, journaled={e["name"] for record in mine.values() for e in record["log"]})
+    code = max((e["exit"] for record in run.done.values() for e in record["log"]), default=0)
+    run.write_result(f"{FIX}/campaign.json" if config.expand_fix else "campaign.json", "campaign.vllm_cpu",
+                     rows=[{"key": k, **r} for k, r in run.done.items()], summary={"exit": code, "not_run": unfinished})
+    return code
 
 
 def summarize(out: Path, unfinished: list[str] = (), journaled: set[str] | None = None) -> str:
