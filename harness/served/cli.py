@@ -106,12 +106,6 @@ def _dialects() -> tuple[str, ...]:
     return DIALECTS
 
 
-def _logprobs_mutants() -> tuple[str, ...]:
-    from harness.served.serve import LOGPROBS_MUTANTS
-
-    return tuple(sorted(LOGPROBS_MUTANTS))
-
-
 _LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 
 
@@ -163,9 +157,10 @@ class ServeConfig:
                                                       "content is a tool call, its first token the name, the rest the "
                                                       "arguments (as vLLM's --tool-call-parser hermes)",
                                                       _token_pair, "OPEN,CLOSE")
-    # a planted logprob bug, for testing the logprobs honesty check (not for users: hidden from --help)
+    # a planted logprob bug (harness.mutants.logprobs), for testing the logprobs check (not for users: hidden from
+    # --help)
     logprobs_mutant: str | None = option(None, "--logprobs-mutant", "a planted logprob bug (tests only)",
-                                         choices=_logprobs_mutants, hidden=True)
+                                         metavar="NAME", hidden=True)
     # a planted API bug (harness.mutants.api), for testing the API check (hidden from --help as well)
     api_mutant: str | None = option(None, "--api-mutant", "a planted API bug (tests only)", metavar="NAME",
                                     hidden=True)

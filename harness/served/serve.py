@@ -39,7 +39,9 @@ other client written for vLLM) runs against the reference and every generation m
 harness.mutants.api, to test `specdec verify --level engine --engine-checks api`.
 
 Logprobs are the target's, teacher-forced over the returned tokens in float64 (engines report the
-target's law at the emitted token, speculation or not). Speculation off serves the target alone
+target's law at the emitted token, speculation or not): `LogprobsWriter`. `logprobs_mutant` (hidden
+`specdec serve --logprobs-mutant NAME`) swaps it for a planted logprob bug of harness.mutants.logprobs, to test
+`specdec verify --level engine --engine-checks logprobs`. Speculation off serves the target alone
 (`harness.adapters.control:target_only_generate`). `/metrics` (Prometheus text) counts target forward
 passes per generated token, the speculation metric a black-box client can read.
 
@@ -71,13 +73,6 @@ from specdec_ref.generate import default_eos, eos_set
 from specdec_ref.processing import logits_to_probs
 
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
-# Planted logprob bugs (tests of the logprobs honesty check; hidden `specdec serve --logprobs-mutant`): the
-# tokens stay the served implementation's, only the logprobs reported for them (and their top-k) are wrong.
-LOGPROBS_MUTANTS = {"draft": "the draft model's logprobs instead of the target's",
-                    "zeros": "every logprob 0.0 (llama.cpp #27972 under speculation)",
-                    "shifted": "the law of the next position (an off-by-one in the position index)",
-                    "nonfinite": "NaN for every token after the first (the reply cannot be written as JSON: "
-                                 "vLLM 0.32 with n-gram speculation and processed logprobs at n > 1)"}
 DIALECTS = ("openai", "llama-cpp-python")
 MASKED_LOGPROB = -9999.0  # JSON has no -inf; OpenAI uses this value for tokens that cannot be sampled
 SCORE_ROWS = 64  # rows per teacher-forcing pass
@@ -106,8 +101,10 @@ class Stream:
         yield "data: [DONE]\n\n"
 
 
-# Where the planted API bugs live (named, not imported: the zoo imports the served package, not the reverse).
+# Where the planted API and logprob bugs live (named, not imported: the zoo imports the served package, not the
+# reverse).
 API_MUTANTS_MODULE = "harness.mutants.api"
+LOGPROBS_MUTANTS_MODULE = "harness.mutants.logprobs"
 
 
 def api_bookkeeping(api_mutant: str | None):
@@ -119,6 +116,32 @@ def api_bookkeeping(api_mutant: str | None):
     import importlib
 
     return importlib.import_module(API_MUTANTS_MODULE).get(api_mutant)()
+
+
+def logprobs_writer(logprobs_mutant: str | None) -> LogprobsWriter:
+    """What `specdec serve` writes as logprobs: the target's (`LogprobsWriter`), or the planted logprob bug
+    `logprobs_mutant` of the zoo."""
+    if logprobs_mutant is None:
+        return LogprobsWriter()
+    import importlib
+
+    return importlib.import_module(LOGPROBS_MUTANTS_MODULE).get(logprobs_mutant)()
+
+
+class LogprobsWriter:
+    """The logprobs `specdec serve` reports for the tokens it returns, in two steps that engines have each got
+    wrong: `laws`, the log law at each returned token (the target's, teacher-forced over prompt + continuation:
+    `GenerationBackend.log_laws`), and `written`, the entries (token, logprob, top k) as they go into the reply.
+    The planted logprob bugs (harness.mutants.logprobs) are subclasses that each get one of them wrong."""
+
+    def laws(self, backend: GenerationBackend, seqs: list[list[int]], starts: list[int],
+             sampling: Sampling) -> list[np.ndarray]:
+        """Per sequence s, the log law [len(s) − start, V] reported for its tokens start.. ."""
+        return backend.log_laws(seqs, starts, sampling)
+
+    def written(self, entries: list[dict]) -> list[dict]:
+        """The entries of `GenerationBackend._entries` as the reply carries them."""
+        return entries
 
 
 # Request fields of the sampling parameters beyond temperature / top-k / top-p -> generate() keywords
@@ -179,6 +202,7 @@ class GenerationBackend:
                                f"got {prompt_logprobs_mode!r}")
         self.prompt_logprobs_mode = prompt_logprobs_mode
         self.bookkeeping = api_bookkeeping(api_mutant)  # stops, limits, stream deltas, seeds (a planted bug or not)
+        self.logprobs_writer = logprobs_writer(logprobs_mutant)  # the logprobs reported (a planted bug or not)
         self.reasoning_end = reasoning_end  # a reasoning parser on the chat route: the token that ends the reasoning
         # a tool-call parser on the chat route (requests with `tools`): the tokens that open and close a call
         self.tool_call_tokens = None if tool_call_tokens is None else tuple(tool_call_tokens)
@@ -194,9 +218,6 @@ class GenerationBackend:
         self.tokenizer = tokenizer or tokenizer_for(pair)
         # False: behave like servers that ignore these request fields (to exercise clients against them)
         self.token_ids, self.logprobs = token_ids, logprobs
-        if logprobs_mutant is not None and logprobs_mutant not in LOGPROBS_MUTANTS:
-            raise HarnessError(f"--logprobs-mutant must be one of {', '.join(LOGPROBS_MUTANTS)}, got {logprobs_mutant!r}")
-        self.logprobs_mutant = logprobs_mutant
         self.dialect, self.pieces = dialect, None
         if dialect == "llama-cpp-python":
             from harness.served.pieces import PieceTable
@@ -303,21 +324,8 @@ class GenerationBackend:
         return out, sizes
 
     def reported_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling) -> list[np.ndarray]:
-        """The log laws reported for generated tokens: the target's (`log_laws`), or a planted bug's."""
-        mutant = self.logprobs_mutant
-        if mutant in (None, "nonfinite"):  # nonfinite: the true laws, written out with NaN (`_entries`)
-            return self.log_laws(seqs, starts, sampling)
-        if mutant == "zeros":
-            return [np.zeros((len(s) - start, self.pair.vocab_size)) for s, start in zip(seqs, starts, strict=True)]
-        if mutant == "draft":
-            if "_draft64" not in self.pair.meta:
-                import copy
-
-                self.pair.meta["_draft64"] = copy.deepcopy(self.pair.draft).to(torch.float64).eval()
-            return self.log_laws(seqs, starts, sampling, model=self.pair.meta["_draft64"])
-        # shifted: the law at position j + 1 reported for token j (the last position keeps its own)
-        laws = self.log_laws([s + [0] for s in seqs], starts, sampling)
-        return [law[1:] for law in laws]
+        """The log laws reported for generated tokens (`LogprobsWriter.laws`: the target's, `log_laws`)."""
+        return self.logprobs_writer.laws(self, seqs, starts, sampling)
 
     def log_laws(self, seqs: list[list[int]], starts: list[int], sampling: Sampling, model=None,
                  mode: str | None = None) -> list[np.ndarray]:
@@ -648,10 +656,7 @@ class GenerationBackend:
             shown = top + ([tok] if tok not in top else [])
             out.append({"token": token_name(self.tokenizer, tok, as_ids), "logprob": _finite(row[tok]),
                         "top": {token_name(self.tokenizer, t, as_ids): _finite(row[t]) for t in shown}})
-        if self.logprobs_mutant == "nonfinite":  # NaN past the first token, unmasked: the reply cannot be JSON
-            for entry in out[1:]:
-                entry["logprob"] = float("nan")
-        return out
+        return self.logprobs_writer.written(out)
 
 
 def _chat_entry(e: dict) -> dict:

@@ -1,7 +1,8 @@
 """Logprobs honesty under speculation (harness.served.logprobs) over HTTP against `specdec serve` on the toy pair.
 
-Planted bugs (`specdec serve --logprobs-mutant`): draft logprobs, zeros, the next position's law. The
-tokens of every mutant are the reference's, so the token check passes and only the logprobs check fails.
+Planted bugs (harness.mutants.logprobs, served with `specdec serve --logprobs-mutant NAME`): draft logprobs, zeros,
+the next position's law, NaN past the first token. The tokens of every mutant are the reference's, so the token
+check passes and only the logprobs check fails.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import pytest
 
 from harness.check.settings import Setting
 from harness.errors import HarnessError
+from harness.mutants.logprobs import LOGPROBS_MUTANTS
 from harness.pairs import get_pair
 from harness.served.check import EngineConfig, run_engine_check
 from harness.served.logprobs import MalformedTrials, Reported, compare, parse_choice
-from harness.served.serve import LOGPROBS_MUTANTS, serving
+from harness.served.serve import GenerationBackend, LogprobsWriter, Sampling, serving
 from specdec_ref.adapters import generate
 
 PAIR = "toy-low"
@@ -96,6 +98,45 @@ def test_both_checks_in_one_run_only_the_logprob_tests_reject():
                                                samples=1200, chunk=600, prompts=1, settings=(Setting(1.0),), seed=5))
     rejected = [t.name for t in report.tests if t.reject]
     assert report.verdict == "fail" and rejected and all(n.startswith("logprobs/") for n in rejected)
+
+
+def test_each_planted_logprob_bug_gets_only_its_own_part_wrong():
+    """Each zoo entry, asked directly (no HTTP): what it reports against the target's float64 law."""
+    import copy
+
+    import numpy as np
+    import torch
+
+    pair = get_pair(PAIR)
+    seqs, starts, sampling = [[1, 2, 3, 4, 5], [2, 3, 1]], [2, 1], Sampling(1.0)
+    correct = GenerationBackend(generate, pair)
+    truth = correct.reported_laws(seqs, starts, sampling)
+    longer = correct.log_laws([s + [0] for s in seqs], starts, sampling)  # one position more: the shifted law's
+    assert type(correct.logprobs_writer) is LogprobsWriter
+    assert [law.shape for law in truth] == [(3, pair.vocab_size), (2, pair.vocab_size)]
+    got = {name: GenerationBackend(generate, pair, logprobs_mutant=name) for name in LOGPROBS_MUTANTS}
+    assert all(isinstance(b.logprobs_writer, LOGPROBS_MUTANTS[n]) for n, b in got.items())
+    laws = {name: b.reported_laws(seqs, starts, sampling) for name, b in got.items()}
+    assert all(np.all(law == 0.0) and law.shape == t.shape for law, t in zip(laws["zeros"], truth, strict=True))
+    assert all(np.allclose(law, t[1:]) for law, t in zip(laws["shifted"], longer, strict=True))
+    with torch.inference_mode():
+        logits = copy.deepcopy(pair.draft).double()(input_ids=torch.tensor([seqs[0]])).logits[0, :-1, : pair.vocab_size]
+    assert np.allclose(laws["draft"][0], torch.log_softmax(logits, -1)[starts[0] - 1 :].numpy())
+    assert not np.allclose(laws["draft"][0], truth[0])
+    assert all(np.array_equal(law, t) for law, t in zip(laws["nonfinite"], truth, strict=True))  # only written wrong
+    entries = {name: b._entries(seqs[0][2:], truth[0], 2, as_ids=True) for name, b in (("correct", correct), *got.items())}
+    assert all(np.isfinite(e["logprob"]) for e in entries["correct"])
+    assert np.isfinite(entries["nonfinite"][0]["logprob"]) and all(np.isnan(e["logprob"]) for e in entries["nonfinite"][1:])
+
+
+def test_an_unknown_logprobs_mutant_is_a_clear_error(capsys):
+    from harness.cli import main
+    from harness.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="'shifted'"):
+        GenerationBackend(generate, get_pair(PAIR), logprobs_mutant="shifed")
+    assert main(["serve", "--pair", PAIR, "--port", "0", "--logprobs-mutant", "shifed"]) == 2
+    assert "unknown logprobs mutant 'shifed'" in capsys.readouterr().err
 
 
 def test_a_server_without_logprobs_cannot_be_checked_exit_2():
