@@ -41,8 +41,10 @@ def test_reference_passes_on_the_command_line(toy_server, tmp_path, capsys):
     contexts = [c for c in report["cases"] if c["name"].endswith("/contexts")]  # the catalogue: the local default
     assert contexts and all(c["samples"] == 300 for c in contexts)
     assert report["samples"] == 300 * len(contexts) + 600  # and the pair's prompt, 300 per sampling setting
-    assert main(verify("--endpoint", toy_server, "--pair", "toy", "--contexts", "none", "--json", str(out))) == 0
-    assert json.loads(out.read_text())["report"]["samples"] == 600  # --contexts none: the prompt cells only
+    # --contexts none: the prompt cells only (the token check alone: the default run above ran the API battery)
+    assert main(verify("--endpoint", toy_server, "--pair", "toy", "--contexts", "none", "--engine-checks", "tokens",
+                       "--json", str(out))) == 0
+    assert json.loads(out.read_text())["report"]["samples"] == 600
 
 
 def test_unreachable_endpoint(capsys):
