@@ -14,26 +14,28 @@ and tabulates c, r and α* — the number that decides whether training a draft 
 distill`) can pay off on this machine before anyone spends the CPU time.
 
 Run: `specdec campaign bench_costs --pair smollm2 --out results/bench/costs` (writes report.md + costs.json).
-The timings are cells of `harness.executor.run_cells`, the one campaign runner, with no journal
-(`journal=None`): the ratios c and r must come from one run, so this campaign never resumes from an earlier one
-(always fresh).
+Every timing (the target's pass over k positions, each draft's one-token pass) is a cell of the campaign runner
+(harness.runner), in this process and in order, on the models the session loaded once; no journal: the ratios c and
+r must come from one run, so this campaign never resumes from an earlier one (always fresh).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
 import statistics
-import sys
 import time
 
 import torch
 
 from harness.bench.theory import expected_tokens_per_call
-from harness.configs import Parser, add_arguments, option
-from harness.executor import LocalExecutor, run_cells
+from harness.configs import option
+from harness.errors import HarnessError
 from specdec_ref.runners import make_runner
-from suites.outputs import FOLDERS
+
+GAMMAS = (1, 2, 3, 4, 6, 8)
+WHERE = "local"  # timings: in this process, one at a time, in the cells' order
+LOADED: dict = {}  # while the campaign runs (session): the target, the drafts, the prompt, the vocabulary
 
 
 def pass_seconds(model, prompt: list[int], k: int, *, repeats: int, vocab: int) -> float:
@@ -66,31 +68,25 @@ def break_even_alpha(gamma: int, r: float, c: float) -> float | None:
     return hi
 
 
-def cost_model(target, drafts: dict, prompt: list[int], *, vocab: int, gammas=(1, 2, 3, 4, 6, 8),
-               repeats: int = 7, alphas: dict | None = None) -> dict:
-    """Measured T(k) of the target, c of each draft, r(γ+1) and α* per (draft, γ)."""
-    ks = sorted({1, *(g + 1 for g in gammas)})
-    cells = {**{f"target/k={k}": (target, k) for k in ks}, **{f"draft/{name}": (model, 1) for name, model in drafts.items()}}
-    with torch.inference_mode(), LocalExecutor() as here:  # in this process, in order; no journal: never resumed
-        done = run_cells(here, lambda model, k: pass_seconds(model, prompt, k, repeats=repeats, vocab=vocab), cells,
-                         journal=None)
-    t = {k: done[f"target/k={k}"] for k in ks}
-    d = {name: done[f"draft/{name}"] for name in drafts}
+def cost_table(target_seconds: dict[int, float], draft_seconds: dict[str, float], *, gammas=GAMMAS,
+               alphas: dict | None = None) -> list[dict]:
+    """From the measured T(k) of the target and each draft's one-token time: c, r(γ+1) and α* per (draft, γ), and the
+    expected speedup at a draft's measured α where one is given."""
+    t1 = target_seconds[1]
     rows = []
-    for name, seconds in d.items():
-        c = seconds / t[1]
+    for name, seconds in draft_seconds.items():
+        c = seconds / t1
         for g in gammas:
-            r = t[g + 1] / t[1]
+            r = target_seconds[g + 1] / t1
             a = (alphas or {}).get(name)
             rows.append({"draft": name, "gamma": g, "c": c, "r": r, "break_even_alpha": break_even_alpha(g, r, c),
                          "measured_alpha": a,
                          "speedup_at_measured_alpha": None if a is None else
                          expected_tokens_per_call(a, g) / (r + g * c)})
-    return {"target_seconds": {str(k): v for k, v in t.items()}, "draft_seconds": d, "rows": rows,
-            "prompt_tokens": len(prompt), "threads": torch.get_num_threads()}
+    return rows
 
 
-def _markdown(result: dict, pair: str, meta: dict) -> str:
+def _markdown(result: dict, pair: str, meta: dict, command: str) -> str:
     t1 = result["target_seconds"]["1"]
     lines = [f"# Cost model on this machine: `{pair}`", "",
              f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · "
@@ -107,66 +103,104 @@ def _markdown(result: dict, pair: str, meta: dict) -> str:
         lines.append(f"| {row['draft']} | {row['c']:.3f} | {row['gamma']} | {row['r']:.2f} | "
                      f"{'never' if a is None else f'{a:.3f}'} | {'-' if measured is None else f'{measured:.2f}'} | "
                      f"{'-' if speedup is None else f'{speedup:.2f}'} |")
-    lines += ["", f"Reproduce: `specdec campaign bench_costs --pair {pair}`.", ""]
+    lines += ["", f"Reproduce: `{command}`.", ""]
     return "\n".join(lines)
 
 
 @dataclasses.dataclass
 class Config:
-    """`specdec campaign bench_costs`: its flags (harness.configs.option)."""
-
-    pair: str = option("smollm2", '--pair', "registered pair; its target and every draft family")
-    extra_trunc: str = option("1,2,4", '--extra-trunc', "also time truncated drafts with these layer counts "
-                        "(a small draft trained from scratch of that depth, sharing embeddings and head, costs the same)")
-    threads: int | None = option(None, '--threads', 'threads', int)
-    repeats: int = option(7, '--repeats', 'repeats', int)
-    alphas: str = option("", '--alphas', "measured α per draft, e.g. smollm2-int8=0.83,smollm2-trunc=0.3")
-    out: str = option(FOLDERS["campaign.bench_costs"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
+    pair: str = option("smollm2", "--pair", "registered pair; its target and every draft family")
+    extra_trunc: str = option("1,2,4", "--extra-trunc", "also time truncated drafts with these layer counts (a small "
+                              "draft trained from scratch of that depth, sharing embeddings and head, costs the same)")
+    threads: int | None = option(None, "--threads", "torch threads (default: torch's)", int, "N")
+    repeats: int = option(7, "--repeats", "timed passes per cell (their median; one more untimed warm-up)", int, "N")
+    alphas: str = option("", "--alphas", "measured α per draft, e.g. smollm2-int8=0.83,smollm2-trunc=0.3")
 
 
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign bench_costs`: every flag from a config field (Config, the runner's)."""
-    parser = Parser(prog='specdec campaign bench_costs', description=__doc__.splitlines()[0])
-    add_arguments(parser, Config)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    from harness.envelope import write_result
-    from harness.errors import HarnessError
-    from harness.pairs import get_pair
-    from harness.records import atomic_write_text, provenance
-
-    parser = argument_parser()
-    args = parser.parse_args(argv)
+def parse_alphas(text: str) -> dict[str, float]:
     try:
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        base = get_pair(args.pair)
-        drafts = {}
-        names = [n for n in ("smollm2-int8", "smollm2-trunc", "smollm2-ngram") if args.pair.startswith("smollm2")]
-        for name in names or [args.pair]:
-            drafts[name] = get_pair(name).draft
-        if args.extra_trunc and hasattr(getattr(base.target, "model", None), "layers"):
-            from harness.models.smollm2 import truncated_draft
+        return {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(",") if item)}
+    except ValueError as exc:
+        raise HarnessError(f"--alphas takes DRAFT=ALPHA,...; got {text!r}") from exc
 
-            for n in (int(x) for x in args.extra_trunc.split(",") if x):
-                if n >= len(base.target.model.layers):
-                    continue
+
+def validate(config: Config) -> None:
+    from harness.errors import UnknownNameError
+    from harness.pairs import pair_specs
+
+    if config.repeats < 1:
+        raise HarnessError(f"--repeats must be >= 1, got {config.repeats}")
+    if config.threads is not None and config.threads < 1:
+        raise HarnessError(f"--threads must be >= 1, got {config.threads}")
+    parse_alphas(config.alphas)
+    specs = pair_specs()
+    if config.pair not in specs:
+        raise UnknownNameError("pair", config.pair, list(specs))
+    ok, why = specs[config.pair].available()
+    if not ok:
+        raise HarnessError(f"pair {config.pair!r} is not available here: {why}")
+
+
+def journaled(config: Config) -> bool:
+    return False  # a ratio comes from one run: always fresh
+
+
+@contextlib.contextmanager
+def session(config: Config):
+    """The pair's target and its drafts, loaded once (outside every clock) while the cells run."""
+    from harness.pairs import get_pair
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    base = get_pair(config.pair)
+    drafts = {name: get_pair(name).draft for name in ("smollm2-int8", "smollm2-trunc", "smollm2-ngram")
+              if config.pair.startswith("smollm2")} or {config.pair: base.draft}
+    layers = getattr(getattr(base.target, "model", None), "layers", None)
+    if config.extra_trunc and layers is not None:
+        from harness.models.smollm2 import truncated_draft
+
+        for n in (int(x) for x in config.extra_trunc.split(",") if x):
+            if n < len(layers):
                 drafts[f"first {n} layers + head"] = truncated_draft(base.target, n)
-        alphas = {k: float(v) for k, v in (item.split("=") for item in args.alphas.split(",") if item)}
-        prompt = (base.prompts or [[0] * 16])[0]
-        result = cost_model(base.target, drafts, prompt, vocab=base.vocab_size, repeats=args.repeats, alphas=alphas)
-    except (HarnessError, ValueError) as exc:
-        print(f"costs: error: {exc}", file=sys.stderr)
-        return 2
-    meta = provenance(seed=0, dtype=str(base.target.dtype).removeprefix("torch."))
-    write_result(f"{args.out}/costs.json", "campaign.bench_costs", config=args, provenance=meta, rows=result["rows"],
-                 summary={k: v for k, v in result.items() if k != "rows"})
-    atomic_write_text(f"{args.out}/report.md", _markdown(result, args.pair, meta))
-    print(_markdown(result, args.pair, meta))
+    LOADED.update(target=base.target, drafts=drafts, prompt=(base.prompts or [[0] * 16])[0], vocab=base.vocab_size,
+                  dtype=str(base.target.dtype).removeprefix("torch."))
+    try:
+        yield
+    finally:
+        LOADED.clear()
+
+
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0, "dtype": LOADED.get("dtype", "float32")}
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    """The target's pass over k = 1 and every γ + 1, then each draft's one-token pass."""
+    ks = sorted({1, *(g + 1 for g in GAMMAS)})
+    return {**{f"target/k={k}": ("target", k, config.repeats) for k in ks},
+            **{f"draft/{name}": ("draft", name, config.repeats) for name in LOADED["drafts"]}}
+
+
+def run_cell(role: str, which, repeats: int) -> float:
+    """Median seconds of one pass: the target over `which` new positions, or the draft `which` over one."""
+    model, k = (LOADED["target"], which) if role == "target" else (LOADED["drafts"][which], 1)
+    with torch.inference_mode():
+        return pass_seconds(model, LOADED["prompt"], k, repeats=repeats, vocab=LOADED["vocab"])
+
+
+def report(run) -> int:
+    """costs.json (the rows, the measured seconds) and report.md; printed too."""
+    if not run.complete:
+        raise HarnessError(f"{len(run.done)} of {len(run.cells)} timings made (--budget-s / --stop-at): no ratio to "
+                           "report")
+    target = {args[1]: run.done[key] for key, args in run.cells.items() if args[0] == "target"}
+    drafts = {args[1]: run.done[key] for key, args in run.cells.items() if args[0] == "draft"}
+    result = {"target_seconds": {str(k): v for k, v in target.items()}, "draft_seconds": drafts,
+              "rows": cost_table(target, drafts, alphas=parse_alphas(run.config.alphas)),
+              "prompt_tokens": len(LOADED["prompt"]), "threads": torch.get_num_threads()}
+    run.write_result("costs.json", "campaign.bench_costs", rows=result["rows"],
+                     summary={k: v for k, v in result.items() if k != "rows"})
+    text = _markdown(result, run.config.pair, run.provenance, run.command)
+    run.write_text("report.md", text)
+    print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

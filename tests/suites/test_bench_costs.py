@@ -1,15 +1,15 @@
-"""Cost model: break-even acceptance and the measured pass costs (toy pair)."""
+"""Cost model: break-even acceptance, and the measured pass costs on the campaign runner (toy pair)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-import torch
 
 from harness.bench.theory import expected_tokens_per_call
-from harness.pairs import get_pair
-from suites.campaigns.bench_costs import break_even_alpha, cost_model, main
+from harness.errors import HarnessError
+from harness.runner import JOURNAL, run
+from suites.campaigns.bench_costs import GAMMAS, break_even_alpha, cost_table
 
 
 @pytest.mark.parametrize("gamma,r,c", [(1, 1.0, 0.1), (2, 1.4, 0.2), (4, 2.0, 0.05), (8, 3.0, 0.3)])
@@ -25,37 +25,33 @@ def test_break_even_edge_cases():
     assert break_even_alpha(2, 2.5, 0.3) is None  # 3 tokens at most, but a step costs 3.1 passes
 
 
-def test_cost_model_on_toy(tmp_path):
-    torch.set_num_threads(1)
-    pair = get_pair("toy")
-    result = cost_model(pair.target, {"toy draft": pair.draft}, pair.prompts[0], vocab=pair.vocab_size,
-                        gammas=(1, 2), repeats=2, alphas={"toy draft": 0.6})
-    assert set(result["target_seconds"]) == {"1", "2", "3"} and all(v > 0 for v in result["target_seconds"].values())
-    assert [row["gamma"] for row in result["rows"]] == [1, 2]
-    assert all(row["c"] > 0 and row["speedup_at_measured_alpha"] > 0 for row in result["rows"])
+def test_cost_table_from_measured_seconds():
+    rows = cost_table({1: 0.01, 2: 0.012, 3: 0.015}, {"d": 0.002}, gammas=(1, 2), alphas={"d": 0.6})
+    assert [(r["gamma"], round(r["c"], 6), round(r["r"], 6)) for r in rows] == [(1, 0.2, 1.2), (2, 0.2, 1.5)]
+    assert rows[0]["speedup_at_measured_alpha"] == pytest.approx(expected_tokens_per_call(0.6, 1) / (1.2 + 0.2))
 
 
-def test_costs_cli_writes_report(tmp_path):
-    assert main(["--pair", "toy", "--repeats", "1", "--threads", "1", "--out", str(tmp_path)]) == 0
+@pytest.mark.statistical
+def test_a_run_on_the_runner_times_every_pass_and_writes_the_report_never_resuming(tmp_path):
+    argv = ["--pair", "toy", "--repeats", "1", "--threads", "1", "--alphas", "toy=0.6", "--out", str(tmp_path)]
+    assert run("bench_costs", argv) == 0
+    record = json.loads((tmp_path / "costs.json").read_text())
+    assert record["kind"] == "campaign.bench_costs" and record["config"]["pair"] == "toy"
+    assert set(record["summary"]["target_seconds"]) == {"1", "2", "3", "4", "5", "7", "9"}
+    assert all(v > 0 for v in record["summary"]["target_seconds"].values())
+    assert {r["gamma"] for r in record["rows"]} == set(GAMMAS) and all(r["c"] > 0 for r in record["rows"])
+    assert all(r["speedup_at_measured_alpha"] > 0 for r in record["rows"])  # --alphas toy=0.6
     assert "Break-even" in (tmp_path / "report.md").read_text()
-    assert json.loads((tmp_path / "costs.json").read_text())["config"]["pair"] == "toy"
-    assert main(["--pair", "nope", "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / JOURNAL).exists()  # a ratio comes from one run: never journaled, never resumed
+    with pytest.raises(HarnessError, match="keeps no journal"):
+        run("bench_costs", [*argv, "--report-only"])
 
 
-def test_cost_model_times_its_passes_as_cells_of_the_one_runner_without_a_journal(monkeypatch):
-    """A ratio comes from one run: the timings go through `run_cells` with no journal (never resumed)."""
-    from harness import executor
-    from suites.campaigns import bench_costs
+def test_bad_settings_exit_2_before_any_pass_is_timed(tmp_path):
+    from harness.cli import main
 
-    seen = []
-
-    def spy(ex, fn, cells, **kw):
-        seen.append((list(cells), kw.get("journal")))
-        return executor.run_cells(ex, fn, cells, **kw)
-
-    monkeypatch.setattr(bench_costs, "run_cells", spy)
-    pair = get_pair("toy")
-    result = cost_model(pair.target, {"toy draft": pair.draft}, pair.prompts[0], vocab=pair.vocab_size,
-                        gammas=(1,), repeats=1)
-    assert seen == [(["target/k=1", "target/k=2", "draft/toy draft"], None)]
-    assert set(result["target_seconds"]) == {"1", "2"} and result["rows"][0]["c"] > 0
+    assert main(["campaign", "bench_costs", "--pair", "nope", "--out", str(tmp_path)]) == 2
+    for bad in (["--repeats", "0"], ["--alphas", "toy:0.6"], ["--threads", "0"]):
+        with pytest.raises(HarnessError):
+            run("bench_costs", ["--pair", "toy", *bad, "--out", str(tmp_path)])
+    assert not (tmp_path / "costs.json").exists()
