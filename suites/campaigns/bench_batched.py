@@ -9,24 +9,27 @@ cost of a generation-level check of the reference at ≥ 1,000 samples, measured
 - a generation-level check of the reference adapter (`run_generation_check`, greedy + two sampling
   settings × two prompts) with `--samples` per sampling cell: wall time, verdict, detectable TV.
 
-The two parts are cells of `harness.executor.run_cells`, the one campaign runner, with no journal
-(`journal=None`): a ratio must come from one run, so this campaign never resumes from an earlier one (always
-fresh); each part is written as soon as it is measured.
+The two parts are cells of the campaign runner (harness.runner), in this process and in order, on the pair the
+session loaded once, with no journal: a ratio must come from one run, so this campaign never resumes from an
+earlier one (always fresh). `--rows 0` / `--samples 0` skip a part; the report holds this run's parts only.
+Exit 1 when the reference FAILs its check (it is lossless: the harness or the reference broke), else 0.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
-import sys
+import os
 import time
 
 import torch
 
-from harness.configs import Parser, add_arguments, option
-from harness.executor import LocalExecutor, run_cells
+from harness.configs import option
+from harness.errors import HarnessError
 from specdec_ref.generate import speculative_generate
-from suites.outputs import FOLDERS
+
+WHERE = "local"  # timings: in this process, one part at a time, in order
+LOADED: dict = {}  # while the campaign runs (session): the pair, the load average before the first part
 
 
 def reference_tokens_per_s(pair, ids: torch.Tensor, *, length: int, gamma: int, temperature: float, seed: int,
@@ -131,76 +134,81 @@ def _throughput_lines(result: dict, t: dict) -> list[str]:
 
 @dataclasses.dataclass
 class Config:
-    """`specdec campaign bench_batched`: its flags (harness.configs.option)."""
-
-    pair: str = option("smollm2", '--pair', 'pair')
-    rows: int = option(1000, '--rows', "sequences in the throughput comparison (default: the check's 4 cells x 250); 0: skip", int)
-    length: int = option(16, '--length', 'length', int)
-    gamma: int = option(3, '--gamma', 'gamma', int)
-    samples: int = option(250, '--samples', "per sampling cell of the check (4 cells); 0: skip", int)
-    threads: int = option(2, '--threads', "torch threads (measure on an otherwise idle machine)", int)
-    score_dtype: str = option("float64", '--score-dtype', "the check's ground truth: a float64 copy of the target (default) or the target as loaded", choices=tuple(("float64", "model")))
-    out: str = option(FOLDERS["campaign.bench_batched"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign bench_batched`: every flag from a config field (Config, the runner's)."""
-    parser = Parser(prog='specdec campaign bench_batched', description=__doc__.splitlines()[0])
-    add_arguments(parser, Config)
-    return parser
+    pair: str = option("smollm2", "--pair", "registered pair")
+    rows: int = option(1000, "--rows", "sequences in the throughput comparison (default: the check's 4 cells x 250); "
+                       "0: skip", int, "N")
+    length: int = option(16, "--length", "new tokens per sequence", int, "N")
+    gamma: int = option(3, "--gamma", "draft tokens per step", int, "N")
+    samples: int = option(250, "--samples", "per sampling cell of the check (4 cells); 0: skip", int, "N")
+    threads: int = option(2, "--threads", "torch threads (measure on an otherwise idle machine)", int, "N")
+    score_dtype: str = option("float64", "--score-dtype", "the check's ground truth: a float64 copy of the target "
+                              "(default) or the target as loaded", choices=("float64", "model"))
 
 
-def main(argv: list[str] | None = None) -> int:
-    from harness.errors import HarnessError
+def validate(config: Config) -> None:
+    from harness.errors import UnknownNameError
+    from harness.pairs import pair_specs
+
+    if config.rows < 0 or config.samples < 0:
+        raise HarnessError("--rows and --samples must be >= 0 (0 skips that part)")
+    if not config.rows and not config.samples:
+        raise HarnessError("--rows 0 and --samples 0 skip both parts: nothing to measure")
+    for flag, value in (("--length", config.length), ("--gamma", config.gamma), ("--threads", config.threads)):
+        if value < 1:
+            raise HarnessError(f"{flag} must be >= 1, got {value}")
+    specs = pair_specs()
+    if config.pair not in specs:
+        raise UnknownNameError("pair", config.pair, list(specs))
+    ok, why = specs[config.pair].available()
+    if not ok:
+        raise HarnessError(f"pair {config.pair!r} is not available here: {why}")
+
+
+def journaled(config: Config) -> bool:
+    return False  # a ratio comes from one run: always fresh
+
+
+@contextlib.contextmanager
+def session(config: Config):
+    """The pair, loaded once before any clock starts, with the load average before the run."""
     from harness.pairs import get_pair
-    from harness.records import provenance
 
-    parser = argument_parser()
-    args = parser.parse_args(argv)
-    command = "specdec campaign bench_batched " + " ".join(argv if argv is not None else sys.argv[1:])
+    torch.set_num_threads(config.threads)
+    pair = get_pair(config.pair)
+    LOADED.update(pair=pair, load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()),
+                  dtype=str(pair.target.dtype).removeprefix("torch."))
     try:
-        torch.set_num_threads(args.threads)
-        pair = get_pair(args.pair)
-        import os
-
-        result = {"pair": args.pair, "threads": args.threads, "command": command,
-                  "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-                  "provenance": provenance(seed=0, dtype=str(pair.target.dtype).removeprefix("torch."))}
-        cells = {}
-        if args.rows:
-            cells["throughput"] = (throughput, {"rows": args.rows, "length": args.length, "gamma": args.gamma})
-        if args.samples:
-            cells["check"] = (generation_check, {"samples": args.samples, "gamma": args.gamma, "length": args.length,
-                                                 "score_dtype": args.score_dtype})
-
-        def measure(part: str, fn, kwargs: dict) -> dict:
-            result[part] = fn(pair, **kwargs)
-            _write(result, args.out)  # the throughput part survives a check that is cut short
-            return result[part]
-
-        with LocalExecutor() as here:  # in this process, in order; no journal: never resumed
-            run_cells(here, lambda part: measure(part, *cells[part]), {part: (part,) for part in cells}, journal=None)
-    except (HarnessError, ValueError) as exc:
-        print(f"batched: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.out}/report.md")
-    return 0
+        yield
+    finally:
+        LOADED.clear()
 
 
-def _write(result: dict, out: str) -> None:
-    """Write batched.json + report.md with this run's parts only (a part it skipped is absent, never
-    taken from an earlier run)."""
-    from pathlib import Path
-
-    from harness.envelope import write_result
-    from harness.records import atomic_write_text
-
-    parts = {k: v for k, v in result.items() if k not in ("provenance", "command", "pair", "threads")}
-    write_result(Path(out) / "batched.json", "campaign.bench_batched",  # with the check's whole report (every test)
-                 config={k: result.get(k) for k in ("command", "pair", "threads")}, provenance=result["provenance"],
-                 report=parts, summary={"parts": sorted(parts)})
-    atomic_write_text(Path(out) / "report.md", markdown(result))
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0, "dtype": LOADED.get("dtype", "float32")}
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def cells(config: Config) -> dict[str, tuple]:
+    out = {}
+    if config.rows:
+        out["throughput"] = ("throughput", {"rows": config.rows, "length": config.length, "gamma": config.gamma})
+    if config.samples:
+        out["check"] = ("check", {"samples": config.samples, "gamma": config.gamma, "length": config.length,
+                                  "score_dtype": config.score_dtype})
+    return out
+
+
+def run_cell(part: str, kwargs: dict) -> dict:
+    """One part on the session's pair: the three throughputs, or the reference's generation-level check."""
+    return (throughput if part == "throughput" else generation_check)(LOADED["pair"], **kwargs)
+
+
+def report(run) -> int:
+    """batched.json (this run's parts, the check's whole report) and report.md; exit 1 if the reference FAILed."""
+    parts = dict(run.done)
+    result = {"pair": run.config.pair, "threads": run.config.threads, "command": run.command,
+              "load_before": LOADED.get("load_before"), **parts}
+    run.write_result("batched.json", "campaign.bench_batched", report={"load_before": result["load_before"], **parts},
+                     summary={"parts": sorted(parts), "complete": run.complete})
+    run.write_text("report.md", markdown(result))
+    print(f"wrote {run.out / 'report.md'}")
+    return 1 if parts.get("check", {}).get("verdict") == "fail" else 0

@@ -108,22 +108,3 @@ def test_gpu_suite_skips_cleanly_without_cuda_but_other_cuda_requests_are_errors
     assert not any(tmp_path.iterdir())
     with pytest.raises(HarnessError, match="--device cuda"):
         make_plan(BenchConfig(pairs=("toy",), device="cuda"))
-
-
-@pytest.mark.statistical
-def test_batched_bench_reports_the_checks_achieved_tv(tmp_path):
-    """The check part states the achieved detectable TV (not the generation level's NaN target) and keeps
-    the whole report; a part this run skipped is absent, never taken from an earlier run."""
-    import json
-
-    from suites.campaigns import bench_batched as batched
-
-    assert batched.main(["--pair", "toy", "--rows", "0", "--samples", "300", "--length", "3", "--threads", "1",
-                         "--out", str(tmp_path)]) == 0
-    data = json.loads((tmp_path / "batched.json").read_text())["report"]
-    tv = data["check"]["detectable_tv"]
-    assert tv == tv and 0 < tv < 1 and data["check"]["report"]["tests"]
-    assert "throughput" not in data and "nan" not in (tmp_path / "report.md").read_text()
-    assert batched.main(["--pair", "toy", "--rows", "4", "--samples", "0", "--length", "3", "--threads", "1",
-                         "--out", str(tmp_path)]) == 0
-    assert "check" not in json.loads((tmp_path / "batched.json").read_text())["report"]  # not merged from the last run
