@@ -4,7 +4,10 @@ offline pairs of suites/catalogues/architectures.py (one per cache family).
     specdec campaign architectures [--only shape mutants reference transformers] [--pairs arch-ssm ...]
                                    [--seeds 1] [--time-budget 300] [--samples N] [--out results/findings/architectures]
 
-Parts (each appends one JSON row per run to OUT/rows.jsonl; OUT/README.md's table is regenerated from all rows):
+Every run is a cell of the campaign runner (harness.runner), one row journaled in OUT/journal.jsonl (a rerun resumes:
+a run already journaled is not run again; --first-seed / --seeds add seeds on top). The report covers every row of
+the journal, whichever command ran it: OUT/campaign.json (the rows, a result envelope) and OUT/README.md's tables.
+Parts (--only):
 - shape: per pair, the draft's acceptance per position and the target's entropy (the reference's own counters,
   T = 1, γ = 3);
 - mutants: every mutant of harness.mutants.architectures at the default plan of `specdec verify --level generation`
@@ -14,24 +17,23 @@ Parts (each appends one JSON row per run to OUT/rows.jsonl; OUT/README.md's tabl
 - transformers: `harness.adapters.hf:assisted_generate` and `:prompt_lookup_generate` on every pair: greedy
   equality and the sampling law, within `--time-budget` seconds of sampling per run (a crash is a finding: FAIL,
   exit 1, the exception named).
-Each row carries the verdict, seconds, detectable TV, seed and versions. Exit 0 when every mutant FAILed and the
-reference never did; transformers' verdicts are findings, not gates.
+Each row carries the verdict, seconds, detectable TV, seed and versions. Exit (over this command's runs): 0 when
+every mutant FAILed and the reference never did, 1 otherwise, 2 when a run could not be done (a harness fault);
+transformers' verdicts are findings, not gates.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
 from pathlib import Path
 
-from harness.configs import Parser, add_arguments, option
+from harness.configs import option
 
 PARTS = ("shape", "mutants", "reference", "transformers")
 REFERENCE = "harness.mutants.generation:reference_kv_cache"
 TRANSFORMERS = ("harness.adapters.hf:assisted_generate", "harness.adapters.hf:prompt_lookup_generate")
-DEFAULT_OUT = "results/findings/architectures"
 
 
 def _pairs():
@@ -105,37 +107,49 @@ def shape(pair_name: str, *, rows: int = 16, length: int = 24, gamma: int = 3) -
         "seconds": time.perf_counter() - started}
 
 
-def _runs(parts, pairs, seeds: range, samples: int | None, budget: float | None, mutants=None, settings=None,
-          contexts=None):
+def _plan(samples: int | None, budget: float | None, settings: list[str] | None, contexts: str | None) -> str:
+    return json.dumps([samples, budget, settings, contexts])
+
+
+def cell_key(part: str, pair: str, *, name: str = "", seed: int | None = None, samples: int | None = None,
+             budget: float | None = None, settings: list[str] | None = None, contexts: str | None = None) -> str:
+    """What identifies a run in the journal: its part, pair, entry, seed and (reference, transformers) plan."""
+    if part == "shape":
+        return f"shape/{pair}"
+    if part == "mutants":
+        return f"mutants/{name}/{pair}/{seed}"
+    if part == "reference":
+        return f"reference/{pair}/{seed}/{_plan(samples, budget, settings, contexts)}"
+    return f"transformers/{pair}/{name}/{_plan(samples, budget, settings, contexts)}"
+
+
+def _mutants(pairs, names=None) -> list:
     from harness.mutants.registry import implementations
 
-    if "shape" in parts:
-        for name in pairs:
-            yield lambda name=name: shape(name)
-    if "mutants" in parts:
-        for impl in implementations(kind="mutant", level="generation"):
-            if impl.spec.startswith("harness.mutants.architectures:") and impl.pair in pairs and (
-                    not mutants or impl.name in mutants):
-                for seed in seeds:
-                    yield lambda impl=impl, seed=seed: {"part": "mutants", "name": impl.name, **_verify(
-                        impl.spec, impl.pair, seed=seed, samples=None, time_budget=None)}
-    if "reference" in parts:
-        for name in pairs:
-            for seed in seeds:
-                yield lambda name=name, seed=seed: {"part": "reference", **_verify(
-                    REFERENCE, name, seed=seed, samples=samples, time_budget=budget, settings=settings,
-                    contexts=contexts)}
-    if "transformers" in parts:
-        for name in pairs:
-            for impl in TRANSFORMERS:
-                yield lambda name=name, impl=impl: {"part": "transformers", **_verify(
-                    impl, name, seed=0, samples=samples, time_budget=budget, settings=settings, contexts=contexts)}
+    return [impl for impl in implementations(kind="mutant", level="generation")
+            if impl.spec.startswith("harness.mutants.architectures:") and impl.pair in pairs
+            and (not names or impl.name in names)]
 
 
-def _load(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def run_cell(part: str, pair: str, name: str, seed: int, samples: int | None, budget: float | None,
+             settings: list[str] | None, contexts: str | None) -> dict:
+    """One run of a part, as a row with the versions and the time it finished."""
+    if part == "shape":
+        row = shape(pair)
+    elif part == "mutants":
+        from harness.mutants.registry import get
+
+        row = {"part": "mutants", "name": name, **_verify(get(name).spec, pair, seed=seed, samples=None,
+                                                            time_budget=None)}
+    else:
+        impl = REFERENCE if part == "reference" else name
+        row = {"part": part, **_verify(impl, pair, seed=seed, samples=samples, time_budget=budget, settings=settings,
+                                       contexts=contexts)}
+    row = {**row, "versions": _versions(), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    print(json.dumps({k: row.get(k) for k in ("part", "name", "impl", "pair", "seed", "verdict", "seconds",
+                                              "detectable_tv", "acceptance_per_position", "entropy_nats")},
+                     default=str), flush=True)
+    return json.loads(json.dumps(row, default=str))  # JSON-able as journaled (NaN stays NaN)
 
 
 def _tv(row) -> str:
@@ -161,9 +175,9 @@ def readme(rows: list[dict], out: Path) -> str:
     families = _pairs()
     versions = next((r["versions"] for r in reversed(rows) if r.get("versions")), {})
     lines = ["# Architectures: hybrid, recurrent and sliding-window models end to end (issue 44)", "",
-             "Regenerated from rows.jsonl by `specdec campaign architectures` (suites/campaigns/architectures.py); "
+             "Regenerated from journal.jsonl by `specdec campaign architectures` (suites/campaigns/architectures.py); "
              "every number below is a row there, with its seed, time and versions.", "",
-             f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items()) or 'see rows.jsonl'}; CPU, pure-PyTorch "
+             f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items()) or 'see journal.jsonl'}; CPU, pure-PyTorch "
              "fallback kernels; models float32, ground truth float64 (MoE experts run eager so float64 works).", "",
              "| pair | family | acceptance per position / entropy (nats of ln 48 = 3.87) | reference (stateful path) "
              "| transformers assisted | transformers prompt lookup |", "|---|---|---|---|---|---|"]
@@ -192,29 +206,77 @@ def readme(rows: list[dict], out: Path) -> str:
 
 @dataclasses.dataclass
 class Config:
-    """`specdec campaign architectures`: its flags (harness.configs.option)."""
+    only: list[str] = option(list(PARTS), "--only", "the parts to run", choices=PARTS, nargs="+")
+    pairs: list[str] | None = option(None, "--pairs", "arch-* pairs (default: all)", metavar="PAIR", nargs="+")
+    seeds: int = option(1, "--seeds", "seeds per mutant and per reference run", int, "N")
+    first_seed: int = option(0, "--first-seed", "seeds run: first-seed … first-seed + seeds − 1 (more seeds on top of "
+                             "the journal's)", int, "S")
+    mutants: list[str] | None = option(None, "--mutants", "only these mutants (default: every one)", metavar="NAME",
+                                       nargs="+")
+    samples: int | None = option(None, "--samples", "fixed plan for reference / transformers runs", int, "N")
+    time_budget: float = option(300.0, "--time-budget", "seconds of sampling per reference / transformers run (the "
+                                "achieved TV is reported); 0: none, the plan in full", float, "S")
+    setting: list[str] | None = option(None, "--setting", "reference / transformers runs: only this sampling setting "
+                                       "(as `specdec verify --setting`, repeatable), e.g. T=0 for greedy equality "
+                                       "alone", metavar="SETTING", action="append")
+    contexts: str | None = option(None, "--contexts", "reference / transformers runs: as `specdec verify --contexts` "
+                                  "(none: the pair's prompts only)")
 
-    only: list = option(list(PARTS), '--only', 'only', choices=tuple(PARTS), nargs="+")
-    pairs: list | None = option(None, '--pairs', "arch-* pairs (default: all)", nargs="+")
-    seeds: int = option(1, '--seeds', 'seeds', int)
-    first_seed: int = option(0, '--first-seed', "seeds run: first-seed … first-seed + seeds − 1 (more "
-                    "seeds on top of the journal's)", int)
-    mutants: list | None = option(None, '--mutants', "only these mutants (default: every one)", nargs="+")
-    samples: int | None = option(None, '--samples', "fixed plan for reference / transformers runs", int)
-    time_budget: float = option(300.0, '--time-budget', "seconds of sampling per reference / "
-                    "transformers run (the achieved TV is reported); 0: none, the plan in full", float)
-    setting: list | None = option(None, '--setting', "reference / transformers runs: only this "
-                    "sampling setting (as `specdec verify --setting`, repeatable), e.g. T=0 for greedy equality alone", action='append')
-    contexts: str | None = option(None, '--contexts', "reference / transformers runs: as `specdec verify "
-                                  "--contexts` (none: the pair's prompts only)")
-    out: str = option(DEFAULT_OUT, '--out', 'results folder')
+
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+
+    unknown = sorted(set(config.pairs or ()) - set(_pairs()))
+    if unknown:
+        raise HarnessError(f"unknown pair(s) {', '.join(unknown)}; known: {', '.join(_pairs())}")
+    if config.seeds < 0 or config.first_seed < 0:
+        raise HarnessError("--seeds and --first-seed must be >= 0")
+    if config.time_budget < 0:
+        raise HarnessError(f"--time-budget must be >= 0 seconds, got {config.time_budget}")
+    known = {impl.name for impl in _mutants(list(_pairs()))}
+    if set(config.mutants or ()) - known:
+        raise HarnessError(f"--mutants: not an architectures mutant: {', '.join(sorted(set(config.mutants) - known))}; "
+                           f"known: {', '.join(sorted(known))}")
 
 
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign architectures`: every flag from a config field (Config, the runner's)."""
-    ap = Parser(prog='specdec campaign architectures', description=__doc__.splitlines()[0])
-    add_arguments(ap, Config)
-    return ap
+def cells(config: Config) -> dict[str, tuple]:
+    """In the order they run: the shapes, the mutants' seeds, the reference's seeds, the transformers runs."""
+    pairs = config.pairs or list(_pairs())
+    seeds = range(config.first_seed, config.first_seed + config.seeds)
+    plan = (config.samples, config.time_budget or None, config.setting, config.contexts)
+    out: dict[str, tuple] = {}
+    if "shape" in config.only:
+        out.update({cell_key("shape", p): ("shape", p, "", 0, None, None, None, None) for p in pairs})
+    if "mutants" in config.only:
+        for impl in _mutants(pairs, config.mutants):
+            out.update({cell_key("mutants", impl.pair, name=impl.name, seed=s):
+                        ("mutants", impl.pair, impl.name, s, None, None, None, None) for s in seeds})
+    if "reference" in config.only:
+        for p in pairs:
+            out.update({cell_key("reference", p, seed=s, samples=plan[0], budget=plan[1], settings=plan[2],
+                                 contexts=plan[3]): ("reference", p, "", s, *plan) for s in seeds})
+    if "transformers" in config.only:
+        for p in pairs:
+            out.update({cell_key("transformers", p, name=impl, samples=plan[0], budget=plan[1], settings=plan[2],
+                                 contexts=plan[3]): ("transformers", p, impl, 0, *plan) for impl in TRANSFORMERS})
+    return out
+
+
+def report(run) -> int:
+    """OUT/campaign.json and OUT/README.md from every row of the journal; the exit code from this command's runs."""
+    rows = list(run.journal.values())
+    mine = list(run.done.values())
+    bad_mutants = [r for r in mine if r["part"] == "mutants" and r["verdict"] != "fail"]
+    false_alarms = [r for r in mine if r["part"] == "reference" and r["verdict"] == "fail"]
+    errors = [r for r in mine if r["part"] in ("mutants", "reference") and r["verdict"] == "error"]
+    run.write_result("campaign.json", "campaign.architectures", rows=rows,
+                     summary={"rows": len(rows), "this_command": {"runs": len(mine), "mutants_not_caught": len(
+                         bad_mutants), "reference_failed": len(false_alarms), "errors": len(errors)},
+                         "command": run.command})
+    run.write_text("README.md", readme(rows, run.out))
+    if errors:
+        return 2
+    return 1 if bad_mutants or false_alarms else 0
 
 
 def _false_alarms(rows: list[dict], families) -> list[str]:
@@ -257,28 +319,3 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
                          f"| {k}/{len(runs)} ({low:.0%}–{high:.0%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
                          f"| {m or '-'} | {level} |")
     return lines
-
-
-def main(argv=None) -> int:
-    ap = argument_parser()
-    args = ap.parse_args(argv)
-    pairs = args.pairs or list(_pairs())
-    unknown = sorted(set(pairs) - set(_pairs()))
-    if unknown:
-        ap.error(f"unknown pair(s) {', '.join(unknown)}; known: {', '.join(_pairs())}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    journal = out / "rows.jsonl"
-    versions, ok = _versions(), True
-    for run in _runs(args.only, pairs, range(args.first_seed, args.first_seed + args.seeds), args.samples,
-                     args.time_budget or None, args.mutants, args.setting, args.contexts):
-        row = {**run(), "versions": versions, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        with journal.open("a") as f:
-            f.write(json.dumps(row, default=str) + "\n")
-        print(json.dumps({k: row.get(k) for k in ("part", "name", "impl", "pair", "seed", "verdict", "seconds",
-                                                  "detectable_tv", "acceptance_per_position", "entropy_nats")},
-                         default=str), flush=True)
-        ok &= not (row["part"] == "mutants" and row["verdict"] != "fail")
-        ok &= not (row["part"] == "reference" and row["verdict"] in ("fail", "error"))
-        (out / "README.md").write_text(readme(_load(journal), out))
-    return 0 if ok else 1
