@@ -102,7 +102,7 @@ def shape(pair_name: str, *, rows: int = 16, length: int = 24, gamma: int = 3) -
     entropy = float(-(logp.exp() * logp).sum(-1).mean())
     return {"part": "shape", "pair": pair_name, "acceptance_per_position": [
         round(a / r, 3) if r else None for a, r in zip(stats.accepted, stats.reached, strict=True)],
-        "alpha": round(stats.alpha, 3), "mean_accepted_tokens": round(stats.mean_accepted_tokens, 3),
+        "acceptance_rate": round(stats.alpha, 3), "mean_accepted_tokens": round(stats.mean_accepted_tokens, 3),
         "entropy_nats": round(entropy, 3), "max_entropy_nats": round(float(torch.log(torch.tensor(pair.vocab_size))), 3),
         "seconds": time.perf_counter() - started}
 
