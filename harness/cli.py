@@ -235,46 +235,10 @@ def fail_line(report) -> str:
 
 
 def _cmd_mutants(args) -> int:
-    from pathlib import Path
+    """`specdec mutants` is the zoo campaign (suites/campaigns/zoo.py) on the campaign runner."""
+    from harness.runner import run_parsed
 
-    from harness.executor import JOURNAL, Journal
-
-    zoo = policy("zoo")
-    args.out = args.out or zoo.DEFAULT_OUT
-    CampaignConfig, run_campaign, write_report = zoo.CampaignConfig, zoo.run_campaign, zoo.write_report  # noqa: N806
-
-    from harness.configs import given
-
-    profile = "quick" if args.quick else (args.profile or "full")
-    chosen = given(CampaignConfig, args)  # the flags given; every other field: the profile's, else the default
-    chosen.pop("profile", None)
-    config = CampaignConfig.of_profile(profile, **chosen)
-    if config.seeds < 1 or config.control_seeds < 1:
-        raise HarnessError("--seeds and --control-seeds must be >= 1")
-    if config.compare_plans and config.levels and "generation" not in config.levels:
-        raise HarnessError("--compare-plans compares the generation level's plans; add generation to --level")
-    if config.only:
-        from harness.mutants.registry import get
-
-        for name in config.only:
-            get(name)  # unknown names: "Did you mean ...?"
-    preflight.common(args)
-    with Progress(None, "mutant zoo", unit="runs") as bar:
-        def progress(done, total):
-            bar.set_total(total)
-            bar.update(done - bar.n)
-
-        journal = Journal(Path(args.out) / JOURNAL, fresh=args.fresh)  # resumed unless --fresh
-        result = run_campaign(config, progress=progress, journal=journal)
-    summary = write_report(result, args.out)
-    for r in result["rows"]:
-        print(f"  {r['name']:<34} {r['level']:<10} {r['kind']:<10} rate at gate {100 * r['rate_at_gate']:5.1f}% "
-              f"({r['runs']} runs)")
-    print(f"\n  report: {summary['out']}/report.md")
-    for problem in summary["problems"]:
-        print(f"  PROBLEM: {problem}")
-    print(f"  overall: {'PASS' if summary['ok'] else 'FAIL'}")
-    return EXIT_OK if summary["ok"] else EXIT_FAIL
+    return run_parsed("zoo", args, policy("zoo"))
 
 
 def _cmd_numerics(args) -> int:
@@ -452,13 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_numerics)
 
     p = sub.add_parser("mutants", help="run the mutant zoo and correct controls; detection / false-alarm report",
-                       description="Exit 0 if every mutant is caught (>= 95% of seeds) and every control passes.")
-    # every field a flag sets starts as None ("not given"): the profile's value, else the field's default, applies
-    add_arguments(p, commands.CampaignConfig, defaults={"seeds": None, "control_seeds": None, "gate": None,
-                                                        "scheduler": None, "dask_workers": None, "only": None,
-                                                        "levels": None, "profile": None})
-    add_arguments(p, commands.ZooOptions)
-    add_threads(p)
+                       description="Exit 0 if every mutant is caught (>= 95% of seeds) and every control passes; 1 "
+                       "if not; 2 if planned runs were not made (--budget-s / --stop-at: the same command resumes). "
+                       "`specdec campaign zoo` is the same campaign.")
+    from harness.runner import add_campaign_arguments  # = `specdec campaign zoo`'s flags
+
+    add_campaign_arguments(p, commands.ZooConfig, local_workers=commands.ZOO_LOCAL_WORKERS)
     p.set_defaults(func=_cmd_mutants)
     return parser
 

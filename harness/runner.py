@@ -115,11 +115,19 @@ def parser_for(name: str, module: ModuleType) -> argparse.ArgumentParser:
     doc = (module.__doc__ or name).strip()
     parser = Parser(prog=f"specdec campaign {name}", description=doc.split("\n\n")[0].replace("\n", " "),
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser, module.Config)
-    add_arguments(parser, RunnerConfig)
-    if getattr(module, "WHERE", None) != "local":
-        add_arguments(parser, WhereConfig, defaults={"local_workers": getattr(module, "LOCAL_WORKERS", 1)})
+    add_campaign_arguments(parser, module.Config, where=getattr(module, "WHERE", None) != "local",
+                           local_workers=getattr(module, "LOCAL_WORKERS", 1))
     return parser
+
+
+def add_campaign_arguments(parser: argparse.ArgumentParser, config_class: type, *, where: bool = True,
+                           local_workers: int = 1) -> None:
+    """A campaign's flags: its Config's, the runner's and (unless its cells run in this process) where they run.
+    Also for a `specdec` command that is a campaign (`specdec mutants` is the zoo: harness.cli)."""
+    add_arguments(parser, config_class)
+    add_arguments(parser, RunnerConfig)
+    if where:
+        add_arguments(parser, WhereConfig, defaults={"local_workers": local_workers})
 
 
 def campaign_parser(name: str) -> argparse.ArgumentParser:
@@ -167,12 +175,17 @@ def _session(module: ModuleType, config: Any, out: Path):
 
 def run(name: str, argv: list[str] | None = None, module: ModuleType | None = None) -> int:
     """Parse `argv` for campaign `name`, run its cells (journaled, resumable) and its report; the exit code."""
+    module = module or _load(name)
+    return run_parsed(name, parser_for(name, module).parse_args(argv), module)
+
+
+def run_parsed(name: str, args: argparse.Namespace, module: ModuleType | None = None) -> int:
+    """`run` from flags already parsed by `parser_for(name, module)` (or a parser with the same flags)."""
     from harness import preflight
     from harness.policy import results_folder
     from harness.records import provenance
 
     module = module or _load(name)
-    args = parser_for(name, module).parse_args(argv)
     config = from_args(module.Config, args)
     runner = from_args(RunnerConfig, args)
     where = from_args(WhereConfig, args) if getattr(module, "WHERE", None) != "local" else WhereConfig()

@@ -48,13 +48,12 @@ def test_help_and_version_are_argparse_own_and_positionals_are_not_flags():
 def test_a_command_line_without_flags_builds_the_configs_own_defaults():
     """Defaults live once: a flag declared by one config (CheckConfig's --samples, default None) never restates
     another config's default (EngineConfig's 2,000 samples, 120 s timeout), and the zoo's CLI gives CampaignConfig()."""
-    from harness.configs import given
+    from harness.configs import from_args
     from harness.served.check import EngineConfig
     from harness.served.cli import engine_config
-    from suites.campaigns._commands import CampaignConfig
+    from suites.campaigns._commands import CampaignConfig, ZooConfig
 
     parser = build_parser()
     built = engine_config(parser.parse_args(["verify", "--level", "engine", "--endpoint", "http://127.0.0.1:9/v1"]))
     assert dataclasses.asdict(built) == dataclasses.asdict(EngineConfig(endpoint="http://127.0.0.1:9/v1"))
-    chosen = {k: v for k, v in given(CampaignConfig, parser.parse_args(["mutants"])).items() if k != "profile"}
-    assert CampaignConfig.of_profile("full", **chosen) == CampaignConfig()
+    assert from_args(ZooConfig, parser.parse_args(["mutants"])).plan() == CampaignConfig()

@@ -1,6 +1,7 @@
 """The configs of the campaigns that are also `specdec` commands (`specdec mutants` is the zoo, `specdec demo` the
 demo): their flags are built from these fields (harness.configs.option) when `specdec` builds its parser, so this
-module stays light (no torch); the campaigns import them from here."""
+module stays light (no torch); the campaigns import them from here. The zoo is a campaign on the runner
+(harness.runner): `ZooConfig` is its Config, `CampaignConfig` the plan it resolves to (suites/profiles.py)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ def _names(values) -> tuple[str, ...]:
 
 @dataclasses.dataclass
 class CampaignConfig:
-    """The mutant zoo's run (`specdec mutants`); `quick()` is suites/profiles.py's quick profile."""
+    """The mutant zoo's plan: every size of a run (defaults: the full profile); `ZooConfig.plan()` builds it from
+    `specdec mutants`' flags, `quick()` is suites/profiles.py's quick profile. `workers` / `scheduler` /
+    `dask_workers`: where `suites.campaigns.zoo.run_campaign` runs the cells (the CLI: the runner's flags)."""
 
-    seeds: int = option(20, "--seeds", "seeds per mutant (detection rate); default: the profile's", int, "N")
-    control_seeds: int = option(200, "--control-seeds", "seeds per correct control (false-alarm rate); default: the "
-                                "profile's", int, "N")
-    gate: float = option(DEFAULT_FALSE_ALARM_RATE, "--false-alarm-rate", "gate: family-wise false-alarm rate of every "
-                         "run", float, "A")
+    seeds: int = 20  # seeds per mutant (detection rate)
+    control_seeds: int = 200  # seeds per correct control (false-alarm rate)
+    gate: float = DEFAULT_FALSE_ALARM_RATE  # family-wise false-alarm rate of every run
     nominal_rate: float = 0.05  # a nominal false-alarm rate the controls are also read at (never called alpha)
     calibration_rows: int = 1_000  # rows per case in calibration runs
     slow_control_rows: int = 300  # ... for pure-Python controls
@@ -33,9 +34,7 @@ class CampaignConfig:
     # Generation level: every fast entry runs the default plan (greedy, the prompt cells, the contexts cells of the
     # catalogue), the regression test of the default plan's power; `compare_plans` also runs each mutant at the
     # previous default (prompt cells only, no contexts), its time and rate beside the default's.
-    compare_plans: bool = option(False, "--compare-plans", "generation level: also run each mutant at the previous "
-                                 "default plan (no contexts cells) and report its rate and time beside the default "
-                                 "plan's", action="store_true")
+    compare_plans: bool = False
     generation_control_samples: int = 100  # per cell, generation-level controls (their false-alarm runs)
     # A campaign's own generation plan (params, structured): every generation entry at this fixed n per prompt cell,
     # without the contexts cells (None: the default plan above)
@@ -50,15 +49,11 @@ class CampaignConfig:
     generation_pair: str = "toy-low"
     curve_seeds: int = 10  # seeds per point of the detection-vs-samples curve
     workers: int = 2  # processes on this machine (runs are independent); with `dask_workers`, ignored
-    scheduler: str | None = option(None, "--scheduler", "run on the workers of this dask scheduler",
-                                   metavar="ADDRESS")
-    dask_workers: int | None = option(None, "--workers", "run on a local dask cluster of N worker processes", int,
-                                      "N")
-    only: tuple[str, ...] = option((), "--only", "run only these implementations", metavar="NAME", nargs="+")
-    levels: tuple[str, ...] = option((), "--level", "run only the implementations of these levels",
-                                     choices=ZOO_LEVELS, nargs="+")
-    profile: str = option("full", "--profile", "named sizes of suites/profiles.py (quick: the CI profile of `nox -s "
-                          "lossless`, minutes)", choices=tuple(ZOO))
+    scheduler: str | None = None  # the workers of this dask scheduler
+    dask_workers: int | None = None  # a local dask cluster of N worker processes
+    only: tuple[str, ...] = ()  # only these implementations
+    levels: tuple[str, ...] = ()  # only the implementations of these levels
+    profile: str = "full"  # the named sizes of suites/profiles.py this plan was built from
 
     def __post_init__(self):
         self.only, self.levels = _names(self.only), _names(self.levels)
@@ -74,16 +69,42 @@ class CampaignConfig:
         return cls(**{**ZOO[profile], "profile": profile, **overrides})
 
 
-@dataclasses.dataclass
-class ZooOptions:
-    """`specdec mutants`' own options (where it writes, resuming), beside the run's CampaignConfig."""
+ZOO_LOCAL_WORKERS = 2  # the default of `specdec mutants --local-workers`: the runs are independent processes
 
+
+@dataclasses.dataclass
+class ZooConfig:
+    """`specdec mutants` (= `specdec campaign zoo`): which entries, the profile, and the sizes given on the command
+    line (None: the profile's, suites/profiles.py). The runner adds where it writes, resuming and where the runs go."""
+
+    seeds: int | None = option(None, "--seeds", "seeds per mutant (detection rate; default: the profile's: "
+                               f"{CampaignConfig.seeds} full, {ZOO['quick']['seeds']} quick)", int, "N")
+    control_seeds: int | None = option(None, "--control-seeds", "seeds per correct control (false-alarm rate; default: "
+                                       f"the profile's: {CampaignConfig.control_seeds} full, "
+                                       f"{ZOO['quick']['control_seeds']} quick)", int, "N")
+    gate: float = option(DEFAULT_FALSE_ALARM_RATE, "--false-alarm-rate", "gate: family-wise false-alarm rate of every "
+                         "run", float, "A")
+    compare_plans: bool = option(False, "--compare-plans", "generation level: also run each mutant at the previous "
+                                 "default plan (no contexts cells) and report its rate and time beside the default "
+                                 "plan's", action="store_true")
+    only: list[str] = option([], "--only", "run only these implementations", metavar="NAME", nargs="+")
+    levels: list[str] = option([], "--level", "run only the implementations of these levels", choices=ZOO_LEVELS,
+                               nargs="+")
+    profile: str = option("full", "--profile", "named sizes of suites/profiles.py (quick: the CI profile of `nox -s "
+                          "lossless`, minutes)", choices=tuple(ZOO))
     quick: bool = option(False, "--quick", "the quick profile (= --profile quick): fewer seeds, no detection-vs-samples "
                          "curve (minutes)", action="store_true")
-    out: str | None = option(None, "--out", "results folder (default: suites/campaigns/zoo.py's)", metavar="DIR")
-    fresh: bool = option(False, "--fresh", "forget the journal OUT/journal.jsonl: run every cell again (default: a "
-                         "rerun resumes, keeping every finished run; each is written there as it finishes)",
-                         action="store_true")
+    threads: int | None = option(None, "--threads", "accepted for earlier commands: every run uses one torch thread",
+                                 int, "N", hidden=True)
+
+    def profile_name(self) -> str:
+        return "quick" if self.quick else self.profile
+
+    def plan(self) -> CampaignConfig:
+        """The run's sizes: the profile's, with the flags given on the command line over them."""
+        given = {k: v for k, v in (("seeds", self.seeds), ("control_seeds", self.control_seeds)) if v is not None}
+        return CampaignConfig.of_profile(self.profile_name(), **given, gate=self.gate, compare_plans=self.compare_plans,
+                                         only=tuple(self.only), levels=tuple(self.levels))
 
 
 @dataclasses.dataclass
@@ -96,7 +117,7 @@ class DemoOptions:
 
 
 def specdec_parser(command: str):
-    """The parser of `specdec COMMAND` (`specdec campaign zoo` / `demo` are `specdec mutants` / `demo`)."""
+    """The parser of `specdec COMMAND` (`specdec campaign demo` is `specdec demo`)."""
     import argparse
 
     from harness.cli import build_parser

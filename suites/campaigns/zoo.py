@@ -1,4 +1,5 @@
-"""`specdec mutants`: run the mutant zoo and the correct controls through the checks; measure rates.
+"""`specdec mutants` (= `specdec campaign zoo`): run the mutant zoo and the correct controls through the checks;
+measure rates.
 
 - **Detection** of each mutant: the fraction of seeds whose verdict is "fail" at default settings
   (full plan, stopping a run as soon as its verdict is decided), with a Clopper–Pearson 95% interval.
@@ -9,7 +10,12 @@
   is informative) from the same runs.
 - **Detection vs samples**: each mutant on the calibration battery at growing rows per case.
 - **Exact TV** of analytic mutants on two standard configurations (high and low α).
-Library code returns rows; the CLI prints and `write_report` writes results/lossless/.
+
+A campaign of the runner (harness.runner): its Config is `ZooConfig` (suites/campaigns/_commands.py: which entries,
+the profile of suites/profiles.py and the sizes given over it), every verification run a cell journaled in
+OUT/journal.jsonl (a rerun resumes; --local-workers / --workers / --scheduler spread them), the report
+OUT/{report.md,campaign.json,campaign.csv,detection_vs_samples.png}. Exit 0: every mutant caught in >= 95% of its
+seeds (unless below resolution) and every control passes; 1: not so; 2: runs not made (--budget-s / --stop-at).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import functools
 import importlib
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 
@@ -30,10 +37,10 @@ from harness.check.sampler import run_sampler_check
 from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.pairs import get_pair
 from harness.stats.rates import clopper_pearson, family_p  # noqa: F401 - family_p: public here too
-from suites.campaigns._commands import CampaignConfig  # noqa: F401 - public here too (its flags: specdec mutants)
-from suites.outputs import FOLDERS
+from suites.campaigns._commands import ZOO_LOCAL_WORKERS, CampaignConfig, ZooConfig
 
-DEFAULT_OUT = FOLDERS["campaign.zoo"]  # suites/outputs.py
+Config = ZooConfig  # the campaign runner's name for the flags (harness.runner)
+LOCAL_WORKERS = ZOO_LOCAL_WORKERS  # the runs are independent processes
 
 
 @functools.lru_cache(maxsize=1)
@@ -180,41 +187,35 @@ def task_key(task: Task, gate: float) -> str:
     return json.dumps({**dataclasses.asdict(task), "gate": gate}, sort_keys=True)
 
 
-def _encode(result: dict) -> dict:
+def encode_record(result: dict) -> dict:
+    """`run_task`'s result as a JSON record (its task as a dict), as the journal keeps it."""
     return {**result, "task": dataclasses.asdict(result["task"])}
 
 
-def _decode(record: dict) -> dict:
+def decode_record(record: dict) -> dict:
+    """A journal record back to `run_task`'s result (its Task)."""
     return {**record, "task": Task(**record["task"])}
 
 
-def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | None = None, *,
-                 journal: Journal | None = None, executor: Executor | None = None,
-                 run: Callable = run_task) -> dict:
-    """Returns {"rows": [...], "curve": [...], "config": ...}; nothing is printed.
-
-    Runs are independent cells: spread over `config.workers` local processes, or a dask cluster
-    (`config.scheduler` / `config.dask_workers`, or an explicit `executor`). With a `journal`, each
-    finished run is persisted as it arrives and runs already in it are not repeated (harness.executor).
-    `run(task, gate)` is the cell function (tests wrap it to count executions)."""
+def selected(config: CampaignConfig) -> list:
+    """The implementations a plan runs: `only` (or every one but the architectures mutants, which are slow on CPU
+    and run in their own campaign, `specdec campaign architectures`), of `levels` if given."""
     from harness.mutants.registry import implementations
 
-    # The architectures mutants (hybrid / recurrent / sliding-window pairs, slow on CPU) run in their own campaign
-    # (`specdec campaign architectures`); here only when named with --only.
-    impls = [i for i in implementations() if (i.name in config.only if config.only else
-                                              not i.spec.startswith("harness.mutants.architectures:"))
-             and (not config.levels or i.level in config.levels)]
-    tasks = _tasks(config, impls)
-    cells = {task_key(t, config.gate): (t, config.gate) for t in tasks}
-    started = time.perf_counter()
-    if executor is None:
-        executor = make_executor(config.scheduler, config.dask_workers, local_workers=config.workers)
-    resumed = len(set(journal.load()) & set(cells)) if journal else 0
-    with executor:
-        done = run_cells(executor, run, cells, journal=journal, encode=_encode, decode=_decode, progress=progress)
-    results = [done[task_key(t, config.gate)] for t in tasks]  # task order, whoever ran them
+    return [i for i in implementations() if (i.name in config.only if config.only else
+                                             not i.spec.startswith("harness.mutants.architectures:"))
+            and (not config.levels or i.level in config.levels)]
+
+
+def plan_cells(config: CampaignConfig) -> dict[str, tuple]:
+    """key -> (task, gate) for every run of the plan, in the order they are handed out."""
+    return {task_key(t, config.gate): (t, config.gate) for t in _tasks(config, selected(config))}
+
+
+def summarize(config: CampaignConfig, results: list[dict]) -> dict:
+    """{"rows": [...], "curve": [...], "config": the plan} from the finished runs (`run_task`'s results)."""
     rows, curve = [], []
-    for impl in impls:
+    for impl in selected(config):
         mine = [r for r in results if r["task"].name == impl.name and r["task"].purpose in ("detect", "calibrate")]
         row = _summarise(impl, mine, gate=config.gate, nominal=config.nominal_rate)
         previous = [r for r in results if r["task"].name == impl.name and r["task"].purpose == "previous plan"]
@@ -234,8 +235,102 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
                    and r["task"].rows == n_rows]
             if pts:
                 curve.append({"name": impl.name, "rows_per_case": n_rows, "detection_rate": float(np.mean(pts))})
-    return {"rows": rows, "curve": curve, "config": dataclasses.asdict(config),
-            "seconds": time.perf_counter() - started, "resumed_runs": resumed, "total_runs": len(cells)}
+    return {"rows": rows, "curve": curve, "config": dataclasses.asdict(config)}
+
+
+def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | None = None, *,
+                 journal: Journal | None = None, executor: Executor | None = None,
+                 run: Callable = run_task) -> dict:
+    """The zoo from Python: `summarize`'s result of every run of `config`, plus its seconds; nothing is printed
+    (`specdec mutants` runs the same cells on the campaign runner).
+
+    Runs are independent cells: spread over `config.workers` local processes, or a dask cluster
+    (`config.scheduler` / `config.dask_workers`, or an explicit `executor`). With a `journal`, each
+    finished run is persisted as it arrives and runs already in it are not repeated (harness.executor).
+    `run(task, gate)` is the cell function (tests wrap it to count executions)."""
+    cells = plan_cells(config)
+    started = time.perf_counter()
+    if executor is None:
+        executor = make_executor(config.scheduler, config.dask_workers, local_workers=config.workers)
+    resumed = len(set(journal.load()) & set(cells)) if journal else 0
+    with executor:
+        done = run_cells(executor, run, cells, journal=journal, encode=encode_record, decode=decode_record,
+                         progress=progress)
+    result = summarize(config, [done[k] for k in cells if k in done])  # task order, whoever ran them
+    return {**result, "seconds": time.perf_counter() - started, "resumed_runs": resumed, "total_runs": len(cells),
+            "where": _where(result["config"])}
+
+
+# --- the campaign runner's hooks (harness.runner): `specdec mutants` / `specdec campaign zoo` ---------------------
+
+def validate(config: ZooConfig) -> None:
+    from harness import preflight
+    from harness.errors import HarnessError
+    from harness.mutants.registry import get
+
+    if config.quick and config.profile != "full" and config.profile != "quick":
+        raise HarnessError(f"--quick is --profile quick: give one of --quick and --profile {config.profile}")
+    plan = config.plan()
+    if plan.seeds < 1 or plan.control_seeds < 1:
+        raise HarnessError("--seeds and --control-seeds must be >= 1")
+    if not 0 < plan.gate < 1:
+        raise HarnessError(f"--false-alarm-rate must be in (0, 1), got {plan.gate}")
+    if plan.compare_plans and plan.levels and "generation" not in plan.levels:
+        raise HarnessError("--compare-plans compares the generation level's plans; add generation to --level")
+    preflight.threads(config.threads)  # this process's torch threads (every run sets one in its own)
+    for name in plan.only:
+        get(name)  # unknown names: "Did you mean ...?"
+
+
+def provenance_fields(config: ZooConfig) -> dict:
+    return {"seed": list(range(config.plan().seeds)), "dtype": "float32"}
+
+
+def cells(config: ZooConfig) -> dict[str, tuple]:
+    return plan_cells(config.plan())
+
+
+def run_cell(task: Task, gate: float) -> dict:
+    """One verification run as a JSON record (its task as a dict; `finished_at`: when, Unix time)."""
+    return {**encode_record(run_task(task, gate)), "finished_at": time.time()}
+
+
+def where_ran(where) -> str:
+    """The report's words for where the runner ran the cells (its WhereConfig)."""
+    if where.scheduler:
+        return f"the workers of the dask scheduler {where.scheduler}"
+    if where.workers:
+        return f"a local dask cluster of {where.workers} worker processes"
+    return f"{where.local_workers} worker processes"
+
+
+def report(run) -> int:
+    """report.md, campaign.json (a result envelope: the flags as its config, the plan in its summary), campaign.csv
+    and the detection-vs-samples figure; the rows printed. Exit 0 as expected, 1 a mutant escaped or something that
+    must pass failed, 2 runs not made (the same command resumes them)."""
+    began = time.time() - run.seconds  # when this invocation's first cell could start: earlier records were resumed
+    plan = run.config.plan()
+    result = summarize(plan, [decode_record(r) for r in run.records])
+    result.update(seconds=run.seconds, total_runs=len(run.cells), runs_made=len(run.done),
+                  resumed_runs=sum(r.get("finished_at", 0) < began for r in run.records), where=where_ran(run.where))
+    summary = write_report(result, run.out, provenance=run.provenance, config=run.config, kind="campaign.zoo",
+                           command=run.command)
+    for r in result["rows"]:
+        print(f"  {r['name']:<34} {r['level']:<10} {r['kind']:<10} rate at gate {100 * r['rate_at_gate']:5.1f}% "
+              f"({r['runs']} runs)")
+    print(f"\n  report: {summary['out']}/report.md")
+    for problem in summary["problems"]:
+        print(f"  PROBLEM: {problem}")
+    missing = len(run.cells) - len(run.done)
+    print(f"  overall: {'PASS' if summary['ok'] else 'FAIL'}" + (f" on the runs made ({missing} not made)" if missing
+                                                                  else ""))
+    if not summary["ok"]:
+        return 1
+    if missing:
+        print(f"specdec: error: {missing} of {len(run.cells)} runs not made (--budget-s / --stop-at): the same command "
+              "resumes them", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _summarise(impl, runs: list[dict], *, gate: float, nominal: float) -> dict:
@@ -291,8 +386,10 @@ def campaign_ok(rows: list[dict], tv: float = TARGET_TV) -> tuple[bool, list[str
     return not problems, problems
 
 
-def write_report(result: dict, out_dir) -> dict:
-    """results/lossless/: campaign.csv, campaign.json, detection_vs_samples.png, report.md (atomic writes)."""
+def write_report(result: dict, out_dir, *, provenance: dict | None = None, config=None, kind: str = "mutants",
+                 command: str | None = None) -> dict:
+    """OUT/: campaign.csv, campaign.json (a result envelope of `kind`: `config`, or the plan, as its config; the plan
+    in its summary), detection_vs_samples.png, report.md (atomic writes). `provenance`: the run's (default: now's)."""
     from pathlib import Path
 
     import matplotlib
@@ -302,18 +399,22 @@ def write_report(result: dict, out_dir) -> dict:
     import pandas as pd
 
     from harness.envelope import write_result
-    from harness.records import atomic_write_text, provenance, save_figure
+    from harness.records import atomic_write_text, save_figure
+    from harness.records import provenance as now
 
     out = Path(out_dir)
-    meta = provenance(seed=list(range(result["config"]["seeds"])), dtype="float32")
+    meta = provenance or now(seed=list(range(result["config"]["seeds"])), dtype="float32")
     rows = pd.DataFrame(result["rows"])
     for key, value in meta.items():
         rows[key] = str(value) if isinstance(value, (dict, list)) else value
     atomic_write_text(out / "campaign.csv", rows.to_csv(index=False))
     ok, problems = campaign_ok(result["rows"])
-    write_result(out / "campaign.json", "mutants", config=result["config"], provenance=meta, rows=result["rows"],
-                 summary={"ok": ok, "problems": problems, "curve": result["curve"], "seconds": result.get("seconds"),
-                          "resumed_runs": result.get("resumed_runs"), "total_runs": result.get("total_runs")})
+    write_result(out / "campaign.json", kind, config=result["config"] if config is None else config, provenance=meta,
+                 rows=result["rows"], summary={"ok": ok, "problems": problems, "curve": result["curve"],
+                                               "seconds": result.get("seconds"), "resumed_runs": result.get("resumed_runs"),
+                                               "total_runs": result.get("total_runs"),
+                                               "runs_made": result.get("runs_made", result.get("total_runs")),
+                                               "plan": result["config"], "command": command})
     fig, ax = plt.subplots(figsize=(8, 5))
     curve = pd.DataFrame(result["curve"])
     if not curve.empty:
@@ -331,7 +432,7 @@ def write_report(result: dict, out_dir) -> dict:
     ax.set_title("Sampler-level mutants: detection vs samples")
     save_figure(fig, out / "detection_vs_samples.png")
     plt.close(fig)
-    atomic_write_text(out / "report.md", _markdown(result, meta, ok, problems))
+    atomic_write_text(out / "report.md", _markdown(result, meta, ok, problems, command))
     return {"ok": ok, "problems": problems, "out": str(out)}
 
 
@@ -347,7 +448,7 @@ def _pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
 
-def _markdown(result, meta, ok, problems) -> str:
+def _markdown(result, meta, ok, problems, command: str | None = None) -> str:
     cfg = result["config"]
     lines = [
         "# Mutant zoo: detection and false-alarm rates", "",
@@ -365,10 +466,13 @@ def _markdown(result, meta, ok, problems) -> str:
         f"Profile: {cfg.get('profile', 'full')}"
         + (" (a smoke run for CI: fewer seeds, no curve; the calibration is the full profile, "
            "`specdec mutants`)" if cfg.get("profile") == "quick" else "")
-        + f". Wall time {result.get('seconds', 0):.0f} s on {_where(cfg)}"
+        + f". Wall time {result.get('seconds', 0):.0f} s on {result.get('where') or _where(cfg)}"
         + (f" for {result['total_runs'] - result['resumed_runs']} runs; {result['resumed_runs']} of "
            f"{result['total_runs']} were resumed from journal.jsonl (finished by an earlier invocation into this "
            f"folder: their CPU seconds are in the worker s column)" if result.get("resumed_runs") else "") + ".", "",
+        *([f"**Partial: {result['total_runs'] - result['runs_made']} of {result['total_runs']} planned runs not made "
+           "(--budget-s / --stop-at); the rates are those of the runs made, and the same command resumes.**", ""]
+          if result.get("runs_made", result.get("total_runs")) != result.get("total_runs") else []),
         "| implementation | level | kind | models | runs | rate at gate (95% CI) | rate at 0.05 (95% CI) | "
         "median samples | plan | exact TV (high α / low α) | wasteful runs | worker s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -404,23 +508,9 @@ def _markdown(result, meta, ok, problems) -> str:
               "columns exact TV prompt 0 / prompt 1, below the smallest joint-law TV any prompt cell of its runs "
               f"promised; reported, not gated): {', '.join(below_gen) or 'none'}.",
               "", "![detection vs samples](detection_vs_samples.png)", "",
-              "Reproduce: `specdec mutants --out results/lossless` (see `specdec mutants --help`).", ""]
+              f"Reproduce: `{command or 'specdec mutants --out results/lossless'}` (see `specdec mutants --help`).", ""]
     return "\n".join(lines)
 
 
 def _fmt_tv(x) -> str:
     return f"{x:.3f}" if isinstance(x, float) else ("-" if x is None else str(x))
-
-
-def argument_parser():
-    """`specdec campaign zoo` is `specdec mutants`: the same parser (its flags from suites/campaigns/_commands.py)."""
-    from suites.campaigns._commands import specdec_parser
-
-    return specdec_parser("mutants")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`specdec campaign zoo ARGS` is `specdec mutants ARGS`."""
-    from harness.cli import main as specdec
-
-    return specdec(["mutants", *(argv or [])])

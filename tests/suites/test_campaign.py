@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,8 +13,6 @@ from suites.campaigns.zoo import (
     below_resolution,
     campaign_ok,
     clopper_pearson,
-    run_campaign,
-    write_report,
 )
 
 
@@ -58,36 +57,90 @@ def test_the_hook_mutants_exact_tvs_reach_the_zoo_rows():
     assert min(strong.values()) > 0.15 and 0.02 < max(mild.values()) < 0.05
 
 
-@pytest.mark.statistical
-def test_small_campaign_catches_the_mutant_and_passes_the_controls(tmp_path):
-    config = CampaignConfig(seeds=3, control_seeds=3, curve_rows=(100,), curve_seeds=2, workers=2,
-                            only=("always_accept", "reference_verify", "accept_less_equal", "always_reject"))
-    result = run_campaign(config)
-    rows = {r["name"]: r for r in result["rows"]}
-    assert rows["always_accept"]["rate_at_gate"] == 1.0 and rows["always_accept"]["runs"] == 3
-    assert rows["reference_verify"]["failed_runs"] == 0 and rows["reference_verify"]["runs"] == 3
-    assert rows["accept_less_equal"]["failed_runs"] == 0
-    assert rows["always_reject"]["wasteful_runs"] == 3  # lossless, and reported as wasteful
-    assert all(r["worker_seconds"] > 0 for r in result["rows"])
-    assert [c["rows_per_case"] for c in result["curve"]] == [100]
-    summary = write_report(result, tmp_path)
-    assert summary["ok"]
-    report = (tmp_path / "report.md").read_text()
-    assert "Overall: PASS" in report and "always_accept" in report
-    data = json.loads((tmp_path / "campaign.json").read_text())
-    assert data["provenance"]["git_commit"] and (tmp_path / "campaign.csv").exists()
+ENTRIES = ["always_accept", "reference_verify"]  # a sampler mutant (caught at once) and the reference control
+
+
+def _envelope(out) -> dict:
+    return json.loads((out / "campaign.json").read_text())
+
+
+def _cells_run(err: str) -> list[str]:
+    """The runner's progress lines: 'campaign zoo: DONE/TOTAL cells'."""
+    return [line for line in err.splitlines() if line.startswith("campaign zoo:")]
 
 
 @pytest.mark.statistical
-def test_quick_profile_and_cli(tmp_path, capsys):
-    quick = CampaignConfig.quick()
-    assert quick.profile == "quick" and quick.curve_seeds == 0 and 5 <= quick.seeds < CampaignConfig().seeds
+def test_specdec_mutants_runs_on_the_runner_and_a_rerun_resumes(tmp_path, capsys):
+    """`specdec mutants --quick` (what `nox -s lossless` runs): the mutant caught in every seed, the control passes,
+    exit 0; the record's config reruns it (`specdec run --config`), resumed from the journal: no run again."""
     out = tmp_path / "q"
-    assert main(["mutants", "--quick", "--only", "always_accept", "reference_verify", "--seeds", "2",
-                 "--control-seeds", "2", "--out", str(out)]) == 0
-    assert "Profile: quick" in (out / "report.md").read_text()
-    assert main(["mutants", "--only", "always_acept", "--out", str(out)]) == 2
-    assert "Did you mean 'always_accept'" in capsys.readouterr().err
+    argv = ["mutants", "--quick", "--only", *ENTRIES, "--seeds", "2", "--control-seeds", "2", "--out", str(out)]
+    assert main(argv) == 0
+    assert _cells_run(capsys.readouterr().err)[-1] == "campaign zoo: 4/4 cells"
+    record = _envelope(out)
+    assert record["kind"] == "campaign.zoo" and record["provenance"]["seed"] == [0, 1]
+    assert record["config"] == {"seeds": 2, "control_seeds": 2, "gate": 1e-3, "compare_plans": False,
+                              "only": ENTRIES, "levels": [], "profile": "full", "quick": True, "threads": None}
+    plan = record["summary"]["plan"]
+    assert plan["profile"] == "quick" and plan["seeds"] == 2 and plan["curve_seeds"] == 0  # the quick profile's
+    assert record["summary"]["ok"] and record["summary"]["runs_made"] == 4
+    rows = {r["name"]: r for r in record["rows"]}
+    assert (rows["always_accept"]["runs"], rows["always_accept"]["rate_at_gate"]) == (2, 1.0)
+    assert (rows["reference_verify"]["runs"], rows["reference_verify"]["failed_runs"]) == (2, 0)
+    report = (out / "report.md").read_text()
+    assert "Overall: PASS" in report and "Profile: quick" in report and "Partial" not in report
+    assert f"Reproduce: `specdec campaign zoo --seeds 2 --control-seeds 2 --only {' '.join(ENTRIES)} --quick " \
+           f"--out {out}`" in report
+    assert (out / "campaign.csv").exists() and (out / "detection_vs_samples.png").exists()
+
+    assert main(["run", "--config", str(out / "campaign.json"), "--out", str(out)]) == 0
+    assert _cells_run(capsys.readouterr().err) == ["campaign zoo: 4/4 cells"]  # every cell from the journal
+    assert "4 of 4 were resumed" in (out / "report.md").read_text()
+    assert main(["campaign", "zoo", *argv[1:], "--seeds", "3", "--stop-at", "1"]) == 2  # 1970: no run starts
+    err = capsys.readouterr().err
+    assert "1 of 5 runs not made" in err and _cells_run(err) == ["campaign zoo: 4/5 cells"]
+    assert "Partial: 1 of 5 planned runs not made" in (out / "report.md").read_text()
+
+
+def test_a_journaled_failure_of_a_control_is_exit_1(tmp_path, capsys):
+    """The report judges the runs the journal holds (--report-only: none runs): a control that FAILed is exit 1."""
+    from harness.executor import JOURNAL, Journal
+    from suites.campaigns import zoo
+
+    config = zoo.ZooConfig(only=["reference_verify"], control_seeds=2, quick=True)
+    journal = Journal(tmp_path / JOURNAL)
+    for i, (key, (task, _)) in enumerate(zoo.cells(config).items()):
+        journal.append(key, {"task": dataclasses.asdict(task), "fail": i == 0, "family_p": 1e-6 if i == 0 else 1.0,
+                             "samples": 9312, "resolution_tv": None, "wasteful": False, "seconds": 1.0})
+    assert main(["mutants", "--quick", "--only", "reference_verify", "--control-seeds", "2", "--out", str(tmp_path),
+                 "--report-only"]) == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM: control reference_verify failed 1 of 2 runs at the gate" in out and "overall: FAIL" in out
+    assert "Overall: FAIL" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--seeds", "0"], "--seeds and --control-seeds must be >= 1"),
+    (["--false-alarm-rate", "1.5"], "--false-alarm-rate must be in (0, 1)"),
+    (["--only", "always_acept"], "Did you mean 'always_accept'"),
+    (["--compare-plans", "--level", "sampler"], "--compare-plans compares the generation level's plans"),
+    (["--threads", "0"], "--threads must be >= 1"),
+])
+def test_a_bad_setting_is_exit_2_before_any_run(argv, needle, tmp_path, capsys):
+    assert main(["mutants", "--quick", *argv, "--out", str(tmp_path / "z")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and not _cells_run(err)
+    assert not (tmp_path / "z").exists()  # refused before the journal (or anything) was written
+
+
+def test_the_flags_resolve_to_the_profiles_sizes():
+    """`ZooConfig.plan()`: the profile's sizes (suites/profiles.py), a size given on the command line over them."""
+    from suites.campaigns.zoo import CampaignConfig, ZooConfig
+
+    assert ZooConfig().plan() == CampaignConfig()
+    quick = ZooConfig(quick=True, seeds=3).plan()
+    assert quick == CampaignConfig.quick(seeds=3) and quick.control_seeds == CampaignConfig.quick().control_seeds
+    assert ZooConfig(profile="quick").plan() == CampaignConfig.quick()
 
 
 @pytest.mark.statistical
