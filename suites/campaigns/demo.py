@@ -7,7 +7,7 @@
    cost model's with the verify pass at its measured price r = T(γ+1)/T(1)) and to transformers
    assisted generation;
 4. the regime where speculation pays on this machine: a prompt-lookup (n-gram) draft with the SmolLM2
-   target on the copy-heavy categories of the prompt catalogue, summarization and RAG, with each category's
+   target on the copy-heavy categories of the prompt catalogue, summarization, RAG and code editing, with each category's
    spread over its prompts (when the real model is installed), and a synthetic-cost pair whose
    forward passes are padded to 40 ms / 4 ms (a verify pass as cheap as a one-token pass, r ≈ 1, as on
    an accelerator) - each with measured vs cost-model speedup;
@@ -85,8 +85,9 @@ def demo_bench_config(pair: str, out: Path, *, quick: bool):
 
 
 # The regime where speculation pays: catalogue categories whose answers copy from the prompt
-# (suites/prompts/bench.jsonl, Spec-Bench's summarization and retrieval-augmented QA), one group per category
-COPY_HEAVY_CATEGORIES = ("summarization", "rag")
+# (suites/prompts/bench.jsonl: Spec-Bench's summarization and retrieval-augmented QA, and code editing), one group
+# per category
+COPY_HEAVY_CATEGORIES = ("summarization", "rag", "code-edit")
 SYNTHETIC_PAIR, SYNTHETIC_COST_MS = "const-a0.8", (40.0, 4.0)
 
 

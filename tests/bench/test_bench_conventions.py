@@ -214,7 +214,7 @@ def test_demo_shows_both_regimes_measured_afresh():
     assert [c.pairs for _, c in toy] == [("const-a0.8",)]  # no real model: the synthetic-cost pair only
     assert all(c.resume is False and c.interleave for _, c in real + toy)
     # the n-gram draft on the copy-heavy catalogue categories, one group (with its spread over prompts) per category
-    assert real[0][1].categories == ("summarization", "rag") and real[0][1].prompts >= 8
+    assert real[0][1].categories == ("summarization", "rag", "code-edit") and real[0][1].prompts >= 8
     assert real[1][1].synthetic_cost_ms == (40.0, 4.0)
 
 

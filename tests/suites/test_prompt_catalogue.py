@@ -54,6 +54,17 @@ def test_copy_categories_carry_a_source_passage(category):
         assert len(source.split()) >= 20, r["id"]
 
 
+def test_code_edit_prompts_carry_the_code_the_answer_repeats_and_are_sent_only_when_named():
+    """Each ends with the heading the answer follows (`After:` / `JSON:`) after at least 5 lines of source; the default
+    catalogue (no category named) leaves them out, so `--prompts 2` is still the first catalogue."""
+    edits = http_bench.catalogue(("code-edit",))
+    assert len(edits) >= 8
+    for r in edits:
+        source, heading = r["text"].rstrip("\n").rsplit("\n", 1)
+        assert heading in ("After:", "JSON:") and len(source.split("\n\n", 1)[1].splitlines()) >= 5, r["id"]
+    assert not any(r["category"] == "code-edit" for r in http_bench.catalogue())
+
+
 def test_chat_prompts_are_conversations_ending_with_the_assistant_turn():
     chats = http_bench.catalogue(("chat",))
     assert all(r["text"].startswith("User:") and r["text"].endswith("Assistant:") for r in chats)
