@@ -1,31 +1,41 @@
 """Campaign: structured outputs under speculation (toy pairs, SmolLM2, llama-server, vLLM).
 
-    specdec campaign structured --out results/structured [--parts exact,...] \
-        [--seeds 20 --control-seeds 200 --samples 1000 --budget-s 2400 --stop-at HH:MM --workers 2]
+    specdec campaign structured [--parts exact,...] [--seeds 20 --control-seeds 200 --samples 1000] \
+        [--budget-s 2400 --stop-at HH:MM --local-workers 2] [--out DIR]
 
-1. `exact_tv.json`: TV between the exact output law of the reference (and of every structured mutant /
+The parts (`--parts`, default: all; `readme` alone: only README.md from the records in OUT), in the order their
+cells run:
+
+1. `exact`: `exact_tv.json`, TV between the exact output law of the reference (and of every structured mutant /
    control whose hooks are p/q only) and the constrained target law, float64 enumeration of 3 new tokens,
    γ = 3, per toy prompt and automaton.
-2. `report.md` / `campaign.{csv,json}` (suites.campaigns.zoo): each mutant over `--seeds` seeds, both controls
-   (the reference with the constraint, the mask on the target only) over 20 seeds; `reference/report.md`:
-   the reference control in chunks of 20 more seeds until `--control-seeds`, `--budget-s` or `--stop-at`;
-   each report states the seeds that ran (a journal keeps finished runs: a rerun resumes).
-3. `step.json`: the sampler-level masked step (harness.check.structured_step) on harness-drawn automata:
-   the reference `specdec_ref.adapters:verify_masked` over `--step-seeds` seeds, each step mutant over `--seeds`.
-4. `transformers_assisted.json`: transformers assisted generation with the constraint as
+2. `transformers`: `transformers_assisted.json`, transformers assisted generation with the constraint as
    `prefix_allowed_tokens_fn` (harness.adapters.hf:assisted_generate), the generation-level check on the toy pair.
-5. `smollm2.json`: the reference and transformers assisted generation on SmolLM2 under a JSON schema (PIT of
-   the masked law, teacher-forced; `--real-samples` per prompt).
-6. `llama_server.json`: llama.cpp's llama-server on SmolLM2 (F32 target; its Q4_1 GGUF drafting when speculation is
-   on) under ENGINE_GBNF sent as `grammar` (harness.served.structured.ConstrainedLlamaServerClient): the engine
-   check against the local float64 target with the same grammar, and the format test on every continuation;
-   `--engine-samples` per prompt, `--engine-sides on,off` (a later run adds the side it ran to the record).
-   By default the part runs only where a llama-server binary is found; named in --parts it builds one.
+3. `step`: `step.json`, the sampler-level masked step (harness.check.structured_step) on harness-drawn automata:
+   the reference `specdec_ref.adapters:verify_masked` over `--step-seeds` seeds, each step mutant over `--seeds`.
+4. `zoo`: `report.md` / `campaign.{csv,json}` (suites.campaigns.zoo's runs and report): each structured mutant over
+   `--seeds` seeds, both controls (the reference with the constraint, the mask on the target only) over 20 seeds.
+5. `real`: `smollm2.json`, the reference and transformers assisted generation on SmolLM2 under a JSON schema (PIT
+   of the masked law, teacher-forced; `--real-samples` per prompt).
+6. `llama-server`: `llama_server.json`, llama.cpp's llama-server on SmolLM2 (F32 target; its Q4_1 GGUF drafting
+   when speculation is on) under ENGINE_GBNF sent as `grammar` (harness.served.structured.ConstrainedLlamaServerClient):
+   the engine check against the local float64 target with the same grammar, and the format test on every
+   continuation; `--engine-samples` per prompt, `--engine-sides on,off` (a later run adds the side it ran to the
+   record). By default the part runs only where a llama-server binary is found; named in --parts it builds one.
+7. `vllm`: `vllm.json`, vLLM (CPU build, `--vllm-python`) with n-gram speculation under VLLM_REGEX; by default only
+   where that venv exists.
+8. `reference`: `reference/report.md`, the reference control over `--control-seeds` seeds (its first 20 are the zoo
+   part's): the campaign's last cells, so `--budget-s` / `--stop-at` end it first; its report states the runs made.
+
+A campaign of the runner (harness.runner): every run is a cell journaled in OUT/journal.jsonl (a rerun resumes; the
+zoo and reference runs keep the zoo's cell keys), spread over `--local-workers` processes. Exit 0 when the step
+reference passes and every step mutant fails, and the zoo's and the reference's reports are as expected; 1 otherwise
+(the third-party findings are measurements: they never set the exit code).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -38,18 +48,15 @@ from harness.check.exact_laws import continuation_law, total_variation
 from harness.check.generation import run_generation_check
 from harness.check.settings import Setting
 from harness.check.structured import ConstraintSpec, bind_constraints
-from harness.configs import Parser, add_arguments, option
-from harness.envelope import write_result
-from harness.executor import Journal
+from harness.configs import option
 from harness.models.toy_pairs import toy_models, toy_prompts
 from harness.mutants import get, implementations
 from harness.mutants.generation import exact_output_law
 from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED
 from harness.pairs import get_pair
-from harness.records import provenance
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
-from suites.campaigns.zoo import CampaignConfig, run_campaign, write_report
-from suites.outputs import FOLDERS
+from suites.campaigns import zoo
+from suites.campaigns._commands import CampaignConfig
 
 KINDS = {"toy": "0.7", "toy-eos": "eos"}  # registered pair -> its float64 toy models
 CONTROLS = ("reference_constrained", "mask_target_not_draft")
@@ -60,6 +67,10 @@ REFERENCE_AUTOMATA = (  # (pair, setting): the reference's exact law under each
 )
 CONTROL_CHUNK = 20
 PARTS = ("exact", "transformers", "step", "zoo", "real", "llama-server", "vllm", "reference")  # in the order they run; README.md always
+STEP_FIRST_SEED = 5000
+STEP_GATE = 1e-3
+LOCAL_WORKERS = 2  # the default of --local-workers: the runs are independent processes
+KEPT = ("engine",)  # the engine parts' logs and kept responses (OUT/engine): --fresh removes them with the journal
 
 
 def structured_names() -> list[str]:
@@ -113,15 +124,17 @@ def transformers_finding(samples: int, seed: int = 0) -> dict:
                         setting, samples, seed)
 
 
-def real_pair_runs(samples: int, seed: int = 0) -> dict:
-    """The reference and transformers assisted generation on SmolLM2 under a JSON schema (PIT of the masked law)."""
+def real_pair_run(who: str, samples: int, seed: int = 0) -> dict:
+    """The reference (`who` = "reference") or transformers assisted generation on SmolLM2 under a JSON schema (PIT
+    of the masked law)."""
     from harness.adapters.hf import assisted_generate
     from specdec_ref.adapters import generate
 
     setting = Setting(1.0, constraint=ConstraintSpec("json_schema", REAL_SCHEMA))
-    return {"reference": check_record(generate, "specdec_ref.adapters:generate", "smollm2", setting, samples, seed),
-            "transformers": check_record(assisted_generate, "harness.adapters.hf:assisted_generate "
-                                         "(prefix_allowed_tokens_fn)", "smollm2", setting, samples, seed)}
+    if who == "reference":
+        return check_record(generate, "specdec_ref.adapters:generate", "smollm2", setting, samples, seed)
+    return check_record(assisted_generate, "harness.adapters.hf:assisted_generate (prefix_allowed_tokens_fn)",
+                        "smollm2", setting, samples, seed)
 
 
 # The engine finding: llama.cpp's llama-server on SmolLM2 (F32 target, its Q4_1 GGUF drafting) under a GBNF
@@ -144,13 +157,13 @@ def _engine_summary(report) -> dict:
             "rejected": [t["name"] for t in d["tests"] if t.get("reject")][:20], "tests": len(d["tests"])}
 
 
-def llama_server_finding(out: Path, samples: int, sides=("on", "off")) -> dict:
-    """llama-server with speculation on (the draft model) and off, each under ENGINE_GBNF: the engine check with
-    the local float64 target (PIT of the masked law) and the format test on every returned continuation."""
-    import os
-
+def llama_server_side(out: Path, samples: int, side: str) -> dict:
+    """llama-server with speculation on (the draft model) or off under ENGINE_GBNF: the engine check with the local
+    float64 target (PIT of the masked law) and the format test on every returned continuation. The record's
+    `plan` is the part's (the same for both sides), `side` this side's; logs and kept responses under OUT/engine."""
     from harness.check.structured import compile_for_pair
-    from harness.served.check import EngineConfig, run_engine_check_with
+    from harness.served.check import run_engine_check_with
+    from harness.served.config import EngineConfig
     from harness.served.llama_server import NO_TRUNCATION, build_llama_server, llama_server, version
     from harness.served.structured import (
         ConstrainedLlamaServerClient,
@@ -159,6 +172,7 @@ def llama_server_finding(out: Path, samples: int, sides=("on", "off")) -> dict:
         stored_rows,
     )
 
+    torch.set_num_threads(1)
     binary = build_llama_server()
     spec = gbnf_spec(ENGINE_GBNF)
     setting = Setting(1.0, constraint=spec)
@@ -166,30 +180,32 @@ def llama_server_finding(out: Path, samples: int, sides=("on", "off")) -> dict:
     constraint = compile_for_pair(spec, pair)
     eos = default_eos(pair.target)
     eos = eos if isinstance(eos, int) or eos is None else int(sorted(eos)[0])
-    record = {"engine": "llama-server", "version": version(binary), "grammar_gbnf": ENGINE_GBNF,
-              "ground_truth_lark": spec.source, "prompts": list(ENGINE_PROMPTS), "samples_per_prompt": samples,
-              "length": ENGINE_LENGTH, "request": {**NO_TRUNCATION, "temperature": 1.0, "grammar": "<the GBNF>"},
-              "sides": {}}
+    plan = {"engine": "llama-server", "version": version(binary), "grammar_gbnf": ENGINE_GBNF,
+            "ground_truth_lark": spec.source, "prompts": list(ENGINE_PROMPTS), "samples_per_prompt": samples,
+            "length": ENGINE_LENGTH, "request": {**NO_TRUNCATION, "temperature": 1.0, "grammar": "<the GBNF>"}}
     logs = out / "engine"
     logs.mkdir(parents=True, exist_ok=True)
-    for side in sides:
-        started = time.perf_counter()
-        load = os.getloadavg()
-        with llama_server(draft=side == "on", slots=2, log_path=str(logs / f"llama-server-{side}.log")) as url:
-            config = EngineConfig(endpoint=url, pair="smollm2", api="llama-server", samples=samples,
-                                  length=ENGINE_LENGTH, prompts=len(ENGINE_PROMPTS), prompt_texts=ENGINE_PROMPTS,
-                                  chunk=1, concurrency=2, seed=0, timeout_s=600.0, stop_on_fail=False,
-                                  settings=(setting,), extra_body=NO_TRUNCATION,
-                                  out=str(logs / f"llama-server-{side}"))
-            with ConstrainedLlamaServerClient(url, spec=spec, native={"grammar": ENGINE_GBNF}, concurrency=2,
-                                              timeout_s=600.0) as client:
-                report, path = run_engine_check_with(client, config)
-                counters = speculation_metrics(client)
-        record["sides"][side] = {"speculation": side == "on",
-                                 **_side_record(report, stored_rows(path), constraint, eos, pair.tokenizer),
-                                 "metrics": counters, "seconds": time.perf_counter() - started, "load_at_start": load}
-    return record
+    started = time.perf_counter()
+    load = os.getloadavg()
+    with llama_server(draft=side == "on", slots=2, log_path=str(logs / f"llama-server-{side}.log")) as url:
+        config = EngineConfig(endpoint=url, pair="smollm2", api="llama-server", samples=samples,
+                              length=ENGINE_LENGTH, prompts=len(ENGINE_PROMPTS), prompt_texts=ENGINE_PROMPTS,
+                              chunk=1, concurrency=2, seed=0, timeout_s=600.0, stop_on_fail=False,
+                              settings=(setting,), extra_body=NO_TRUNCATION,
+                              out=str(logs / f"llama-server-{side}"))
+        with ConstrainedLlamaServerClient(url, spec=spec, native={"grammar": ENGINE_GBNF}, concurrency=2,
+                                          timeout_s=600.0) as client:
+            report, path = run_engine_check_with(client, config)
+            counters = speculation_metrics(client)
+    return _plain({"plan": plan, "side": {"speculation": side == "on",
+                                          **_side_record(report, stored_rows(path), constraint, eos, pair.tokenizer),
+                                          "metrics": counters, "seconds": time.perf_counter() - started,
+                                          "load_at_start": load}})
 
+
+def _plain(record):
+    """A record as the journal gives it back (JSON: tuples are lists)."""
+    return json.loads(json.dumps(record, default=lambda x: float(x) if hasattr(x, "__float__") else str(x)))
 
 
 def _side_record(report, rows, constraint, eos, tokenizer) -> dict:
@@ -204,6 +220,7 @@ def _side_record(report, rows, constraint, eos, tokenizer) -> dict:
             "stopped_on_eos": sum(r == "stop" for _, r in rows),
             "examples": [tokenizer.decode(ids) for ids, _ in rows[:3]]}
 
+
 # vLLM (CPU build, its own venv) with n-gram speculation under a regex sent as `structured_outputs.regex`: a copy
 # prompt, so n-gram drafts are proposed and accepted across the letters -> separator -> digits state changes.
 # No state forces a single byte (vLLM masks with xgrammar by default, the ground truth with llguidance).
@@ -215,44 +232,43 @@ VLLM_PROMPTS = ("Repeat this list exactly, three times: paris: 2100, lyon: 500, 
 VLLM_PYTHON = os.environ.get("SPECDEC_VLLM_PYTHON", ".nox/vllm/bin/python")
 
 
-def vllm_finding(out: Path, samples: int, python: str, sides=("ngram",)) -> dict:
-    """vLLM's OpenAI server on SmolLM2 with n-gram speculation (and/or off) under VLLM_REGEX: the engine check
-    against the local float64 target with the same regex, and the format test on every continuation."""
-    import os
-
+def vllm_side(out: Path, samples: int, python: str, side: str) -> dict:
+    """vLLM's OpenAI server on SmolLM2 with n-gram speculation (side `ngram`) or without (`off`) under VLLM_REGEX:
+    the engine check against the local float64 target with the same regex, and the format test on every
+    continuation. The record's `plan` is the part's, `side` this side's; logs and kept responses under OUT/engine."""
     from harness.check.structured import compile_for_pair
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
     from harness.served.structured import stored_rows
     from harness.served.vllm_server import vllm_server
     from suites.campaigns.vllm_cpu import NGRAM, materialized_smollm2
 
+    torch.set_num_threads(1)
     spec = ConstraintSpec("regex", VLLM_REGEX)
     setting = Setting(1.0, constraint=spec)
     pair = get_pair("smollm2-ngram")
     constraint = compile_for_pair(spec, pair)
     eos = default_eos(pair.target)
     eos = eos if isinstance(eos, int) or eos is None else int(sorted(eos)[0])
-    record = {"engine": "vllm-cpu", "regex": VLLM_REGEX, "prompts": list(VLLM_PROMPTS), "samples_per_prompt": samples,
-              "length": ENGINE_LENGTH, "speculative_config": NGRAM, "sides": {}}
+    plan = {"engine": "vllm-cpu", "regex": VLLM_REGEX, "prompts": list(VLLM_PROMPTS), "samples_per_prompt": samples,
+            "length": ENGINE_LENGTH, "speculative_config": NGRAM}
     logs = out / "engine"
-    for side in sides:
-        started, load = time.perf_counter(), os.getloadavg()
-        where = logs / f"vllm-{side}"
-        with vllm_server(python, str(materialized_smollm2()), log=logs / f"vllm-{side}.log", threads=1,
-                         speculative=NGRAM if side == "ngram" else None) as server:
-            config = EngineConfig(endpoint=server.url + "/v1", pair="smollm2-ngram", samples=samples,
-                                  length=ENGINE_LENGTH, prompts=len(VLLM_PROMPTS), prompt_texts=VLLM_PROMPTS,
-                                  chunk=min(samples, 250), concurrency=2, seed=0, timeout_s=900.0, stop_on_fail=False,
-                                  settings=(setting,), out=str(where))
-            report = run_engine_check(config)
-            started_s = server.started_s
-            metrics = server_metrics(server.url)
-        rows = [r for path in sorted(where.glob("engine-*.jsonl")) for r in stored_rows(path)]
-        record["sides"][side] = {"speculation": side == "ngram",
-                                 **_side_record(report, rows, constraint, eos, pair.tokenizer),
-                                 "metrics": metrics, "server_start_s": started_s,
-                                 "seconds": time.perf_counter() - started, "load_at_start": load}
-    return record
+    started, load = time.perf_counter(), os.getloadavg()
+    where = logs / f"vllm-{side}"
+    with vllm_server(python, str(materialized_smollm2()), log=logs / f"vllm-{side}.log", threads=1,
+                     speculative=NGRAM if side == "ngram" else None) as server:
+        config = EngineConfig(endpoint=server.url + "/v1", pair="smollm2-ngram", samples=samples,
+                              length=ENGINE_LENGTH, prompts=len(VLLM_PROMPTS), prompt_texts=VLLM_PROMPTS,
+                              chunk=min(samples, 250), concurrency=2, seed=0, timeout_s=900.0, stop_on_fail=False,
+                              settings=(setting,), out=str(where))
+        report = run_engine_check(config)
+        started_s = server.started_s
+        metrics = server_metrics(server.url)
+    rows = [r for path in sorted(where.glob("engine-*.jsonl")) for r in stored_rows(path)]
+    return _plain({"plan": plan, "side": {"speculation": side == "ngram",
+                                          **_side_record(report, rows, constraint, eos, pair.tokenizer),
+                                          "metrics": metrics, "server_start_s": started_s,
+                                          "seconds": time.perf_counter() - started, "load_at_start": load}})
 
 
 def server_metrics(url: str) -> dict[str, float]:
@@ -275,19 +291,35 @@ def server_metrics(url: str) -> dict[str, float]:
     return out
 
 
-def step_campaign(control_seeds: int, seeds: int, gate: float = 1e-3) -> dict:
-    from harness.check.structured_step import run_constrained_step_check
+def step_functions() -> dict:
+    """name -> (the masked step, "control" | "mutant"): the reference and the step mutants."""
     from harness.mutants.structured import STEP_MUTANTS
     from specdec_ref.adapters import verify_masked
 
-    out = {}
-    for fn, n in ((verify_masked, control_seeds), *((m, seeds) for m in STEP_MUTANTS)):
-        started = time.perf_counter()
-        verdicts = [run_constrained_step_check(fn, seed=5000 + s, false_alarm_rate=gate,
-                                               stop_on_fail=fn is not verify_masked).verdict for s in range(n)]
-        out[fn.__name__] = {"kind": "control" if fn is verify_masked else "mutant", "seeds": n,
-                            "fail": verdicts.count("fail"), "inconclusive": verdicts.count("inconclusive"),
-                            "gate": gate, "seconds": time.perf_counter() - started}
+    return {verify_masked.__name__: (verify_masked, "control"), **{m.__name__: (m, "mutant") for m in STEP_MUTANTS}}
+
+
+def step_run(name: str, seed: int) -> dict:
+    """One masked-step check (a mutant's run stops once decided) -> its verdict."""
+    from harness.check.structured_step import run_constrained_step_check
+
+    torch.set_num_threads(1)
+    fn, kind = step_functions()[name]
+    started = time.perf_counter()
+    verdict = run_constrained_step_check(fn, seed=seed, false_alarm_rate=STEP_GATE, stop_on_fail=kind == "mutant").verdict
+    return {"name": name, "kind": kind, "seed": seed, "verdict": verdict, "seconds": time.perf_counter() - started}
+
+
+def step_rows(records: list[dict]) -> dict:
+    """step.json's body: per function its seeds run, FAILs and INCONCLUSIVEs."""
+    out: dict[str, dict] = {}
+    for r in records:
+        row = out.setdefault(r["name"], {"kind": r["kind"], "seeds": 0, "fail": 0, "inconclusive": 0,
+                                         "gate": STEP_GATE, "seconds": 0.0})
+        row["seeds"] += 1
+        row["fail"] += r["verdict"] == "fail"
+        row["inconclusive"] += r["verdict"] == "inconclusive"
+        row["seconds"] += r["seconds"]
     return out
 
 
@@ -300,12 +332,6 @@ def _report(path: Path):
     """The report of a record of this folder, or None."""
     record = _load(path)
     return None if record is None else record["report"]
-
-
-def _save(out: Path, name: str, body: dict, args, seed) -> None:
-    """OUT/NAME.json: a result envelope of kind campaign.structured.NAME holding `body` as its report."""
-    write_result(out / f"{name}.json", f"campaign.structured.{name}", config=args, report=body,
-                 provenance=provenance(seed=seed, dtype="float64"), summary={})
 
 
 def _cell(text: str) -> str:
@@ -335,13 +361,13 @@ def readme(out: Path) -> str:
     else:
         lines.append("not run")
     lines += ["", "## Mutants and controls at the generation level (`report.md`, `campaign.{csv,json}`)", ""]
-    zoo = _load(out / "campaign.json")
-    if zoo:
-        cfg = zoo["config"]
-        lines += [f"{cfg['generation_samples']} samples per prompt × setting, gate {cfg['gate']}; "
+    entries = _load(out / "campaign.json")
+    if entries:
+        plan = entries["summary"]["plan"]  # the zoo's plan (the envelope's config: the campaign's options)
+        lines += [f"{plan['generation_samples']} samples per prompt × setting, gate {plan['gate']}; "
                   "each entry on its own pair and constrained setting.", "",
                   "| entry | kind | failed / runs at the gate | 95% CI |", "|---|---|---|---|"]
-        for row in zoo["rows"]:
+        for row in entries["rows"]:
             lines.append(f"| `{row['name']}` | {row['kind']} | {row['failed_runs']}/{row['runs']} | "
                          f"{100 * row['ci_gate_low']:.1f}–{100 * row['ci_gate_high']:.1f}% |")
     else:
@@ -353,7 +379,7 @@ def readme(out: Path) -> str:
                   f"{row['failed_runs']}/{row['runs']} runs at the gate (95% CI {100 * row['ci_gate_low']:.1f}–"
                   f"{100 * row['ci_gate_high']:.1f}%); at a nominal 0.05 its rate was {100 * row['rate_at_nominal']:.1f}% "
                   f"(95% CI {100 * row['ci_nominal_low']:.1f}–{100 * row['ci_nominal_high']:.1f}%); "
-                  f"{row['worker_seconds']:.0f} s of runs, {ref['config']['generation_samples']} samples per prompt × "
+                  f"{row['worker_seconds']:.0f} s of runs, {ref['summary']['plan']['generation_samples']} samples per prompt × "
                   f"setting, pair `{get(row['name']).pair}`."]
     lines += ["", "## Sampler level: the masked step (`step.json`)", ""]
     step = _report(out / "step.json")
@@ -419,138 +445,225 @@ def _engine_lines(engine: dict | None, intro) -> list[str]:
 
 @dataclasses.dataclass
 class Config:
-    """`specdec campaign structured`: its flags (harness.configs.option)."""
+    """`specdec campaign structured`: the parts and their sizes (harness.configs.option)."""
 
-    out: str = option(FOLDERS["campaign.structured"], "--out", "results folder (default: suites/outputs.py)", metavar="DIR")
-    seeds: int = option(20, '--seeds', 'seeds', int)
-    control_seeds: int = option(200, '--control-seeds', 'control seeds', int)
-    samples: int = option(1000, '--samples', "per prompt × setting", int)
-    budget_s: float = option(2400.0, '--budget-s', "stop adding reference seeds after this", float)
-    stop_at: str | None = option(None, '--stop-at', "UTC wall time after which no further reference seeds (or SmolLM2 runs) start", metavar="HH:MM")
-    finding_samples: int = option(1000, '--finding-samples', 'finding samples', int)
-    workers: int = option(2, '--workers', 'workers', int)
-    step_seeds: int = option(200, '--step-seeds', 'step seeds', int)
-    real_samples: int = option(60, '--real-samples', "SmolLM2 runs (0: skip)", int)
-    engine_samples: int = option(300, '--engine-samples', "llama-server: continuations per prompt and side", int)
-    engine_sides: str = option("on,off", '--engine-sides', "llama-server: speculation on, off, or both")
-    vllm_samples: int = option(200, '--vllm-samples', "vLLM: continuations per prompt and side", int)
-    vllm_sides: str = option("ngram", '--vllm-sides', "vLLM: ngram (speculation on), off, or both")
-    vllm_python: str = option(VLLM_PYTHON, '--vllm-python', "the Python of the venv that holds vLLM")
-    parts: str | None = option(None, '--parts', f"comma-separated subset of {','.join(PARTS)} (default: all)")
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    """`specdec campaign structured`: every flag from a config field (Config, the runner's)."""
-    ap = Parser(description=__doc__.splitlines()[0], prog='specdec campaign structured')
-    add_arguments(ap, Config)
-    return ap
+    parts: str | None = option(None, "--parts", f"comma-separated subset of {','.join(PARTS)} (default: all; "
+                               "llama-server and vllm only where their binary / venv is found), or readme: only "
+                               "README.md from the records in OUT", metavar="PART,...")
+    seeds: int = option(20, "--seeds", "seeds per structured mutant (zoo) and per step mutant (step)", int, "N")
+    control_seeds: int = option(200, "--control-seeds", "seeds of the reference control (reference; the zoo part "
+                                f"runs the first {CONTROL_CHUNK} of both controls)", int, "N")
+    samples: int = option(1000, "--samples", "zoo and reference: samples per prompt × setting", int, "N")
+    finding_samples: int = option(1000, "--finding-samples", "transformers: samples per prompt × setting", int, "N")
+    step_seeds: int = option(200, "--step-seeds", "step: seeds of the reference masked step", int, "N")
+    real_samples: int = option(60, "--real-samples", "real: SmolLM2 samples per prompt (0: skip the part)", int, "N")
+    engine_samples: int = option(300, "--engine-samples", "llama-server: continuations per prompt and side", int, "N")
+    engine_sides: str = option("on,off", "--engine-sides", "llama-server: speculation on, off, or both (on,off)",
+                               metavar="SIDES")
+    vllm_samples: int = option(200, "--vllm-samples", "vLLM: continuations per prompt and side", int, "N")
+    vllm_sides: str = option("ngram", "--vllm-sides", "vLLM: ngram (speculation on), off, or both (ngram,off)",
+                             metavar="SIDES")
+    vllm_python: str = option(VLLM_PYTHON, "--vllm-python", "the Python of the venv that holds vLLM", metavar="PATH")
 
 
-def main(argv=None) -> int:
-    ap = argument_parser()
-    args = ap.parse_args(argv)
-    args.parts_given = args.parts is not None
-    args.parts = args.parts or ",".join(PARTS)
-    parts = set(args.parts.split(","))
-    known = (*PARTS, "readme")  # readme alone: only rewrite README.md from the records
-    if parts - set(known):
-        from harness.errors import HarnessError
+ENGINE_SIDES, VLLM_SIDES = ("on", "off"), ("ngram", "off")
 
-        raise HarnessError(f"--parts: unknown {', '.join(sorted(parts - set(known)))}; known: {', '.join(known)}")
-    torch.set_num_threads(1)
-    started = time.monotonic()
-    out = Path(args.out)
 
-    def time_left() -> bool:
-        if time.monotonic() - started > args.budget_s:
-            return False
-        if args.stop_at:
-            now = time.strftime("%H:%M", time.gmtime())
-            return now < args.stop_at
-        return True
+def chosen_parts(config: Config) -> set[str]:
+    return set((config.parts or ",".join(PARTS)).split(","))
 
-    tvs = exact_tvs() if "exact" in parts else {}
-    if tvs:
-        _save(out, "exact_tv", tvs, args, None)
-    journal = Journal(out / "journal.jsonl")
-    names = tuple(structured_names())
-    ok = True
-    # 1. the third-party finding and the sampler-level step (short)
-    if "transformers" in parts:
-        finding = transformers_finding(args.finding_samples)
-        _save(out, "transformers_assisted", finding, args, finding.get("seed", 0))
-        print(f"transformers assisted generation + prefix_allowed_tokens_fn: {finding['verdict']} "
-              f"(min p {finding['min_p_value']:.3g}, violations {finding['constraint_violations']})", flush=True)
-    if "step" in parts:
-        step = step_campaign(args.step_seeds, args.seeds)
-        _save(out, "step", step, args, [5000 + s for s in range(max(args.step_seeds, args.seeds))])
-        for name, row in step.items():
-            print(f"step {name:32s} {row['kind']:8s} fail {row['fail']}/{row['seeds']}", flush=True)
-            ok &= (row["fail"] == 0) if row["kind"] == "control" else (row["fail"] == row["seeds"])
-    # 2. every entry: mutants over --seeds, both controls over the first chunk of seeds -> OUT/report.md
-    first = min(CONTROL_CHUNK, args.control_seeds)
-    if "zoo" in parts:
-        config = CampaignConfig(seeds=args.seeds, generation_control_seeds=first, generation_samples=args.samples,
-                                only=names, curve_seeds=0, workers=args.workers)
-        summary = write_report(run_campaign(config, journal=journal), out)
-        ok &= summary["ok"]
-        print(f"zoo ({args.seeds} seeds per mutant, {first} per control): "
-              f"{'ok' if summary['ok'] else 'PROBLEMS: ' + '; '.join(summary['problems'])}", flush=True)
-    # 3. the real pair
-    if "real" in parts and args.real_samples and time_left():
-        real = real_pair_runs(args.real_samples)
-        _save(out, "smollm2", real, args, 0)
-        for who, row in real.items():
-            print(f"smollm2 {who}: {row['verdict']} (min p {row['min_p_value']:.3g}, violations "
-                  f"{row['constraint_violations']}, {row['seconds']:.0f} s)", flush=True)
-    # 4. the engine finding: llama-server under a GBNF grammar, speculation on and off
-    if "llama-server" in parts and not args.parts_given:
+
+def _sides(text: str) -> list[str]:
+    return [s for s in text.split(",") if s]
+
+
+def validate(config: Config) -> None:
+    from harness.errors import HarnessError
+
+    known = (*PARTS, "readme")
+    unknown = chosen_parts(config) - set(known)
+    if unknown:
+        raise HarnessError(f"--parts: unknown {', '.join(sorted(unknown))}; known: {', '.join(known)}")
+    for flag, text, allowed in (("--engine-sides", config.engine_sides, ENGINE_SIDES),
+                                ("--vllm-sides", config.vllm_sides, VLLM_SIDES)):
+        if not _sides(text) or set(_sides(text)) - set(allowed):
+            raise HarnessError(f"{flag} {text!r}: give {' or '.join(allowed)}, or both ({','.join(allowed)})")
+    sizes = {"--seeds": config.seeds, "--control-seeds": config.control_seeds, "--step-seeds": config.step_seeds,
+             "--real-samples": config.real_samples}
+    bad = [flag for flag, n in sizes.items() if n < 0]
+    bad += [flag for flag, n in (("--samples", config.samples), ("--finding-samples", config.finding_samples),
+                                 ("--engine-samples", config.engine_samples), ("--vllm-samples", config.vllm_samples))
+            if n < 1]
+    if bad:
+        raise HarnessError(f"{', '.join(bad)}: sizes must be >= 0 (seeds, --real-samples) or >= 1 (samples)")
+
+
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0, "dtype": "float64"}
+
+
+_OUT: dict[str, Path] = {}  # the output folder, while the campaign runs (the engine parts write their logs there)
+
+
+@contextlib.contextmanager
+def session(config: Config, out: Path):
+    _OUT["out"] = Path(out)
+    try:
+        yield
+    finally:
+        _OUT.pop("out", None)
+
+
+def zoo_plan(config: Config) -> CampaignConfig:
+    """The zoo part: every structured entry on its own pair at `--samples` per prompt cell (no contexts cells),
+    mutants over --seeds, both controls over the first CONTROL_CHUNK seeds."""
+    first = min(CONTROL_CHUNK, config.control_seeds)
+    return CampaignConfig(seeds=config.seeds, control_seeds=first, generation_control_seeds=first,
+                          generation_samples=config.samples, only=tuple(structured_names()), curve_seeds=0)
+
+
+def reference_plan(config: Config) -> CampaignConfig:
+    """The reference part: the reference control over --control-seeds seeds."""
+    return CampaignConfig(seeds=config.seeds, control_seeds=config.control_seeds,
+                          generation_control_seeds=config.control_seeds, generation_samples=config.samples,
+                          only=("reference_constrained",), curve_seeds=0)
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    """Every part's runs, in the order of PARTS (the reference part's runs beyond the zoo part's last)."""
+    parts, out = chosen_parts(config), str(_OUT.get("out", "."))
+    given = config.parts is not None
+    if "llama-server" in parts and not given:
         from harness.served.llama_server import find_binary
 
         if find_binary() is None:  # by default the part runs where a binary is at hand; asked for, it builds one
             parts.discard("llama-server")
             print("llama-server: not run (no binary: `nox -s engines` builds one, or set $SPECDEC_LLAMA_SERVER)")
-    if "llama-server" in parts and time_left():
-        engine = llama_server_finding(out, args.engine_samples, tuple(args.engine_sides.split(",")))
-        earlier = _report(out / "llama_server.json")  # the other side from an earlier run (same plan) is kept
-        if earlier and all(earlier.get(k) == engine[k] for k in ("grammar_gbnf", "prompts", "samples_per_prompt")):
-            engine["sides"] = {**earlier["sides"], **engine["sides"]}
-        _save(out, "llama_server", engine, args, 0)
-        for side, row in engine["sides"].items():
-            print(f"llama-server speculation {side}: {row['check']['verdict']} (min p {row['check']['min_p_value']:.3g}, "
-                  f"detectable TV {row['check']['detectable_tv']}), format "
-                  f"{'pass' if row['format']['pass'] else 'FAIL: ' + row['format']['message']}, "
-                  f"{row['seconds']:.0f} s", flush=True)
-    if "vllm" in parts and not args.parts_given and not Path(args.vllm_python).exists():
+    if "vllm" in parts and not given and not Path(config.vllm_python).exists():
         parts.discard("vllm")
-        print(f"vllm: not run (no vLLM venv at {args.vllm_python}: `nox -s vllm` builds it)")
-    if "vllm" in parts and time_left():
-        engine = vllm_finding(out, args.vllm_samples, args.vllm_python, tuple(args.vllm_sides.split(",")))
-        earlier = _report(out / "vllm.json")
-        if earlier and all(earlier.get(k) == engine[k] for k in ("regex", "prompts", "samples_per_prompt")):
-            engine["sides"] = {**earlier["sides"], **engine["sides"]}
-        _save(out, "vllm", engine, args, 0)
-        for side, row in engine["sides"].items():
-            print(f"vllm {side}: {row['check']['verdict']} (min p {row['check']['min_p_value']:.3g}), format "
-                  f"{'pass' if row['format']['pass'] else 'FAIL: ' + row['format']['message']}, "
-                  f"{row['seconds']:.0f} s", flush=True)
-    # 5. the reference control, in chunks, until --control-seeds or the time is up -> OUT/reference/report.md
-    seeds = first
-    while "reference" in parts and seeds < args.control_seeds and time_left():
-        seeds = min(args.control_seeds, seeds + CONTROL_CHUNK)
-        config = CampaignConfig(seeds=args.seeds, generation_control_seeds=seeds, generation_samples=args.samples,
-                                only=("reference_constrained",), curve_seeds=0, workers=args.workers)
-        ref = write_report(run_campaign(config, journal=journal), out / "reference")
-        ok &= ref["ok"]
-        print(f"reference_constrained over {seeds} seeds: {'ok' if ref['ok'] else 'PROBLEMS: ' + '; '.join(ref['problems'])}",
-              flush=True)
-    from harness.records import atomic_write_text
+        print(f"vllm: not run (no vLLM venv at {config.vllm_python}: `nox -s vllm` builds it)")
+    found: dict[str, tuple] = {}
+    if "exact" in parts:
+        found["exact"] = ("exact",)
+    if "transformers" in parts:
+        found[f"transformers/{config.finding_samples}"] = ("transformers", config.finding_samples)
+    if "step" in parts:
+        for name, (_, kind) in step_functions().items():
+            n = config.step_seeds if kind == "control" else config.seeds
+            found.update({f"step/{name}/{s}": ("step", name, s)
+                          for s in range(STEP_FIRST_SEED, STEP_FIRST_SEED + n)})
+    if "zoo" in parts:
+        found.update({k: ("zoo", *args) for k, args in zoo.plan_cells(zoo_plan(config)).items()})
+    if "real" in parts and config.real_samples:
+        found.update({f"real/{who}/{config.real_samples}": ("real", who, config.real_samples)
+                      for who in ("reference", "transformers")})
+    if "llama-server" in parts:
+        found.update({f"llama-server/{side}/{config.engine_samples}": ("llama-server", side, config.engine_samples, out)
+                      for side in _sides(config.engine_sides)})
+    if "vllm" in parts:
+        found.update({f"vllm/{side}/{config.vllm_samples}": ("vllm", side, config.vllm_samples, config.vllm_python, out)
+                      for side in _sides(config.vllm_sides)})
+    if "reference" in parts:
+        found.update({k: ("zoo", *args) for k, args in zoo.plan_cells(reference_plan(config)).items() if k not in found})
+    return found
 
-    atomic_write_text(out / "README.md", readme(out))
-    for name, row in tvs.items():
-        if name != "reference":
-            tv = row["tv_per_prompt"]
-            print(f"{name:30s} {row['kind']:8s} exact TV {', '.join(f'{t:.3g}' for t in tv) if tv else row['note']}")
-    for row in tvs.get("reference", []):
-        print(f"reference {row['pair']:8s} {row['setting']:40s} exact TV {max(row['tv_per_prompt']):.3g}")
+
+def run_cell(part: str, *args) -> dict:
+    """One run of a part (a JSON record)."""
+    if part == "zoo":
+        return zoo.run_cell(*args)
+    if part == "step":
+        return step_run(*args)
+    torch.set_num_threads(1)
+    if part == "exact":
+        return _plain(exact_tvs())
+    if part == "transformers":
+        return _plain(transformers_finding(*args))
+    if part == "real":
+        return _plain(real_pair_run(*args))
+    if part == "llama-server":
+        side, samples, out = args
+        return llama_server_side(Path(out), samples, side)
+    side, samples, python, out = args
+    return vllm_side(Path(out), samples, python, side)
+
+
+def _zoo_part(run, plan: CampaignConfig, where: Path, name: str) -> dict | None:
+    """The zoo's report of `plan`'s runs that finished (None: none of its runs is planned in this run)."""
+    planned = [k for k in zoo.plan_cells(plan) if k in run.cells]
+    if not planned:
+        return None
+    result = zoo.summarize(plan, [zoo.decode_record(run.done[k]) for k in planned if k in run.done])
+    result.update(seconds=run.seconds, total_runs=len(planned), runs_made=sum(k in run.done for k in planned),
+                  resumed_runs=None, where=zoo.where_ran(run.where))
+    summary = zoo.write_report(result, where, provenance=run.provenance, config=run.config,
+                               kind=f"campaign.structured.{name}", command=run.command)
+    print(f"{name}: {summary['out']}/report.md: " + ("ok" if summary["ok"] else "PROBLEMS: " + "; ".join(summary["problems"])),
+          flush=True)
+    return summary
+
+
+def _engine_record(run, part: str, sides: list[str], samples: int, earlier: dict | None) -> dict | None:
+    """The part's record from its sides that finished; an earlier record's other sides are kept when its plan is
+    this one's (a later run adds the side it ran)."""
+    got = {side: run.done[key] for side in sides if (key := f"{part}/{side}/{samples}") in run.done}
+    if not got:
+        return None
+    plan = next(iter(got.values()))["plan"]
+    kept = earlier["sides"] if earlier and all(earlier.get(k) == v for k, v in plan.items()) else {}
+    return {**plan, "sides": {**kept, **{side: r["side"] for side, r in got.items()}}}
+
+
+def report(run) -> int:
+    """Each part's record (a result envelope of kind campaign.structured.PART) from its finished runs, then
+    README.md from every record in OUT. Exit 1 when the step reference FAILs or a step mutant passes, or the zoo's /
+    reference's report is not as expected."""
+    out, c, done, ok = run.out, run.config, run.done, True
+
+    def save(name: str, body: dict) -> None:
+        run.write_result(f"{name}.json", f"campaign.structured.{name}", report=body, summary={})
+
+    if "exact" in done:
+        tvs = done["exact"]
+        save("exact_tv", tvs)
+        for name, row in tvs.items():
+            if name != "reference":
+                tv = row["tv_per_prompt"]
+                print(f"{name:30s} {row['kind']:8s} exact TV {', '.join(f'{t:.3g}' for t in tv) if tv else row['note']}")
+        for row in tvs.get("reference", []):
+            print(f"reference {row['pair']:8s} {row['setting']:40s} exact TV {max(row['tv_per_prompt']):.3g}")
+    finding = done.get(f"transformers/{c.finding_samples}")
+    if finding:
+        save("transformers_assisted", finding)
+        print(f"transformers assisted generation + prefix_allowed_tokens_fn: {finding['verdict']} "
+              f"(min p {finding['min_p_value']:.3g}, violations {finding['constraint_violations']})")
+    step = step_rows([done[k] for k in run.cells if k.startswith("step/") and k in done])
+    if step:
+        save("step", step)
+        for name, row in step.items():
+            print(f"step {name:32s} {row['kind']:8s} fail {row['fail']}/{row['seeds']}")
+            ok &= (row["fail"] == 0) if row["kind"] == "control" else (row["fail"] == row["seeds"])
+    if "zoo" in chosen_parts(c):
+        summary = _zoo_part(run, zoo_plan(c), out, "zoo")
+        ok &= summary is None or summary["ok"]
+    real = {who: done[key] for who in ("reference", "transformers") if (key := f"real/{who}/{c.real_samples}") in done}
+    if real:
+        save("smollm2", real)
+        for who, row in real.items():
+            print(f"smollm2 {who}: {row['verdict']} (min p {row['min_p_value']:.3g}, violations "
+                  f"{row['constraint_violations']}, {row['seconds']:.0f} s)")
+    for part, name, sides, samples in (("llama-server", "llama_server", c.engine_sides, c.engine_samples),
+                                       ("vllm", "vllm", c.vllm_sides, c.vllm_samples)):
+        engine = _engine_record(run, part, _sides(sides), samples, _report(out / f"{name}.json"))
+        if engine:
+            save(name, engine)
+            for side, row in engine["sides"].items():
+                print(f"{part} {side}: {row['check']['verdict']} (min p {row['check']['min_p_value']:.3g}), format "
+                      f"{'pass' if row['format']['pass'] else 'FAIL: ' + row['format']['message']}, "
+                      f"{row['seconds']:.0f} s")
+    if "reference" in chosen_parts(c) and c.control_seeds > CONTROL_CHUNK:
+        summary = _zoo_part(run, reference_plan(c), out / "reference", "reference")
+        ok &= summary is None or summary["ok"]
+    run.write_text("README.md", readme(out))
+    print(f"structured campaign -> {out}/README.md ({len(done)} of {len(run.cells)} runs)")
     return 0 if ok else 1

@@ -1,6 +1,7 @@
 """The structured-output entry points: `specdec verify --setting` with a constraint (PASS for the reference, FAIL for a
-structured mutant, through the CLI), and `specdec campaign structured` (what `nox -s structured` runs):
-its README is written from the records present only, and a bad --parts is exit 2 with one line."""
+structured mutant, through the CLI), and `specdec campaign structured` on the campaign runner (what `nox -s
+structured` runs): a tiny run of the step part (the reference passes, every step mutant fails, a rerun resumes), its
+README written from the records present only, and a bad setting exit 2 with one line before any run."""
 
 import json
 
@@ -53,12 +54,39 @@ def test_campaign_readme_is_written_from_the_records_present_only(tmp_path, caps
         in text and "| 40 / 30 |" in text
 
 
-def test_campaign_unknown_part_is_exit_2_with_one_line(tmp_path, capsys):
-    assert main(["campaign", "structured", "--out", str(tmp_path), "--parts", "exact,bogus"]) == 2
+@pytest.mark.parametrize("argv,needle", [(["--parts", "exact,bogus"], "--parts: unknown bogus"),
+                                         (["--engine-sides", "on,maybe"], "--engine-sides 'on,maybe'"),
+                                         (["--samples", "0"], "--samples")])
+def test_campaign_bad_setting_is_exit_2_with_one_line(argv, needle, tmp_path, capsys):
+    assert main(["campaign", "structured", "--out", str(tmp_path / "s"), *argv]) == 2
     out, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "--parts: unknown bogus" in lines[0] and "Traceback" not in out + err
-    assert not (tmp_path / "exact_tv.json").exists()  # refused before any work
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in out + err
+    assert not (tmp_path / "s").exists()  # refused before any work
+
+
+@pytest.mark.statistical
+def test_the_step_part_runs_on_the_runner_and_a_rerun_resumes(tmp_path, capsys):
+    """One seed of the reference masked step and of every step mutant: the reference passes and every mutant fails
+    (exit 0); step.json and the README say so; a rerun runs nothing again, one more seed stopped by --stop-at is
+    reported as not run."""
+    argv = ["campaign", "structured", "--parts", "step", "--step-seeds", "1", "--seeds", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    progress = [line for line in err.splitlines() if line.startswith("campaign structured:")]
+    total = int(progress[-1].split("/")[1].split()[0])
+    assert progress[-1] == f"campaign structured: {total}/{total} cells" and total >= 3
+    record = json.loads((tmp_path / "step.json").read_text())
+    assert record["kind"] == "campaign.structured.step" and record["config"]["parts"] == "step"
+    step = record["report"]
+    assert step["verify_masked"] == {**step["verify_masked"], "kind": "control", "seeds": 1, "fail": 0}
+    assert all(r["fail"] == r["seeds"] == 1 for r in step.values() if r["kind"] == "mutant") and len(step) == total
+    assert "| `verify_masked` | control | 0/1 |" in (tmp_path / "README.md").read_text()
+    assert main(argv) == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("campaign structured:")] == \
+        [f"campaign structured: {total}/{total} cells"]  # every run from the journal
+    assert main([*argv, "--step-seeds", "2", "--stop-at", "1"]) == 0  # 1970: the new seed does not start
+    assert json.loads((tmp_path / "step.json").read_text())["report"]["verify_masked"]["seeds"] == 1
 
 
 def test_the_nox_session_runs_the_structured_tests_and_the_campaign():
@@ -71,3 +99,17 @@ def test_the_nox_session_runs_the_structured_tests_and_the_campaign():
     assert any("'nox.session'" in ast.unparse(d) or "nox.session" in ast.unparse(d) for d in session.decorator_list)
     assert any("'pytest'" in c and "test_structured.py" in c for c in calls), calls
     assert any("'specdec', 'campaign', 'structured'" in c and "'results/structured'" in c for c in calls), calls
+
+
+def test_the_zoo_part_runs_the_controls_over_the_first_seeds_and_the_reference_part_the_rest():
+    """How many runs each entry gets: every structured mutant --seeds, both controls the first 20 seeds (the zoo
+    part), the reference control the rest up to --control-seeds (the reference part, last)."""
+    from collections import Counter
+
+    from suites.campaigns import structured
+
+    cells = structured.cells(structured.Config(parts="zoo,reference", seeds=2, control_seeds=30))
+    runs = Counter(args[1].name for args in cells.values())
+    assert runs == {name: 30 if name == "reference_constrained" else 20 if name in structured.CONTROLS else 2
+                    for name in structured.structured_names()}
+    assert [args[1].name for args in cells.values()][-10:] == ["reference_constrained"] * 10
