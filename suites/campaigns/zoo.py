@@ -327,8 +327,8 @@ def report(run) -> int:
     if not summary["ok"]:
         return 1
     if missing:
-        print(f"specdec: error: {missing} of {len(run.cells)} runs not made (--budget-s / --stop-at): the same command "
-              "resumes them", file=sys.stderr)
+        print(f"specdec: error: {missing} of {len(run.cells)} runs not made (--budget-s, --stop-at or --report-only): "
+              "the same command resumes them", file=sys.stderr)
         return 2
     return 0
 
@@ -374,9 +374,12 @@ def below_resolution(row: dict, tv: float) -> bool:
 
 def campaign_ok(rows: list[dict], tv: float = TARGET_TV) -> tuple[bool, list[str]]:
     """Exit-0 criterion: every mutant detected in ≥ 95% of seeds (except those below resolution, which
-    are reported); nothing that must pass failed at the gate; wasteful variants reported as wasteful."""
+    are reported); nothing that must pass failed at the gate; wasteful variants reported as wasteful. A row with no
+    run (a campaign cut short) is not judged."""
     problems = []
     for r in rows:
+        if r.get("runs") == 0:
+            continue
         if r["kind"] == "mutant" and r["rate_at_gate"] < 0.95 and not below_resolution(r, tv):
             problems.append(f"mutant {r['name']} detected in only {r['rate_at_gate']:.0%} of seeds")
         if r["kind"] != "mutant" and r["failed_runs"] > 0:

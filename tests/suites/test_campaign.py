@@ -35,6 +35,7 @@ def test_exit_criterion_flags_escapes_false_alarms_and_silent_wasteful():
     assert not campaign_ok([_row("control", 0.05, failed=1)])[0]
     assert not campaign_ok([_row("equivalent", 0.05, failed=1)])[0]
     assert not campaign_ok([_row("wasteful", 0.0, wasteful=0)])[0]
+    assert campaign_ok([{**_row("wasteful", float("nan"), wasteful=0), "runs": 0}])[0]  # no run (cut short): not judged
     # below resolution (exact TV < 0.02 at every position): reported, not gated
     assert below_resolution({"exact_tv_a": 0.001, "exact_tv_b": 0.0004}, 0.02)
     assert campaign_ok([_row("mutant", 0.0, exact_tv_a=0.001)])[0]
@@ -103,7 +104,8 @@ def test_specdec_mutants_runs_on_the_runner_and_a_rerun_resumes(tmp_path, capsys
 
 
 def test_a_journaled_failure_of_a_control_is_exit_1(tmp_path, capsys):
-    """The report judges the runs the journal holds (--report-only: none runs): a control that FAILed is exit 1."""
+    """The report judges the runs the journal holds (--report-only: none runs): a control that FAILed is exit 1;
+    an entry with no run is not judged, and runs not made are exit 2."""
     from harness.executor import JOURNAL, Journal
     from suites.campaigns import zoo
 
@@ -117,6 +119,9 @@ def test_a_journaled_failure_of_a_control_is_exit_1(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "PROBLEM: control reference_verify failed 1 of 2 runs at the gate" in out and "overall: FAIL" in out
     assert "Overall: FAIL" in (tmp_path / "report.md").read_text()
+    # nothing journaled for an entry: its row is not judged, and the runs not made are exit 2
+    assert main(["mutants", "--quick", "--only", "always_reject", "--out", str(tmp_path / "none"), "--report-only"]) == 2
+    assert "specdec: error: 8 of 8 runs not made" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -153,7 +158,7 @@ def test_campaign_runs_every_step_family():
 
     present = tuple(n for n in names if n in {i.name for i in implementations()})
     assert len(present) >= 2
-    result = run_campaign(CampaignConfig(seeds=1, only=present, workers=1))
+    result = run_campaign(CampaignConfig(seeds=1, curve_seeds=0, only=present, workers=1))  # no curve: one run each
     rows = {r["name"]: r for r in result["rows"]}
     assert {rows[n]["level"] for n in present} == {"tree", "draft_step", "sampler"}
     assert all(rows[n]["rate_at_gate"] == 1.0 for n in present)
