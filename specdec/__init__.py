@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
     from harness.errors import HarnessError
     from harness.models.pair import ModelPair
     from harness.pairs import register_pair
-    from harness.served.check import EngineConfig
+    from harness.served.config import EngineConfig
     from harness.testing import (
         assert_lossless,
         assert_lossless_block,
@@ -72,7 +72,7 @@ __all__ = [
 # public name -> (internal module, its name there); imported on first access (PEP 562)
 _LAZY = {
     "CheckConfig": ("harness.check.config", "CheckConfig"),
-    "EngineConfig": ("harness.served.check", "EngineConfig"),
+    "EngineConfig": ("harness.served.config", "EngineConfig"),
     "Report": ("harness.check.report", "CheckReport"),
     "assert_lossless": ("harness.testing", "assert_lossless"),
     "assert_lossless_block": ("harness.testing", "assert_lossless_block"),
@@ -132,7 +132,7 @@ def verify(impl: Any = None, /, *, level: str | None = None, endpoint: str | Non
     from harness.check.api import run_verify
     from harness.check.config import CheckConfig
     from harness.errors import HarnessError
-    from harness.served.check import EngineConfig
+    from harness.served.config import EngineConfig
 
     if isinstance(impl, (CheckConfig, EngineConfig)):
         config = impl

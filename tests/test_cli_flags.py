@@ -49,8 +49,8 @@ def test_a_command_line_without_flags_builds_the_configs_own_defaults():
     """Defaults live once: a flag declared by one config (CheckConfig's --samples, default None) never restates
     another config's default (EngineConfig's 2,000 samples, 120 s timeout), and the zoo's CLI gives CampaignConfig()."""
     from harness.configs import from_args
-    from harness.served.check import EngineConfig
     from harness.served.cli import engine_config
+    from harness.served.config import EngineConfig
     from suites.campaigns._commands import CampaignConfig, ZooConfig
 
     parser = build_parser()

@@ -13,7 +13,7 @@ import specdec
 from harness.check.config import CheckConfig
 from harness.check.report import CheckReport
 from harness.errors import HarnessError
-from harness.served.check import EngineConfig
+from harness.served.config import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -104,7 +104,7 @@ REPORT_LEVEL = {"sampler": "sampler", "draft_step": "draft_step", "tree": "tree"
 
 
 def run_verify(config, progress: Callable[[int], None] | None = None, **options) -> CheckReport:
-    """Validate `config` (a CheckConfig, or harness.served.check.EngineConfig for a served engine), build the
+    """Validate `config` (a CheckConfig, or harness.served.config.EngineConfig for a served engine), build the
     trial source of its contract from the table and run the one driver on it (every mode — fixed n, early
     stop, reach top-up, sequential — is the driver's). `options` go to the source's builder (the engine
     level: `client=`, an adapter replacing the one `--api` names)."""

@@ -16,7 +16,7 @@ def add_verify_arguments(parser) -> None:
     """Flags `verify --level engine` adds to `specdec verify`: one per EngineConfig field that declares one
     (configs.option); the fields it shares with the generation level have CheckConfig's flags."""
     from harness.configs import add_arguments
-    from harness.served.check import EngineConfig
+    from harness.served.config import EngineConfig
 
     add_arguments(parser, EngineConfig)
     _record_explicit_pair(parser)
@@ -45,7 +45,7 @@ SHARED_FIELDS = ("target", "power", "inconclusive_tv", "seed", "samples", "lengt
 def engine_config(args):
     """The EngineConfig of a parsed `specdec verify --level engine` (validated)."""
     from harness.configs import from_args, given
-    from harness.served.check import EngineConfig
+    from harness.served.config import EngineConfig
 
     shared = given(EngineConfig, args, SHARED_FIELDS)
     if args.pair_given:
@@ -61,7 +61,7 @@ def engine_checks(args) -> dict:
     """`--engine-checks` not given: the token check, and the API check where the server may allow it (a local
     tokenizer, --api openai); whether it does is asked of it at the start (harness.served.api.refusal), and a
     server that does not is noted, not failed."""
-    from harness.served.check import DefaultChecks
+    from harness.served.config import DefaultChecks
 
     checks = getattr(args, "checks", None)
     local = getattr(args, "pair_given", False) or getattr(args, "target", None)

@@ -1,4 +1,5 @@
-"""Request bodies and reply parsing shared by the engine-level checks (harness.served.check, .logprobs)."""
+"""Request bodies and reply parsing shared by the engine-level checks (harness.served.draws, .truths,
+.context_cells, .logprobs, .api)."""
 
 from __future__ import annotations
 

@@ -150,7 +150,8 @@ def run_cell(kind: str, name: str, ground_truth: str, pair: str, samples: int, s
 
         (url,) = _servers((REFERENCE,), pair)
         return json.loads(json.dumps(probe(url), default=_plain))
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
     from harness.stats.rates import family_p
 
     if ground_truth == "local":

@@ -234,7 +234,8 @@ def engine_run(name: str, plan: str, seed: int) -> dict:
 
     from harness.mutants.registry import get
     from harness.pairs import get_pair
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
     from harness.served.serve import serving
 
     torch.set_num_threads(1)

@@ -67,7 +67,7 @@ PIECES_MODES = {"fixed-n": {"samples": 400}, "fixed-n-no-early-stop": {"samples"
 PIECES_SLIPS = ("residual_p",)
 # engine-score: the engine source's loop scored by a speculation-off `specdec serve` instead of a local target (ground
 # truth b: prompt_logprobs, processed, the top 20 ≥ V = 16 so nothing is hidden); "small-requests" draws and scores
-# 7 continuations per request over 401 rows (not a multiple), the path a wide top k takes (harness.served.check
+# 7 continuations per request over 401 rows (not a multiple), the path a wide top k takes (harness.served.draws
 # SCORE_ENTRIES), without early stop.
 SCORE_MODES = {"fixed-n": {"samples": 400}, "small-requests": {"samples": 401, "chunk": 7, "stop_on_fail": False}}
 
@@ -99,7 +99,8 @@ def chain_tree_case():
 def run_one(rule: LosslessRule, source: str, mode: str, seed: int, gate: float):
     if source == "engine":  # the generate() below, served by `specdec serve`, checked over HTTP
         from harness.pairs import get_pair
-        from harness.served.check import EngineConfig, run_engine_check
+        from harness.served.check import run_engine_check
+        from harness.served.config import EngineConfig
         from harness.served.serve import serving
 
         with serving(as_generate(rule), get_pair("toy")) as server:
@@ -126,7 +127,8 @@ def pieces_engine_check(rule: LosslessRule, seed: int, gate: float = DEFAULT_FAL
     `specdec verify --level engine --api llama-cpp-python --pair toy-pieces --contexts none --setting T=1` checks it."""
     from harness.check.settings import parse_setting
     from harness.pairs import get_pair
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
     from harness.served.serve import serving
 
     with serving(as_generate(rule), get_pair("toy-pieces"), dialect="llama-cpp-python") as server:
@@ -140,7 +142,8 @@ def scored_engine_check(rule: LosslessRule, seed: int, gate: float = DEFAULT_FAL
     --reference-endpoint URL_NO_SPEC --ground-truth score --contexts none` checks it (the scorer: `specdec serve
     --no-speculation --logprobs-mode processed_logprobs --prompt-logprobs-mode processed_logprobs`)."""
     from harness.pairs import get_pair
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
     from harness.served.serve import serving
 
     with serving(as_generate(rule), get_pair("toy")) as server, \

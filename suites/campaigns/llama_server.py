@@ -78,7 +78,7 @@ def plan(run: tuple, samples: int | None = None) -> tuple[int, int]:
 
 
 def _config(url: str, **kw):
-    from harness.served.check import EngineConfig
+    from harness.served.config import EngineConfig
 
     base = dict(endpoint=url, pair="smollm2", api="llama-server", samples=SAMPLES, length=LENGTH, prompts=1,
                 prompt_texts=(PROMPT,), chunk=CHUNK, concurrency=CONCURRENCY, seed=0, timeout_s=900.0,

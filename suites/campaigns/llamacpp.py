@@ -82,7 +82,8 @@ def _probe(url: str) -> dict:
 def _two_sample_check(on: str, off: str, setting: dict, samples: int, length: int) -> dict:
     """Speculation on against off at one setting (two-sample, ground truth c) -> the report as a dict."""
     from harness.check.settings import Setting
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
 
     return run_engine_check(EngineConfig(
         endpoint=on, reference_endpoint=off, ground_truth="two-sample", samples=samples, length=length,
@@ -128,7 +129,8 @@ IDS_SETTINGS = ({"temperature": 1.0, "logit_bias": NO_BOS}, {"temperature": 0.7,
 def ids_check(url: str, setting: dict, samples: int, length: int, responses: str | None) -> dict:
     """`verify --level engine --api llama-cpp-python --pair smollm2 --ground-truth local` at one setting."""
     from harness.check.settings import Setting
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
 
     return run_engine_check(EngineConfig(
         endpoint=url, api="llama-cpp-python", pair="smollm2", ground_truth="local", samples=samples, length=length,

@@ -1,5 +1,5 @@
 """Default sizes of the checks' plans (policy): how many rows a cell draws when the user names no --samples.
-The mechanism (harness.check.generation, harness.check.context_cells, harness.served.check) loads them through harness.policy. Light: no imports."""
+The mechanism (harness.check.generation, harness.check.context_cells, harness.served.greedy) loads them through harness.policy. Light: no imports."""
 
 # Default rows of a generation-level prompt cell (key: V <= 64, where the exact joint law is enumerated, or not), with
 # or without contexts cells. A toy pair's prompt cells carry the token-law guarantee (the exact joint law of the

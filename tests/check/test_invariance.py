@@ -294,7 +294,8 @@ def test_input_dtypes_keep_the_verdict(dtype):
 def _engine(rule: LosslessRule, mode: str, seed: int):
     """The rule as the verify step of the reference's loop, served by `specdec serve` and checked over HTTP."""
     from harness.pairs import get_pair
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
     from harness.served.serve import serving
 
     with serving(as_generate(rule), get_pair("toy")) as server:

@@ -274,7 +274,8 @@ def test_specdec_serve_honours_the_constraint_under_each_name(field):
 
 @pytest.mark.statistical
 def test_engine_check_sends_the_constraint_and_catches_a_grammar_bug_over_http():
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
     from harness.served.serve import serving
 
     (setting,) = get("grammar_state_one_behind").fn.settings

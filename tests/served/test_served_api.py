@@ -14,7 +14,8 @@ import torch
 from harness.pairs import get_pair
 from harness.served.api import placement, stop_cases
 from harness.served.bookkeeping import Bookkeeping, Stops, text_deltas
-from harness.served.check import EngineConfig, run_engine_check
+from harness.served.check import run_engine_check
+from harness.served.config import EngineConfig
 from harness.served.serve import GenerationBackend, Sampling, serving
 from harness.served.text import IdTokenizer
 from specdec_ref.adapters import generate

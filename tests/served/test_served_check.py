@@ -10,8 +10,10 @@ import torch
 from harness.check.settings import Setting
 from harness.mutants.registry import get
 from harness.pairs import get_pair
-from harness.served.check import EngineConfig, count_tests_for_cell, run_engine_check, vacuous
+from harness.served.check import run_engine_check
+from harness.served.config import EngineConfig
 from harness.served.serve import serving
+from harness.served.truths import count_tests_for_cell, vacuous
 from specdec_ref.adapters import generate
 
 SMALL = dict(samples=1200, prompts=1, chunk=600, settings=(Setting(0.0), Setting(0.7, top_p=0.9)), seed=3)
@@ -194,12 +196,12 @@ def test_the_time_budget_stops_before_the_next_cell_and_says_which_cells_did_not
 @pytest.mark.statistical
 def test_unseeded_requests_carry_no_seed_and_the_reference_still_passes(reference_on, monkeypatch):
     """`seeded=False` (`--unseeded`): no sampling request has a seed field; the draws are the engine's own."""
-    import harness.served.check as check
+    import harness.served.draws as draws
     from harness.served.requests import sampling_request
 
     assert "seed" not in sampling_request("m", [1], 2, 3, Setting(1.0), None) and sampling_request("m", [1], 2, 3, Setting(1.0), 5)["seed"] == 5
     sent = []
-    monkeypatch.setattr(check, "sampling_request", lambda *a, **k: sent.append(sampling_request(*a, **k)) or sent[-1])
+    monkeypatch.setattr(draws, "sampling_request", lambda *a, **k: sent.append(sampling_request(*a, **k)) or sent[-1])
     report = run_engine_check(EngineConfig(endpoint=reference_on, pair="toy-low", ground_truth="local", seeded=False,
                                            **SMALL))
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]

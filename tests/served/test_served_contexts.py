@@ -10,8 +10,9 @@ from harness.contexts import BLOCK_SIZES, CONTINUATION, random_contexts
 from harness.errors import HarnessError
 from harness.mutants.registry import get
 from harness.pairs import get_pair
-from harness.served import check as served_check
-from harness.served.check import EngineConfig, run_engine_check
+from harness.served import context_cells
+from harness.served.check import run_engine_check
+from harness.served.config import EngineConfig
 from harness.served.serve import serving
 from specdec_ref.adapters import generate
 
@@ -21,7 +22,7 @@ def small_catalogue(monkeypatch):
     """Two prompt lengths, 40-token continuations crossing the 16-, 32- and 48-token block boundaries."""
     plan = {"contexts": random_contexts(16, lengths=(14, 30), pairs=4), "block_sizes": BLOCK_SIZES,
             "length": CONTINUATION}
-    monkeypatch.setattr(served_check, "_contexts_plan", lambda run: plan)
+    monkeypatch.setattr(context_cells, "contexts_plan", lambda run: plan)
     return plan
 
 

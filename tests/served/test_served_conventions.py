@@ -11,7 +11,8 @@ import torch
 
 from harness.check.settings import Setting
 from harness.pairs import get_pair
-from harness.served.check import EngineConfig, run_engine_check
+from harness.served.check import run_engine_check
+from harness.served.config import EngineConfig
 from harness.served.serve import serving
 from specdec_ref.processing import LLAMA_CPP_DEFAULTS, SamplingParams, process
 from tests.impls.llama_cpp_convention import generate as llama_cpp_like

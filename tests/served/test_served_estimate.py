@@ -13,7 +13,8 @@ import pytest
 from harness.check.settings import Setting
 from harness.mutants.registry import get
 from harness.pairs import get_pair
-from harness.served.check import EngineConfig, run_engine_check
+from harness.served.check import run_engine_check
+from harness.served.config import EngineConfig
 from harness.served.estimate import estimable
 from harness.served.serve import serving
 from specdec_ref.adapters import generate

@@ -44,7 +44,8 @@ def test_seed_is_honoured_at_temperature_one(off):
 
 def _two_sample_against_itself(off, prompt: str, samples: int = 20, length: int = 4):
     from harness.check.settings import Setting
-    from harness.served.check import EngineConfig, run_engine_check
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
 
     return run_engine_check(EngineConfig(endpoint=off, reference_endpoint=off, ground_truth="two-sample",
                                          samples=samples, length=length, prompts=1, prompt_texts=(prompt,), chunk=1,

@@ -16,7 +16,8 @@ from harness.check.settings import Setting
 from harness.errors import HarnessError
 from harness.mutants.logprobs import LOGPROBS_MUTANTS
 from harness.pairs import get_pair
-from harness.served.check import EngineConfig, run_engine_check
+from harness.served.check import run_engine_check
+from harness.served.config import EngineConfig
 from harness.served.logprobs import MalformedTrials, Reported, compare, parse_choice
 from harness.served.serve import GenerationBackend, LogprobsWriter, Sampling, serving
 from specdec_ref.adapters import generate

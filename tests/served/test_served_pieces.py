@@ -232,7 +232,8 @@ def test_the_table_equals_llama_cpps_own_pieces_for_every_id():
 
 
 def test_greedy_rows_and_the_format_check_read_a_cut_row_as_far_as_it_is_known():
-    from harness.served.check import compared_up_to_classes, format_result
+    from harness.served.draws import format_result
+    from harness.served.greedy import compared_up_to_classes
 
     classes = PieceTable.from_tokenizer(FakeByteLevelTokenizer()).classes
     # the engine's row was cut at its shared piece (4, class of {4, 5}); the local greedy row has 5 there

@@ -14,10 +14,12 @@ import pytest
 from harness.check.settings import Setting
 from harness.errors import HarnessError
 from harness.pairs import get_pair
-from harness.served.check import EngineConfig, choose_ground_truth, run_engine_check
+from harness.served.check import run_engine_check
 from harness.served.client import EngineClient
+from harness.served.config import EngineConfig
 from harness.served.probe import probe, scoring_mode
 from harness.served.serve import serving
+from harness.served.truths import choose_ground_truth
 from specdec_ref.adapters import generate
 
 PAIR = "toy-low"
@@ -157,13 +159,13 @@ def test_charge_hidden_mass_adds_the_rest_mass_each_test_saw():
 def test_scoring_in_small_requests_gives_the_same_test(engine_on, vllm_like, monkeypatch):
     """A wide top k is scored a few rows per request (SCORE_ENTRIES listed values at most), a few requests at a
     time: the same p-values as one request per chunk."""
-    from harness.served import check
+    from harness.served import draws
 
     config = EngineConfig(endpoint=engine_on, reference_endpoint=vllm_like, ground_truth="score",
                           settings=(Setting(1.0),), **{**SMALL, "samples": 300, "chunk": 300})
     whole = run_engine_check(config)
     posted = []
-    monkeypatch.setattr(check, "SCORE_ENTRIES", 21 * 8 * 7)  # 7 rows of ~8 positions at k = 20 per request
+    monkeypatch.setattr(draws, "SCORE_ENTRIES", 21 * 8 * 7)  # 7 rows of ~8 positions at k = 20 per request
     real = EngineClient.run_all
     monkeypatch.setattr(EngineClient, "run_all", lambda self, path, jobs, *a, **kw: posted.append(len(jobs)) or real(
         self, path, jobs, *a, **kw))

@@ -16,7 +16,8 @@ from harness.errors import HarnessError
 from harness.mutants import get
 from harness.mutants.structured import FREE_THEN_CONSTRAINED
 from harness.pairs import get_pair
-from harness.served.check import EngineConfig, run_engine_check_with
+from harness.served.check import run_engine_check_with
+from harness.served.config import EngineConfig
 from harness.served.structured import (
     ConstrainedLlamaServerClient,
     engine_format_test,

@@ -20,7 +20,8 @@ import time
 
 from harness.mutants.api import API_MUTANTS
 from harness.pairs import get_pair
-from harness.served.check import EngineConfig, run_engine_check
+from harness.served.check import run_engine_check
+from harness.served.config import EngineConfig
 from harness.served.serve import serving
 from specdec_ref.adapters import generate
 

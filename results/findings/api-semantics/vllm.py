@@ -18,7 +18,8 @@ import subprocess
 import sys
 import time
 
-from harness.served.check import EngineConfig, run_engine_check
+from harness.served.check import run_engine_check
+from harness.served.config import EngineConfig
 from harness.served.vllm_server import vllm_server
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
