@@ -34,12 +34,16 @@ sys.path.insert(0, str(ROOT))
 PAIR = "arch-ssm"
 PROMPTS = ["t1 t2 t3 t4", "t5 t9 t7 t30 t11 t2 t40 t17 t8 t3 t21 t6"]  # the pair's own two prompts, as words
 SETTINGS = ["T=0", "T=1"]
+# llama-server truncates by default (top-k 40, top-p 0.95, min-p 0.05): T = 1 asks for the plain law (top-k 48 = V)
+LLAMA_SETTINGS = ["T=0", "T=1,top_k=48,top_p=1,min_p=0"]
 VLLM_CONFIGS = {"off": None,
                 "ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
                 "draft": {"method": "draft_model", "num_speculative_tokens": 3}}
 
 
 def save_models(work: Path) -> tuple[Path, Path]:
+    import shutil
+
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -47,7 +51,10 @@ def save_models(work: Path) -> tuple[Path, Path]:
     from harness.pairs import get_pair
 
     pair = get_pair(PAIR)
-    target, draft = (Path(p) for p in save_pair(pair, work / "hf"))
+    save_pair(pair, work / "bare")  # no tokenizer: what convert_hf_to_gguf.py reads (with one it demands a known BPE)
+    shutil.rmtree(work / "hf", ignore_errors=True)
+    shutil.copytree(work / "bare", work / "hf")
+    target, draft = work / "hf" / "target", work / "hf" / "draft"
     tok = Tokenizer(models.WordPiece({f"t{i}": i for i in range(pair.vocab_size)}, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     for path in (target, draft):
@@ -64,7 +71,7 @@ def verify(endpoint: str, target: Path, draft: Path, api: str, setting: str, out
     start = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     text = done.stdout + done.stderr
-    (out / f"{name}-{setting}.txt").write_text("$ specdec " + " ".join(cmd[3:]) + "\n\n" + text)
+    (out / f"{name}-{setting.split(',')[0]}.txt").write_text("$ specdec " + " ".join(cmd[3:]) + "\n\n" + text)
     verdict = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.strip().startswith("verdict:")), "")
     return {"name": name, "setting": setting, "exit": done.returncode, "verdict": verdict,
             "seconds": round(time.monotonic() - start, 1)}
@@ -151,7 +158,8 @@ def run_llama_server(target: Path, draft: Path, out: Path, work: Path) -> list[d
     binary = ls.build_llama_server(log=open(out / "llama-server-build.log", "w"))  # noqa: SIM115
     llama_cpp = ls.cache_root() / "llama.cpp"
     ggufs = {}
-    for role, hf in (("target", target), ("draft", draft)):
+    for role in ("target", "draft"):
+        hf = work / "bare" / role  # the same weights, without the tokenizer files
         raw = work / f"{role}.neox-vocab.f32.gguf"
         with open(out / f"convert-{role}.log", "w") as log:
             subprocess.run([sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(hf), "--outtype", "f32",
@@ -169,7 +177,7 @@ def run_llama_server(target: Path, draft: Path, out: Path, work: Path) -> list[d
                         log_path=str(out / f"{name}.log"), describe_command=True) as url:
                 rows.append({"name": name, "command": " ".join(cmd),
                              "greedy_repeats": greedy_twice(url, "", [1, 2, 3, 4], "llama-server")})
-                for setting in SETTINGS:
+                for setting in LLAMA_SETTINGS:
                     rows.append(verify(url, target, draft, "llama-server", setting, out, name))
         except Exception as e:  # noqa: BLE001 - a server that does not start is a finding, recorded
             rows.append({"name": name, "error": f"{type(e).__name__}: {e}"})
