@@ -59,11 +59,13 @@ _ENCODED: dict[str, dict[str, list[int]]] = {}  # encode_catalogue's memory: key
 
 def load_catalogue(categories: tuple[str, ...] | None = None, per_category: int | None = None) -> list[Prompt]:
     """The bench's prompt catalogue by category (suites/prompts/bench.jsonl, read through the policy's
-    suites.http_bench) as `Prompt`s whose `kind` is the category."""
+    suites.http_bench) as `Prompt`s whose `kind` is the category: every category when none is named (those sent over
+    HTTP by default are the policy's choice, not this one's)."""
     from harness.policy import load
 
+    http_bench = load("http_bench")
     return [Prompt(r["id"], r["category"], r["text"])
-            for r in load("http_bench").catalogue(categories, per_category)]
+            for r in http_bench.catalogue(categories or tuple(http_bench.CATEGORIES), per_category)]
 
 
 def tokenizer_key(tokenizer: Any) -> str:
