@@ -146,8 +146,7 @@ class Config:
 
 
 def validate(config: Config) -> None:
-    from harness.errors import UnknownNameError
-    from harness.pairs import pair_specs
+    from harness import preflight
 
     if config.rows < 0 or config.samples < 0:
         raise HarnessError("--rows and --samples must be >= 0 (0 skips that part)")
@@ -156,12 +155,7 @@ def validate(config: Config) -> None:
     for flag, value in (("--length", config.length), ("--gamma", config.gamma), ("--threads", config.threads)):
         if value < 1:
             raise HarnessError(f"{flag} must be >= 1, got {value}")
-    specs = pair_specs()
-    if config.pair not in specs:
-        raise UnknownNameError("pair", config.pair, list(specs))
-    ok, why = specs[config.pair].available()
-    if not ok:
-        raise HarnessError(f"pair {config.pair!r} is not available here: {why}")
+    preflight.pair(config.pair)  # a registered pair that is available here
 
 
 def journaled(config: Config) -> bool:

@@ -125,20 +125,14 @@ def parse_alphas(text: str) -> dict[str, float]:
 
 
 def validate(config: Config) -> None:
-    from harness.errors import UnknownNameError
-    from harness.pairs import pair_specs
+    from harness import preflight
 
     if config.repeats < 1:
         raise HarnessError(f"--repeats must be >= 1, got {config.repeats}")
     if config.threads is not None and config.threads < 1:
         raise HarnessError(f"--threads must be >= 1, got {config.threads}")
     parse_alphas(config.alphas)
-    specs = pair_specs()
-    if config.pair not in specs:
-        raise UnknownNameError("pair", config.pair, list(specs))
-    ok, why = specs[config.pair].available()
-    if not ok:
-        raise HarnessError(f"pair {config.pair!r} is not available here: {why}")
+    preflight.pair(config.pair)  # a registered pair that is available here
 
 
 def journaled(config: Config) -> bool:
