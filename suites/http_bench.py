@@ -15,7 +15,7 @@ from importlib import resources
 CATEGORIES = ("chat", "translation", "summarization", "qa", "math", "rag", "code", "code-edit")
 # Sent when no category is named: all but code-edit (the answer repeats the prompt's code with one change, where prompt
 # lookup drafts well; added later, named when wanted), so `--prompts 2` stays the catalogue earlier results ran
-DEFAULT_CATEGORIES = CATEGORIES[:-1]
+DEFAULT_CATEGORIES = tuple(c for c in CATEGORIES if c != "code-edit")
 SPEC_BENCH = {"chat": "multi-turn conversation", "translation": "translation", "summarization": "summarization",
               "qa": "question answering", "math": "mathematical reasoning", "rag": "retrieval-augmented generation"}
 CONCURRENCY = (1, 2, 4)
