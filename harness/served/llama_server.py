@@ -135,7 +135,7 @@ def server_command(binary: Path, model: Path, port: int, *, draft: Path | None, 
 
 @contextlib.contextmanager
 def llama_server(*, draft: bool, draft_tokens: int = DRAFT_TOKENS, host: str = "127.0.0.1", slots: int = 1,
-                 startup_timeout_s: float = 300.0, log_path: str | None = None) -> Iterator[str]:
+                 startup_timeout_s: float = 300.0, log_path: str | None = None, ctx: int = 2048) -> Iterator[str]:
     """llama-server on SmolLM2 (F32 target; Q4_1 draft when `draft`) on a free localhost port; always stopped."""
     binary = find_binary()
     if binary is None:
@@ -143,7 +143,7 @@ def llama_server(*, draft: bool, draft_tokens: int = DRAFT_TOKENS, host: str = "
     target, draft_model = smollm2_models()
     port = _free_port(host)
     cmd = server_command(binary, target, port, draft=draft_model if draft else None, draft_tokens=draft_tokens,
-                         host=host, slots=slots)
+                         host=host, slots=slots, ctx=ctx)
     with served(cmd, f"http://{host}:{port}", "/health", "llama-server", startup_timeout_s=startup_timeout_s,
                 log_path=log_path, describe_command=True) as url:
         yield url
@@ -168,6 +168,21 @@ class LlamaServerClient(EngineClient):
         if max_cmpl is not None and max_cmpl < 1:
             raise HarnessError(f"max_cmpl must be >= 1, got {max_cmpl}")
         self.processed, self._max_cmpl = processed, max_cmpl
+        self._options, self._api = options, None
+
+    def api_route(self) -> EngineClient:
+        """The API check's client (harness.served.llama_api): stop, stream, n and seed sent natively, one native
+        request per request, unlike this client's continuations split over seeds."""
+        if self._api is None:
+            from harness.served.llama_api import LlamaServerApiClient
+
+            self._api = LlamaServerApiClient(self.base, **self._options)
+        return self._api
+
+    def close(self) -> None:
+        if self._api is not None:
+            self._api.close()
+        super().close()
 
     @property
     def max_cmpl(self) -> int:

