@@ -101,7 +101,7 @@ KINDS = [
      "raised RuntimeError: config file not found"),
     ("impl-attribute-missing", lambda t: _verify(f"{IMPLS}:missing", *FAST), 2, "has no attribute 'missing'"),
     ("impl-not-callable", lambda t: _verify(f"{IMPLS}:not_callable", *FAST), 2, "not callable"),
-    ("impl-signature", lambda t: _verify(f"{IMPLS}:two_args", *FAST), 2, "cannot be called as the sampler-level"),
+    ("impl-signature", lambda t: _verify(f"{IMPLS}:two_args", *FAST), 2, "cannot be called as the sampler contract"),
     ("impl-spec-form", lambda t: _verify(IMPLS, *FAST), 2, "MODULE:CALLABLE"),
     ("returns-none", lambda t: _verify(f"{IMPLS}:returns_none", *FAST), 1, "returned NoneType"),
     ("returns-list", lambda t: _verify(f"{IMPLS}:returns_list", *FAST), 1, "returned list"),

@@ -57,20 +57,20 @@ def _not_found_message(exc: ModuleNotFoundError, module_name: str, spec: str) ->
             f"in this environment ({exc}); install it (e.g. `pip install {missing.split('.')[0]}`)")
 
 
-def check_signature(fn: Callable, level: str, spec: str) -> None:
+def check_signature(fn: Callable, contract: str, spec: str) -> None:
     """Refuse callables whose signature cannot take the contract's arguments (§1a / §1b)."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return  # builtins / C callables: nothing to check before calling
     try:
-        if level == "sampler":
+        if contract == "sampler":
             sig.bind(*([None] * 4))
-        elif level == "tree":
+        elif contract == "tree":
             sig.bind(*([None] * TREE_VERIFY_ARITY))
-        elif level == "draft_step":
+        elif contract == "draft_step":
             sig.bind(*([None] * 3))
-        elif level == "masked_step":
+        elif contract == "masked_step":
             sig.bind(*([None] * 5))
         else:
             sig.bind(None, None, None, **dict.fromkeys(GENERATE_KEYWORDS))
@@ -79,9 +79,9 @@ def check_signature(fn: Callable, level: str, spec: str) -> None:
                 "tree": "tree_verify(target_probs, draft_probs, draft_tokens, parents, generator)",
                 "draft_step": "draft_and_verify(target_probs, draft_probs, generator)",
                 "masked_step": "verify_masked(target_probs, draft_probs, draft_tokens, allowed, generator)"}.get(
-            level, "generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed)")
+            contract, "generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed)")
         raise HarnessError(f"{spec} has signature {fn.__name__}{sig}, which cannot be called as the "
-                           f"{level}-level contract {want}: {exc}") from exc
+                           f"{contract} contract {want}: {exc}") from exc
 
 
 def pad_rows(rows: list[torch.Tensor], width: int | None = None) -> torch.Tensor:
@@ -102,12 +102,12 @@ def _one_row(out, what: str) -> torch.Tensor:
     return out[0]
 
 
-def one_row_at_a_time(fn: Callable, level: str, on_row: Callable[[], None] | None = None) -> Callable:
+def one_row_at_a_time(fn: Callable, contract: str, on_row: Callable[[], None] | None = None) -> Callable:
     """Wrap a B = 1 implementation so it accepts B >= 1 (rows are independent trials).
 
     `on_row()` is called after every row, so a progress display moves per row, not per batch."""
     tick = on_row or (lambda: None)
-    if level == "sampler":
+    if contract == "sampler":
         def wrapped(target_probs, draft_probs, draft_tokens, generator):
             # target_probs [B, γ+1, V], draft_probs [B, γ, V], draft_tokens [B, γ] -> [B, γ+1]
             rows = []

@@ -131,7 +131,7 @@ def count_contexts_pit_tests(families, block_sizes) -> int:
 
 
 
-def contexts_pit_tests(values: dict, families, block_sizes, level, power, prefix) -> list[TestResult]:
+def contexts_pit_tests(values: dict, families, block_sizes, rate, power, prefix) -> list[TestResult]:
     """The pooled PIT and its slices: per family, per step band, at the first and last slot of every cache block
     (absolute position mod B = 0 and B − 1); tests that accumulate evidence per context instead of pooling it
     (binned uniformity within every context; the probit score Φ⁻¹(u) per context, squared, and pooled): a row that
@@ -141,7 +141,7 @@ def contexts_pit_tests(values: dict, families, block_sizes, level, power, prefix
     U(0, 1) under H0. None states a per-position TV: each carries its scope and guarantee."""
     u, step, pos, seq, fam, ctx = (values[k] for k in ("u", "step", "abs", "seq", "family", "context"))
     off = values["off_support"]
-    kw = {"level": level, "power": power}
+    kw = {"rate": rate, "power": power}
     n_ctx = len(np.unique(ctx))
     out = [deterministic_result(f"{prefix}/pit_support", off == 0, n=len(u), message=support_message(off))]
     pooled = uniformity_test(u, f"{prefix}/pit_uniform", min_expected=GATE_MIN_EXPECTED, **kw)
@@ -200,7 +200,7 @@ def sample_contexts(impl, pair, contexts, rows: np.ndarray, setting, gamma, leng
     return tokens, rows
 
 
-def _contexts_pit_run(cell: Cell, trials: ContextTrials, level: float, power: float) -> list[TestResult]:
+def _contexts_pit_run(cell: Cell, trials: ContextTrials, rate: float, power: float) -> list[TestResult]:
     data, source = cell.data, cell.summary["_source"]
     effects: dict = {}
     values = contexts_pit_values(source.scorer, data.contexts, trials, data.setting, source.vocab,
@@ -208,7 +208,7 @@ def _contexts_pit_run(cell: Cell, trials: ContextTrials, level: float, power: fl
                                  order=source.order, effects=effects)
     if effects:
         cell.summary["parameter_effects"] = effects
-    tests = contexts_pit_tests(values, data.families, data.block_sizes, level, power, cell.name)
+    tests = contexts_pit_tests(values, data.families, data.block_sizes, rate, power, cell.name)
     cell.summary["tokens"] = int(len(values["u"]))
     cell.summary["detectable_tv_per_family"] = {
         "all": tests[1].detectable_tv,
@@ -216,10 +216,10 @@ def _contexts_pit_run(cell: Cell, trials: ContextTrials, level: float, power: fl
     return tests
 
 
-def _contexts_conventions_run(cell: Cell, trials: ContextTrials, level: float, power: float) -> list[TestResult]:
+def _contexts_conventions_run(cell: Cell, trials: ContextTrials, rate: float, power: float) -> list[TestResult]:
     """As the prompt cells' conventions check (harness.check.generation), for a contexts cell."""
     data, source = cell.data, cell.summary["_source"]
-    if not cell.decided(level):
+    if not cell.decided(rate):
         return []
     fits = []
     for order in ORDERS:
@@ -228,14 +228,14 @@ def _contexts_conventions_run(cell: Cell, trials: ContextTrials, level: float, p
         values = contexts_pit_values(source.scorer, data.contexts, trials, data.setting, source.vocab,
                                      np.random.default_rng(source.seed + 5000 + data.index), eos=source.eos,
                                      order=order)
-        if all(t.p_value > level for t in contexts_pit_tests(values, data.families, data.block_sizes, level, power,
+        if all(t.p_value > rate for t in contexts_pit_tests(values, data.families, data.block_sizes, rate, power,
                                                              "convention")):
             fits.append(order)
     cell.summary["consistent_conventions"] = fits
     return []
 
 
-def default_rows(cell: Cell, tv: float, level: float, power: float) -> int:
+def default_rows(cell: Cell, tv: float, rate: float, power: float) -> int:
     """A check's plan (`Check.samples_for`): the cell's declared default rows (policy), whatever the TV."""
     return cell.summary["default_rows"]
 

@@ -11,27 +11,27 @@ from harness.check.settings import Setting
 from specdec_ref.processing import ORDERS
 
 
-def convention_tests(tokens, model, prompt, length, setting, vocab, eos, order, level, power, prefix, enumerate_law,
+def convention_tests(tokens, model, prompt, length, setting, vocab, eos, order, rate, power, prefix, enumerate_law,
                      rng):
     """The gating tests of one cell, against the target processed under `order`."""
     if enumerate_law:
         law = continuation_law(model, prompt, length, setting, vocab, eos, order)
-        return joint_law_tests(rows_to_keys(tokens), law, level, power, prefix)
+        return joint_law_tests(rows_to_keys(tokens), law, rate, power, prefix)
     u, pos, seq, off = pit_values(model, prompt, tokens, setting, vocab, rng, eos=eos, order=order)
-    return pit_tests(u, pos, seq, off, level, power, prefix)
+    return pit_tests(u, pos, seq, off, rate, power, prefix)
 
 
-def consistent_conventions(tokens, model, prompt, length, setting, vocab, eos, declared, level, power,
+def consistent_conventions(tokens, model, prompt, length, setting, vocab, eos, declared, rate, power,
                            enumerate_law, seed) -> list[str]:
     """After a failed cell: the other processing orders under which the target explains the outputs
-    (every test of the cell passes at the per-test level). A convention, not a verification bug."""
+    (every test of the cell passes at the per-test rate). A convention, not a verification bug."""
     found = []
     for order in ORDERS:
         if order == declared or not order_matters(setting, order):
             continue
-        tests = convention_tests(tokens, model, prompt, length, setting, vocab, eos, order, level, power, "convention",
+        tests = convention_tests(tokens, model, prompt, length, setting, vocab, eos, order, rate, power, "convention",
                                  enumerate_law, np.random.default_rng(seed))
-        if all(t.p_value > level for t in tests):
+        if all(t.p_value > rate for t in tests):
             found.append(order)
     return found
 

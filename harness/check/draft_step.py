@@ -48,7 +48,7 @@ DRAFT_TESTS_PER_POSITION = 3  # support, pooled Pearson, pooled G
 def draft_law_tests(
     drafts: np.ndarray,  # [rows, γ] int64 drafts returned by the implementation
     q: np.ndarray,  # [γ, V] the draft laws they must follow
-    level: float,
+    rate: float,
     power: float,
     prefix: str,
 ) -> list[TestResult]:
@@ -61,7 +61,7 @@ def draft_law_tests(
         name = f"{prefix}/draft{i}"
         out.append(support_check(counts, q[i], f"{name}/support", power=power))
         coarse_counts, coarse_q = coarsen(counts, q[i])
-        kw = {"level": level, "power": power, "min_expected": GATE_MIN_EXPECTED}
+        kw = {"rate": rate, "power": power, "min_expected": GATE_MIN_EXPECTED}
         out.append(pooled_pearson(coarse_counts, coarse_q, f"{name}/pooled_pearson", **kw))
         out.append(pooled_gtest(coarse_counts, coarse_q, f"{name}/pooled_g", **kw))
     return out
@@ -99,10 +99,10 @@ def run_draft_step_check(impl: Callable, config: CheckConfig | None = None, *, i
     return report
 
 
-def _draft_laws_run(cell: Cell, trials: SamplerTrials, level: float, power: float) -> list[TestResult]:
+def _draft_laws_run(cell: Cell, trials: SamplerTrials, rate: float, power: float) -> list[TestResult]:
     out = []
     for prefix, plan, rows in law_rows(cell, trials):
-        out += draft_law_tests(trials.drafts[rows], plan.q, level, power, prefix)
+        out += draft_law_tests(trials.drafts[rows], plan.q, rate, power, prefix)
     return out
 
 

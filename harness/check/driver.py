@@ -11,7 +11,7 @@ Vocabulary (the same at the sampler, generation and engine levels):
   plans its sample size (TFP style: n for a detectable TV ε, and ε for n), runs on the trials and
   returns `TestResult`s; it gates (enters Holm) or advises (reported, never decides).
 - **driver** — `run_battery`: sums the declared tests over every cell (m), plans each cell at the
-  per-test level false_alarm_rate / m (Holm's first step: a test with p below it is rejected
+  per-test rate false_alarm_rate / m (Holm's first step: a test with p below it is rejected
   whatever the others say), draws, keeps drawing while a check reports a shortfall (a position
   reached less often than planned), runs the checks, stops early once the verdict is decided, applies
   Holm, and judges the plan's power: a run whose achieved detectable TV is above `inconclusive_tv`
@@ -46,9 +46,9 @@ class Check:
     """One unit of a cell's battery.
 
     tests(cell) -> int                       gating tests it emits for that cell (0 for an advisory check)
-    run(cell, trials, level, power)          -> list[TestResult] (exactly tests(cell) of them when it gates)
-    samples_for(cell, tv, level, power)      -> trials it needs to detect `tv` at `power` (None: no demand)
-    shortfall(cell, trials, tv, level, power) -> more trials it needs given what the trials reached (0: none)
+    run(cell, trials, rate, power)           -> list[TestResult] (exactly tests(cell) of them when it gates)
+    samples_for(cell, tv, rate, power)       -> trials it needs to detect `tv` at `power` (None: no demand)
+    shortfall(cell, trials, tv, rate, power)  -> more trials it needs given what the trials reached (0: none)
     """
 
     name: str
@@ -70,9 +70,9 @@ class Cell:
     summary: dict = dataclasses.field(default_factory=dict)  # reported per cell (plan, acceptance, ...)
     results: list[TestResult] = dataclasses.field(default_factory=list)  # its gating results so far (driver)
 
-    def decided(self, level: float) -> bool:
-        """A gating test of this cell is at or below the per-test level: Holm rejects it whatever the rest say."""
-        return any(t.p_value <= level for t in self.results)
+    def decided(self, rate: float) -> bool:
+        """A gating test of this cell is at or below the per-test rate: Holm rejects it whatever the rest say."""
+        return any(t.p_value <= rate for t in self.results)
 
     def declared_tests(self) -> int:
         return sum(c.tests(self) for c in self.checks if c.gating)
@@ -129,8 +129,8 @@ def select(chosen: list | None, catalogue: list, kind: str) -> list:
     return [by_name[c] if isinstance(c, str) else c for c in chosen]
 
 
-def plan_cell(cell: Cell, level: float, power: float) -> int:
-    demands = [c.samples_for(cell, cell.tv, level, power) for c in cell.checks if c.samples_for]
+def plan_cell(cell: Cell, rate: float, power: float) -> int:
+    demands = [c.samples_for(cell, cell.tv, rate, power) for c in cell.checks if c.samples_for]
     return max([1, *demands])
 
 
@@ -194,7 +194,7 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
             run.monitors = source.monitors(run.cell, config)
     m_seq = sum(len(mon.processes) for run in runs for mon in run.monitors)
     m = sum(cell.declared_tests() + 1 for cell in cells) + m_seq  # + 1: each cell's format test
-    level = config.false_alarm_rate / m
+    rate = config.false_alarm_rate / m
     report = CheckReport(impl_name, source.level, config.false_alarm_rate, config.tv, config.power, config.seed,
                          device=config.device)
     report.family = config.family
@@ -202,14 +202,14 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
     report.inconclusive_tv = config.inconclusive_tv
     deadline = None if config.time_budget_s is None else time.monotonic() + config.time_budget_s
     for run in runs:
-        run.planned = min(config.samples or plan_cell(run.cell, level, config.power), config.max_rows)
+        run.planned = min(config.samples or plan_cell(run.cell, rate, config.power), config.max_rows)
         run.cell.summary.setdefault("planned", run.planned)
-    stop = _draw_sequential(source, runs, level, config, progress, deadline, m) if config.sequential else None
+    stop = _draw_sequential(source, runs, rate, config, progress, deadline, m) if config.sequential else None
     ran: list[_CellRun] = []
     for index, run in enumerate(runs):
         cell = run.cell
         if not config.sequential:
-            run.trials, run.problem = _draw_following_reach(source, run, level, config, progress, deadline)
+            run.trials, run.problem = _draw_following_reach(source, run, rate, config, progress, deadline)
         ran.append(run)
         n = run.count(source)
         report.tests.append(deterministic_result(f"{cell.name}/format", run.problem is None, n=n,
@@ -218,7 +218,7 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
             report.samples += n
             cell.summary["samples"] = n
             if run.problem is None and stop is None:
-                _run_checks(cell, run.trials, level, config.power, report)
+                _run_checks(cell, run.trials, rate, config.power, report)
         cell.summary.setdefault("format_problems", [run.problem] if run.problem else [])
         if config.sequential:
             cell.summary["planned_rows"] = run.planned
@@ -231,10 +231,10 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
         report.cases.append({"name": cell.name, **{k: v for k, v in cell.summary.items() if not k.startswith("_")}})  # "_x": the source's own
         if stop is not None:
             continue
-        if config.stop_on_fail and any(t.p_value <= level for t in report.tests):
+        if config.stop_on_fail and any(t.p_value <= rate for t in report.tests):
             skipped = [c.name for c in cells[index + 1:]]
             if skipped:
-                report.notes.append(f"verdict decided at {cell.name} (a test has p <= {level:.2g}, rejected by "
+                report.notes.append(f"verdict decided at {cell.name} (a test has p <= {rate:.2g}, rejected by "
                                     f"Holm whatever the rest says); skipped: {', '.join(skipped)}")
             break
         if deadline is not None and time.monotonic() > deadline:
@@ -246,13 +246,13 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
     if config.sequential:
         report.notes.append(_sequential_note(stop, ran, source, m, m_seq, config.false_alarm_rate))
     report.notes.append(f"{m} gating tests declared, Holm at family-wise {config.false_alarm_rate:g} "
-                        f"(per-test plan level {level:.2g})")
+                        f"(per-test plan rate {rate:.2g})")
     report.declared_tests = m
     report.seconds = time.perf_counter() - started
     if stop is not None:
         # Stopped early: the family still has M members (those not run count as p = 1), so a test is
-        # rejected at the first Holm step's level α/M — what a crossing means.
-        report.tests = [dataclasses.replace(t, reject=t.p_value <= level) for t in report.tests]
+        # rejected at the first Holm step's rate α/M — what a crossing means.
+        report.tests = [dataclasses.replace(t, reject=t.p_value <= rate) for t in report.tests]
         return report
     return report.decide()
 
@@ -283,27 +283,27 @@ def _draw_chunk(source, run: _CellRun, n: int, progress, log_threshold: float | 
     return False
 
 
-def _shortfall(source, run: _CellRun, level: float, config: CheckConfig) -> int:
+def _shortfall(source, run: _CellRun, rate: float, config: CheckConfig) -> int:
     if config.samples is not None or run.trials is None:  # a fixed n is kept
         return 0
     have = source.count(run.trials)
-    more = max([0, *(c.shortfall(run.cell, run.trials, run.cell.tv, level, config.power)
+    more = max([0, *(c.shortfall(run.cell, run.trials, run.cell.tv, rate, config.power)
                      for c in run.cell.checks if c.shortfall)])
     return min(more, config.max_rows - have)
 
 
-def _draw_following_reach(source, run: _CellRun, level, config, progress, deadline):
+def _draw_following_reach(source, run: _CellRun, rate, config, progress, deadline):
     """Draw the planned trials, then keep drawing while a check reports a shortfall (up to max_rows)."""
     if _draw_chunk(source, run, run.planned, progress, None):
         return run.trials, run.problem
     while deadline is None or time.monotonic() < deadline:
-        more = _shortfall(source, run, level, config)
+        more = _shortfall(source, run, rate, config)
         if more <= 0 or _draw_chunk(source, run, more, progress, None):
             break
     return run.trials, run.problem
 
 
-def _draw_sequential(source, runs: list[_CellRun], level: float, config: CheckConfig, progress, deadline,
+def _draw_sequential(source, runs: list[_CellRun], rate: float, config: CheckConfig, progress, deadline,
                      m: int):
     """Every cell advances to the same growing fraction of its plan, round after round, the monitors
     updated after every chunk; then the reach top-up, monitored too. Returns (cell, reasons) of the first
@@ -319,7 +319,7 @@ def _draw_sequential(source, runs: list[_CellRun], level: float, config: CheckCo
                 return run.cell.name, ([run.problem] if run.problem else []) + run.crossed
     for run in runs:
         while deadline is None or time.monotonic() < deadline:
-            more = _shortfall(source, run, level, config)
+            more = _shortfall(source, run, rate, config)
             if more <= 0:
                 break
             if _draw_chunk(source, run, more, progress, log_threshold):
@@ -343,9 +343,9 @@ def _sequential_note(stop, runs: list[_CellRun], source, m: int, m_seq: int, fal
                    + "; ".join(reasons))
 
 
-def _run_checks(cell: Cell, trials, level: float, power: float, report: CheckReport) -> None:
+def _run_checks(cell: Cell, trials, rate: float, power: float, report: CheckReport) -> None:
     for check in cell.checks:
-        results = check.run(cell, trials, level, power)
+        results = check.run(cell, trials, rate, power)
         if check.gating:
             declared = check.tests(cell)
             if len(results) != declared:

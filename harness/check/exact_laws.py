@@ -73,7 +73,7 @@ def rows_to_keys(tokens: torch.Tensor) -> list[tuple[int, ...]]:
     return [tuple(t for t in row if t >= 0) for row in tokens.tolist()]
 
 
-def joint_law_tests(keys: list[tuple[int, ...]], law: dict, level: float, power: float, prefix: str) -> list[TestResult]:
+def joint_law_tests(keys: list[tuple[int, ...]], law: dict, rate: float, power: float, prefix: str) -> list[TestResult]:
     cells = sorted(law, key=lambda k: -law[k])
     index = {k: i for i, k in enumerate(cells)}
     p = np.array([law[k] for k in cells])
@@ -87,7 +87,7 @@ def joint_law_tests(keys: list[tuple[int, ...]], law: dict, level: float, power:
     coarse_p = np.append(p[:head], p[head:].sum())
     if coarse_p[-1] == 0:
         coarse_counts, coarse_p = coarse_counts[:-1], coarse_p[:-1]
-    kw = {"level": level, "power": power, "min_expected": GATE_MIN_EXPECTED}
+    kw = {"rate": rate, "power": power, "min_expected": GATE_MIN_EXPECTED}
     out.append(pooled_pearson(coarse_counts, coarse_p, f"{prefix}/joint_pooled_pearson", **kw))
     out.append(pooled_gtest(coarse_counts, coarse_p, f"{prefix}/joint_pooled_g", **kw))
     for t in out[1:]:

@@ -132,24 +132,24 @@ def generation_samples(config: CheckConfig, vocab: int) -> int:
     return config.samples or (20_000 if vocab <= ENUMERATION_MAX_VOCAB else 200)
 
 
-def _greedy_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _greedy_run(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     gating, _, findings = trials
     cell.summary["divergences"] = findings
     return gating
 
 
-def _greedy_numerics(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _greedy_numerics(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     return trials[1]  # near-tie divergences: numerics, reported
 
 
-def _joint_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
+def _joint_run(cell: Cell, tokens, rate: float, power: float) -> list[TestResult]:
     data, source = cell.data, cell.summary["_source"]
     law = continuation_law(source.scorer, data.prompt, source.length, data.setting, source.vocab, source.eos,
                            source.order)
-    return joint_law_tests(rows_to_keys(tokens), law, level, power, cell.name)
+    return joint_law_tests(rows_to_keys(tokens), law, rate, power, cell.name)
 
 
-def _pit_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
+def _pit_run(cell: Cell, tokens, rate: float, power: float) -> list[TestResult]:
     data, source = cell.data, cell.summary["_source"]
     effects: dict = {}
     u, pos, seq, off = pit_values(source.scorer, data.prompt, tokens, data.setting, source.vocab,
@@ -157,17 +157,17 @@ def _pit_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]
                                   effects=effects)
     if effects:
         cell.summary["parameter_effects"] = effects
-    return pit_tests(u, pos, seq, off, level, power, cell.name)
+    return pit_tests(u, pos, seq, off, rate, power, cell.name)
 
 
-def _conventions_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
+def _conventions_run(cell: Cell, tokens, rate: float, power: float) -> list[TestResult]:
     """Advisory: when a cell's gating tests fail, is the output the target's law under another known processing
     convention (top-p before temperature, ...)? A convention is not a verification bug: say which."""
     data, source = cell.data, cell.summary["_source"]
-    if not cell.decided(level):
+    if not cell.decided(rate):
         return []
     fits = consistent_conventions(tokens, source.scorer, data.prompt, source.length, data.setting, source.vocab,
-                                  source.eos, source.order, level, power, source.enumerate, source.seed + data.index)
+                                  source.eos, source.order, rate, power, source.enumerate, source.seed + data.index)
     cell.summary["consistent_conventions"] = fits
     return []
 
@@ -181,14 +181,14 @@ def _exact_emitted_law(impl, source, data) -> dict | None:
     return law(source.scorer, source.pair.draft, data.prompt, source.length, source.gamma, data.setting, source.eos)
 
 
-def _estimate_run(cell: Cell, tokens, level: float, power: float) -> list[TestResult]:
+def _estimate_run(cell: Cell, tokens, rate: float, power: float) -> list[TestResult]:
     """`--estimate`: bias-corrected TV of the whole continuation's law against the exact joint law at this prompt,
     and of each position's token (harness.stats.estimate.continuation_estimates), into "tv_estimates"; with the
     exact TV beside it for a p/q-hook zoo entry. Reports, never gates."""
     from harness.stats.estimate import continuation_estimates
 
     data, source = cell.data, cell.summary["_source"]
-    if not getattr(source, "estimate_all", True) and not cell.decided(level):
+    if not getattr(source, "estimate_all", True) and not cell.decided(rate):
         return []  # a FAIL report's default: estimates in the failing cells only
     law = continuation_law(source.scorer, data.prompt, source.length, data.setting, source.vocab, source.eos,
                            source.order)
@@ -447,7 +447,7 @@ class GenerationSource(TrialSource):
                 f"(prompt lengths {case['prompt_lengths'][0]}–{case['prompt_lengths'][-1]}, "
                 f"{case['length']} new tokens each, {case.get('tokens', 0)} tokens); detectable TV per family of "
                 f"contexts (pooled PIT: TV between the binned PIT law and U(0, 1), at power {config.power:g} and the "
-                f"per-test Holm level): {tvs}")
+                f"per-test Holm rate): {tvs}")
         headline = report.headline
         if headline["scope"] is not None:
             report.notes.append(f"headline TV {headline['detectable_tv']:.3g} ({headline['test']}): "

@@ -137,15 +137,15 @@ def static_no_ops(setting: Setting, eos) -> dict[str, str]:
     return out
 
 
-def pit_tests(u, positions, seq_ids, off_support, level, power, prefix) -> list[TestResult]:
+def pit_tests(u, positions, seq_ids, off_support, rate, power, prefix) -> list[TestResult]:
     """At one prompt: the PIT pooled over its positions (and, past the first, over the rows' prefixes), per
     position, and the serial test. Only position 0 sees one law (the prompt's next-token law)."""
     out = [deterministic_result(f"{prefix}/pit_support", off_support == 0, n=len(u), message=support_message(off_support))]
-    pooled = uniformity_test(u, f"{prefix}/pit_uniform", level=level, power=power, min_expected=GATE_MIN_EXPECTED)
+    pooled = uniformity_test(u, f"{prefix}/pit_uniform", rate=rate, power=power, min_expected=GATE_MIN_EXPECTED)
     pooled.details.update(scope="pooled", guarantee=pooled_guarantee(pooled, "PIT pooled over the positions and "
                                                                      "prefixes of one prompt", power))
     out.append(pooled)
-    per_position = per_position_uniformity(u, positions, prefix=f"{prefix}/pit_uniform", level=level, power=power)
+    per_position = per_position_uniformity(u, positions, prefix=f"{prefix}/pit_uniform", rate=rate, power=power)
     for t in per_position:  # each states its own (wider) TV; never the run's headline
         one_law = t.details.get("position") == 0
         t.details.update(headline=False, scope="one law" if one_law else "pooled")
@@ -155,7 +155,7 @@ def pit_tests(u, positions, seq_ids, off_support, level, power, prefix) -> list[
     out += per_position
     consecutive = (seq_ids[1:] == seq_ids[:-1]) & (positions[1:] == positions[:-1] + 1)
     out.append(serial_independence_test(u[:-1][consecutive], u[1:][consecutive], f"{prefix}/pit_serial",
-                                        level=level, power=power))
+                                        rate=rate, power=power))
     return out
 
 

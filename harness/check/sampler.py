@@ -94,7 +94,7 @@ class SamplerTrials:
 
 MAX_CELLS = 32  # omnibus tests see the 31 likeliest tokens + "the rest": df ≤ 31 keeps n affordable
 # Cells expecting fewer draws are pooled before Pearson / G. The usual 5 keeps the χ² approximation
-# honest at nominal levels, not at the ~1e-6 per-test levels a Holm family reaches: measured, one
+# honest at nominal rates, not at the ~1e-6 per-test rates a Holm family reaches: measured, one
 # false alarm in 200 seeds of the reference (df 10, n = 389, p = 1.6e-6) with 5; 20 fixes the tail.
 GATE_MIN_EXPECTED = 20.0
 CHUNK_FLOATS = 4e6  # input floats per implementation call on CPU: (2γ+1)·V·rows ≤ this (see _run_case)
@@ -182,13 +182,13 @@ def plan_rows(plans: list[CasePlan], *, tv: float, false_alarm_rate: float, powe
     """Set each plan's row count; returns the number of gating tests m used for the plan.
 
     `extra_tests`: gating tests another stage adds to the same Holm family (the sequential mode's
-    e-processes); the plan is then made at the per-test level false_alarm_rate / (m + extra_tests)."""
+    e-processes); the plan is then made at the per-test rate false_alarm_rate / (m + extra_tests)."""
     m = count_gating_tests(plans)
-    level = false_alarm_rate / (m + extra_tests)
+    rate = false_alarm_rate / (m + extra_tests)
     for plan in plans:
         eps = plan.case.tv or tv
         # A one-token law (e.g. top-p 0.5 on V = 2) has df 0: nothing to test but its support; plan it as df 1.
-        need = [samples_needed(eps, max(1, min(MAX_CELLS, int((plan.p[j] > 0).sum())) - 1), level, power)
+        need = [samples_needed(eps, max(1, min(MAX_CELLS, int((plan.p[j] > 0).sum())) - 1), rate, power)
                 / plan.reach[j] for j in plan.tested]
         # 5 % headroom: the number of rows that reach a position fluctuates around rows · P(reach)
         plan.rows = int(min(max_rows, math.ceil(1.05 * max(need))))
@@ -310,7 +310,7 @@ def format_problems(out, draft_tokens: torch.Tensor, V: int) -> tuple[list[str],
     return problems, tokens
 
 
-def position_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str) -> list[TestResult]:
+def position_tests(tokens: np.ndarray, plan: CasePlan, rate: float, power: float, prefix: str) -> list[TestResult]:
     """Per tested position: the emitted token's law among the rows that reached it."""
     V = plan.case.vocab
     n_emitted = (tokens >= 0).sum(1)
@@ -323,7 +323,7 @@ def position_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: floa
         name = f"{prefix}/pos{j}"
         out.append(support_check(counts, pj, f"{name}/support", power=power))
         coarse_counts, coarse_p = coarsen(counts, pj)
-        plan_kw = {"level": level, "power": power}
+        plan_kw = {"rate": rate, "power": power}
         pooled_kw = {**plan_kw, "min_expected": GATE_MIN_EXPECTED}
         out.append(pooled_pearson(coarse_counts, coarse_p, f"{name}/pooled_pearson", **pooled_kw))
         out.append(pooled_gtest(coarse_counts, coarse_p, f"{name}/pooled_g", **pooled_kw))
@@ -358,7 +358,7 @@ def tail_positions(plan: CasePlan) -> list[int]:
     return [j for j in plan.tested if plan.p[j][deep_tail(plan.p[j])].sum() >= TAIL_MIN_MASS]
 
 
-def _tail_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str) -> list[TestResult]:
+def _tail_tests(tokens: np.ndarray, plan: CasePlan, rate: float, power: float, prefix: str) -> list[TestResult]:
     """Exact two-sided binomial test per position: the count of deep-tail tokens among the rows that reached j
     ~ Bin(reached, p_j(deep tail)) for any lossless rule (residual and bonus draws alike)."""
     n_emitted = (tokens >= 0).sum(1)
@@ -368,7 +368,7 @@ def _tail_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, 
         mask = deep_tail(plan.p[j])
         hits = int(mask[col[(col >= 0) & (col < plan.case.vocab)]].sum())
         mass = float(plan.p[j][mask].sum())
-        t = binomial_event_test(hits, len(col), mass, f"{prefix}/pos{j}/deep_tail", level=level, power=power)
+        t = binomial_event_test(hits, len(col), mass, f"{prefix}/pos{j}/deep_tail", rate=rate, power=power)
         t.details.update({"expected": mass * len(col), "tail_tokens": int(mask.sum()), "tail_ratio": TAIL_RATIO,
                           "detectable_deficit": (t.detectable_tv or math.inf) / mass,
                           "message": f"{hits} deep-tail tokens where {mass * len(col):.1f} were expected "
@@ -377,28 +377,28 @@ def _tail_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, 
     return out
 
 
-def _tail_need(plan: CasePlan, j: int, level: float, power: float) -> int:
+def _tail_need(plan: CasePlan, j: int, rate: float, power: float) -> int:
     mass = float(plan.p[j][deep_tail(plan.p[j])].sum())
-    return samples_needed_binomial(mass, mass * (1 - TAIL_PLAN_DEFICIT), level, power)
+    return samples_needed_binomial(mass, mass * (1 - TAIL_PLAN_DEFICIT), rate, power)
 
 
-def _tail_samples(cell: Cell, tv: float, level: float, power: float) -> int:
+def _tail_samples(cell: Cell, tv: float, rate: float, power: float) -> int:
     plans = subplans(cell)
-    need = [_tail_need(plan, j, level, power) / plan.reach[j] for plan in plans for j in tail_positions(plan)]
+    need = [_tail_need(plan, j, rate, power) / plan.reach[j] for plan in plans for j in tail_positions(plan)]
     return int(math.ceil(1.05 * max(need) * len(plans))) if need else 0
 
 
-def _tail_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _tail_run(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     return [t for prefix, plan, rows in law_rows(cell, trials)
-            for t in _tail_tests(_tok(trials)[rows], plan, level, power, prefix)]
+            for t in _tail_tests(_tok(trials)[rows], plan, rate, power, prefix)]
 
 
-def _acceptance_tests(tokens: np.ndarray, plan: CasePlan, level: float, power: float, prefix: str):
+def _acceptance_tests(tokens: np.ndarray, plan: CasePlan, rate: float, power: float, prefix: str):
     """Gating: P(first k drafts accepted) above the universal bound (impossible for any lossless rule, any
     family). Advisory: below the token-level optimum (wasteful); `rates` places the measured acceptance
     against the token-level and the block-level optimum (see `acceptance_outcome`)."""
     n_emitted = (tokens >= 0).sum(1)  # [rows]
-    return acceptance_tests(n_emitted, plan.p, plan.q, acceptance_drafts(plan), level, power, prefix)
+    return acceptance_tests(n_emitted, plan.p, plan.q, acceptance_drafts(plan), rate, power, prefix)
 
 
 def acceptance_drafts(plan: CasePlan) -> list[int]:
@@ -417,7 +417,7 @@ def acceptance_tests(
     p: np.ndarray,  # [γ+1, V]
     q: np.ndarray,  # [γ, V]
     drafts: list[int],  # the k to test
-    level: float,
+    rate: float,
     power: float,
     prefix: str,
 ) -> tuple[list[TestResult], list[TestResult], list[dict]]:
@@ -436,8 +436,8 @@ def acceptance_tests(
         hits = int((n_emitted >= k + 1).sum())
         name = f"{prefix}/accept{j}"
         gating.append(_one_sided(hits, rows, float(universal.value[j]), f"{name}/above_universal_bound",
-                                 "greater", level, power))
-        below_token = _one_sided(hits, rows, float(token[j]), f"{name}/below_token_optimal", "less", level, power)
+                                 "greater", rate, power))
+        below_token = _one_sided(hits, rows, float(token[j]), f"{name}/below_token_optimal", "less", rate, power)
         advisory.append(below_token)
         reached = int((n_emitted >= k).sum())
         rates.append({
@@ -448,45 +448,45 @@ def acceptance_tests(
             "token_level_optimum": float(token[j]), "block_optimum": float(block[j]),
             "universal_bound": float(universal.estimate[j]), "universal_bound_gate": float(universal.value[j]),
             "universal_bound_exact": bool(universal.exact[j]),
-            "outcome": acceptance_outcome(hits, rows, float(token[j]), float(block[j]), level, power),
+            "outcome": acceptance_outcome(hits, rows, float(token[j]), float(block[j]), rate, power),
         })
     return gating, advisory, rates
 
 
-def acceptance_outcome(hits: int, rows: int, token: float, block: float, level: float, power: float) -> str:
+def acceptance_outcome(hits: int, rows: int, token: float, block: float, rate: float, power: float) -> str:
     """Readable verdict on a measured P(first k accepted) = hits / rows against the token-level optimum
     T_k and block verification's B_k (T_k ≤ B_k): "wasteful" (significantly below T_k), "token-level
     optimal" (consistent with T_k, below B_k), "block optimal" (consistent with B_k), "optimal" where
     T_k = B_k (k = 1), "above block level" (significantly above B_k, yet within the universal bound)."""
     def below(p0):
-        return _one_sided(hits, rows, p0, "", "less", level, power).p_value < level
+        return _one_sided(hits, rows, p0, "", "less", rate, power).p_value < rate
 
     if below(token):
         return "wasteful"
     if block - token < 1e-9:
         return "optimal"
-    if _one_sided(hits, rows, block, "", "greater", level, power).p_value < level:
+    if _one_sided(hits, rows, block, "", "greater", rate, power).p_value < rate:
         return "above block level"
     return "token-level optimal" if below(block) else "block optimal"
 
 
-def _one_sided(hits: int, n: int, p0: float, name: str, alternative: str, level: float, power: float) -> TestResult:
+def _one_sided(hits: int, n: int, p0: float, name: str, alternative: str, rate: float, power: float) -> TestResult:
     """Binomial test of hits/n against p0; a bound that cannot be crossed in the tested direction
     (p0 ≥ 1 for "greater", p0 ≤ 0 for "less") passes with p = 1 (the plain test treats p0 ∈ {0, 1} as a
     point null and would reject any deviation, in either direction)."""
     p0 = min(1.0, max(0.0, p0))
     if (alternative == "greater" and p0 >= 1.0) or (alternative == "less" and p0 <= 0.0):
         return TestResult(name, float(hits), 1.0, n=n, details={"p_event": p0, "alternative": alternative})
-    return binomial_event_test(hits, n, p0, name, alternative, level=level, power=power)
+    return binomial_event_test(hits, n, p0, name, alternative, rate=rate, power=power)
 
 
-def row_independence(tokens: np.ndarray, level: float, power: float, prefix: str):
+def row_independence(tokens: np.ndarray, rate: float, power: float, prefix: str):
     """Exact runs test on consecutive rows' emitted lengths: random numbers shared across rows make their
     accept/reject patterns, hence their lengths, move together (planted bug in tests/check/test_check.py).
     Lengths are heavily tied (γ + 1 values, often one dominant), where a rank correlation's normal
     approximation is not valid in the far tail; the runs test is exact at any sparsity."""
     lengths = (tokens >= 0).sum(1)
-    return runs_test(lengths, f"{prefix}/rows_independent", level=level, power=power)
+    return runs_test(lengths, f"{prefix}/rows_independent", rate=rate, power=power)
 
 
 def run_sampler_check(impl: Callable, config: CheckConfig | None = None, *, impl_name: str = "impl",
@@ -528,9 +528,9 @@ def _reached(tokens: np.ndarray, j: int) -> int:
     return int(((tokens >= 0).sum(1) >= j + 1).sum())
 
 
-def _position_need(plan: CasePlan, j: int, tv: float, level: float, power: float) -> int:
+def _position_need(plan: CasePlan, j: int, tv: float, rate: float, power: float) -> int:
     """Rows that must reach position j to detect `tv` there (df on the ≤ MAX_CELLS coarsening)."""
-    return samples_needed(tv, max(1, min(MAX_CELLS, int((plan.p[j] > 0).sum())) - 1), level, power)
+    return samples_needed(tv, max(1, min(MAX_CELLS, int((plan.p[j] > 0).sum())) - 1), rate, power)
 
 
 def subplans(cell: Cell) -> list[CasePlan]:
@@ -556,14 +556,14 @@ def _positions_tests(cell: Cell) -> int:
     return sum(tests_per_position(plan.p[j]) for plan in subplans(cell) for j in plan.tested)
 
 
-def _positions_samples(cell: Cell, tv: float, level: float, power: float) -> int:
+def _positions_samples(cell: Cell, tv: float, rate: float, power: float) -> int:
     plans = subplans(cell)
-    need = [_position_need(plan, j, tv, level, power) / plan.reach[j] for plan in plans for j in plan.tested]
+    need = [_position_need(plan, j, tv, rate, power) / plan.reach[j] for plan in plans for j in plan.tested]
     # 5 % headroom: the number of rows that reach a position fluctuates around rows · P(reach)
     return int(math.ceil(1.05 * max(need) * len(plans)))
 
 
-def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, level: float, power: float) -> int:
+def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, rate: float, power: float) -> int:
     """More rows for positions this implementation reaches less often than the optimal rule (wasteful rules):
     they keep sampling until they have their planned rows (or the run's cap)."""
     trials, more = tokens, 0
@@ -575,17 +575,17 @@ def _positions_shortfall(cell: Cell, tokens: np.ndarray, tv: float, level: float
             reached = _reached(sub, j)
             if not _observed_ok(sub, j):
                 continue
-            need = _position_need(plan, j, tv, level, power)
+            need = _position_need(plan, j, tv, rate, power)
             if reached < need:
                 more = max(more, math.ceil(1.05 * (need - reached) * len(sub) / reached) * len(subplans(cell)))
     return more
 
 
-def _positions_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _positions_run(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     out = []
     for prefix, plan, rows in law_rows(cell, trials):
         sub = _tok(trials)[rows]
-        out += _flag_rarely_reached(position_tests(sub, plan, level, power, prefix), sub)
+        out += _flag_rarely_reached(position_tests(sub, plan, rate, power, prefix), sub)
     return out
 
 
@@ -593,21 +593,21 @@ def _acceptance_positions(plan: CasePlan) -> list[int]:
     return [j for j in range(plan.case.gamma) if plan.reach[j] >= MIN_REACH]
 
 
-def _acceptance_run(cell: Cell, tokens: np.ndarray, level: float, power: float, *, gating: bool):
+def _acceptance_run(cell: Cell, tokens: np.ndarray, rate: float, power: float, *, gating: bool):
     gates, advice, rates = [], [], []
     for prefix, plan, rows in law_rows(cell, tokens):
-        g, a, rate = _acceptance_tests(_tok(tokens)[rows], plan, level, power, prefix)
-        gates, advice, rates = gates + g, advice + a, rates + rate
+        g, a, acceptance = _acceptance_tests(_tok(tokens)[rows], plan, rate, power, prefix)
+        gates, advice, rates = gates + g, advice + a, rates + acceptance
     if gating:
         return gates
     cell.summary["acceptance"] = rates
-    cell.summary["wasteful"] = any(a.p_value < level for a in advice)
+    cell.summary["wasteful"] = any(a.p_value < rate for a in advice)
     return advice
 
 
-def _independence_run(cell: Cell, tokens: np.ndarray, level: float, power: float) -> list[TestResult]:
+def _independence_run(cell: Cell, tokens: np.ndarray, rate: float, power: float) -> list[TestResult]:
     """Runs test per law: rows holding the same law are iid trials (rows of different laws differ by design)."""
-    return [row_independence(_tok(tokens)[rows], level, power, prefix)
+    return [row_independence(_tok(tokens)[rows], rate, power, prefix)
             for prefix, _, rows in law_rows(cell, tokens)]
 
 
@@ -623,7 +623,7 @@ TAIL_PROBE = Check("deep_tail", lambda cell: sum(len(tail_positions(p)) for p in
 SAMPLER_BATTERY = [POSITION_LAWS, ACCEPTANCE_BOUND, ACCEPTANCE_OPTIMUM, ROW_INDEPENDENCE, TAIL_PROBE]
 
 
-def _estimate_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _estimate_run(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     """`--estimate`: a bias-corrected TV estimate with a 95 % interval per law and tested position
     (harness.stats.estimate), into the cell's summary ("tv_estimates"); with the exact TV on the same partition
     and on the full vocabulary where the implementation has an exact law (a zoo entry). Reports, never gates."""
@@ -631,7 +631,7 @@ def _estimate_run(cell: Cell, trials, level: float, power: float) -> list[TestRe
 
     from harness.stats.estimate import exact_partition_tv, kl_entry, partition, tv_estimate
 
-    if not cell.summary.get("_estimate_all", True) and not cell.decided(level):
+    if not cell.summary.get("_estimate_all", True) and not cell.decided(rate):
         return []  # a FAIL report's default: estimates in the failing cells only
     seed, exact_laws = cell.summary.get("_estimate_seed", 0), cell.summary.get("_exact_laws")
     rng = numpy_rng(seed, "estimate", cell.name)

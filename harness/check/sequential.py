@@ -12,7 +12,7 @@ acceptance, and a serial bet on the first token's randomized PIT for row indepen
 One family of M = (fixed-n gating tests) + (e-processes) shares the false-alarm rate α. A run stops at
 the first e-process with log e ≥ log(M/α) (Ville + Bonferroni: ≤ α/M per process under any monitoring),
 or at a deterministic failure. Otherwise it reaches the planned rows, and Holm at α over all M tests
-decides: the fixed-n tests (planned at the per-test level α/M, so the stated detectable TV holds)
+decides: the fixed-n tests (planned at the per-test rate α/M, so the stated detectable TV holds)
 together with the e-processes' anytime p-values 1/sup e. Every p-value is valid whenever the run stops,
 so the family-wise false-alarm rate stays ≤ α under this optional stopping.
 

@@ -115,7 +115,7 @@ def format_problem(constraint, prompt: list[int], rows: list[list[int]]) -> tupl
     return bad, first
 
 
-def _format_run(cell, tokens, level: float, power: float):
+def _format_run(cell, tokens, rate: float, power: float):
     setting, prompt = cell.data.setting, cell.data.prompt
     rows = [[t for t in row if t >= 0] for row in tokens.tolist()]
     bad, first = format_problem(setting.constraint, prompt, rows)

@@ -118,7 +118,7 @@ def draw_inputs(plan: CasePlan, rows: int, generator: torch.Generator):
     return p, q, torch.from_numpy(drafts), torch.from_numpy(allowed)
 
 
-def _format_run(cell: Cell, trials, level: float, power: float):
+def _format_run(cell: Cell, trials, rate: float, power: float):
     plan, tokens = cell.data, trials
     states = plan.dfa.states(tokens)
     valid = tokens >= 0
@@ -133,7 +133,7 @@ def _format_run(cell: Cell, trials, level: float, power: float):
     return [deterministic_result(f"{cell.name}/constraint_format", not len(bad), n=len(tokens), message=message)]
 
 
-def _pit_run(cell: Cell, trials, level: float, power: float):
+def _pit_run(cell: Cell, trials, rate: float, power: float):
     plan, tokens = cell.data, trials
     states = plan.dfa.states(tokens)
     rows, pos = np.nonzero((tokens >= 0) & (states >= 0))
@@ -141,21 +141,21 @@ def _pit_run(cell: Cell, trials, level: float, power: float):
     y = tokens[rows, pos]
     p_y = laws[np.arange(len(y)), y]
     u = pit_from_masses(mass_above_descending(laws, y), p_y, np.random.default_rng(cell.summary["seed"]))
-    out = [uniformity_test(u, f"{cell.name}/masked_pit_uniform", level=level, power=power,
+    out = [uniformity_test(u, f"{cell.name}/masked_pit_uniform", rate=rate, power=power,
                            min_expected=GATE_MIN_EXPECTED)]
-    per = per_position_uniformity(u, pos, prefix=f"{cell.name}/masked_pit_uniform", level=level, power=power)
+    per = per_position_uniformity(u, pos, prefix=f"{cell.name}/masked_pit_uniform", rate=rate, power=power)
     out += per + [deterministic_result(f"{cell.name}/masked_pit_uniform/pos{j}", True, n=0)
                   for j in range(plan.case.gamma + 1) if j not in set(pos.tolist())]
     return out
 
 
-def _rows_for(cell: Cell, tv: float, level: float, power: float) -> int:
+def _rows_for(cell: Cell, tv: float, rate: float, power: float) -> int:
     """Rows for a detectable TV (pooled PIT, 20 bins); DEFAULT_ROWS when no TV is asked."""
     if not math.isfinite(tv):
         return DEFAULT_ROWS
     from harness.stats.power import samples_needed
 
-    return max(DEFAULT_ROWS, samples_needed(tv, 19, level, power))
+    return max(DEFAULT_ROWS, samples_needed(tv, 19, rate, power))
 
 
 CONSTRAINT_FORMAT = Check("constraint_format", lambda cell: 1, _format_run)

@@ -80,14 +80,14 @@ class TreeCase:
 def full_tree(branching: Sequence[int]) -> tuple[int, ...]:
     """Parents of the complete tree with branching[d] children per node at depth d (breadth-first order)."""
     parents: list[int] = []
-    level = [-1]
+    depth = [-1]
     for k in branching:
         nxt = []
-        for par in level:
+        for par in depth:
             for _ in range(k):
                 parents.append(par)
                 nxt.append(len(parents) - 1)
-        level = nxt
+        depth = nxt
     return tuple(parents)
 
 
@@ -303,14 +303,14 @@ def count_tests_for_tree_format() -> int:
     return 1
 
 
-def tests_for_node_laws(out: np.ndarray, reached: np.ndarray, plan: TreePlan, level: float, power: float,
+def tests_for_node_laws(out: np.ndarray, reached: np.ndarray, plan: TreePlan, rate: float, power: float,
                         prefix: str) -> list[TestResult]:
     """Per tested node t: the token emitted right after t, among the rows whose path reached t, ~ p_t."""
     results = []
     for t in plan.tested:
         col = out[reached[:, t], plan.shape.depth[t]]
         view = _PositionView(plan.p[t][None], plan.vocab)
-        for r in position_tests(col[:, None], view, level, power, f"{prefix}/node{t - 1}" if t else f"{prefix}/root"):
+        for r in position_tests(col[:, None], view, rate, power, f"{prefix}/node{t - 1}" if t else f"{prefix}/root"):
             results.append(dataclasses.replace(r, name=r.name.replace("/pos0/", "/")))
     return results
 
@@ -323,12 +323,12 @@ def _bounded(plan: TreePlan) -> list[int]:
     return [t for t in range(1, plan.shape.n_nodes + 1) if plan.bounds[t] < 1 - 1e-12]
 
 
-def tests_for_reach_bounds(reached: np.ndarray, plan: TreePlan, level: float, power: float,
+def tests_for_reach_bounds(reached: np.ndarray, plan: TreePlan, rate: float, power: float,
                            prefix: str) -> list[TestResult]:
     """Gating: P(reach node) above the universal coupling bound of its path is impossible for a lossless rule."""
     rows = reached.shape[0]
     return [binomial_event_test(int(reached[:, t].sum()), rows, float(plan.bounds[t]),
-                                f"{prefix}/node{t - 1}/reach_above_bound", "greater", level=level, power=power)
+                                f"{prefix}/node{t - 1}/reach_above_bound", "greater", rate=rate, power=power)
             for t in _bounded(plan)]
 
 
@@ -390,13 +390,13 @@ def _reached_nodes(trials) -> np.ndarray:
     return read_paths(out, tokens, plan.shape)[0]  # [rows, N+1] bool
 
 
-def _node_need(plan: TreePlan, t: int, tv: float, level: float, power: float) -> int:
-    return samples_needed(tv, max(1, min(MAX_CELLS, int((plan.p[t] > 0).sum())) - 1), level, power)
+def _node_need(plan: TreePlan, t: int, tv: float, rate: float, power: float) -> int:
+    return samples_needed(tv, max(1, min(MAX_CELLS, int((plan.p[t] > 0).sum())) - 1), rate, power)
 
 
-def _node_laws_samples(cell: Cell, tv: float, level: float, power: float) -> int:
+def _node_laws_samples(cell: Cell, tv: float, rate: float, power: float) -> int:
     plan = cell.data
-    need = [_node_need(plan, t, tv, level, power) / plan.reach[t] for t in plan.tested]
+    need = [_node_need(plan, t, tv, rate, power) / plan.reach[t] for t in plan.tested]
     return int(math.ceil(1.05 * max(need, default=1000)))
 
 
@@ -405,22 +405,22 @@ def _rarely(reached: np.ndarray, t: int) -> bool:
     return t > 0 and reached[:, t].mean() < MIN_NODE_REACH
 
 
-def _node_laws_shortfall(cell: Cell, trials, tv: float, level: float, power: float) -> int:
+def _node_laws_shortfall(cell: Cell, trials, tv: float, rate: float, power: float) -> int:
     """Nodes this implementation reaches less often than the reference keep sampling to their planned rows."""
     plan, reached = cell.data, _reached_nodes(trials)
     more = 0
     for t in plan.tested:
         got = int(reached[:, t].sum())
-        need = _node_need(plan, t, tv, level, power)
+        need = _node_need(plan, t, tv, rate, power)
         if not _rarely(reached, t) and got < need:
             more = max(more, math.ceil(1.05 * (need - got) * len(reached) / got))
     return more
 
 
-def _node_laws_run(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _node_laws_run(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     plan, (out, _, _) = cell.data, trials
     reached = _reached_nodes(trials)
-    results = tests_for_node_laws(out, reached, plan, level, power, cell.name)
+    results = tests_for_node_laws(out, reached, plan, rate, power, cell.name)
     rare = {f"{cell.name}/node{t - 1}/" for t in plan.tested if _rarely(reached, t)}
     for r in results:
         if any(r.name.startswith(prefix) for prefix in rare):

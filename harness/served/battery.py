@@ -38,12 +38,12 @@ def count_tests_for_pit(length: int) -> int:
     return 3 + length
 
 
-def tests_for_pit(u, positions, seq_ids, off_support: int, *, length: int, level: float, power: float,
+def tests_for_pit(u, positions, seq_ids, off_support: int, *, length: int, rate: float, power: float,
                   prefix: str) -> list[TestResult]:
     """`pit_tests` with every position 0..length−1 present (a position no row reached: no data, p = 1)."""
     from harness.check.pit import pit_tests
 
-    out = pit_tests(u, positions, seq_ids, off_support, level, power, prefix)
+    out = pit_tests(u, positions, seq_ids, off_support, rate, power, prefix)
     seen = {int(j) for j in np.unique(positions)}
     out += [TestResult(f"{prefix}/pit_uniform/pos{j}", 0.0, 1.0, n=0, detectable_tv=math.inf,
                        details={"message": "no continuation reached this position"})
@@ -56,7 +56,7 @@ def count_tests_for_local_target(length: int, enumerate_law: bool) -> int:
 
 
 def tests_for_local_target(rows: list[list[int]], prompt: list[int], *, model, setting, vocab: int, eos: set[int],
-                           length: int, enumerate_law: bool, rng, level: float, power: float,
+                           length: int, enumerate_law: bool, rng, rate: float, power: float,
                            prefix: str, order: str = "standard", classes=None) -> list[TestResult]:
     """Ground truth (a): the returned continuations against a local float64 copy of the target, processed
     under the declared convention `order` (specdec_ref.processing.ORDERS). `classes`: the engine reports
@@ -70,11 +70,11 @@ def tests_for_local_target(rows: list[list[int]], prompt: list[int], *, model, s
     out: list[TestResult] = []
     if enumerate_law:
         law = coarsen_law(continuation_law(model, prompt, length, setting, vocab, eos, order), classes)
-        out += joint_law_tests([tuple(r) for r in rows], law, level, power, prefix)
+        out += joint_law_tests([tuple(r) for r in rows], law, rate, power, prefix)
     width = max(1, max(map(len, rows), default=1))
     tokens = torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.long)
     u, pos, seq, off = pit_values(model, prompt, tokens, setting, vocab, rng, order=order, classes=classes)
-    return out + tests_for_pit(u, pos, seq, off, length=length, level=level, power=power, prefix=prefix)
+    return out + tests_for_pit(u, pos, seq, off, length=length, rate=rate, power=power, prefix=prefix)
 
 
 def coarse_masses(cells: dict[int, float], y: int) -> tuple[float, float, float]:
@@ -128,7 +128,7 @@ def count_tests_for_two_sample(length: int) -> int:
     return length + 1  # one per position + whole continuations
 
 
-def homogeneity_test(a: list, b: list, name: str, *, level: float, power: float,
+def homogeneity_test(a: list, b: list, name: str, *, rate: float, power: float,
                      min_expected: float = DEFAULT_MIN_EXPECTED) -> TestResult:
     """Chi-square homogeneity of two samples of hashable outcomes; columns with expected < min_expected pooled."""
     cats = sorted(set(a) | set(b), key=repr)
@@ -158,19 +158,19 @@ def homogeneity_test(a: list, b: list, name: str, *, level: float, power: float,
     result = chi2_contingency(table, correction=False)
     df = int(result.dof)
     return TestResult(name, float(result.statistic), float(result.pvalue), n=n_a + n_b, df=df,
-                      detectable_tv=detectable_tv(max(1, int(n_eff)), df, level, power), details=details)
+                      detectable_tv=detectable_tv(max(1, int(n_eff)), df, rate, power), details=details)
 
 
-def tests_for_two_sample(rows_a: list[list[int]], rows_b: list[list[int]], *, length: int, level: float,
+def tests_for_two_sample(rows_a: list[list[int]], rows_b: list[list[int]], *, length: int, rate: float,
                          power: float, prefix: str) -> list[TestResult]:
     """Ground truth (c): per-position token laws and whole-continuation laws, engine a vs engine b."""
     def at(rows, j):
         return [r[j] if j < len(r) else END for r in rows]
 
-    out = [homogeneity_test(at(rows_a, j), at(rows_b, j), f"{prefix}/two_sample/pos{j}", level=level, power=power)
+    out = [homogeneity_test(at(rows_a, j), at(rows_b, j), f"{prefix}/two_sample/pos{j}", rate=rate, power=power)
            for j in range(length)]
     out.append(homogeneity_test([tuple(r) for r in rows_a], [tuple(r) for r in rows_b],
-                                f"{prefix}/two_sample/joint", level=level, power=power))
+                                f"{prefix}/two_sample/joint", rate=rate, power=power))
     return out
 
 

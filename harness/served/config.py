@@ -88,7 +88,7 @@ class EngineConfig:
                                                   "(repeatable; with --pair sent as a chat turn)", metavar="TEXT",
                                                   action="append", group=_ENGINE_GROUP)
     extra_body: dict | None = None  # fields added to every request (e.g. llama.cpp: top_k 0, min_p 0 = off)
-    stop_on_fail: bool = option(True, None, "stop after the first cell with a test at p <= the per-test level "
+    stop_on_fail: bool = option(True, None, "stop after the first cell with a test at p <= the per-test rate "
                                 + _CHECK_FLAG)
     time_budget_s: float | None = option(None, None, "no new cell after this many seconds (the cells not run are "
                                          "noted) " + _CHECK_FLAG)

@@ -51,7 +51,7 @@ def estimable(run) -> str | None:
     return None
 
 
-def estimate_run(cell, trials, level: float, power: float) -> list:
+def estimate_run(cell, trials, rate: float, power: float) -> list:
     """Advisory check of a prompt cell: its continuations' estimates into the cell's "tv_estimates" (every cell with
     --estimate, else only a cell that fails: a FAIL report's default); the exact TV beside each where
     `--served-impl` names an implementation with an enumerable law. Reports, never gates."""
@@ -62,7 +62,7 @@ def estimate_run(cell, trials, level: float, power: float) -> list:
 
     run, data = cell.summary["_run"], cell.data
     config = run.config
-    if not config.estimate and not cell.decided(level):
+    if not config.estimate and not cell.decided(rate):
         return []
     model = target64(run.pair) if config.score_dtype == "float64" else run.pair.target
     eos = eos_set(default_eos(run.pair.target))

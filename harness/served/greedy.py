@@ -62,11 +62,11 @@ def compared_up_to_classes(want: list, got: list, want_why, got_why, classes) ->
     return want, got
 
 
-def _greedy_gating(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _greedy_gating(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     return trials[0]
 
 
-def _greedy_numerics(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _greedy_numerics(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     return trials[1]  # near-tie divergences: numerics, reported (their prompt's gating test passes)
 
 

@@ -202,7 +202,7 @@ def compare(rows: list[Reported], truth, k: int, tol: float) -> dict:
 
 # ------------------------------------------------------------------------------------------ the check
 
-def _logprob_tests(cell: Cell, trials, level: float, power: float) -> list:
+def _logprob_tests(cell: Cell, trials, rate: float, power: float) -> list:
     run, data = cell.summary["_run"], cell.data
     rows = trials[0]
     truth = local_laws(run, rows, data) if run.logprobs_truth == "local" else scored_laws(run, rows, data)

@@ -96,12 +96,12 @@ def count_tests_for_cell(ground_truth: str, length: int, enumerate_law: bool) ->
     return 1 + battery.count_tests_for_two_sample(length)
 
 
-def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _law_tests(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     """The ground truth's battery on one (prompt, setting) cell's continuations."""
     run, data = cell.summary["_run"], cell.data
     rows, ref_rows = trials
     rng = np.random.default_rng([run.config.seed, data.index, int(data.setting.temperature * 1000)])
-    kw = {"level": level, "power": power, "prefix": cell.name}
+    kw = {"rate": rate, "power": power, "prefix": cell.name}
     if run.ground_truth == "local":
         from harness.check.exact_laws import target64
         from specdec_ref.generate import default_eos, eos_set
@@ -124,7 +124,7 @@ def _law_tests(cell: Cell, trials, level: float, power: float) -> list[TestResul
     return battery.tests_for_two_sample(rows, ref_rows, length=run.length, **kw)
 
 
-def _law_tests_open(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _law_tests_open(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     """`_law_tests`, then a cell whose continuations are all one and the same is marked vacuous.
 
     Every continuation equal means the sampler never had a choice worth the name there (a prompt whose
@@ -132,7 +132,7 @@ def _law_tests_open(cell: Cell, trials, level: float, power: float) -> list[Test
     trivially and the tiny detectable TV they report says nothing about the speculative path. Such a
     cell promises no detectable TV (inf), so the run is INCONCLUSIVE, never PASS; a rejection still
     fails (a constant continuation the target never emits is a finding)."""
-    results = _law_tests(cell, trials, level, power)
+    results = _law_tests(cell, trials, rate, power)
     rows, ref_rows = trials
     if not vacuous(rows, ref_rows):
         return results
@@ -148,11 +148,11 @@ def vacuous(rows: list[list], ref_rows: list[list] | None = None) -> bool:
     return all(len({tuple(r) for r in sample}) <= 1 for sample in (rows, ref_rows or []))
 
 
-def _engine_conventions(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _engine_conventions(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     """Advisory (local ground truth): after a failed cell, the other processing conventions under which the
     target explains the engine's output (a convention to declare with --processing-order, not a bug)."""
     run, data = cell.summary["_run"], cell.data
-    if run.ground_truth != "local" or not cell.decided(level):
+    if run.ground_truth != "local" or not cell.decided(rate):
         return []
     import torch
 
@@ -166,15 +166,15 @@ def _engine_conventions(cell: Cell, trials, level: float, power: float) -> list[
     model = target64(run.pair) if run.config.score_dtype == "float64" else run.pair.target
     cell.summary["consistent_conventions"] = consistent_conventions(
         tokens, model, list(data.prompt), run.length, data.setting, run.pair.vocab_size,
-        eos_set(default_eos(run.pair.target)), run.config.processing_order, level, power, cell.summary["joint_law"],
+        eos_set(default_eos(run.pair.target)), run.config.processing_order, rate, power, cell.summary["joint_law"],
         run.config.seed + data.index)
     return []
 
 
-def _engine_estimate(cell: Cell, trials, level: float, power: float) -> list[TestResult]:
+def _engine_estimate(cell: Cell, trials, rate: float, power: float) -> list[TestResult]:
     from harness.served.estimate import estimate_run
 
-    return estimate_run(cell, trials, level, power)
+    return estimate_run(cell, trials, rate, power)
 
 
 ENGINE_LAW = Check("ground_truth", lambda cell: count_tests_for_cell(cell.summary["ground_truth"], cell.summary["length"],

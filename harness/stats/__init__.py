@@ -50,8 +50,8 @@ from harness.stats.pit import (
     uniformity_test,
 )
 from harness.stats.power import (
-    DEFAULT_LEVEL,
     DEFAULT_POWER,
+    DEFAULT_RATE,
     detectable_binomial_shift,
     detectable_kolmogorov,
     detectable_rank_correlation,
@@ -82,7 +82,7 @@ __all__ = [
     "universal_acceptance_bound",
     "BernoulliAboveEProcess",
     "CategoricalEProcess",
-    "DEFAULT_LEVEL",
+    "DEFAULT_RATE",
     "DEFAULT_POWER",
     "EProcess",
     "SerialEProcess",

@@ -16,7 +16,7 @@ U_k is computed exactly by a meet-in-the-middle enumeration: split the k positio
 a suffix Y with product laws (A, C) on X and (b, d) on Y; min(A·b, C·d) is A·b exactly when the ratio
 A/C ≤ d/b, so with X sorted by A/C and cumulative sums, each y costs one binary search. When either half
 is too large to enumerate, y is sampled from its draft law instead: U_k = E_{y~d}[g(y)] with
-g(y) = Σ_x min(A·b/d, C) ∈ [0, 1], and the gate uses a rigorous upper confidence bound at level δ
+g(y) = Σ_x min(A·b/d, C) ∈ [0, 1], and the gate uses a rigorous upper confidence bound that errs with probability at most δ
 (the better of Hoeffding and the empirical Bernstein bound of Maurer & Pontil 2009, Thm 4, each at δ/2),
 so a correct verifier is never failed because of the estimate (except with probability δ).
 """
@@ -80,7 +80,7 @@ def block_acceptance(p: np.ndarray, q: np.ndarray, *, samples: int = MC_SAMPLES,
 def universal_acceptance_bound(p: np.ndarray, q: np.ndarray, *, delta: float = DEFAULT_DELTA,
                                samples: int = MC_SAMPLES, seed: int = 0) -> np.ndarray:
     """p [γ(+1), V], q [γ, V] -> [γ]: U_k = Σ_x min(Πp, Πq) over the first k positions, k = 1..γ
-    (exact, or an upper confidence bound at level δ where enumeration is too large)."""
+    (exact, or an upper confidence bound, wrong with probability ≤ δ, where enumeration is too large)."""
     return acceptance_bound(p, q, delta=delta, samples=samples, seed=seed).value
 
 

@@ -29,8 +29,8 @@ from scipy.stats import binomtest
 
 from harness.stats.pooling import DEFAULT_MIN_EXPECTED, pool_cells
 from harness.stats.power import (
-    DEFAULT_LEVEL,
     DEFAULT_POWER,
+    DEFAULT_RATE,
     detectable_binomial_shift,
     detectable_tv,
 )
@@ -101,12 +101,12 @@ def pooled_pearson(
     p: np.ndarray,
     name: str = "pooled_pearson",
     *,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
     min_expected: float = DEFAULT_MIN_EXPECTED,
 ) -> TestResult:
     """Pearson X² after pooling cells with expected count < min_expected; asymptotic χ² p-value."""
-    return _pooled_power_divergence(counts, p, name, pearson_x2, level, power, min_expected)
+    return _pooled_power_divergence(counts, p, name, pearson_x2, rate, power, min_expected)
 
 
 def pooled_gtest(
@@ -114,12 +114,12 @@ def pooled_gtest(
     p: np.ndarray,
     name: str = "pooled_g",
     *,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
     min_expected: float = DEFAULT_MIN_EXPECTED,
 ) -> TestResult:
     """Log-likelihood-ratio G (Williams-corrected) after pooling; shares Pearson's noncentral limit and planner."""
-    return _pooled_power_divergence(counts, p, name, williams_g, level, power, min_expected)
+    return _pooled_power_divergence(counts, p, name, williams_g, rate, power, min_expected)
 
 
 def _pooled_power_divergence(
@@ -127,7 +127,7 @@ def _pooled_power_divergence(
     p: np.ndarray,
     name: str,
     statistic_fn: Callable[[np.ndarray, np.ndarray], float],
-    level: float,
+    rate: float,
     power: float,
     min_expected: float,
 ) -> TestResult:
@@ -153,7 +153,7 @@ def _pooled_power_divergence(
         float(chdtrc(df, statistic)),  # chi2.sf without the rv_continuous overhead
         n=n,
         df=df,
-        detectable_tv=detectable_tv(n, df, level, power),
+        detectable_tv=detectable_tv(n, df, rate, power),
         details=details,
     )
 
@@ -227,7 +227,7 @@ def pearson_mc(
     *,
     n_resamples: int | None = None,
     rng: np.random.Generator | int = 0,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
 ) -> TestResult:
     """Un-pooled Pearson X² with a Monte Carlo p-value: keeps the power of sparse cells.
 
@@ -235,7 +235,7 @@ def pearson_mc(
     planner applies to the sparse regime, so detectable_tv is None: simulate mutants instead.
     """
     counts, p = _validated(counts, p)
-    n_resamples = n_resamples if n_resamples is not None else math.ceil(20 / level)
+    n_resamples = n_resamples if n_resamples is not None else math.ceil(20 / rate)
     statistic = float(pearson_statistic(counts[None, :], p)[0])
     p_value = monte_carlo_pvalue(pearson_statistic, counts, p, n_resamples, rng)
     return TestResult(
@@ -260,7 +260,7 @@ def binomial_event_test(
     name: str,
     alternative: str = "two-sided",
     *,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
 ) -> TestResult:
     """Exact binomial test that an event has probability p_event, from `hits` out of `n` trials.
@@ -282,7 +282,7 @@ def binomial_event_test(
         float(hits),
         p_value,
         n=int(n),
-        detectable_tv=detectable_binomial_shift(n, p_event, level, power, alternative),
+        detectable_tv=detectable_binomial_shift(n, p_event, rate, power, alternative),
         details={
             "p_event": p_event,
             "observed_rate": hits / n if n else math.nan,

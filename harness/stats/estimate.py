@@ -16,7 +16,7 @@ plug-in's bias; the estimate is TV(p̂, p) − b* clipped at 0 (Efron's bias cor
 T = TV(p̂, p), clipped to [0, 1], where s ≥ 0 lowers the lower end by the bias-correction's own uncertainty where
 the laws nearly agree (a bootstrap from p̂ adds a second layer of noise, so near TV = 0 the bootstrap bias is
 ≈ √2 − 1 times the real one: the lower end then sits above 0 unless widened): s = the plug-in's exact bias under
-p (simulated from the known p) minus b*, when positive. The quantiles are taken at a = (1 − level)/2 (a 97.5 %
+p (simulated from the known p) minus b*, when positive. The quantiles are taken at a = (1 − confidence)/2 (a 97.5 %
 basic interval stated as a 95 % one): the nominal 95 % basic interval measured 0.945 on a well-separated law
 (residual_from_p, anti-logits, n = 20,000, 200 seeds). Near TV = 0 the point estimate keeps an upward bias of up
 to ≈ 0.6 × the null bias (the bootstrap under-estimates the bias there); the interval is what to read.
@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-DEFAULT_LEVEL = 0.95  # confidence level of the interval
+DEFAULT_CONFIDENCE = 0.95  # confidence of the interval
 DEFAULT_BOOTSTRAP = 400
 MIN_EXPECTED = 10.0  # a token is its own cell when n·p_i ≥ this
 MAX_CELLS = 1000
@@ -70,7 +70,7 @@ def _kl(freq: np.ndarray, target: np.ndarray) -> np.ndarray:
     return (freq * np.log(ratio)).sum(-1)
 
 
-def _bootstrap_estimate(counts, p, distance, upper: float, *, needs_support: bool = False, level, bootstrap, rng, min_expected, max_cells,
+def _bootstrap_estimate(counts, p, distance, upper: float, *, needs_support: bool = False, confidence, bootstrap, rng, min_expected, max_cells,
                         outside) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
     """The estimator of `tv_estimate` for any plug-in `distance(freq, target)`; also the coarsened counts and p."""
     rng = rng or np.random.default_rng(0)
@@ -78,22 +78,22 @@ def _bootstrap_estimate(counts, p, distance, upper: float, *, needs_support: boo
     n = int(counts.sum()) + int(outside)
     if n == 0:
         return ({"estimate": math.nan, "low": 0.0, "high": upper, "plug_in": math.nan, "bias": math.nan, "n": 0,
-                 "cells": 0, "level": level, "method": "none: no draws"}, None, None)
+                 "cells": 0, "confidence": confidence, "method": "none: no draws"}, None, None)
     if not np.all(np.isfinite(p)) or np.sum(p) <= 0:
         return ({"estimate": math.nan, "low": 0.0, "high": upper, "plug_in": math.nan, "bias": math.nan, "n": n,
-                 "cells": 0, "level": level, "method": "none: p is not a law (NaN, inf or no mass)"}, None, None)
+                 "cells": 0, "confidence": confidence, "method": "none: p is not a law (NaN, inf or no mass)"}, None, None)
     cell = partition(p, n, min_expected, max_cells)
     c = np.append(coarsen(counts, cell), outside)
     pc = np.append(coarsen(p, cell), 0.0)
     freq = c / n
     if needs_support and np.any((c > 0) & (pc <= 0)):  # KL: draws where p has no mass
         return ({"estimate": None, "low": None, "high": None, "plug_in": None, "bias": None, "n": n,
-                 "cells": int(len(pc) - 1), "level": level,
+                 "cells": int(len(pc) - 1), "confidence": confidence,
                  "method": "infinite: draws in a cell where p has no mass (the emitted support leaves p's)"}, c, pc)
     plug = float(distance(freq, pc))
     star = distance(rng.multinomial(n, freq, size=bootstrap) / n, pc)  # [B]
     bias = float(star.mean()) - plug
-    a = (1.0 - level) / 2  # the basic interval at 1 − (1 − level)/2 (97.5 % for 95 %): the margin for B = 400 and
+    a = (1.0 - confidence) / 2  # the basic interval at 1 − (1 − confidence)/2 (97.5 % for 95 %): the margin for B = 400 and
     lo_q, hi_q = np.quantile(star, [a / 2, 1 - a / 2])  # the bootstrap's approximation (nominal 95 % measured 0.945)
     # Null-scale widening: the bias a bootstrap from the truth p would show (the plug-in's bias where the laws
     # agree, known exactly because p is known) minus the bootstrap-world bias, when positive.
@@ -109,25 +109,25 @@ def _bootstrap_estimate(counts, p, distance, upper: float, *, needs_support: boo
     high = max(2 * plug - lo_q, hi_q - bias, plug) + ROUNDING
     return ({"estimate": max(0.0, plug - bias), "low": float(min(upper, max(0.0, low))),
              "high": float(min(upper, max(0.0, high))), "plug_in": plug, "bias": bias, "n": n,
-             "cells": int(len(pc) - 1), "level": level}, c, pc)
+             "cells": int(len(pc) - 1), "confidence": confidence}, c, pc)
 
 
-def tv_estimate(counts: np.ndarray, p: np.ndarray, *, level: float = DEFAULT_LEVEL, bootstrap: int = DEFAULT_BOOTSTRAP,
+def tv_estimate(counts: np.ndarray, p: np.ndarray, *, confidence: float = DEFAULT_CONFIDENCE, bootstrap: int = DEFAULT_BOOTSTRAP,
                 rng: np.random.Generator | None = None, min_expected: float = MIN_EXPECTED,
                 max_cells: int = MAX_CELLS, outside: int = 0) -> dict:
-    """Bias-corrected TV between the law behind `counts` (k,) and p (k,), with a `level` confidence interval.
+    """Bias-corrected TV between the law behind `counts` (k,) and p (k,), with a `confidence` interval.
 
     `outside`: draws that landed outside [k] (out-of-range ids), a cell of their own with p = 0.
-    Returns estimate, low, high, plug_in, bias, n, cells, level, method (JSON-able)."""
-    out, _, pc = _bootstrap_estimate(counts, p, _tv, 1.0, level=level, bootstrap=bootstrap, rng=rng,
+    Returns estimate, low, high, plug_in, bias, n, cells, confidence, method (JSON-able)."""
+    out, _, pc = _bootstrap_estimate(counts, p, _tv, 1.0, confidence=confidence, bootstrap=bootstrap, rng=rng,
                                      min_expected=min_expected, max_cells=max_cells, outside=outside)
     if pc is not None:
         out["method"] = (f"bootstrap bias-corrected TV on {len(pc) - 1} cells (tokens with n·p ≥ {min_expected:g} one "
-                         f"by one, the rest pooled), basic {level:.0%} interval (upper end widened), B = {bootstrap}")
+                         f"by one, the rest pooled), basic {confidence:.0%} interval (upper end widened), B = {bootstrap}")
     return out
 
 
-def kl_estimate(counts: np.ndarray, p: np.ndarray, *, level: float = DEFAULT_LEVEL, bootstrap: int = DEFAULT_BOOTSTRAP,
+def kl_estimate(counts: np.ndarray, p: np.ndarray, *, confidence: float = DEFAULT_CONFIDENCE, bootstrap: int = DEFAULT_BOOTSTRAP,
                 rng: np.random.Generator | None = None, min_expected: float = MIN_EXPECTED,
                 max_cells: int = MAX_CELLS, outside: int = 0) -> dict:
     """Bias-corrected KL(emitted ‖ p) in nats on the same partition as `tv_estimate`, with the same interval
@@ -135,10 +135,10 @@ def kl_estimate(counts: np.ndarray, p: np.ndarray, *, level: float = DEFAULT_LEV
     finite only where the emitted support lies inside p's: a draw in a cell p gives no mass (an out-of-range id)
     makes it infinite, reported as estimate None with that reason. On a partition KL is a lower bound of the full
     KL (data processing), as TV is; `exact_partition_kl` gives the same estimand for a known law."""
-    out, _, pc = _bootstrap_estimate(counts, p, _kl, math.inf, needs_support=True, level=level, bootstrap=bootstrap, rng=rng,
+    out, _, pc = _bootstrap_estimate(counts, p, _kl, math.inf, needs_support=True, confidence=confidence, bootstrap=bootstrap, rng=rng,
                                      min_expected=min_expected, max_cells=max_cells, outside=outside)
     if pc is not None and "method" not in out:
-        out["method"] = (f"bootstrap bias-corrected KL(emitted ‖ p) in nats on {len(pc) - 1} cells, basic {level:.0%} "
+        out["method"] = (f"bootstrap bias-corrected KL(emitted ‖ p) in nats on {len(pc) - 1} cells, basic {confidence:.0%} "
                          f"interval (upper end widened), B = {bootstrap}")
     return out
 

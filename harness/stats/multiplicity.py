@@ -1,6 +1,6 @@
 """Multiple-testing corrections for a suite of checks.
 
-A suite runs many tests; gating on each at level α would fail a correct implementation far more often
+A suite runs many tests; gating on each at rate α would fail a correct implementation far more often
 than α. `holm` (Holm 1979, "A simple sequentially rejective multiple test procedure") controls the
 family-wise error rate at α under any dependence between the tests, and is uniformly more powerful than
 Bonferroni. It is the only gate. `benjamini_hochberg` (Benjamini & Hochberg 1995) controls the false
@@ -16,13 +16,13 @@ import numpy as np
 from harness.stats.result import TestResult
 
 
-def _check_level(level: float) -> None:
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+def _check_rate(rate: float) -> None:
+    if not 0.0 < rate < 1.0:
+        raise ValueError(f"rate must be in (0, 1), got {rate}")
 
 
 def holm_adjusted(pvalues: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values (m,): reject H_i at family level α iff adjusted_i ≤ α.
+    """Holm-adjusted p-values (m,): reject H_i at family-wise rate α iff adjusted_i ≤ α.
 
     Sorted ascending, adjusted_(i) = max_{j ≤ i} min(1, (m − j)·p_(j)) with 0-based j, which is the
     step-down rule "reject while p_(j) ≤ α/(m − j)" written as one number per test.
@@ -43,7 +43,7 @@ def holm(results: list[TestResult], false_alarm_rate: float) -> list[TestResult]
 
     Each copy also gets ``details["p_holm"]``, the adjusted p-value.
     """
-    _check_level(false_alarm_rate)
+    _check_rate(false_alarm_rate)
     adjusted = holm_adjusted([r.p_value for r in results])
     return [
         dataclasses.replace(r, reject=bool(a <= false_alarm_rate), details={**r.details, "p_holm": float(a)})
@@ -53,7 +53,7 @@ def holm(results: list[TestResult], false_alarm_rate: float) -> list[TestResult]
 
 def benjamini_hochberg(pvalues: np.ndarray, q: float) -> np.ndarray:
     """Boolean (m,) mask of discoveries at false discovery rate q (step-up). For reporting, not gating."""
-    _check_level(q)
+    _check_rate(q)
     p = np.asarray(pvalues, dtype=np.float64)
     m = len(p)
     order = np.argsort(p, kind="stable")

@@ -33,8 +33,8 @@ from scipy.stats import chi2_contingency, kstest, spearmanr
 from harness.stats.categorical import pearson_x2
 from harness.stats.pooling import DEFAULT_MIN_EXPECTED
 from harness.stats.power import (
-    DEFAULT_LEVEL,
     DEFAULT_POWER,
+    DEFAULT_RATE,
     detectable_kolmogorov,
     detectable_rank_correlation,
     detectable_tv,
@@ -118,7 +118,7 @@ def uniformity_test(
     u: np.ndarray,
     name: str = "pit_uniform",
     *,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
     min_expected: float = DEFAULT_MIN_EXPECTED,
 ) -> TestResult:
@@ -146,7 +146,7 @@ def uniformity_test(
         float(chdtrc(df, statistic)),
         n=n,
         df=df,
-        detectable_tv=detectable_tv(n, df, level, power),
+        detectable_tv=detectable_tv(n, df, rate, power),
         details=details,
     )
 
@@ -156,7 +156,7 @@ def stratified_uniformity_test(
     strata: np.ndarray,
     name: str = "pit_uniform_per_stratum",
     *,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
     min_expected: float = DEFAULT_MIN_EXPECTED,
     max_bins: int = 10,
@@ -191,7 +191,7 @@ def stratified_uniformity_test(
     if df < 1:
         return TestResult(name, 0.0, 1.0, n=n, df=0, detectable_tv=math.inf, details=details)
     return TestResult(name, statistic, float(chdtrc(df, statistic)), n=n, df=df,
-                      detectable_tv=detectable_tv(n, df, level, power), details=details)
+                      detectable_tv=detectable_tv(n, df, rate, power), details=details)
 
 
 # The probit score z = Φ⁻¹(u) of an exactly U(0, 1) PIT is exactly N(0, 1): sums of z are exactly normal and sums
@@ -206,16 +206,16 @@ def probit_scores(u: np.ndarray) -> np.ndarray:
     return ndtri(np.clip(np.asarray(u, dtype=np.float64), PROBIT_CLIP, 1.0 - PROBIT_CLIP))
 
 
-def detectable_probit_shift(n: int, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER,
+def detectable_probit_shift(n: int, rate: float = DEFAULT_RATE, power: float = DEFAULT_POWER,
                             fraction: float = 1.0) -> float:
     """Smallest mean shift of z, common (one sign) to a `fraction` of the n scores, that `probit_mean_test`
-    rejects with probability ≥ power (two-sided at `level`)."""
+    rejects with probability ≥ power (two-sided at `rate`)."""
     if n <= 0 or fraction <= 0:
         return math.inf
-    return float((ndtri(1.0 - level / 2.0) + ndtri(power)) / (fraction * math.sqrt(n)))
+    return float((ndtri(1.0 - rate / 2.0) + ndtri(power)) / (fraction * math.sqrt(n)))
 
 
-def probit_mean_test(u: np.ndarray, name: str = "pit_probit_mean", *, level: float = DEFAULT_LEVEL,
+def probit_mean_test(u: np.ndarray, name: str = "pit_probit_mean", *, rate: float = DEFAULT_RATE,
                      power: float = DEFAULT_POWER) -> TestResult:
     """Two-sided test that the mean of z = Φ⁻¹(u) is 0: Z = Σ z / √n is exactly N(0, 1) under H0.
 
@@ -228,7 +228,7 @@ def probit_mean_test(u: np.ndarray, name: str = "pit_probit_mean", *, level: flo
     if n == 0:
         return TestResult(name, 0.0, 1.0, n=0, details={"detectable_metric": "mean shift of Φ⁻¹(PIT)"})
     stat = float(z.sum() / math.sqrt(n))
-    shift = detectable_probit_shift(n, level, power)
+    shift = detectable_probit_shift(n, rate, power)
     return TestResult(name, stat, float(2.0 * ndtr(-abs(stat))), n=n,
                       details={"detectable_metric": "mean shift of Φ⁻¹(PIT)", "detectable_shift": shift,
                                "mean_z": float(z.mean()),
@@ -237,12 +237,12 @@ def probit_mean_test(u: np.ndarray, name: str = "pit_probit_mean", *, level: flo
 
 
 def probit_per_stratum_test(u: np.ndarray, strata: np.ndarray, name: str = "pit_probit_per_stratum", *,
-                            level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER) -> TestResult:
+                            rate: float = DEFAULT_RATE, power: float = DEFAULT_POWER) -> TestResult:
     """X = Σ_s (Σ_{i∈s} z_i)² / n_s over strata s (contexts): exactly χ²(S) under H0, for any n_s ≥ 1.
 
     Each stratum's evidence enters squared, so shifts of opposite sign in different contexts add up instead of
     cancelling. With shift μ_s of the mean of z in stratum s the noncentrality is Σ_s n_s μ_s²: a shift of
-    either sign, ≥ μ at a fraction f of the tokens, is detected at power P when f·n·μ² ≥ λ*(S, level, P)."""
+    either sign, ≥ μ at a fraction f of the tokens, is detected at power P when f·n·μ² ≥ λ*(S, rate, P)."""
     z, strata = probit_scores(u), np.asarray(strata)
     if z.shape != strata.shape:
         raise ValueError(f"u {z.shape} and strata {strata.shape} must have the same shape")
@@ -253,7 +253,7 @@ def probit_per_stratum_test(u: np.ndarray, strata: np.ndarray, name: str = "pit_
     if df == 0:
         return TestResult(name, 0.0, 1.0, n=0, df=0, details={"detectable_metric": metric})
     stat = float(np.sum(sums**2 / sizes))
-    shift = math.sqrt(noncentrality_needed(df, level, power) / len(z))
+    shift = math.sqrt(noncentrality_needed(df, rate, power) / len(z))
     return TestResult(name, stat, float(chdtrc(df, stat)), n=len(z), df=df,
                       details={"detectable_metric": metric, "detectable_shift": shift, "strata": df,
                                "guarantee": f"a mean shift of Φ⁻¹(PIT) of ≥ {shift:.3g}/√f (either sign, per "
@@ -262,7 +262,7 @@ def probit_per_stratum_test(u: np.ndarray, strata: np.ndarray, name: str = "pit_
 
 
 def ks_uniformity_test(
-    u: np.ndarray, name: str = "pit_ks", *, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER
+    u: np.ndarray, name: str = "pit_ks", *, rate: float = DEFAULT_RATE, power: float = DEFAULT_POWER
 ) -> TestResult:
     """Kolmogorov–Smirnov test of u against U(0, 1); the randomized PIT is continuous, so it is exact."""
     u = np.asarray(u, dtype=np.float64)
@@ -272,7 +272,7 @@ def ks_uniformity_test(
         float(result.statistic),
         float(result.pvalue),
         n=len(u),
-        details={"detectable_kolmogorov": detectable_kolmogorov(len(u), level, power)},
+        details={"detectable_kolmogorov": detectable_kolmogorov(len(u), rate, power)},
     )
 
 
@@ -281,7 +281,7 @@ def per_position_uniformity(
     positions: np.ndarray,
     *,
     prefix: str = "pit_uniform",
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
 ) -> list[TestResult]:
     """`uniformity_test` on u restricted to each distinct position; u (N,), positions (N,) ints."""
@@ -290,7 +290,7 @@ def per_position_uniformity(
         raise ValueError(f"u {u.shape} and positions {positions.shape} must have the same shape")
     out = []
     for j in np.unique(positions):
-        test = uniformity_test(u[positions == j], f"{prefix}/pos{int(j)}", level=level, power=power)
+        test = uniformity_test(u[positions == j], f"{prefix}/pos{int(j)}", rate=rate, power=power)
         test.details["position"] = int(j)
         out.append(test)
     return out
@@ -306,7 +306,7 @@ def serial_independence_test(
     u_next: np.ndarray,
     name: str = "pit_serial",
     *,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
 ) -> TestResult:
     """Spearman rank correlation of consecutive PIT pairs (u_t, u_{t+1}), two-sided; the primary serial test.
@@ -320,7 +320,7 @@ def serial_independence_test(
     """
     u_t, u_next = _paired(u_t, u_next)
     n = len(u_t)
-    details = {"detectable_rank_correlation": detectable_rank_correlation(n, level, power)}
+    details = {"detectable_rank_correlation": detectable_rank_correlation(n, rate, power)}
     if n < 3:
         return TestResult(name, 0.0, 1.0, n=n, details=details)
     result = spearmanr(u_t, u_next)
@@ -335,7 +335,7 @@ def serial_grid_test(
     name: str = "pit_serial_grid",
     *,
     n_grid: int | None = None,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
     min_expected: float = DEFAULT_MIN_EXPECTED,
 ) -> TestResult:
@@ -362,7 +362,7 @@ def serial_grid_test(
         float(result.pvalue),
         n=n,
         df=df,
-        detectable_tv=detectable_tv(n, df, level, power),
+        detectable_tv=detectable_tv(n, df, rate, power),
         details=details,
     )
 
@@ -398,7 +398,7 @@ def runs_pmf(n1: int, n0: int) -> tuple[np.ndarray, np.ndarray]:
     return r[keep], pmf[keep]
 
 
-def runs_test(values: np.ndarray, name: str = "runs", *, level: float = DEFAULT_LEVEL,
+def runs_test(values: np.ndarray, name: str = "runs", *, rate: float = DEFAULT_RATE,
               power: float = DEFAULT_POWER) -> TestResult:
     """Exact two-sided Wald–Wolfowitz runs test of serial independence for a sequence of discrete values.
 
@@ -410,12 +410,12 @@ def runs_test(values: np.ndarray, name: str = "runs", *, level: float = DEFAULT_
     runs failed the gate that way)."""
     values = np.asarray(values)
     n = len(values)
-    details: dict = {"detectable_indicator_correlation": detectable_rank_correlation(n, level, power)}
-    levels, counts = np.unique(values, return_counts=True)
-    if n < 3 or len(levels) < 2:
+    details: dict = {"detectable_indicator_correlation": detectable_rank_correlation(n, rate, power)}
+    distinct, counts = np.unique(values, return_counts=True)
+    if n < 3 or len(distinct) < 2:
         return TestResult(name, 0.0, 1.0, n=n, details={**details, "constant": True})
-    below = np.cumsum(counts)[:-1]  # values <= levels[i]
-    t = levels[int(np.argmin(np.abs(below - n / 2)))]
+    below = np.cumsum(counts)[:-1]  # values <= distinct[i]
+    t = distinct[int(np.argmin(np.abs(below - n / 2)))]
     x = values <= t
     n1 = int(x.sum())
     runs = int(1 + np.count_nonzero(x[1:] != x[:-1]))

@@ -33,20 +33,20 @@ from scipy.stats import chi2, kstwo, ncx2, norm
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
 from harness.stats.pooling import DEFAULT_MIN_EXPECTED, pool_by_labels, pool_labels
 
-DEFAULT_LEVEL = DEFAULT_FALSE_ALARM_RATE  # default per-test level of the functions here
+DEFAULT_RATE = DEFAULT_FALSE_ALARM_RATE  # default per-test false-alarm rate of the functions here
 
 _ALTERNATIVES = ("two-sided", "greater", "less")
 
 
-def _check_level(level: float) -> None:
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+def _check_rate(rate: float) -> None:
+    if not 0.0 < rate < 1.0:
+        raise ValueError(f"rate must be in (0, 1), got {rate}")
 
 
-def _check_levels(level: float, power: float) -> None:
-    _check_level(level)
-    if not level < power < 1.0:
-        raise ValueError(f"power must be in (level, 1), got {power} with level={level}")
+def _check_rate_and_power(rate: float, power: float) -> None:
+    _check_rate(rate)
+    if not rate < power < 1.0:
+        raise ValueError(f"power must be in (rate, 1), got {power} with rate={rate}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -54,17 +54,17 @@ def _check_levels(level: float, power: float) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def noncentrality_needed(df: int, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER) -> float:
-    """λ* such that a level-α chi-square test with df degrees of freedom has the given power."""
+def noncentrality_needed(df: int, rate: float = DEFAULT_RATE, power: float = DEFAULT_POWER) -> float:
+    """λ* such that a chi-square test at false-alarm rate `rate` with df degrees of freedom has the given power."""
     if df < 1:
         raise ValueError(f"df must be >= 1, got {df}")
-    _check_levels(level, power)
-    return _noncentrality_cached(int(df), float(level), float(power))
+    _check_rate_and_power(rate, power)
+    return _noncentrality_cached(int(df), float(rate), float(power))
 
 
 @functools.lru_cache(maxsize=4096)  # called once per test result; brentq over ncx2 costs ~ms
-def _noncentrality_cached(df: int, level: float, power: float) -> float:
-    critical = chi2.isf(level, df)
+def _noncentrality_cached(df: int, rate: float, power: float) -> float:
+    critical = chi2.isf(rate, df)
 
     def shortfall(lam: float) -> float:
         return ncx2.sf(critical, df, lam) - power
@@ -75,21 +75,21 @@ def _noncentrality_cached(df: int, level: float, power: float) -> float:
     return float(brentq(shortfall, 0.0, upper, xtol=1e-10, rtol=1e-12))
 
 
-def samples_needed(tv: float, df: int, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER) -> int:
+def samples_needed(tv: float, df: int, rate: float = DEFAULT_RATE, power: float = DEFAULT_POWER) -> int:
     """Worst-case n so that every alternative at TV ≥ tv is caught with the given power."""
     if not 0.0 < tv <= 1.0:
         raise ValueError(f"tv must be in (0, 1], got {tv}")
-    return math.ceil(noncentrality_needed(df, level, power) / (4.0 * tv * tv))
+    return math.ceil(noncentrality_needed(df, rate, power) / (4.0 * tv * tv))
 
 
-def detectable_tv(n: int, df: int, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER) -> float:
+def detectable_tv(n: int, df: int, rate: float = DEFAULT_RATE, power: float = DEFAULT_POWER) -> float:
     """Smallest TV caught at the given power with n draws (worst case over alternatives).
 
     Returns inf when nothing is promised: no draws, no degrees of freedom, or a bound ≥ 1.
     """
     if n <= 0 or df < 1:
         return math.inf
-    eps = math.sqrt(noncentrality_needed(df, level, power) / (4.0 * n))
+    eps = math.sqrt(noncentrality_needed(df, rate, power) / (4.0 * n))
     return eps if eps < 1.0 else math.inf
 
 
@@ -97,7 +97,7 @@ def power_against(
     q: np.ndarray,
     p: np.ndarray,
     n: int,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     *,
     min_expected: float = DEFAULT_MIN_EXPECTED,
 ) -> float:
@@ -116,16 +116,16 @@ def power_against(
     gives 0.62), because Σq(1−q)/p ≠ df once q leaves p. Off-support mass of q counts only through the
     pooled cell it lands in: catching it is `support_check`'s job.
     """
-    _check_level(level)
+    _check_rate(rate)
     q, p = np.asarray(q, dtype=np.float64), np.asarray(p, dtype=np.float64)
     if q.shape != p.shape or abs(q.sum() - 1.0) > 1e-8 or abs(p.sum() - 1.0) > 1e-8:
         raise ValueError(f"q {q.shape} and p {p.shape} must be distributions over the same cells")
     labels = pool_labels(p, n, min_expected)
     df = int(labels.max())
     if df < 1:
-        return level  # a single pooled cell carries no information
+        return rate  # a single pooled cell carries no information
     mean, var = _pearson_moments_under(pool_by_labels(q, labels), pool_by_labels(p, labels), n)
-    critical = chi2.isf(level, df)
+    critical = chi2.isf(rate, df)
     if var <= 0:  # q concentrated on one cell: X² is deterministic
         return float(mean > critical)
     scale, dof = var / (2.0 * mean), 2.0 * mean * mean / var
@@ -144,7 +144,7 @@ def _pearson_moments_under(q: np.ndarray, p: np.ndarray, n: int) -> tuple[float,
 def samples_needed_against(
     q: np.ndarray,
     p: np.ndarray,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
     *,
     min_expected: float = DEFAULT_MIN_EXPECTED,
@@ -155,10 +155,10 @@ def samples_needed_against(
     Pooling changes with n, so predicted power is only nearly monotone in n; bisection returns a point
     where it crosses the target, which is what an experiment plan needs.
     """
-    _check_levels(level, power)
+    _check_rate_and_power(rate, power)
 
     def enough(n: int) -> bool:
-        return power_against(q, p, n, level, min_expected=min_expected) >= power
+        return power_against(q, p, n, rate, min_expected=min_expected) >= power
 
     low, high = 1, 2
     while not enough(high):
@@ -176,16 +176,16 @@ def samples_needed_against(
 # ---------------------------------------------------------------------------------------------------
 
 
-def _z_level(level: float, alternative: str) -> float:
+def _z_critical(rate: float, alternative: str) -> float:
     if alternative not in _ALTERNATIVES:
         raise ValueError(f"alternative must be one of {_ALTERNATIVES}, got {alternative!r}")
-    return float(norm.isf(level / 2 if alternative == "two-sided" else level))
+    return float(norm.isf(rate / 2 if alternative == "two-sided" else rate))
 
 
 def samples_needed_binomial(
     p0: float,
     p1: float,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
     alternative: str = "two-sided",
 ) -> int:
@@ -195,8 +195,8 @@ def samples_needed_binomial(
     n·p1 is below ~10. When p0 is 0 (or 1) a single hit (miss) rejects with certainty, so the exact
     answer is the n with P(at least one) ≥ power.
     """
-    _check_levels(level, power)
-    za = _z_level(level, alternative)
+    _check_rate_and_power(rate, power)
+    za = _z_critical(rate, alternative)
     if p1 == p0 or not (0.0 <= p0 <= 1.0 and 0.0 <= p1 <= 1.0):
         raise ValueError(f"need distinct probabilities in [0, 1], got p0={p0}, p1={p1}")
     if p0 in (0.0, 1.0):
@@ -208,7 +208,7 @@ def samples_needed_binomial(
 def detectable_binomial_shift(
     n: int,
     p0: float,
-    level: float = DEFAULT_LEVEL,
+    rate: float = DEFAULT_RATE,
     power: float = DEFAULT_POWER,
     alternative: str = "two-sided",
 ) -> float:
@@ -218,8 +218,8 @@ def detectable_binomial_shift(
     which no shift is detectable (e.g. downward from p0 = 0.002 with few draws) only rules out δ ≤ its
     room, since shifts larger than p0 downward do not exist. inf when nothing is detectable.
     """
-    _check_levels(level, power)
-    za = _z_level(level, alternative)
+    _check_rate_and_power(rate, power)
+    za = _z_critical(rate, alternative)
     if n <= 0:
         return math.inf
     directions = {"two-sided": (1, -1), "greater": (1,), "less": (-1,)}[alternative]
@@ -257,29 +257,29 @@ def _one_sided_shift(n: int, p0: float, za: float, power: float, sign: int) -> f
 # ---------------------------------------------------------------------------------------------------
 
 
-def detectable_kolmogorov(n: int, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER) -> float:
+def detectable_kolmogorov(n: int, rate: float = DEFAULT_RATE, power: float = DEFAULT_POWER) -> float:
     """Smallest sup-distance sup|G − F| a one-sample KS test on n draws detects at the given power.
 
     If G − F reaches Δ at some x, D_n ≥ Δ − |G_n(x) − G(x)| and (one-sided Hoeffding)
     P(G_n(x) − G(x) < −t) ≤ exp(−2nt²); so Δ = c_α + √(log(1/(1−power))/(2n)) with the exact null
     critical value c_α suffices. Rigorous, slightly conservative.
     """
-    _check_levels(level, power)
+    _check_rate_and_power(rate, power)
     if n <= 0:
         return math.inf
-    return float(kstwo.isf(level, n) + math.sqrt(math.log(1.0 / (1.0 - power)) / (2.0 * n)))
+    return float(kstwo.isf(rate, n) + math.sqrt(math.log(1.0 / (1.0 - power)) / (2.0 * n)))
 
 
-def detectable_rank_correlation(n: int, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER) -> float:
+def detectable_rank_correlation(n: int, rate: float = DEFAULT_RATE, power: float = DEFAULT_POWER) -> float:
     """Smallest |Spearman ρ| a two-sided test on n pairs detects at the given power.
 
     Fisher's z = atanh(r_s) is roughly normal with variance 1.06/(n − 3) (Fieller, Hartley & Pearson
     1957), so ρ = tanh((z_α/2 + z_β)·√(1.06/(n − 3))).
     """
-    _check_levels(level, power)
+    _check_rate_and_power(rate, power)
     if n <= 3:
         return math.inf
-    z = norm.isf(level / 2) + norm.isf(1.0 - power)
+    z = norm.isf(rate / 2) + norm.isf(1.0 - power)
     return float(math.tanh(z * math.sqrt(1.06 / (n - 3))))
 
 

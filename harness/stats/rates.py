@@ -16,7 +16,7 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
 
 
 def family_p(report) -> float:
-    """Smallest Holm-adjusted p-value of a report's gating tests: the family rejects at level a iff this is ≤ a
+    """Smallest Holm-adjusted p-value of a report's gating tests: the family rejects at family-wise rate a iff this is ≤ a
     (Holm's first step is Bonferroni's: m · min p)."""
     if not report.tests:
         return 1.0

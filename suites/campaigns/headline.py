@@ -12,8 +12,8 @@ those contexts), the emitted law is replaced by a deviation of total variation e
   pooled PIT law is a mixture whose deviations partly cancel (per-row garbage temperatures);
 - `swap`: mass ε moved between two tokens of neighbouring rank (a deviation the PIT's bins hardly see).
 
-Each test runs at the default toy plan's per-test Holm level (1e-3 / 45 gating tests). The row ε = 0 is each test's
-false-alarm rate at that level and at 0.01. Every number in the written table is measured by the run that wrote it.
+Each test runs at the default toy plan's per-test Holm rate (1e-3 / 45 gating tests). The row ε = 0 is each test's
+false-alarm rate at that rate and at 0.01. Every number in the written table is measured by the run that wrote it.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Config:
 
 WHERE = "local"  # the simulation prints as it goes; the timing rows are measured in this process, in order
 ROWS, LENGTH, CONTEXTS, VOCAB, SIGMA = 1_100, 40, 520, 16, 1.5
-LEVEL = 1e-3 / 45  # the default toy plan's per-test level (45 gating tests declared at T = 1)
+RATE = 1e-3 / 45  # the default toy plan's per-test rate (45 gating tests declared at T = 1)
 POWER = 0.99
 EPSILONS = (0.0, 0.01, 0.02, 0.03, 0.05)
 FRACTIONS = (1.0, 0.5, 0.2)
@@ -150,7 +150,7 @@ def run(sims: int, seed: int, progress=None) -> dict:
                 for _ in range(runs):
                     for name, pv in tests(pit(p, sample(q, rng), rng), context, row).items():
                         h = hits.setdefault(name, [0, 0])
-                        h[0] += pv <= LEVEL
+                        h[0] += pv <= RATE
                         h[1] += pv <= 0.01
                 for name, (k, k01) in hits.items():
                     rows_out.append({"class": "none (H0)" if eps == 0 else cls, "tv": eps, "fraction": f,
@@ -158,7 +158,7 @@ def run(sims: int, seed: int, progress=None) -> dict:
                                      "rejections_at_0.01": k01})
                 if progress:
                     progress(f"{cls} ε={eps} f={f}: " + ", ".join(f"{k} {v[0] / runs:.2f}" for k, v in hits.items()))
-    return {"rows": rows_out, "level": LEVEL, "power_target": POWER, "entropy_nats": entropy,
+    return {"rows": rows_out, "rate": RATE, "power_target": POWER, "entropy_nats": entropy,
             "shape": {"rows": ROWS, "length": LENGTH, "contexts": CONTEXTS, "vocab": VOCAB, "sigma": SIGMA},
             "sims": sims, "seed": seed, "seconds": time.perf_counter() - started}
 
@@ -173,8 +173,8 @@ def markdown(result: dict, meta: dict, out: str = "results/headline") -> str:
              f"`{meta['git_commit']}`, {meta['utc_time']}).", "",
              f"Shape of the toy pair's default contexts cell: {shape['rows']} rows × {shape['length']} tokens over "
              f"{shape['contexts']} contexts, V = {shape['vocab']}; synthetic per-token laws (softmax of N(0, "
-             f"{shape['sigma']}²) logits, mean entropy {result['entropy_nats']:.2f} nats). Per-test level "
-             f"{result['level']:.3g} (the default plan's Holm level at 45 gating tests). A deviation of TV ε replaces "
+             f"{shape['sigma']}²) logits, mean entropy {result['entropy_nats']:.2f} nats). Per-test rate "
+             f"{result['rate']:.3g} (the default plan's Holm rate at 45 gating tests). A deviation of TV ε replaces "
              "the law of every token of a fraction f of the contexts. Power = rejections / runs.", "",
              "| class | TV ε | fraction f | runs | " + " | ".join(names) + " |",
              "|---|---|---|---|" + "---|" * len(names)]
@@ -185,7 +185,7 @@ def markdown(result: dict, meta: dict, out: str = "results/headline") -> str:
                      + " | ".join(f"{c['power']:.2f}" for c in cells) + " |")
     null = [r for r in rows if r["class"] == "none (H0)"]
     lines += ["", "False alarms under H0 (same runs): " + "; ".join(
-        f"{r['test']} {r['rejections']} / {r['runs']} at the level, {r['rejections_at_0.01']} / {r['runs']} at 0.01"
+        f"{r['test']} {r['rejections']} / {r['runs']} at that rate, {r['rejections_at_0.01']} / {r['runs']} at 0.01"
         for r in null) + ".", "",
         "Reading: the pooled binned PIT (the old headline) needs a deviation common to many contexts; a tilt whose "
         "sign changes across contexts (`tilt±`) cancels in it and in the probit mean, and is seen by the per-context "

@@ -117,8 +117,8 @@ def summarise(runs: list[dict]) -> dict:
                "median_samples": float(np.median([r["samples"] for r in mine])),
                "median_seconds": float(np.median([r["seconds"] for r in mine]))}
         if mine[0]["purpose"] == "calibrate":
-            for level in (0.05, 0.01):
-                row[f"below_{level:g}"] = sum(r["family_anytime_p"] <= level for r in mine)
+            for rate in (0.05, 0.01):
+                row[f"below_{rate:g}"] = sum(r["family_anytime_p"] <= rate for r in mine)
             row["stopped_early"] = sum(r["stopped_early"] for r in mine)
             row["ci_low"], row["ci_high"] = clopper_pearson(row["failed"], len(mine))
             row["excess_p"] = float(binomtest(row["failed"], len(mine), GATE, alternative="greater").pvalue)

@@ -91,7 +91,7 @@ def tail_cells(reference_seeds: int, mutant_seeds: int, timing: bool, reference_
     return out
 
 
-def exact_power(rows: int, level: float) -> list[dict]:
+def exact_power(rows: int, rate: float) -> list[dict]:
     """Exact power of the two-sided deep-tail test at each position of the case's seed-0 plan, against a relative
     deficit δ of the tail mass, at `rows` rows (position 1 reached by its expected share of rows)."""
     from scipy.stats import binom, binomtest
@@ -104,7 +104,7 @@ def exact_power(rows: int, level: float) -> list[dict]:
         mass = float(plan.p[j][deep_tail(plan.p[j])].sum())
         n = int(round(rows * plan.reach[j]))
         ks = np.arange(0, int(n * mass * 3) + 50)
-        rejects = np.array([binomtest(int(k), n, mass).pvalue <= level for k in ks])
+        rejects = np.array([binomtest(int(k), n, mass).pvalue <= rate for k in ks])
         row = {"position": j, "reached_rows": n, "tail_mass": mass, "expected_hits": n * mass,
                "false_alarm": float(binom.pmf(ks, n, mass)[rejects].sum())}
         for d in DEFICITS:
@@ -153,18 +153,18 @@ def write_report(out: Path, done: dict, config: Config, meta: dict) -> None:
     rows = next((r["tail_rows"] for r in ref + records if r["plan"] == "tail" and r["tail_rows"]), None)
     summary = {"reference_runs": len(ref), "reference_false_alarms": sum(r["verdict"] == "fail" for r in ref),
                "reference_deep_tail_rejections": sum(any(t["reject"] for t in r["deep_tail"]) for r in ref)}
-    level = None
+    rate = None
     if rows:
-        from harness.check.api import planned_rows  # noqa: F401 - the plan's per-test level comes from the check
+        from harness.check.api import planned_rows  # noqa: F401 - the plan's per-test rate comes from the check
         from harness.check.config import DEFAULT_FALSE_ALARM_RATE
         from harness.check.driver import CheckConfig
         from harness.check.sampler import SamplerSource
 
         cells_ = SamplerSource(None).cells(CheckConfig(impl="x", cases=[CASE]))
         m = sum(c.declared_tests() + 1 for c in cells_)
-        level = DEFAULT_FALSE_ALARM_RATE / m
-        summary["exact_power"] = exact_power(rows, level)
-        summary["plan_level"] = level
+        rate = DEFAULT_FALSE_ALARM_RATE / m
+        summary["exact_power"] = exact_power(rows, rate)
+        summary["plan_rate"] = rate
     summary["retention"] = retention()
     write_result(out / "campaign.json", "campaign.tail", config=config, provenance=meta, rows=records, summary=summary)
     lines = ["# Deep-tail probes: RNG-resolution bugs (issue 46)", "",
@@ -179,8 +179,8 @@ def write_report(out: Path, done: dict, config: Config, meta: dict) -> None:
                      f"{tails} | {', '.join(r['rejected_kinds']) or '-'} | {r['seconds']:.1f} |")
     lines += ["", f"Reference on `{CASE}`: {summary['reference_false_alarms']} of {summary['reference_runs']} runs "
               f"FAIL; deep-tail test rejects in {summary['reference_deep_tail_rejections']} of them."]
-    if level:
-        lines += ["", f"Exact power of the deep-tail test at the plan ({rows:,} rows, per-test level {level:.2g}):", "",
+    if rate:
+        lines += ["", f"Exact power of the deep-tail test at the plan ({rows:,} rows, per-test rate {rate:.2g}):", "",
                   "| position | reached rows | tail mass | expected hits | exact false-alarm | deficit 0.3 | 0.5 | "
                   "0.6 | 0.7 | 0.75 | 0.8 | 0.85 | 0.9 | 1.0 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for p in summary["exact_power"]:

@@ -10,7 +10,7 @@ from specdec_ref.adapters import verify
 from specdec_ref.processing import logits_to_probs
 
 EXAMPLES = 40
-LEVEL_EACH = 1e-3 / EXAMPLES  # union bound: the property suite's false-alarm budget is 1e-3
+RATE_EACH = 1e-3 / EXAMPLES  # union bound: the property suite's false-alarm budget is 1e-3
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
@@ -33,6 +33,6 @@ def test_reference_is_lossless_on_random_configurations(vocab, gamma, temperatur
     p = logits_to_probs(z, temperature, top_k, top_p).numpy()
     q = logits_to_probs(closeness * z[:gamma] + (1 - closeness) * noise, temperature, top_k, top_p).numpy()
     case = custom_case(f"V{vocab}-g{gamma}", p, q)
-    report = run_sampler_check(verify, cases=[case], false_alarm_rate=LEVEL_EACH, tv=0.05, seed=seed,
+    report = run_sampler_check(verify, cases=[case], false_alarm_rate=RATE_EACH, tv=0.05, seed=seed,
                                max_rows=60_000)
     assert report.verdict == "pass", [t.name for t in report.tests if t.reject]

@@ -70,7 +70,7 @@ def test_always_accept_fails_generation_level(monkeypatch):
     ("no_such_module:verify", "cannot import module"),
     ("tests.impls.broken:missing", "has no attribute"),
     ("tests.impls.broken:not_callable", "not callable"),
-    ("tests.impls.broken:two_args", "cannot be called as the sampler-level contract"),
+    ("tests.impls.broken:two_args", "cannot be called as the sampler contract"),
     ("tests.impls.broken", "MODULE:CALLABLE"),
 ])
 def test_bad_impl_exit_2(spec, needle, capsys):

@@ -56,11 +56,11 @@ def test_draft_law_tests_catch_drafts_not_from_q_and_pass_drafts_from_q():
     good = np.stack([rng.choice(3, 20_000, p=q[i]) for i in range(2)], 1)
     bad = good.copy()
     bad[:, 1] = np.argmax(q[1])  # greedy drafter at position 1
-    level = 1e-3 / count_draft_law_tests(q)
-    assert not any(t.reject for t in holm(draft_law_tests(good, q, level, 0.99, "x"), 1e-3))
-    rejected = [t.name for t in holm(draft_law_tests(bad, q, level, 0.99, "x"), 1e-3) if t.reject]
+    rate = 1e-3 / count_draft_law_tests(q)
+    assert not any(t.reject for t in holm(draft_law_tests(good, q, rate, 0.99, "x"), 1e-3))
+    rejected = [t.name for t in holm(draft_law_tests(bad, q, rate, 0.99, "x"), 1e-3) if t.reject]
     assert rejected and all(name.startswith("x/draft1") for name in rejected)
-    assert len(draft_law_tests(good, q, level, 0.99, "x")) == count_draft_law_tests(q)
+    assert len(draft_law_tests(good, q, rate, 0.99, "x")) == count_draft_law_tests(q)
 
 
 def test_accepted_positions_must_equal_the_returned_drafts():

@@ -193,7 +193,7 @@ def test_convention_diagnosis_names_the_order_that_fits_and_no_other():
 
     target, _, eos = _models("toy")
     setting = Setting(0.7, top_p=0.9)
-    args = dict(vocab=16, eos=eos, declared="standard", level=1e-4, power=0.99, enumerate_law=True, seed=0)
+    args = dict(vocab=16, eos=eos, declared="standard", rate=1e-4, power=0.99, enumerate_law=True, seed=0)
     swapped = _draw(continuation_law(target, PROMPT, 3, setting, 16, eos, "top_p_before_temperature"), 2000, 1)
     assert consistent_conventions(swapped, target, PROMPT, 3, setting, **args) == ["top_p_before_temperature"]
     raw = _draw(continuation_law(target, PROMPT, 3, Setting(1.0), 16, eos), 2000, 2)  # a bug, not a convention

@@ -112,11 +112,11 @@ def test_format_check_fails_mutants_where_the_law_tests_have_no_power(name):
     # The distributional tests of the joint law (the support tests, and the PIT of a token of probability 0,
     # act as a format check of their own when the target model is at hand in float64).
     law = [t for t in report.tests if t.name.endswith(("pooled_pearson", "pooled_g"))]
-    level = report.false_alarm_rate / report.declared_tests
+    rate = report.false_alarm_rate / report.declared_tests
     assert report.verdict == "fail"
     assert any(t.p_value == 0 for t in fmt) and "not allowed by regex=" in " ".join(t.details.get("message", "")
                                                                                 for t in fmt)
-    assert all(t.p_value > level for t in law), [(t.name, t.p_value) for t in law if t.p_value <= level]
+    assert all(t.p_value > rate for t in law), [(t.name, t.p_value) for t in law if t.p_value <= rate]
 
 
 @pytest.mark.statistical
@@ -321,4 +321,4 @@ def test_specdec_verify_step_masked(impl, code, capsys):
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     assert ("verdict: PASS" in out) if code == 0 else ("verdict: FAIL" in out) if code == 1 else \
-        "masked_step-level contract" in err
+        "masked_step contract" in err

@@ -50,8 +50,8 @@ def test_half_acceptance_passes_after_a_top_up_at_every_row_count_residue(monkey
     the law cycle and carry their labels."""
     real = driver.plan_cell
 
-    def plan(cell, level, power):
-        n = real(cell, level, power)
+    def plan(cell, rate, power):
+        n = real(cell, rate, power)
         return n - n % 4 + residue + 4
 
     monkeypatch.setattr(driver, "plan_cell", plan)

@@ -208,7 +208,7 @@ def test_cut_rows_scored_under_the_coarsened_law_are_uniform_and_the_two_shortcu
 
 @pytest.mark.statistical
 def test_the_coarsened_pit_false_alarm_rate_is_at_its_level():
-    """20 independent runs of 600 rows at level 0.05: the number rejected is what a correct test gives."""
+    """20 independent runs of 600 rows at rate 0.05: the number rejected is what a correct test gives."""
     pair, model = _toy()
     vocab, classes = pair.vocab_size, _classes(pair.vocab_size)
     rejected = 0

@@ -245,10 +245,10 @@ def test_block_verifier_is_not_failed_for_accepting_more_than_the_chain():
     rates = [a for c in report.cases for a in c["acceptance"]]
     assert {a["outcome"] for a in rates if a["drafts"] > 1} == {"block optimal"}
     # what the previous gate (conditional acceptance vs Σ min(p_j, q_j)) says about the same run
-    level = report.false_alarm_rate / len(report.tests)
+    rate = report.false_alarm_rate / len(report.tests)
     old = [binomial_event_test(round(a["measured"] * a["reached"]), a["reached"], a["optimal"], "", "greater")
            for a in rates]
-    assert sum(t.p_value < level for t in old) >= 5
+    assert sum(t.p_value < rate for t in old) >= 5
 
 
 @pytest.mark.statistical

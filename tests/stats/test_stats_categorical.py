@@ -199,7 +199,7 @@ def _sampler_battery(counts, p, alpha=1e-3, power=0.95):
     """The sampler check's per-position tests (harness.check.sampler): support, pooled X² and G, top-1 and
     the mass outside the 99 % nucleus, each planned at alpha / 5."""
     n, top, outside = int(counts.sum()), int(np.argmax(p)), ~nucleus_mask_top_p(p)
-    plan = {"level": alpha / 5, "power": power}
+    plan = {"rate": alpha / 5, "power": power}
     return [support_check(counts, p, "support", power=power), pooled_pearson(counts, p, "pooled_pearson", **plan),
             pooled_gtest(counts, p, "pooled_g", **plan),
             binomial_event_test(int(counts[top]), n, float(p[top]), "top1", **plan),

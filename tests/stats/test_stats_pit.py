@@ -250,7 +250,7 @@ def test_a_tilt_whose_sign_changes_across_contexts_fails_only_the_per_context_pr
 
 def test_probit_tests_state_their_guarantee_in_their_own_metric():
     u = np.random.default_rng(3).random(10_000)
-    mean, strat = probit_mean_test(u, level=1e-3), probit_per_stratum_test(u, np.arange(10_000) % 100, level=1e-3)
+    mean, strat = probit_mean_test(u, rate=1e-3), probit_per_stratum_test(u, np.arange(10_000) % 100, rate=1e-3)
     assert mean.detectable_tv is None and strat.detectable_tv is None  # not a TV: never a headline
     assert 0 < mean.details["detectable_shift"] < strat.details["detectable_shift"] < 1
     assert "either sign" in strat.details["guarantee"] and "one sign" in mean.details["guarantee"]
@@ -322,7 +322,7 @@ def test_runs_law_matches_enumeration(n1, n0):
 @pytest.mark.statistical
 def test_runs_test_valid_on_rare_values_where_rank_correlation_is_not():
     """Heavily tied lengths with a rare value (the correct per-row loop's 1-in-200 gate false alarm):
-    the runs test keeps its level; Spearman's normal approximation does not, far in the tail."""
+    the runs test keeps its rate; Spearman's normal approximation does not, far in the tail."""
     rng = np.random.default_rng(0)
     runs_p, rank_p = [], []
     for _ in range(3000):
