@@ -20,7 +20,7 @@ to declare is `--processing-order top_p_before_temperature` (llama.cpp's order w
 not `llama_cpp` (which also applies those defaults: the check then FAILs on tokens outside top-k 40 / min-p
 0.05, and its diagnosis names `top_p_before_temperature`). Each row gets its own seed (`Llama.set_seed`), the stream of
 llama.cpp's `dist` sampler. Rows stop after an end-of-sequence id of the target (then -1).
-`no_verify_generate` is a planted bug: the same loop with every draft kept unverified.
+Its planted bug (every draft kept unverified, on the same loop) is `harness.mutants.llamacpp:no_verify_generate`.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _llama(path: str):
                  verbose=False)
 
 
-def _sampling(temperature: float, top_k, top_p, min_p) -> dict:
+def sampling_arguments(temperature: float, top_k, top_p, min_p) -> dict:
     """Llama.generate's sampling arguments with every unset truncation switched off."""
     return {"temp": float(temperature), "top_k": int(top_k or 0), "top_p": float(1.0 if top_p is None else top_p),
             "min_p": float(min_p or 0.0), "typical_p": 1.0, "repeat_penalty": 1.0, "frequency_penalty": 0.0,
@@ -90,7 +90,7 @@ def row_seed(seed: int, b: int) -> int:
     return (seed * 100_003 + b) % 0xFFFFFFFF
 
 
-def _rows(target, input_ids: torch.Tensor, max_new_tokens: int, seed: int, tokens_of) -> torch.Tensor:
+def generate_rows(target, input_ids: torch.Tensor, max_new_tokens: int, seed: int, tokens_of) -> torch.Tensor:
     """tokens_of(prompt ids, row seed) -> an iterator of new ids, per row; cut at max_new_tokens / EOS."""
     llm = _llama(str(model_path()))
     vocab = int(target.get_output_embeddings().weight.shape[0]) if hasattr(target, "get_output_embeddings") else None
@@ -116,45 +116,11 @@ def prompt_lookup_generate(target, draft, input_ids: torch.Tensor, *, max_new_to
     """llama-cpp-python's `Llama.generate` with `LlamaPromptLookupDecoding(num_pred_tokens=γ)`; `draft` unused
     (the drafts come from the context). [B, N] new ids, -1 after EOS."""
     del draft
-    sampling = _sampling(temperature, top_k, top_p, min_p)
+    sampling = sampling_arguments(temperature, top_k, top_p, min_p)
 
     def tokens_of(llm, prompt: list[int], row_seed: int):
         llm.set_seed(row_seed)
         with _drafting(llm, gamma):
             yield from llm.generate(prompt, **sampling)
 
-    return _rows(target, input_ids, max_new_tokens, seed, tokens_of)
-
-
-def no_verify_generate(target, draft, input_ids: torch.Tensor, *, max_new_tokens: int, gamma: int,
-                       temperature: float, top_k: int | None, top_p: float | None, seed: int,
-                       min_p: float | None = None) -> torch.Tensor:
-    """Planted bug: prompt-lookup drafts emitted without verification (every draft kept, as if accepted), the
-    target sampled only where no draft is proposed. Built on llama-cpp-python's own eval / sample."""
-    del draft
-    sampling = _sampling(temperature, top_k, top_p, min_p)
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-    lookup = LlamaPromptLookupDecoding(num_pred_tokens=gamma)
-
-    def tokens_of(llm, prompt: list[int], row_seed: int):
-        import numpy as np
-
-        llm.set_seed(row_seed)
-        llm.reset()
-        llm._sampler = llm._init_sampler(**{k: v for k, v in sampling.items()})  # noqa: SLF001 - its own chain
-        try:
-            llm.eval(prompt)
-            context = list(prompt)
-            while True:
-                token = llm.sample(idx=llm.n_tokens - 1)
-                yield token
-                context.append(token)
-                kept = [int(t) for t in lookup(np.asarray(context, dtype=np.intc))]
-                yield from kept  # the bug: drafts emitted as if the target had sampled them
-                context += kept
-                llm.eval([token, *kept])
-        finally:
-            llm._sampler = None  # noqa: SLF001
-
-    return _rows(target, input_ids, max_new_tokens, seed, tokens_of)
+    return generate_rows(target, input_ids, max_new_tokens, seed, tokens_of)

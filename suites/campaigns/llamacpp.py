@@ -99,7 +99,7 @@ def _two_sample_check(on: str, off: str, setting: dict, samples: int, length: in
 # bug (drafts kept unverified) must FAIL on the same plan.
 GENERATION_ORDER = "top_p_before_temperature"
 GENERATION_IMPLS = {"shipped": "harness.adapters.llamacpp:prompt_lookup_generate",
-                    "planted bug: drafts unverified": "harness.adapters.llamacpp:no_verify_generate"}
+                    "planted bug: drafts unverified": "harness.mutants.llamacpp:no_verify_generate"}
 
 
 def _generation_check(impl: str, gamma: int) -> dict:

@@ -22,10 +22,10 @@ COPY = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3,"
 
 def test_unset_truncations_are_switched_off_not_left_to_llama_cpp_defaults():
     """llama.cpp's own defaults truncate (top-k 40, top-p 0.95, min-p 0.05): every unset one is passed as off."""
-    assert llamacpp._sampling(0.7, None, None, None) == {
+    assert llamacpp.sampling_arguments(0.7, None, None, None) == {
         "temp": 0.7, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0,
         "frequency_penalty": 0.0, "presence_penalty": 0.0}
-    assert llamacpp._sampling(1.0, 5, 0.9, 0.05) | {} == {**llamacpp._sampling(1.0, None, None, None), "top_k": 5,
+    assert llamacpp.sampling_arguments(1.0, 5, 0.9, 0.05) | {} == {**llamacpp.sampling_arguments(1.0, None, None, None), "top_k": 5,
                                                           "top_p": 0.9, "min_p": 0.05}
 
 
@@ -117,9 +117,10 @@ def test_the_shipped_decoder_passes_and_the_unverified_drafts_fail(smollm2):
     """One cell each at T = 1 on the pair's first prompt: correct code is not failed; the planted bug is."""
     from harness.check.generation import run_generation_check
     from harness.check.settings import Setting
+    from harness.mutants.llamacpp import no_verify_generate
 
     kw = dict(samples=200, length=8, gamma=4, prompts=1, settings=(Setting(temperature=1.0),), seed=1)
     good = run_generation_check(llamacpp.prompt_lookup_generate, smollm2, **kw)
-    bad = run_generation_check(llamacpp.no_verify_generate, smollm2, **kw)
+    bad = run_generation_check(no_verify_generate, smollm2, **kw)
     assert good.verdict == "pass", good.failure_summary()
     assert bad.verdict == "fail"
