@@ -223,10 +223,22 @@ class StopIdsUnmaskedUnderMinTokens(Bookkeeping):
         return frozenset()
 
 
+class ToolCallsFinishStreamStop(Bookkeeping):
+    """A stream that parsed and sent tool calls ends with the reply's own finish_reason ("stop" / "length")
+    instead of "tool_calls"; the non-streamed reply says "tool_calls". Clients that branch on the last
+    finish_reason then treat the turn as plain text and drop its calls."""
+
+    name = "tool_calls_finish_stream_stop"
+    models = "vLLM PR #9209 (streamed finish_reason \"stop\" instead of \"tool_calls\")"
+
+    def chat_finish_reason(self, finished, calls, streamed):
+        return finished.reason if streamed else super().chat_finish_reason(finished, calls, streamed)
+
+
 API_MUTANTS = {cls.name: cls for cls in (CapBeforeStop, StopInStepTail, IdsPastStop, MaxTokensPerStep,
                                          StreamLastTokenOnly, UnseededSharedStream, MinTokensPerStep,
                                          ChoicesShareSeed, ReasoningOncePerDelta, ToolCallOncePerDelta,
-                                         StopIdsUnmaskedUnderMinTokens)}
+                                         StopIdsUnmaskedUnderMinTokens, ToolCallsFinishStreamStop)}
 
 
 def get(name: str) -> type[Bookkeeping]:

@@ -36,7 +36,8 @@ from harness.stats import TestResult
 
 TESTS = ("max_tokens", "usage", "finish_reason", "stop_strings", "stop_token_ids", "logprobs_aligned",
          "seed_reproducible", "unseeded_independent", "min_tokens", "n_independent")
-# + "stream" where the engine streams completions, "chat_stream" where it streams chat completions
+# + "stream" where the engine streams completions, "chat_stream" where it streams chat completions,
+# "tool_calls_finish_reason" where it streams chat completions with tools (a tool-call parser)
 MIN_KINDS = ("min_tokens_stop", "min_tokens_skip")  # stop strings with min_tokens (see min_tokens_cases)
 STRING_KINDS = ("stop_in_step", "stop_across_steps", "stop_in_cap_step", "stop_string") + MIN_KINDS
 TOKEN_KINDS = ("stop_token_in_step", "stop_token")  # stop_string / stop_token: no multi-token step to place them in
@@ -843,6 +844,26 @@ def _problems_chat_stream(ctx: Context, exchanges):
     return out
 
 
+def _problems_tool_finish(ctx: Context, exchanges):
+    """Where the engine runs a tool-call parser for the chat requests (auto tool choice): finish_reason is
+    "tool_calls" exactly when the reply holds tool calls, non-streamed and streamed (the stream: the calls its
+    deltas sent), whatever ended it (vLLM's serving_chat; OpenAI's finish_reason for a turn that calls tools). Needs
+    no seed: each reply is judged on its own calls."""
+    out = []
+    for e in exchanges:
+        if e.kind != "chat":
+            continue
+        for r, where in ((e.reply, ""), (e.streamed, " (stream)")):
+            if r is None:
+                continue
+            if r.tool_calls and r.reason != "tool_calls":
+                out.append(f"chat seed {e.seed}{where}: finish_reason {r.reason!r} with {len(r.tool_calls)} tool "
+                           "call(s) in the reply")
+            elif not r.tool_calls and r.reason == "tool_calls":
+                out.append(f"chat seed {e.seed}{where}: finish_reason 'tool_calls' with no tool call in the reply")
+    return out
+
+
 def _problems_unseeded(ctx: Context, exchanges):
     """Unseeded requests must not share a random stream (TRT-LLM #19487). Fails when every unseeded reply is the
     same while the seeded base replies (distinct seeds, same request) are not all the same. A correct engine fails
@@ -862,7 +883,7 @@ _CHECKS = {"max_tokens": _problems_max_tokens, "usage": _problems_usage, "finish
            "stop_token_ids": lambda ctx, ex: _problems_stops(ctx, ex, strings=False),
            "logprobs_aligned": _problems_logprobs, "seed_reproducible": _problems_seed,
            "unseeded_independent": _problems_unseeded, "stream": _problems_stream,
-           "chat_stream": _problems_chat_stream}
+           "chat_stream": _problems_chat_stream, "tool_calls_finish_reason": _problems_tool_finish}
 
 
 def _api_tests(cell: Cell, trials, level: float, power: float) -> list:
@@ -998,7 +1019,7 @@ def cells(run, prompts: list) -> list[Cell]:
     lacks = not_offered(run)
     left = {"min_tokens": "min_tokens", "n_independent": "n"}  # tests that need a field the route may lack
     tests = tuple(t for t in TESTS if left.get(t) not in lacks) + (("stream",) if stream else ()) + \
-        (("chat_stream",) if chat else ())
+        (("chat_stream",) if chat else ()) + (("tool_calls_finish_reason",) if tools else ())
     return [Cell(f"api/{setting.label}/prompt{i}", [API_CHECK],
                  ApiCell(setting, i, list(p), stream, chat, tools, stop_ids, lacks), math.nan,
                  {"_run": run, "_api": dataclasses.replace(ctx, eos_law=_eos_law(run, list(p), _plain_setting())),

@@ -111,6 +111,14 @@ class Bookkeeping:
             return decode(tokens), "length", None
         return None
 
+    def chat_finish_reason(self, finished: Finished, calls: int, streamed: bool) -> str:
+        """A chat reply's finish_reason where the server runs a tool-call parser for the request (auto tool choice):
+        "tool_calls" when the parser produced at least one call (`calls`: the calls of the reply, or, streamed, the
+        calls the stream's parser sent), whatever ended the reply, "stop" or "length" (vLLM's serving_chat: "tool_calls"
+        if auto tools were called, else the output's finish_reason, non-streamed and streamed alike); else the
+        reply's own."""
+        return "tool_calls" if calls else finished.reason
+
     def masked(self, stops: Stops) -> frozenset[int]:
         """Token ids the implementation masks with EOS while fewer than min_tokens tokens are out: the request's
         stop_token_ids (vLLM: "before EOS or stop_token_ids can be generated")."""

@@ -532,7 +532,8 @@ class GenerationBackend:
                 message["tool_calls"] = [{"id": f"call_{os.urandom(6).hex()}", "type": "function",
                                           "function": {"name": c.name, "arguments": f.text[slice(*c.arguments)]}}
                                          for c in calls]
-            choice = {"index": i, "message": message, "finish_reason": f.reason, "stop_reason": f.stop_reason,
+            reason = self.bookkeeping.chat_finish_reason(f, len(calls), streamed=False) if tools else f.reason
+            choice = {"index": i, "message": message, "finish_reason": reason, "stop_reason": f.stop_reason,
                       "logprobs": None}
             entries_of.append([_chat_entry(e) for e in self._entries(row, laws[i], k, as_ids)] if k is not None
                               else None)
@@ -578,6 +579,8 @@ class GenerationBackend:
             calls = (self.bookkeeping.stream_tool_calls(f, slices, texts, [p[1] for p in parts] if parts else texts,
                                                         self._content_start(f.tokens), self.tool_call_tokens,
                                                         self._decode) if tools else None)
+            reason = (self.bookkeeping.chat_finish_reason(f, len({e["index"] for c in calls for e in c[1]}), True)
+                      if calls is not None else f.reason)  # the calls the stream's parser sent
             for j, ((a, b), text) in enumerate(zip(slices, texts, strict=True)):
                 last = j == len(slices) - 1
                 delta = {"content": text} if parts is None else {"reasoning_content": parts[j][0],
@@ -587,7 +590,7 @@ class GenerationBackend:
                     if calls[j][1]:
                         delta["tool_calls"] = calls[j][1]
                 out = {"index": choice["index"], "delta": delta, "logprobs": None,
-                       "finish_reason": f.reason if last else None, "stop_reason": f.stop_reason if last else None}
+                       "finish_reason": reason if last else None, "stop_reason": f.stop_reason if last else None}
                 if entries is not None:
                     out["logprobs"] = {"content": entries[a:b]}
                 if "token_ids" in choice:

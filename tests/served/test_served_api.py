@@ -205,7 +205,8 @@ def test_the_correct_server_passes_the_api_check_with_stops_inside_steps(specula
     assert report.verdict == "pass", [t.details for t in report.tests if t.reject]
     (cell,) = report.cases
     assert {t.name.rsplit("/", 1)[-1] for t in report.tests} >= {"max_tokens", "usage", "stop_strings", "stream",
-                                                                 "min_tokens", "n_independent", "chat_stream"}
+                                                                 "min_tokens", "n_independent", "chat_stream",
+                                                                 "tool_calls_finish_reason"}
     assert cell["seed_reproducible"] and cell["stop_requests"] >= 3
     assert cell["chat_tools"] and cell["chat_tool_call_replies"] >= 2  # tool calls parsed, streamed and compared
     if speculative:
@@ -243,7 +244,8 @@ def test_eos_masked_per_step_fails_the_min_tokens_test_on_toy_eos():
 @pytest.mark.parametrize("mutant", ["cap_before_stop", "stop_in_step_tail", "ids_past_stop", "max_tokens_per_step",
                                     "stream_last_token_only", "unseeded_shared_stream", "min_tokens_per_step",
                                     "n_choices_share_seed", "reasoning_parser_once_per_delta",
-                                    "tool_call_parser_once_per_delta", "stop_ids_unmasked_under_min_tokens"])
+                                    "tool_call_parser_once_per_delta", "stop_ids_unmasked_under_min_tokens",
+                                    "tool_calls_finish_stream_stop"])
 @pytest.mark.statistical
 def test_each_planted_api_bug_fails_the_api_check(mutant):
     from harness.mutants.api import API_MUTANTS
@@ -258,7 +260,8 @@ def test_each_planted_api_bug_fails_the_api_check(mutant):
                 "min_tokens_per_step": "stop_strings min_tokens",  # min_tokens: the stop ids masked per step
                 "n_choices_share_seed": "n_independent", "reasoning_parser_once_per_delta": "chat_stream",
                 "tool_call_parser_once_per_delta": "chat_stream",
-                "stop_ids_unmasked_under_min_tokens": "min_tokens"}[mutant]
+                "stop_ids_unmasked_under_min_tokens": "min_tokens",
+                "tool_calls_finish_stream_stop": "tool_calls_finish_reason chat_stream"}[mutant]
     assert set(expected.split()) <= rejected, rejected
 
 
@@ -282,6 +285,8 @@ def test_tool_calls_are_compared_only_where_the_server_streams_chat_with_tools()
             whole = client.post("/v1/chat/completions", body)["choices"][0]
             events = client.stream("/v1/chat/completions", {**body, "stream": True})
     entries = [e for ev in events["events"] for c in ev["choices"] for e in c["delta"].get("tool_calls") or []]
+    reasons = [c["finish_reason"] for ev in events["events"] for c in ev["choices"] if c.get("finish_reason")]
+    assert whole["finish_reason"] == "tool_calls" and reasons == ["tool_calls"]  # vLLM: a turn that called tools
     assert whole["token_ids"][:2] == [5, 3] and whole["message"]["tool_calls"][0]["function"]["name"] == "3"
     assert entries[0]["function"]["name"] == "3" and entries[0]["type"] == "function"
     assert "".join(e["function"]["arguments"] for e in entries if e["index"] == 0) == \
