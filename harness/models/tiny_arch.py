@@ -81,8 +81,21 @@ def tiny_pair(name: str, model_type: str, config: dict, *, noise: float, seed: i
                      meta={"model_type": model_type, "noise": noise, "seed": seed, **(meta or {})})
 
 
-def save_pair(pair: ModelPair, folder) -> tuple[str, str]:
-    """Write target and draft with save_pretrained under folder/target and folder/draft (for --target/--draft)."""
+def wordpiece_tokenizer(vocab: int):
+    """A tokenizer whose words t0 … t{vocab−1} are the ids 0 … vocab−1 (WordPiece, unknown = t0, no special tokens
+    added): prompts can be given as text ("t1 t2 t3") and an engine given the same vocabulary
+    (harness.models.gguf_convert) tokenizes alike."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0")
+
+
+def save_pair(pair: ModelPair, folder, *, tokenizer: bool = False) -> tuple[str, str]:
+    """Write target and draft with save_pretrained under folder/target and folder/draft (for --target/--draft);
+    `tokenizer`: with `wordpiece_tokenizer` in both folders."""
     from pathlib import Path
 
     out = Path(folder)
@@ -90,5 +103,7 @@ def save_pair(pair: ModelPair, folder) -> tuple[str, str]:
     for role in ("target", "draft"):
         path = out / role
         getattr(pair, role).save_pretrained(path)
+        if tokenizer:
+            wordpiece_tokenizer(pair.vocab_size).save_pretrained(path)
         paths.append(str(path))
     return paths[0], paths[1]

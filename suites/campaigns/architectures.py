@@ -1,7 +1,7 @@
 """The architectures campaign (issue 44): hybrid, recurrent and sliding-window models end to end, on the tiny
 offline pairs of suites/catalogues/architectures.py (one per cache family).
 
-    specdec campaign architectures [--only shape mutants reference transformers] [--pairs arch-ssm ...]
+    specdec campaign architectures [--only shape mutants reference transformers engine] [--pairs arch-ssm ...]
                                    [--seeds 1] [--time-budget 300] [--samples N] [--out results/findings/architectures]
 
 Every run is a cell of the campaign runner (harness.runner), one row journaled in OUT/journal.jsonl (a rerun resumes:
@@ -16,14 +16,21 @@ Parts (--only):
   pair, `--seeds` seeds (each must not FAIL); `--samples N` for a fixed plan instead of the default;
 - transformers: `harness.adapters.hf:assisted_generate` and `:prompt_lookup_generate` on every pair: greedy
   equality and the sampling law, within `--time-budget` seconds of sampling per run (a crash is a finding: FAIL,
-  exit 1, the exception named).
+  exit 1, the exception named);
+- engine: llama.cpp's llama-server on every pair (harness.served.llama_server's binary, built by `nox -s engines`;
+  without it the part is not run and the report says so): the pair saved with a WordPiece tokenizer t0 … t47, converted
+  to F32 GGUFs by the vendored convert_hf_to_gguf.py (harness.models.gguf_convert), served with speculation off and
+  with the draft (`--spec-type draft-simple -md DRAFT`); per server, the same greedy request three times and
+  `specdec verify --level engine --api llama-server` against the local float64 target: greedy equality (16 tokens)
+  and the T = 1 law with llama-server's truncation off (ENGINE_SAMPLES continuations of 3 tokens per prompt).
 Each row carries the verdict, seconds, detectable TV, seed and versions. Exit (over this command's runs): 0 when
 every mutant FAILed and the reference never did, 1 otherwise, 2 when a run could not be done (a harness fault);
-transformers' verdicts are findings, not gates.
+transformers' and the engine's verdicts are findings, not gates.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -31,7 +38,7 @@ from pathlib import Path
 
 from harness.configs import option
 
-PARTS = ("shape", "mutants", "reference", "transformers")
+PARTS = ("shape", "mutants", "reference", "transformers", "engine")
 REFERENCE = "harness.mutants.generation:reference_kv_cache"
 TRANSFORMERS = ("harness.adapters.hf:assisted_generate", "harness.adapters.hf:prompt_lookup_generate")
 
@@ -107,6 +114,168 @@ def shape(pair_name: str, *, rows: int = 16, length: int = 24, gamma: int = 3) -
         "seconds": time.perf_counter() - started}
 
 
+# --- the engine part: llama-server on the tiny pairs ----------------------------------------------------------------
+
+ENGINE_SIDES = ("off", "draft")  # llama-server with speculation off, and with the pair's draft (draft-simple)
+ENGINE_SAMPLES = 4_000  # T = 1 continuations per prompt (3 tokens, V = 48): detectable TV 0.077 per prompt
+ENGINE_GREEDY_LENGTH = 16
+ENGINE_CONVERT = {"arch-linear": ("--no-mtp",)}  # Qwen3-Next: the converter asserts MTP layers unless told none
+GREEDY_PROMPT = [1, 2, 3, 4]
+NO_LLAMA_SERVER = "no llama-server (build one with `nox -s engines`, or set $SPECDEC_LLAMA_SERVER)"
+
+
+def _engine_binary():
+    """llama-server's binary (None: not built); its own function, so a test can stand in for it."""
+    from harness.served.llama_server import find_binary
+
+    return find_binary()
+
+
+def _engine_version(binary) -> dict:
+    from harness.served.llama_server import LLAMA_CPP_PYTHON, version
+
+    return {"binary": str(binary), "version": version(binary), "llama.cpp": f"vendored in llama-cpp-python "
+            f"{LLAMA_CPP_PYTHON}"}
+
+
+def _engine_models(pair_name: str, work: Path, log) -> dict:
+    """The pair saved with the WordPiece tokenizer (the local ground truth) and converted to F32 GGUFs."""
+    from harness.models.gguf_convert import convert
+    from harness.models.tiny_arch import save_pair
+    from harness.pairs import get_pair
+    from harness.served.llama_server import cache_root
+
+    # with the tokenizer: the Gemma 3 converter reads the vocabulary size from tokenizer.json (the vocabulary itself
+    # is written by gguf_convert, the same words)
+    target, draft = save_pair(get_pair(pair_name), work / "hf", tokenizer=True)
+    paths = {"target": Path(target), "draft": Path(draft)}
+    ggufs = {role: convert(cache_root() / "llama.cpp", path, work / f"{role}.f32.gguf",
+                           extra=ENGINE_CONVERT.get(pair_name, ()), log=log) for role, path in paths.items()}
+    return {"target_hf": paths["target"], **ggufs}
+
+
+@contextlib.contextmanager
+def _engine_server(binary, target: Path, draft: Path | None, log: Path):
+    """llama-server on a free localhost port (the harness's flags: harness.served.llama_server.server_command)."""
+    from harness.served.llama_server import server_command
+    from harness.served.process import served
+    from harness.served.vllm_server import free_port
+
+    port = free_port()
+    cmd = [*server_command(binary, target, port, draft=draft, ctx=512, slots=4), "-lv", "3"]  # info: acceptance
+    with served(cmd, f"http://127.0.0.1:{port}", "/health", "llama-server", startup_timeout_s=300,
+                log_path=str(log), describe_command=True) as url:
+        yield url
+
+
+def _engine_greedy(url: str, prompt: list[int], repeats: int = 3) -> list[dict]:
+    """The same greedy request (12 tokens) `repeats` times: an engine must return one answer."""
+    import httpx
+
+    outs = []
+    for _ in range(repeats):
+        reply = httpx.post(f"{url}/completion", json={"prompt": prompt, "n_predict": 12, "temperature": 0,
+                                                      "return_tokens": True, "cache_prompt": False}, timeout=300).json()
+        timings = reply.get("timings") or {}
+        outs.append({"tokens": reply.get("tokens"), "draft_n": timings.get("draft_n"),
+                     "draft_n_accepted": timings.get("draft_n_accepted")})
+    return outs
+
+
+def _draft_counts(log: Path) -> dict | None:
+    """llama-server's own count of drafted and accepted tokens over every request it served (its log at verbosity 3:
+    "draft acceptance = … (A accepted / G generated)" per request); None without speculation."""
+    import re
+
+    found = re.findall(r"draft acceptance = [0-9.]+ \(\s*(\d+) accepted / \s*(\d+) generated\)",
+                       log.read_text(errors="replace") if log.exists() else "")
+    if not found:
+        return None
+    accepted, drafted = (sum(int(x[i]) for x in found) for i in (0, 1))
+    return {"requests": len(found), "drafted": drafted, "accepted": accepted}
+
+
+def trim_log(log: Path, head: int = 200, tail: int = 50) -> None:
+    """Keep a server log's start (its flags, the model it loaded) and end; at verbosity 3 a run of 8,000 requests
+    logs megabytes (what the rows need is counted by _draft_counts first)."""
+    if not log.exists():
+        return
+    lines = log.read_text(errors="replace").splitlines(keepends=True)
+    if len(lines) > head + tail:
+        log.write_text("".join(lines[:head]) + f"[... {len(lines) - head - tail:,} lines cut ...]\n"
+                       + "".join(lines[-tail:]))
+
+
+def _engine_check(config):
+    """`run_engine_check` (one place, so a test can stand in for the engine)."""
+    from harness.served.check import run_engine_check
+
+    return run_engine_check(config)
+
+
+def _engine_verify(url: str, target: Path, setting: str, samples: int) -> dict:
+    from harness.check.settings import parse_setting
+    from harness.served.config import EngineConfig
+    from harness.served.llama_server import NO_TRUNCATION
+
+    greedy = setting == "T=0"
+    from suites.catalogues.architectures import PROMPTS
+
+    prompts = tuple(" ".join(f"t{i}" for i in p) for p in PROMPTS)  # the pair's own prompts, as words
+    config = EngineConfig(endpoint=url, target=str(target), api="llama-server", settings=tuple(parse_setting(setting)),
+                          samples=samples, length=ENGINE_GREEDY_LENGTH if greedy else None, prompts=len(prompts),
+                          prompt_texts=prompts, checks=("tokens",), contexts="none", stop_on_fail=False,
+                          extra_body=None if greedy else NO_TRUNCATION, timeout_s=600.0)
+    started = time.perf_counter()
+    try:
+        report = _engine_check(config)
+    except Exception as exc:  # noqa: BLE001 - recorded: the check could not be done against this server
+        from harness.errors import describe_fault
+
+        return {"setting": setting, "verdict": "error", "message": describe_fault(exc)[:400],
+                "seconds": time.perf_counter() - started}
+    return {"setting": setting, "verdict": report.verdict, "samples": report.samples,
+            "detectable_tv": report.detectable_tv, "seconds": report.seconds,
+            "message": " / ".join(report.failure_summary())[:600]}
+
+
+def engine_cell(pair_name: str, side: str, samples: int, out: Path) -> dict:
+    """One llama-server (speculation `side`) on the pair: its greedy repeats and its checks at T = 0 and T = 1."""
+    import tempfile
+
+    binary = _engine_binary()
+    logs = out / "engine"
+    logs.mkdir(parents=True, exist_ok=True)
+    row = {"part": "engine", "pair": pair_name, "side": side, "samples_requested": samples,
+           "engine": _engine_version(binary)}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="specdec-arch-engine-") as work:
+        try:
+            with open(logs / f"{pair_name}-{side}-convert.log", "w") as log:
+                models = _engine_models(pair_name, Path(work), log)
+        except Exception as exc:  # noqa: BLE001 - the converter's failure is a finding about the engine
+            from harness.errors import describe_fault
+
+            return {**row, "verdict": "error", "message": f"conversion: {describe_fault(exc)}"[:400],
+                    "seconds": time.perf_counter() - started}
+        try:
+            with _engine_server(binary, models["target"], models["draft"] if side == "draft" else None,
+                                logs / f"{pair_name}-{side}.log") as url:
+                row["greedy_repeats"] = _engine_greedy(url, GREEDY_PROMPT)
+                row["checks"] = [_engine_verify(url, models["target_hf"], setting, samples)
+                                 for setting in ("T=0", "T=1")]
+        except Exception as exc:  # noqa: BLE001 - a server that does not start or answer: recorded as such
+            from harness.errors import describe_fault
+
+            return {**row, "verdict": "error", "message": f"server: {describe_fault(exc)}"[:400],
+                    "seconds": time.perf_counter() - started}
+    row["drafts"] = _draft_counts(logs / f"{pair_name}-{side}.log")
+    trim_log(logs / f"{pair_name}-{side}.log")
+    verdicts = [c["verdict"] for c in row["checks"]]
+    verdict = next((v for v in ("error", "fail", "inconclusive") if v in verdicts), "pass")
+    return {**row, "verdict": verdict, "seconds": time.perf_counter() - started}
+
+
 def _plan(samples: int | None, budget: float | None, settings: list[str] | None, contexts: str | None) -> str:
     return json.dumps([samples, budget, settings, contexts])
 
@@ -116,10 +285,13 @@ def cell_key(part: str, pair: str, *, name: str = "", seed: int | None = None, s
     """What identifies a run in the journal: its part, pair, entry, seed and (reference, transformers) plan."""
     if part == "shape":
         return f"shape/{pair}"
-    if part == "mutants":
-        return f"mutants/{name}/{pair}/{seed}"
+    if part == "mutants":  # at the default plan (the first runs) no plan in the key; any other plan named
+        default = samples is None and budget is None and settings is None and contexts is None
+        return f"mutants/{name}/{pair}/{seed}" + ("" if default else f"/{_plan(samples, budget, settings, contexts)}")
     if part == "reference":
         return f"reference/{pair}/{seed}/{_plan(samples, budget, settings, contexts)}"
+    if part == "engine":
+        return f"engine/{pair}/{name}/{samples}"
     return f"transformers/{pair}/{name}/{_plan(samples, budget, settings, contexts)}"
 
 
@@ -136,11 +308,13 @@ def run_cell(part: str, pair: str, name: str, seed: int, samples: int | None, bu
     """One run of a part, as a row with the versions and the time it finished."""
     if part == "shape":
         row = shape(pair)
+    elif part == "engine":
+        row = engine_cell(pair, name, samples, Path(contexts))  # contexts: here the output folder (cells())
     elif part == "mutants":
         from harness.mutants.registry import get
 
-        row = {"part": "mutants", "name": name, **_verify(get(name).spec, pair, seed=seed, samples=None,
-                                                            time_budget=None)}
+        row = {"part": "mutants", "name": name, **_verify(get(name).spec, pair, seed=seed, samples=samples,
+                                                            time_budget=budget, settings=settings, contexts=contexts)}
     else:
         impl = REFERENCE if part == "reference" else name
         row = {"part": part, **_verify(impl, pair, seed=seed, samples=samples, time_budget=budget, settings=settings,
@@ -191,12 +365,15 @@ def readme(rows: list[dict], out: Path) -> str:
         lines.append(f"| {name} | {family} ({model_type}) | {shape_text} | {ref_text} | {cells[0]} | {cells[1]} |")
     lines += ["", "## Mutants (each must FAIL at the default plan)", "", "| mutant | pair | seeds FAILed | median s |",
               "|---|---|---|---|"]
-    for name in sorted({r["name"] for r in rows if r["part"] == "mutants"}):
-        mine = list({r["seed"]: r for r in rows if r["part"] == "mutants" and r["name"] == name}.values())  # last per seed
+    default = [r for r in rows if r["part"] == "mutants" and r.get("settings", "default") == "default"]
+    for name in sorted({r["name"] for r in default}):
+        mine = list({r["seed"]: r for r in default if r["name"] == name}.values())  # the last run per seed
         secs = sorted(r["seconds"] for r in mine)
         lines.append(f"| {name} | {mine[-1]['pair']} | {sum(r['verdict'] == 'fail' for r in mine)}/{len(mine)} "
                      f"| {secs[len(secs) // 2]:.0f} |")
+    lines += _mutants_other_plans([r for r in rows if r["part"] == "mutants" and r not in default])
     lines += _false_alarms(rows, families)
+    lines += _engine_lines(rows, families)
     lines += ["", "## Rerun", "", "```", f"specdec campaign architectures --out {out}", "```", ""]
     notes = out / "notes.md"  # the hand-written part: what the rows mean, what is missing and why
     if notes.exists():
@@ -213,7 +390,8 @@ class Config:
                              "the journal's)", int, "S")
     mutants: list[str] | None = option(None, "--mutants", "only these mutants (default: every one)", metavar="NAME",
                                        nargs="+")
-    samples: int | None = option(None, "--samples", "fixed plan for reference / transformers runs", int, "N")
+    samples: int | None = option(None, "--samples", "fixed plan for reference / transformers runs; engine: T = 1 "
+                                "continuations per prompt (default ENGINE_SAMPLES)", int, "N")
     time_budget: float = option(300.0, "--time-budget", "seconds of sampling per reference / transformers run (the "
                                 "achieved TV is reported); 0: none, the plan in full", float, "S")
     setting: list[str] | None = option(None, "--setting", "reference / transformers runs: only this sampling setting "
@@ -249,8 +427,10 @@ def cells(config: Config) -> dict[str, tuple]:
         out.update({cell_key("shape", p): ("shape", p, "", 0, None, None, None, None) for p in pairs})
     if "mutants" in config.only:
         for impl in _mutants(pairs, config.mutants):
-            out.update({cell_key("mutants", impl.pair, name=impl.name, seed=s):
-                        ("mutants", impl.pair, impl.name, s, None, None, None, None) for s in seeds})
+            mplan = plan if (config.samples or config.setting or config.contexts) else (None, None, None, None)
+            out.update({cell_key("mutants", impl.pair, name=impl.name, seed=s, samples=mplan[0], budget=mplan[1],
+                                 settings=mplan[2], contexts=mplan[3]): ("mutants", impl.pair, impl.name, s, *mplan)
+                        for s in seeds})
     if "reference" in config.only:
         for p in pairs:
             out.update({cell_key("reference", p, seed=s, samples=plan[0], budget=plan[1], settings=plan[2],
@@ -259,16 +439,37 @@ def cells(config: Config) -> dict[str, tuple]:
         for p in pairs:
             out.update({cell_key("transformers", p, name=impl, samples=plan[0], budget=plan[1], settings=plan[2],
                                  contexts=plan[3]): ("transformers", p, impl, 0, *plan) for impl in TRANSFORMERS})
+    if "engine" in config.only:
+        if _engine_binary() is None:
+            print(f"engine: not run: {NO_LLAMA_SERVER}", flush=True)
+        else:
+            samples = config.samples or ENGINE_SAMPLES
+            out.update({cell_key("engine", p, name=side, samples=samples):
+                        ("engine", p, side, 0, samples, None, None, str(_HELD["out"]))
+                        for p in pairs for side in ENGINE_SIDES})
     return out
+
+
+_HELD: dict = {}  # while the session lasts: "out", the output folder (the engine cells write their logs there)
+
+
+@contextlib.contextmanager
+def session(config: Config, out):
+    _HELD["out"] = Path(out)
+    try:
+        yield
+    finally:
+        _HELD.clear()
 
 
 def report(run) -> int:
     """OUT/campaign.json and OUT/README.md from every row of the journal; the exit code from this command's runs."""
     rows = list(run.journal.values())
     mine = list(run.done.values())
-    bad_mutants = [r for r in mine if r["part"] == "mutants" and r["verdict"] != "fail"]
+    bad_mutants = [r for r in mine if r["part"] == "mutants" and r.get("settings", "default") == "default"
+                   and r["verdict"] != "fail"]  # at another plan (e.g. T > 0 alone) what catches a mutant is measured
     false_alarms = [r for r in mine if r["part"] == "reference" and r["verdict"] == "fail"]
-    errors = [r for r in mine if r["part"] in ("mutants", "reference") and r["verdict"] == "error"]
+    errors = [r for r in mine if r["part"] in ("mutants", "reference", "engine") and r["verdict"] == "error"]
     run.write_result("campaign.json", "campaign.architectures", rows=rows,
                      summary={"rows": len(rows), "this_command": {"runs": len(mine), "mutants_not_caught": len(
                          bad_mutants), "reference_failed": len(false_alarms), "errors": len(errors)},
@@ -318,4 +519,90 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
             lines.append(f"| {name} | {plan} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
                          f"| {k}/{len(runs)} ({low:.0%}–{high:.0%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
                          f"| {m or '-'} | {level} |")
+    return lines
+
+
+def _engine_text(row: dict | None) -> tuple[str, str, str]:
+    """An engine row's cells: greedy (16 tokens), T = 1, the greedy repeats."""
+    if row is None:
+        return "not run", "not run", "-"
+    if not row.get("checks"):
+        return f"{row['verdict'].upper()}: {row.get('message', '')[:160]}".replace("|", "/"), "-", "-"
+    texts = []
+    for check in row["checks"]:
+        text = f"{check['verdict'].upper()} ({check['seconds']:.0f} s" + (
+            f", TV {check['detectable_tv']:.3g}" if check["setting"] != "T=0" and check.get("detectable_tv") else "") + ")"
+        if check["verdict"] in ("fail", "error") and check.get("message"):
+            text += f": {check['message'][:160]}"
+        texts.append(text.replace("|", "/"))
+    reps = row.get("greedy_repeats") or []
+    same = len({json.dumps(r["tokens"]) for r in reps}) == 1
+    drafts = [(r.get("draft_n"), r.get("draft_n_accepted")) for r in reps if r.get("draft_n")]
+    rep = (f"{'one answer' if same else 'DIFFERENT answers'} ×{len(reps)}: {' '.join(map(str, reps[0]['tokens']))}"
+           if reps else "-") + (f"; {drafts[0][1]} of {drafts[0][0]} drafts accepted" if drafts else "")
+    counts = row.get("drafts")
+    if counts:
+        rep += (f" (over all {counts['requests']:,} requests: {counts['accepted']:,} of {counts['drafted']:,} drafted "
+                "tokens accepted)")
+    return texts[0], texts[1] if len(texts) > 1 else "-", rep
+
+
+def _engine_lines(rows: list[dict], families) -> list[str]:
+    """The engine part's table: per pair and server, greedy equality, the T = 1 law and the greedy repeats."""
+    engine = {(r["pair"], r["side"]): r for r in rows if r.get("part") == "engine"}  # the last run per pair and side
+    if not engine and _engine_binary() is not None:
+        return []
+    lines = ["", "## An engine: llama.cpp's llama-server on the tiny pairs (`--only engine`)", ""]
+    if _engine_binary() is None:
+        lines += [f"Not run here: {NO_LLAMA_SERVER}.", ""]
+    if not engine:
+        return lines
+    last = list(engine.values())[-1]
+    lines += [f"llama-server `{last['engine']['version']}` ({last['engine']['llama.cpp']}); models converted by its "
+              "vendored convert_hf_to_gguf.py (F32, WordPiece vocabulary t0 … t47: harness.models.gguf_convert); "
+              "ground truth the local float64 transformers target; greedy: 16 tokens per prompt; T = 1: llama-server's "
+              f"truncation off, 3 tokens, {last['samples_requested']:,} continuations per prompt; the pair's two "
+              "prompts; speculation: `--spec-type draft-simple -md DRAFT --spec-draft-n-max 4`.", "",
+              "| pair | family | llama-server | greedy (T=0) | T=1 | the same greedy request ([1, 2, 3, 4], 12 tokens); "
+              "drafts accepted | s |", "|---|---|---|---|---|---|---|"]
+    for name, (family, *_rest) in families.items():
+        for side in ENGINE_SIDES:
+            row = engine.get((name, side))
+            if row is None:
+                continue
+            greedy, law, rep = _engine_text(row)
+            lines.append(f"| {name} | {family} | {'speculation off' if side == 'off' else 'draft model'} | {greedy} "
+                         f"| {law} | {rep} | {row['seconds']:.0f} |")
+    return lines
+
+
+def _plan_text(row: dict) -> str:
+    return (f"{row.get('settings', 'default')}, {row.get('samples_requested') or 'planned'}"
+            + (f", ≤ {row['time_budget_s']:.0f} s" if row.get("time_budget_s") else "")
+            + (f", contexts {row['contexts']}" if row.get("contexts") else ""))
+
+
+def _mutants_other_plans(rows: list[dict]) -> list[str]:
+    """The mutants at plans other than the default (e.g. `--setting T=1`, greedy off): which the sampling law
+    catches on its own. Findings about the class, not gates."""
+    if not rows:
+        return []
+    lines = ["", "### Mutants at other plans (greedy cells off: what the sampling law catches alone)", "",
+             "| mutant | pair | plan (settings, samples per cell, time budget) | seeds FAILed | median family p (m · min p) "
+             "| median s | median detectable TV |", "|---|---|---|---|---|---|---|"]
+    groups: dict[tuple, dict] = {}
+    for r in rows:
+        groups.setdefault((r["name"], _plan_text(r)), {})[r["seed"]] = r  # the last run per seed
+    for (name, plan), by_seed in sorted(groups.items()):
+        mine = list(by_seed.values())
+
+        def median(values):
+            values = sorted(v for v in values if v is not None and v == v)
+            return values[len(values) // 2] if values else None
+
+        p = median(r.get("family_p") for r in mine)
+        tv = median(r.get("detectable_tv") for r in mine)
+        lines.append(f"| {name} | {mine[-1]['pair']} | {plan} | {sum(r['verdict'] == 'fail' for r in mine)}/"
+                     f"{len(mine)} | {'-' if p is None else f'{p:.2g}'} | {median(r['seconds'] for r in mine):.0f} "
+                     f"| {'-' if tv is None else f'{tv:.3g}'} |")
     return lines
