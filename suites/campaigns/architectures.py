@@ -397,8 +397,11 @@ class Config:
     setting: list[str] | None = option(None, "--setting", "reference / transformers runs: only this sampling setting "
                                        "(as `specdec verify --setting`, repeatable), e.g. T=0 for greedy equality "
                                        "alone", metavar="SETTING", action="append")
-    contexts: str | None = option(None, "--contexts", "reference / transformers runs: as `specdec verify --contexts` "
-                                  "(none: the pair's prompts only)")
+    contexts: str | None = option(None, "--contexts", "reference / transformers / mutants runs: as `specdec verify "
+                                  "--contexts` (none: the pair's prompts only)")
+    threads: int = option(1, "--threads", "torch threads of this process (1: several runs sharing a few cores do not "
+                          "oversubscribe them; a reference run at the cheap plan took 8 s with 1 thread and 47-62 s with "
+                          "the default 2 on 2 shared cores, load 5-7)", int, "N")
 
 
 def validate(config: Config) -> None:
@@ -409,6 +412,8 @@ def validate(config: Config) -> None:
         raise HarnessError(f"unknown pair(s) {', '.join(unknown)}; known: {', '.join(_pairs())}")
     if config.seeds < 0 or config.first_seed < 0:
         raise HarnessError("--seeds and --first-seed must be >= 0")
+    if config.threads < 1:
+        raise HarnessError(f"--threads must be >= 1, got {config.threads}")
     if config.time_budget < 0:
         raise HarnessError(f"--time-budget must be >= 0 seconds, got {config.time_budget}")
     known = {impl.name for impl in _mutants(list(_pairs()))}
@@ -455,11 +460,16 @@ _HELD: dict = {}  # while the session lasts: "out", the output folder (the engin
 
 @contextlib.contextmanager
 def session(config: Config, out):
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
     _HELD["out"] = Path(out)
     try:
         yield
     finally:
         _HELD.clear()
+        torch.set_num_threads(threads)
 
 
 def report(run) -> int:

@@ -90,7 +90,7 @@ def test_bad_settings_exit_2_before_any_run(tmp_path):
     from harness.cli import main
 
     assert main(["campaign", "architectures", "--pairs", "arch-nope", "--out", str(tmp_path)]) == 2
-    for bad in (["--mutants", "no_such_mutant"], ["--seeds", "-1"], ["--time-budget", "-1"]):
+    for bad in (["--mutants", "no_such_mutant"], ["--seeds", "-1"], ["--time-budget", "-1"], ["--threads", "0"]):
         with pytest.raises(HarnessError):
             run("architectures", [*bad, "--out", str(tmp_path)])
     with pytest.raises(SystemExit):
