@@ -136,10 +136,22 @@ def _cmd_run(args) -> int:
         config = rerun.check_config(recorded).validate()
         if args.out:
             preflight.output_file(args.out, "--out")
+        if config.level == "engine":  # the recorded EngineConfig, against the endpoint it names
+            if args.dry_run:
+                print(f"specdec run: would rerun the engine-level check of {config.endpoint} ({args.config})")
+                return EXIT_OK
+            with _engine_progress(None, "rerun engine") as bar:
+                report = run_verify(config, progress=bar.update)
+            return _report_and_exit(report, argparse.Namespace(json=args.out, verbose=False, allow_inconclusive=False))
         preflight.device(config.device)
         if config.level == "generation":
             preflight.pair(config.pair, config.target, config.draft)
         resolve(config.impl, contract_of(config))
+        if args.dry_run:
+            planned_rows(config)  # sampler level: unknown --cases, impossible plans
+            print(f"specdec run: would rerun the {config.level}-level check of {_impl_name(config.impl)} "
+                  f"({args.config})")
+            return EXIT_OK
         with Progress(planned_rows(config), f"rerun {config.level}",
                       unit="rows" if config.level == "sampler" else "samples") as bar:
             report = run_verify(config, progress=bar)
@@ -149,9 +161,17 @@ def _cmd_run(args) -> int:
 
         name = kind.split(".")[1]
         policy(name)  # an unknown campaign: exit 2 naming the ones there are
-        return run(name, rerun.campaign_argv(name, recorded, args.out))
+        argv = rerun.campaign_argv(name, recorded, args.out)
+        if args.dry_run:
+            print(f"specdec run: would run {rerun.campaign_dry_run(name, argv)}")
+            return EXIT_OK
+        return run(name, argv)
     raise HarnessError(f"specdec run cannot rerun a result of kind {kind!r} (it reruns: check, campaign.NAME of a "
                        "campaign on the runner)")
+
+
+def _impl_name(impl) -> str:
+    return impl if isinstance(impl, str) else f"{getattr(impl, '__module__', '?')}:{getattr(impl, '__qualname__', impl)}"
 
 
 def _report_and_exit(report, args) -> int:
@@ -278,22 +298,11 @@ def _cmd_numerics(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    demo = policy("demo")
-    choose_pair, run_demo = demo.choose_pair, demo.run_demo
-    args.out = args.out or demo.DEFAULT_OUT
-    preflight.common(args)
-    pair, reason = choose_pair()
-    print(f"specdec demo: using {reason}", flush=True)
-    result = run_demo(args.out, quick=args.quick, progress=Progress)
-    print_check_report(result.sampler)
-    print_check_report(result.generation)
-    from harness.bench.cli import summary_lines
+    """`specdec demo` is the demo campaign (suites/campaigns/demo.py) on the campaign runner."""
+    from harness.runner import run_parsed
 
-    print("\nspeedup (reference, next to the Leviathan prediction and transformers assisted generation):")
-    for line in summary_lines(result.bench.rows):
-        print("  " + line)
-    print(f"\ndemo report: {result.out / 'report.md'}")
-    return EXIT_OK if result.ok else EXIT_FAIL
+    preflight.common(args)  # --threads, --out
+    return run_parsed("demo", args, policy("demo"))
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:
@@ -403,7 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the main job end to end on the embedded default pair -> results/")
     commands = command_config("demo")
-    add_arguments(p, commands.DemoOptions)
+    from harness.runner import add_campaign_arguments  # = `specdec campaign demo`'s flags
+
+    add_campaign_arguments(p, commands.DemoConfig, where=False)
     add_threads(p)
     p.set_defaults(func=_cmd_demo)
 

@@ -2,7 +2,9 @@
 
 FILE is a result envelope, or any JSON object with its `kind` and `config`. The kinds that rerun:
 
-- `check` (`specdec verify --json`) at the sampler and generation levels: the recorded `CheckConfig`;
+- `check` (`specdec verify --json`) at the sampler and generation levels: the recorded `CheckConfig`; at the
+  engine level (`"level": "engine"`): the recorded `EngineConfig` (endpoint, served implementation, sampling
+  settings and every other field), against the endpoint it names;
 - `campaign.NAME` for a campaign built on the campaign runner (harness.runner): its recorded `Config`, run as
   `specdec campaign NAME` with the flags that differ from their defaults.
 
@@ -32,6 +34,9 @@ class RunOptions:
                                 "kind and config, to run again", metavar="PATH")
     out: str | None = option(None, "--out", "where the rerun writes: a check's JSON report (default: none), a "
                              "campaign's folder (default: the campaign's)", metavar="PATH")
+    dry_run: bool = option(False, "--dry-run", "run nothing: check that the recorded config would run (the usage "
+                           "checks a run makes before its first cell or request; exit 2 in one line if not) and "
+                           "print what would run", action="store_true")
 
 
 def load(path: str | None) -> tuple[str, dict[str, Any]]:
@@ -59,13 +64,46 @@ def _build(cls, config: dict[str, Any]):
 
 
 def check_config(config: dict[str, Any]):
-    """The CheckConfig a check report recorded (sampler and generation levels)."""
+    """The configuration a check report recorded: a CheckConfig (sampler and generation levels), or the
+    EngineConfig of an engine-level report (`"level": "engine"`)."""
     from harness.check.config import CheckConfig
 
     if config.get("level") == "engine":
-        raise HarnessError("specdec run does not rerun engine-level reports yet (their sampling settings are recorded "
-                           "parsed): rerun the specdec verify --level engine command")
+        return engine_config(config)
     return _build(CheckConfig, config)
+
+
+def engine_config(config: dict[str, Any]):
+    """The EngineConfig an engine-level report recorded. JSON lists become the tuples the fields hold, and each
+    sampling setting is rebuilt from its recorded parameters."""
+    from harness.served.config import EngineConfig
+
+    fields = {k: v for k, v in config.items() if k != "level"}
+    if "endpoint" not in fields:  # recorded before the report kept its EngineConfig: the driver's settings only
+        raise HarnessError("the recorded engine-level config has no endpoint (an older report: it kept the check "
+                           "driver's settings only): rerun its specdec verify --level engine command")
+    for name, value in fields.items():
+        if name == "settings" and isinstance(value, list):
+            fields[name] = tuple(_setting(s) for s in value)
+        elif isinstance(value, list):
+            fields[name] = tuple(value)
+    return _build(EngineConfig, fields)
+
+
+def _setting(recorded: Any):
+    """One recorded sampling setting (the fields of harness.check.settings.Setting) as a Setting."""
+    from harness.check.settings import Setting
+
+    names = {f.name for f in dataclasses.fields(Setting)}
+    if not isinstance(recorded, dict) or set(recorded) - names:
+        raise HarnessError(f"a recorded sampling setting is not one: {recorded!r}")
+    if recorded.get("constraint") is not None:
+        raise HarnessError("a recorded sampling setting has a constraint (structured output), which is recorded "
+                           "as its parts and cannot be rebuilt: rerun its specdec verify --level engine command")
+    fields = dict(recorded)
+    if fields.get("logit_bias") is not None:
+        fields["logit_bias"] = tuple((int(i), float(b)) for i, b in fields["logit_bias"])
+    return Setting(**fields)
 
 
 def campaign_argv(name: str, config: dict[str, Any], out: str | None) -> list[str]:
@@ -79,3 +117,17 @@ def campaign_argv(name: str, config: dict[str, Any], out: str | None) -> list[st
                            "their config; run its command line (in its report)")
     argv = shlex.split(command_line(name, _build(module.Config, config)))[3:]
     return argv + (["--out", out] if out else [])
+
+
+def campaign_dry_run(name: str, argv: list[str]) -> str:
+    """What `specdec campaign NAME ARGV` would run, after the checks the runner makes before its first cell (the
+    flags parse, the campaign's `validate`); HarnessError where they fail."""
+    from harness.configs import from_args
+    from harness.policy import load as load_policy
+    from harness.runner import parser_for
+
+    module = load_policy(f"campaigns.{name}", "campaign")
+    config = from_args(module.Config, parser_for(name, module).parse_args(argv))
+    if hasattr(module, "validate"):
+        module.validate(config)
+    return shlex.join(["specdec", "campaign", name, *argv])

@@ -29,13 +29,13 @@ def contract_of(config) -> str:
     return config.level
 
 
-def resolve(impl, level: str) -> Callable:
-    if level not in ("sampler", "generation", "tree", "draft_step", "masked_step"):
-        raise HarnessError(f"--level must be 'sampler' or 'generation' for an implementation, got {level!r}")
+def resolve(impl, contract: str) -> Callable:
+    if contract not in ("sampler", "generation", "tree", "draft_step", "masked_step"):
+        raise HarnessError(f"--level must be 'sampler' or 'generation' for an implementation, got {contract!r}")
     fn = load_callable(impl) if isinstance(impl, str) else impl
     if not callable(fn):
         raise HarnessError(f"the implementation must be callable, got {type(fn).__name__}")
-    check_signature(fn, level, _name(impl))
+    check_signature(fn, contract, _name(impl))
     return fn
 
 
@@ -121,6 +121,8 @@ def run_verify(config, progress: Callable[[int], None] | None = None, **options)
         report = run_battery(source, driver, impl_name=name, progress=progress)
     report.level = REPORT_LEVEL[contract]
     report.notes = notes + report.notes
+    if contract == "engine":  # the result file records what was asked (endpoint, served impl, ...), not the driver's
+        report.config = config
     return report
 
 

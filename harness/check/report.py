@@ -160,9 +160,13 @@ class CheckReport:
 
     def write_json(self, path: str | os.PathLike) -> Path:
         """The report as a result envelope of kind "check" (docs/RESULTS-FORMAT.md)."""
-        from harness.envelope import write_result
+        from harness.envelope import config_dict, write_result
 
-        return write_result(path, "check", config=self.config, provenance=self.provenance(), report=self.to_dict(),
+        config = config_dict(self.config)
+        level = getattr(type(self.config), "level", None)  # EngineConfig's tier is a class constant, not a field
+        if isinstance(level, str) and "level" not in config:
+            config = {"level": level, **config}  # so `specdec run --config` knows which config it holds
+        return write_result(path, "check", config=config, provenance=self.provenance(), report=self.to_dict(),
                             summary=self.summary())
 
 

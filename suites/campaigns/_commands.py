@@ -108,11 +108,10 @@ class ZooConfig:
 
 
 @dataclasses.dataclass
-class DemoOptions:
-    """`specdec demo`."""
+class DemoConfig:
+    """`specdec demo` (= `specdec campaign demo`): the demo campaign's Config. The runner adds its options (--out:
+    default results/demo, untracked; the documented example lives in docs/example-demo)."""
 
-    out: str | None = option(None, "--out", "results folder (default: suites/campaigns/demo.py's, untracked; the "
-                             "documented example lives in docs/example-demo)", metavar="DIR")
     quick: bool = option(False, "--quick", "smaller samples (a minute or two)", action="store_true")
 
 

@@ -13,22 +13,30 @@
    an accelerator) - each with measured vs cost-model speedup;
 5. results/demo/report.md linking all of it.
 
-Every number is measured by this run: the sweep never resumes cells (not even this folder's own), so
-the report cannot show numbers from another commit or computer next to today's date. results/demo is
-not tracked by git (a demo leaves `git status` clean); the documented example is docs/example-demo,
-regenerated only on purpose (`specdec demo --out docs/example-demo`).
+A campaign on the runner (harness.runner): `specdec demo` is `specdec campaign demo`. Its cells are the parts
+above (`verify/sampler`, `verify/generation`, `bench`, then one per regime), run in this process in order; the
+runner owns the output folder (`--out`, default suites/outputs.py's "campaign.demo"), `--stop-at` / `--budget-s`
+(no part starts after them: the parts that ran are reported and the run exits 2 naming the others), provenance
+and the exit code (1 when a verdict is FAIL). Every number is measured by this run: the demo keeps no journal and
+never resumes (`journaled` is False, as for every timing campaign), and its sweeps never resume cells (not even
+this folder's own), so the report cannot show numbers from another commit or computer next to today's date.
+results/demo is not tracked by git (a demo leaves `git status` clean); the documented example is
+docs/example-demo, regenerated only on purpose (`specdec demo --out docs/example-demo`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import math
 from pathlib import Path
 
-from harness.check.api import run_verify
 from harness.check.config import CheckConfig
-from harness.records import atomic_write_text, provenance
-from suites.outputs import FOLDERS
+from harness.errors import HarnessError
+from suites.campaigns._commands import DemoConfig as Config
+
+__all__ = ["Config", "WHERE", "cells", "journaled", "provenance_fields", "report", "run_cell", "session"]
+
+WHERE = "local"  # the parts run in this process, in order: progress bars, and timings never share the machine
 
 # The real pair's generation plan: greedy equality, and one sampling setting (temperature and nucleus truncation,
 # where processing bugs show) over the context catalogue (suites/catalogues/contexts.py: chat, code and summarize
@@ -38,22 +46,6 @@ from suites.outputs import FOLDERS
 DEMO_REAL_SETTINGS = ("T=0", "T=0.7,top_p=0.9")
 DEMO_REAL_LENGTH = 16  # new tokens per sample on the real pair
 OLD_DEMO_PLAN = {"samples": 480, "length": 4, "contexts": "none", "settings": None}  # the plan before, default settings (the timing)
-
-
-@dataclasses.dataclass
-class DemoResult:
-    pair: str
-    pair_reason: str
-    sampler: object  # CheckReport
-    generation: object  # CheckReport
-    bench: object  # harness.bench.runner.BenchRun
-    out: Path
-    regimes: list = dataclasses.field(default_factory=list)  # [(label, BenchRun)]: where speculation pays
-
-    @property
-    def ok(self) -> bool:
-        # An INCONCLUSIVE level (too few samples: --quick on a real pair) is reported as such, not as a failure
-        return "fail" not in (self.sampler.verdict, self.generation.verdict)
 
 
 def choose_pair() -> tuple[str, str]:
@@ -129,87 +121,150 @@ def demo_generation_config(pair: str, *, quick: bool = False, **override) -> Che
                        **fields)
 
 
-def _phase(progress, total, desc: str, unit: str = "rows"):
-    """A progress display per phase (`progress` is a harness.progress.Progress-like factory) or nothing."""
-    return progress(total, desc, unit=unit) if progress else contextlib.nullcontext()
+def sampler_config(*, quick: bool) -> CheckConfig:
+    """The demo's sampler level: `specdec verify`'s default plan (quick: a fixed number of rows)."""
+    return CheckConfig(impl="specdec_ref.adapters:verify", level="sampler", samples=_sizes(quick)["sampler_samples"])
 
 
-DEFAULT_OUT = FOLDERS["campaign.demo"]  # suites/outputs.py
+def journaled(config: Config) -> bool:
+    return False  # every number is measured by this run (the module's docstring)
 
 
-def run_demo(out: str | Path = DEFAULT_OUT, *, quick: bool = False, progress=None) -> DemoResult:
-    """`progress`: a factory (total, desc, unit=...) -> context manager with update()/set_total(), e.g.
-    harness.progress.Progress; each phase gets its own display."""
-    from harness.bench.runner import run_bench
-    from harness.check.api import planned_rows
+def provenance_fields(config: Config) -> dict:
+    return {"seed": 0, "device": "cpu", "dtype": "float32"}
 
-    out = Path(out)
+
+_HELD: dict = {}  # while the session lasts: "out", the output folder (every part writes there)
+
+
+@contextlib.contextmanager
+def session(config: Config, out):
+    _HELD["out"] = Path(out)
+    try:
+        yield
+    finally:
+        _HELD.clear()
+
+
+def cells(config: Config) -> dict[str, tuple]:
+    """The parts, in the order they run; the pair (the embedded SmolLM2 pair when installed, else toy) is chosen
+    once, here."""
     pair, reason = choose_pair()
-    config = CheckConfig(impl="specdec_ref.adapters:verify", level="sampler",
-                         samples=_sizes(quick)["sampler_samples"])
-    with _phase(progress, planned_rows(config), "demo 1/3: verify sampler") as bar:
-        sampler = run_verify(config, progress=bar)
-    sampler.write_json(out / "verify_sampler.json")
-    config = demo_generation_config(pair, quick=quick)
-    with _phase(progress, None, "demo 2/3: verify generation", "samples") as bar:
-        generation = run_verify(config, progress=bar)
-    generation.write_json(out / "verify_generation.json")
-    bench = run_bench(demo_bench_config(pair, out, quick=quick), progress=progress is not None)
-    regimes = [(label, run_bench(config, progress=progress is not None))
-               for label, config in demo_regime_configs(pair, out, quick=quick)]
-    result = DemoResult(pair, reason, sampler, generation, bench, out, regimes)
-    atomic_write_text(out / "report.md", _markdown(result))
-    return result
+    print(f"specdec demo: using {reason}", flush=True)
+    out = {"verify/sampler": ("verify", "sampler", pair, reason, config.quick),
+           "verify/generation": ("verify", "generation", pair, reason, config.quick),
+           "bench": ("bench", -1, pair, reason, config.quick)}
+    for i, _ in enumerate(demo_regime_configs(pair, Path("."), quick=config.quick)):
+        out[f"regime/{i}"] = ("bench", i, pair, reason, config.quick)
+    return out
 
 
-def _markdown(r: DemoResult) -> str:
-    meta = provenance(seed=0)
-    bench_report = r.bench.files.get("report.md")
-    rel = Path(bench_report).relative_to(r.out) if bench_report else None
+def run_cell(kind: str, which, pair: str, reason: str, quick: bool) -> dict:
+    """One part: a check (its report printed and written to OUT/verify_WHICH.json) or a sweep (its report under
+    OUT/bench*); the record is what the demo's report needs."""
+    from harness.progress import Progress
+
+    out = _HELD.get("out", Path("."))
+    if kind == "verify":
+        from harness.check.api import planned_rows, run_verify
+        from harness.cli import print_check_report
+
+        if which == "sampler":
+            config = sampler_config(quick=quick)
+            total, unit = planned_rows(config), "rows"
+        else:
+            config, total, unit = demo_generation_config(pair, quick=quick), None, "samples"
+        step = 1 if which == "sampler" else 2
+        with Progress(total, f"demo {step}/3: verify {which}", unit=unit) as bar:
+            report = run_verify(config, progress=bar)
+        report.write_json(out / f"verify_{which}.json")
+        print_check_report(report)
+        tv = report.detectable_tv
+        return {"kind": "verify", "which": which, "pair": pair, "pair_reason": reason, "level": report.level,
+                "verdict": report.verdict, "tests": len(report.tests), "samples": report.samples,
+                "false_alarm_rate": report.false_alarm_rate,
+                "detectable_tv": None if tv is None or math.isnan(tv) else tv, "seconds": report.seconds}
+    from harness.bench.runner import run_bench
+
+    if which == -1:
+        label, config = None, demo_bench_config(pair, out, quick=quick)
+    else:
+        label, config = demo_regime_configs(pair, out, quick=quick)[which]
+    run = run_bench(config, progress=True)
+    return {"kind": "bench", "which": which, "pair": pair, "pair_reason": reason, "label": label,
+            "files": {name: Path(path).relative_to(out).as_posix() for name, path in run.files.items()},
+            "notes": list(run.notes), "rows": run.rows}
+
+
+def report(run) -> int:
+    """OUT/report.md (and OUT/demo.json, the parts' records) from the parts that ran; exit 1 when a verdict is
+    FAIL, 2 when --stop-at / --budget-s left parts unrun (the report says which)."""
+    from harness.bench.cli import summary_lines
+    from harness.defaults import EXIT_FAIL, EXIT_OK
+
+    records = run.done
+    missing = [key for key in run.cells if key not in records]
+    run.write_result("demo.json", "campaign.demo",
+                     rows=[{"part": key, **{k: v for k, v in r.items() if k != "rows"}} for key, r in records.items()],
+                     summary={"parts": len(run.cells), "ran": len(records), "not_run": missing,
+                              "verdicts": {r["which"]: r["verdict"] for r in records.values() if r["kind"] == "verify"},
+                              "command": run.command})
+    run.write_text("report.md", _markdown(records, run.out, run.provenance, missing))
+    bench = records.get("bench")
+    if bench:
+        print("\nspeedup (reference, next to the Leviathan prediction and transformers assisted generation):")
+        for line in summary_lines(bench["rows"]):
+            print("  " + line)
+    print(f"\ndemo report: {run.out / 'report.md'}")
+    if missing:
+        raise HarnessError(f"the demo stopped before {', '.join(missing)} (--stop-at / --budget-s): "
+                           f"{run.out / 'report.md'} reports the {len(records)} parts that ran")
+    failed = any(r.get("verdict") == "fail" for r in records.values())
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def _markdown(records: dict, out: Path, meta: dict, missing: list[str]) -> str:
+    from harness.bench.cli import regime_lines, summary_lines
+
+    first = next(iter(records.values()), {})
     lines = [
         "# specdec demo", "",
         f"{meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · torch {meta['versions']['torch']} "
         f"· transformers {meta['versions']['transformers']}", "",
-        f"Pair: **{r.pair}** — {r.pair_reason}.", "",
-        "## Losslessness of the reference", "",
-        "| level | verdict | tests | samples | family-wise false-alarm rate | detectable TV | seconds |",
-        "|---|---|---|---|---|---|---|",
+        f"Pair: **{first.get('pair', '?')}** — {first.get('pair_reason', 'no part ran')}.", "",
     ]
-    for rep, name in ((r.sampler, "verify_sampler.json"), (r.generation, "verify_generation.json")):
-        tv = rep.detectable_tv
-        lines.append(f"| [{rep.level}]({name}) | **{rep.verdict.upper()}** | {len(rep.tests)} | {rep.samples} | "
-                     f"{rep.false_alarm_rate:g} | {'PIT only' if tv != tv else f'{tv:.3f}'} | {rep.seconds:.0f} |")
+    if missing:
+        lines += [f"> Stopped by --stop-at / --budget-s before: {', '.join(missing)}.", ""]
+    lines += ["## Losslessness of the reference", "",
+              "| level | verdict | tests | samples | family-wise false-alarm rate | detectable TV | seconds |",
+              "|---|---|---|---|---|---|---|"]
+    for key in ("verify/sampler", "verify/generation"):
+        rep = records.get(key)
+        if rep is None:
+            continue
+        tv = rep["detectable_tv"]
+        lines.append(f"| [{rep['level']}](verify_{rep['which']}.json) | **{rep['verdict'].upper()}** | {rep['tests']} | "
+                     f"{rep['samples']} | {rep['false_alarm_rate']:g} | {'PIT only' if tv is None else f'{tv:.3f}'} | "
+                     f"{rep['seconds']:.0f} |")
+    bench = records.get("bench")
+    if bench is None:
+        return "\n".join(lines + [""])
+    rel = bench["files"].get("report.md")
     lines += ["", "## Speedup of the reference", "",
               f"Full report: [{rel}]({rel})" if rel else "No bench report was written.", ""]
-    lines += [f"> {note}" for note in r.bench.notes] + ([""] if r.bench.notes else [])
-    from harness.bench.cli import regime_lines, summary_lines
-
-    lines += [f"- {line}" for line in summary_lines(r.bench.rows)]
+    lines += [f"> {note}" for note in bench["notes"]] + ([""] if bench["notes"] else [])
+    lines += [f"- {line}" for line in summary_lines(bench["rows"])]
     lines += ["", "Both predictions use the α measured and the costs timed in this run: Leviathan's assumes a verify pass "
               "over γ + 1 positions costs one one-token pass (r = 1); the cost model charges its measured price "
               "r = T(γ+1)/T(1). Measured / cost model is the headline (docs/BENCH.md states the band).", "",
               "## Where speculation pays on this machine, and why", ""]
-    lines += [f"- {line}" for line in regime_lines(r.bench.rows)]
-    for label, run in r.regimes:
-        report = run.files.get("report.md")
-        link = Path(report).relative_to(r.out) if report else None
+    lines += [f"- {line}" for line in regime_lines(bench["rows"])]
+    for key in (k for k in records if k.startswith("regime/")):
+        run = records[key]
+        label, link = run["label"], run["files"].get("report.md")
         lines += ["", f"### {label[0].upper()}{label[1:]}", "",
                   f"Full report: [{link}]({link})" if link else "No report was written.", ""]
-        lines += [f"> {note}" for note in run.notes] + ([""] if run.notes else [])
-        lines += [f"- {line}" for line in regime_lines(run.rows)]
+        lines += [f"> {note}" for note in run["notes"]] + ([""] if run["notes"] else [])
+        lines += [f"- {line}" for line in regime_lines(run["rows"])]
     lines += ["", "Reproduce: `python3 -m nox -s demo` (or `specdec demo`).", ""]
     return "\n".join(lines)
-
-
-def argument_parser():
-    """`specdec campaign demo` is `specdec demo`: the same parser (its flags from suites/campaigns/_commands.py)."""
-    from suites.campaigns._commands import specdec_parser
-
-    return specdec_parser("demo")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`specdec campaign demo ARGS` is `specdec demo ARGS`."""
-    from harness.cli import main as specdec
-
-    return specdec(["demo", *(argv or [])])

@@ -75,14 +75,15 @@ def test_demo_sweep_never_resumes():
 @pytest.mark.slow
 def test_demo_measures_every_cell_even_over_the_committed_rows(tmp_path, monkeypatch):
     """The issue's fresh clone: results/demo held another commit's rows.jsonl; the demo must measure all cells."""
+    from harness.cli import main
     from suites.campaigns import demo
 
     monkeypatch.setattr(demo, "choose_pair", lambda: ("toy", "the toy pair (test)"))
     (tmp_path / "bench").mkdir()
     shutil.copy(EXAMPLE_ROWS, tmp_path / "bench" / "rows.jsonl")
-    result = demo.run_demo(tmp_path, quick=True)
-    assert result.bench.resumed == [] and len(result.bench.computed) == len(result.bench.plan.cells)
-    assert "none resumed" in (tmp_path / "report.md").read_text()
+    assert main(["demo", "--quick", "--out", str(tmp_path)]) == 0
+    bench = next(r for r in json.loads((tmp_path / "demo.json").read_text())["rows"] if r["part"] == "bench")
+    assert "none resumed" in " ".join(bench["notes"]) and "none resumed" in (tmp_path / "report.md").read_text()
 
 
 def test_result_files_are_0644_under_the_usual_umask(tmp_path):
