@@ -166,8 +166,17 @@ def _cmd_run(args) -> int:
             print(f"specdec run: would run {rerun.campaign_dry_run(name, argv)}")
             return EXIT_OK
         return run(name, argv)
-    raise HarnessError(f"specdec run cannot rerun a result of kind {kind!r} (it reruns: check, campaign.NAME of a "
-                       "campaign on the runner)")
+    if kind == "bench":
+        from harness.bench.cli import run_config
+
+        config = rerun.bench_config(recorded, args.out)
+        if args.dry_run:
+            run_config(config, dry_run=True)
+            print(f"specdec run: would rerun the bench sweep into {config.out}/{config.run_name or '(the suite)'}")
+            return EXIT_OK
+        return run_config(config)
+    raise HarnessError(f"specdec run cannot rerun a result of kind {kind!r} (it reruns: check, bench, campaign.NAME "
+                       "of a campaign on the runner)")
 
 
 def _impl_name(impl) -> str:

@@ -6,7 +6,9 @@ FILE is a result envelope, or any JSON object with its `kind` and `config`. The 
   engine level (`"level": "engine"`): the recorded `EngineConfig` (endpoint, served implementation, sampling
   settings and every other field), against the endpoint it names;
 - `campaign.NAME` for a campaign built on the campaign runner (harness.runner): its recorded `Config`, run as
-  `specdec campaign NAME` with the flags that differ from their defaults.
+  `specdec campaign NAME` with the flags that differ from their defaults;
+- `bench` (`specdec bench`): its recorded `BenchConfig`, written to `--out` (default: the policy's bench folder,
+  never the recorded folder, so a rerun does not overwrite the result it was read from).
 
 A configuration that was never recorded (results converted from the earlier formats carry
 `{"not_recorded": ...}`) or a kind not listed is a usage error (exit 2), never a guess.
@@ -131,3 +133,16 @@ def campaign_dry_run(name: str, argv: list[str]) -> str:
     if hasattr(module, "validate"):
         module.validate(config)
     return shlex.join(["specdec", "campaign", name, *argv])
+
+
+def bench_config(config: dict[str, Any], out: str | None):
+    """The BenchConfig a bench result recorded (JSON lists -> tuples), writing to `out` (default: the policy's bench
+    folder), validated."""
+    from harness.bench.config import BenchConfig
+    from harness.policy import results_folder
+
+    missing = sorted({f.name for f in dataclasses.fields(BenchConfig)} - set(config))
+    if missing:  # a bench result records every field; a partial one would run the default suite in their place
+        raise HarnessError(f"the recorded bench config lacks {', '.join(missing)}: not the config of a bench result")
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+    return _build(BenchConfig, {**fields, "out": out or results_folder("bench")}).validate()

@@ -124,7 +124,7 @@ def test_a_dry_run_of_a_campaign_prints_its_command_and_creates_no_folder(tmp_pa
 def test_every_committed_result_dry_runs_or_is_refused_in_one_line(capsys):
     """Every tracked results/**/*.json envelope (and the demo's documented example): `specdec run --config F
     --dry-run` either accepts its config (exit 0) or refuses it in one line (exit 2: recorded before configs were
-    complete, or a kind that does not rerun), never a traceback. At least the 12 that accept today keep accepting."""
+    complete, or a kind that does not rerun), never a traceback. At least the 15 that accept today (12 reports and campaigns, the demo example's 3 sweeps) keep accepting."""
     import subprocess
     from pathlib import Path
 
@@ -142,4 +142,19 @@ def test_every_committed_result_dry_runs_or_is_refused_in_one_line(capsys):
         if code == 2:
             assert len(err.strip().splitlines()) == 1 and err.startswith("specdec: error:"), (name, err)
         accepted += code == 0
-    assert accepted >= 12
+    assert accepted >= 15
+
+
+def test_a_bench_result_reruns_into_another_folder(tmp_path, capsys):
+    """`specdec run --config OUT/RUN/rows.json --out AGAIN` runs the recorded sweep again into AGAIN/RUN (never into
+    the folder it was read from): the same cells."""
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(["bench", "--pair", "toy", "--gamma", "2", "--temperature", "1", "--repeats", "1", "--prompts", "1",
+                 "--max-new-tokens", "4", "--threads", "1", "--out", str(first), "--run", "tiny", "--no-resume"]) == 0
+    assert main(["run", "--config", str(first / "tiny" / "rows.json"), "--out", str(again), "--dry-run"]) == 0
+    assert not again.exists() and f"into {again}/tiny" in capsys.readouterr().out
+    assert main(["run", "--config", str(first / "tiny" / "rows.json"), "--out", str(again)]) == 0
+    a, b = (json.loads((d / "tiny" / "rows.json").read_text()) for d in (first, again))
+    assert a["kind"] == b["kind"] == "bench" and b["config"]["out"] == str(again)
+    assert {k: v for k, v in a["config"].items() if k != "out"} == {k: v for k, v in b["config"].items() if k != "out"}
+    assert [r.get("gamma") for r in a["rows"]] == [r.get("gamma") for r in b["rows"]]

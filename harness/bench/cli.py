@@ -93,10 +93,17 @@ def regime_lines(rows: list[dict]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_config(config_from_args(args))
+
+
+def run_config(config: BenchConfig, *, dry_run: bool = False) -> int:
+    """`specdec bench` with this (validated) config; `dry_run`: its usage checks only (`specdec run --dry-run`)."""
     from harness import preflight
     from harness.bench.runner import run_bench
 
-    config = config_from_args(args)
+    if dry_run:  # nothing created, not even the output folder
+        preflight.device(config.device)
+        return 0
     preflight.output_dir(config.out, "--out")
     if config.endpoint:
         return run_endpoint(config)
