@@ -886,7 +886,7 @@ _CHECKS = {"max_tokens": _problems_max_tokens, "usage": _problems_usage, "finish
            "chat_stream": _problems_chat_stream, "tool_calls_finish_reason": _problems_tool_finish}
 
 
-def _api_tests(cell: Cell, trials, level: float, power: float) -> list:
+def _api_tests(cell: Cell, trials, rate: float, power: float) -> list:
     ctx, exchanges = cell.summary["_api"], trials[0]
     ctx.reproducible = not _problems_seed(ctx, exchanges)
     cell.summary["seed_reproducible"] = ctx.reproducible

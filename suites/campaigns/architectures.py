@@ -84,7 +84,7 @@ def _verify(impl: str, pair: str, *, seed: int, samples: int | None, time_budget
     summary = report.failure_summary() + [f"{t.name}: {t.details.get('message', '')}" for t in rejected[:2]]
     return {**row, "verdict": report.verdict, "exit": {"pass": 0, "fail": 1, "inconclusive": 3}[report.verdict],
             "samples": report.samples, "detectable_tv": report.detectable_tv, "declared_tests": report.declared_tests,
-            "family_p": family_p(report),  # m · min p (Holm's first step): a false alarm at level a iff ≤ a
+            "family_p": family_p(report),  # m · min p (Holm's first step): a false alarm at family-wise rate a iff ≤ a
             "message": " / ".join(summary)[:600], "seconds": report.seconds,
             "notes": [n for n in report.notes if "float32" in n or "decided at" in n][:3]}
 
@@ -523,12 +523,12 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
             with_p = [r["family_p"] for r in runs if r.get("family_p") is not None]
             m = max((r.get("declared_tests") or 0) for r in runs)
             seeds = sorted(r["seed"] for r in runs)
-            level = f"{DEFAULT_FALSE_ALARM_RATE / m:.1e}" if m else "-"
+            rate = f"{DEFAULT_FALSE_ALARM_RATE / m:.1e}" if m else "-"
             plan = (f"{settings}, {samples or 'planned'}" + (f", ≤ {budget:.0f} s" if budget else "")
                     + (f", contexts {contexts}" if contexts else ""))
             lines.append(f"| {name} | {plan} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
                          f"| {k}/{len(runs)} ({low:.0%}–{high:.0%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
-                         f"| {m or '-'} | {level} |")
+                         f"| {m or '-'} | {rate} |")
     return lines
 
 
