@@ -199,8 +199,8 @@ def acceptance(before: dict, after: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------ the run
 
-def _level(http, model: str, config: HttpBenchConfig, concurrency: int, role: str, level_index: int,
-           on_record: Callable[[dict], None]) -> tuple[list[dict], float, bool]:
+def _at_concurrency(http, model: str, config: HttpBenchConfig, concurrency: int, role: str, concurrency_index: int,
+                   on_record: Callable[[dict], None]) -> tuple[list[dict], float, bool]:
     """Every catalogue prompt × repeats, `concurrency` in flight; (records, wall seconds, streamed)."""
     jobs = [(r, p) for r in range(config.repeats) for p in config.prompts]
     stream = {"on": config.stream}
@@ -400,7 +400,7 @@ def run_http_bench(config: HttpBenchConfig, out_dir: Path, progress: Callable[[s
             order = ROLES if i % 2 == 0 else ROLES[::-1]  # alternate who goes first: drift in load is shared
             for role in order:
                 before = scrape(clients[role])
-                recs, wall, did_stream = _level(clients[role], models[role], config, c, role, i, on_record)
+                recs, wall, did_stream = _at_concurrency(clients[role], models[role], config, c, role, i, on_record)
                 after = scrape(clients[role])
                 records += recs
                 walls[(role, c)], streamed[(role, c)] = wall, did_stream
