@@ -95,8 +95,8 @@ class EngineConfig:
     checks: tuple[str, ...] = option(DEFAULT_CHECKS, "--engine-checks", "tokens (the law of the output), logprobs "
                                      "(the logprobs reported for it), api (stops, limits, finish reasons, streams, n "
                                      "and seeds), or several: tokens,logprobs,api (default: tokens, plus api where "
-                                     "the server allows it: --pair/--target given, --api openai, and a probe "
-                                     "completion returns token ids)", _names, "CHECKS", group=_ENGINE_GROUP)
+                                     "the server allows it: --pair/--target given, --api openai or llama-server, "
+                                     "and a probe completion returns token ids)", _names, "CHECKS", group=_ENGINE_GROUP)
     logprobs_k: int = option(5, "--logprobs-k", "logprobs check: top-k asked of the engine", int, "K",
                              group=_ENGINE_GROUP)
     logprobs_samples: int = option(16, "--logprobs-samples", "logprobs check: continuations per cell (every value "
@@ -125,7 +125,7 @@ class EngineConfig:
                                "sample)", int, group=_API_GROUP)
     api_where_allowed: bool = option(False, None, "the API check runs only where the server allows it (a probe "
                                      "completion with stop, seed, logprobs and token ids; a local tokenizer; --api "
-                                     "openai) and is otherwise noted and left out: the command line's default")
+                                     "openai or llama-server) and is otherwise noted and left out: the command line's default")
     estimate: bool = option(False, None, "also estimate how far the engine's output is from the target: a "
                             "bias-corrected TV with a confidence interval of each prompt's whole continuation and "
                             "of each position (a local toy pair, whose joint law is enumerable; "
