@@ -246,7 +246,7 @@ def _step_of(steps: list[int]) -> list[int]:
     return [k for k, size in enumerate(steps) for _ in range(size)]
 
 
-def _new_suffix(tokens: list[int], pos: int, decode_, longer_than: int = 0) -> str | None:
+def new_suffix(tokens: list[int], pos: int, decode_, longer_than: int = 0) -> str | None:
     """The shortest non-blank suffix (longer than `longer_than` characters) of the text of tokens[:pos + 1]
     whose first occurrence there ends at its end: a stop string the correct engine stops at on token `pos`."""
     text = decode_(tokens[: pos + 1])
@@ -267,7 +267,7 @@ def stop_cases(tokens: list[int], steps: list[int] | None, capped: bool, eos: se
     starts = [sum(steps[:k]) for k in range(len(steps))]
 
     def suffix(pos: int, longer_than: int = 0) -> str | None:  # never on EOS: that token ends the reply anyway
-        return None if tokens[pos] in eos else _new_suffix(tokens, pos, decode_, longer_than)
+        return None if tokens[pos] in eos else new_suffix(tokens, pos, decode_, longer_than)
 
     by_size = sorted(range(len(steps)), key=lambda k: (-steps[k], k))
     out = []
@@ -300,7 +300,7 @@ def stop_cases(tokens: list[int], steps: list[int] | None, capped: bool, eos: se
 def _spread_cases(tokens: list[int], eos: set[int], decode_) -> list[tuple[str, dict]]:
     out = []
     for pos in sorted({len(tokens) // 3, (2 * len(tokens)) // 3}):
-        cand = None if tokens[pos] in eos else _new_suffix(tokens, pos, decode_)
+        cand = None if tokens[pos] in eos else new_suffix(tokens, pos, decode_)
         if cand:
             out.append(("stop_string", {"stop": [cand]}))
     pos = next((p for p in range(len(tokens) // 2, len(tokens)) if tokens[p] not in tokens[:p] and tokens[p] not in eos),
@@ -332,11 +332,11 @@ def min_tokens_cases(tokens: list[int], steps: list[int] | None, eos: set[int], 
     usable = [c for c in range(1, len(tokens)) if tokens[c - 1] not in eos and text_at[c] > text_at[c - 1]]
     if steps:
         for c in usable:
-            if c >= 2 and sum(steps[: c - 1]) >= c and (found := _new_suffix(tokens, c - 1, decode_)):
+            if c >= 2 and sum(steps[: c - 1]) >= c and (found := new_suffix(tokens, c - 1, decode_)):
                 out.append(("min_tokens_stop", {"stop": [found], "min_tokens": c - 1}))
                 break
     for c in usable:
-        if c + 1 < len(tokens) and (found := _new_suffix(tokens, c - 1, decode_)):
+        if c + 1 < len(tokens) and (found := new_suffix(tokens, c - 1, decode_)):
             out.append(("min_tokens_skip", {"stop": [found], "min_tokens": c + 1}))
             break
     return out

@@ -249,7 +249,7 @@ def _vllm(out: Path, side: str, python: str, model: str) -> dict:
 # Stops placed inside accepted steps: at temperature 0 the streamed steps are deterministic, and on a repetitive
 # prompt n-gram lookup drafts (and a model draft) are accepted, so a step of several tokens is known before the stop
 # requests are sent. GREEDY_LENGTH tokens, then up to GREEDY_STOPS stop strings, each ending before the last token of
-# a multi-token delta of the stream (`api._new_suffix`: its first occurrence ends on that token).
+# a multi-token delta of the stream (`api.new_suffix`: its first occurrence ends on that token).
 REPEAT_PROMPT = "red green blue, red green blue, red green blue, red green blue, red green blue, red green"
 GREEDY_LENGTH = 48
 GREEDY_STOPS = 12
@@ -278,7 +278,7 @@ def greedy_stops(url: str, model_dir: str, model: str = "smollm2") -> dict:
     import httpx
     from transformers import AutoTokenizer
 
-    from harness.served.api import _new_suffix, parse_stream, placement, stops_of
+    from harness.served.api import new_suffix, parse_stream, placement, stops_of
     from harness.served.bookkeeping import Bookkeeping
     from harness.served.probe import choice_token_ids
     from harness.served.text import decode, encode
@@ -300,7 +300,7 @@ def greedy_stops(url: str, model_dir: str, model: str = "smollm2") -> dict:
         chosen: list[str] = []
         for k, size in enumerate(steps):
             for pos in range(starts[k], starts[k] + size - 1):
-                stop = None if ids[pos] in eos else _new_suffix(ids, pos, decode_)
+                stop = None if ids[pos] in eos else new_suffix(ids, pos, decode_)
                 if stop and stop not in chosen and len(chosen) < GREEDY_STOPS:
                     chosen.append(stop)
         rows = []
