@@ -58,6 +58,22 @@ def test_the_hook_mutants_exact_tvs_reach_the_zoo_rows():
     assert min(strong.values()) > 0.15 and 0.02 < max(mild.values()) < 0.05
 
 
+@pytest.mark.statistical
+def test_a_lifted_rule_entry_below_the_plans_resolution_is_reported_not_counted_as_a_miss():
+    """relaxed_acceptance_generate (lossy by design) is within TV 0.01 of the target at the default plan's settings
+    on the toy prompts (its TV is large only with top-k 3), so 0 of 8 seeds detected is below resolution, not an
+    escape; at a finer promised resolution the same row is a miss."""
+    from harness.mutants.registry import get
+    from suites.campaigns.zoo import exact_tvs_of
+
+    tvs = exact_tvs_of(get("relaxed_acceptance_generate"))
+    assert set(tvs) == {"exact_tv_prompt0", "exact_tv_prompt1"}
+    assert 0.0 < max(tvs.values()) < 0.01
+    row = _row("mutant", 0.0, level="generation", resolution_tv=0.024, **tvs)
+    assert campaign_ok([row])[0]
+    assert not campaign_ok([{**row, "resolution_tv": 0.001}])[0]
+
+
 ENTRIES = ["always_accept", "reference_verify"]  # a sampler mutant (caught at once) and the reference control
 
 
