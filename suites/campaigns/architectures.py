@@ -501,7 +501,7 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
              f"Gate: family-wise {DEFAULT_FALSE_ALARM_RATE:g} (Holm over the run's m gating tests: the first "
              "step rejects a test at p ≤ gate / m).", "",
              "| pair | plan (settings, samples per cell, time budget) | runs (seeds) | FAIL at the gate (95% CI) "
-             "| family p ≤ 0.05 | m (declared tests) | per-test level at Holm's first step |",
+             "| family p ≤ 0.05 | m (declared tests) | per-test rate at Holm's first step |",
              "|---|---|---|---|---|---|---|"]
     pooled: dict[tuple, list[dict]] = {}
     for name in [*families, "all families"]:
