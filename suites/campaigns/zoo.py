@@ -58,21 +58,14 @@ def lifted_rule_entry(impl) -> bool:
             and getattr(hooks.verify, "rule", None) is not None and impl.pair in ("toy", None))
 
 
-def lifted_rule_tvs(impl, length: int = 3, gamma: int = 3) -> list[float]:
+def lifted_rule_tvs(impl) -> list[float]:
     """Per toy prompt: the largest exact TV of the entry's 3-token continuation law over the default plan's
     settings (the prompt cells' law), so a lifted rule that is (almost) lossless there is known to be below the
     plan's resolution instead of counted as a miss."""
-    from harness.check.exact_laws import continuation_law, total_variation
     from harness.check.settings import default_settings
-    from harness.models.toy_pairs import toy_models, toy_prompts
-    from harness.mutants.generation import exact_output_law
-    from specdec_ref.generate import default_eos, eos_set
+    from suites.campaigns.contexts import exact_tvs_at
 
-    target, draft = toy_models("0.7", torch.float64)
-    eos = eos_set(default_eos(target))
-    return [max(float(total_variation(exact_output_law(target, draft, p, length, gamma, s, impl.fn.hooks, eos),
-                                      continuation_law(target, p, length, s, 16, eos)))
-                for s in default_settings()) for p in toy_prompts()[:2]]
+    return exact_tvs_at(impl, default_settings())
 
 
 def exact_tvs_of(impl) -> dict:
