@@ -32,6 +32,7 @@ from harness.mutants import get
 from harness.mutants.generation import PAGE, BoundaryStaleRunner, PrefixKeyedRunner
 from harness.pairs import get_pair
 from specdec_ref import toy
+from specdec_ref.adapters import cache_strategy
 from specdec_ref.adapters import generate as reference_generate
 from specdec_ref.generate import autoregressive_generate
 
@@ -97,7 +98,8 @@ def test_pooled_pit_over_contexts_is_uniform_for_the_target_and_slices_are_decla
     for length in (14, 30):
         idx = [i for i, c in enumerate(contexts) if len(c.tokens) == length]
         ids = torch.tensor([list(contexts[i].tokens) for i in idx for _ in range(100)])
-        tokens.append(autoregressive_generate(target, ids, max_new_tokens=40, temperature=1.0, seed=length).tokens)
+        tokens.append(autoregressive_generate(target, ids, max_new_tokens=40, temperature=1.0, seed=length,
+                                              cache=cache_strategy(ids, 40, target)).tokens)
         rows += [i for i in idx for _ in range(100)]
     trials = ContextTrials(torch.cat(tokens), np.array(rows))
     from harness.check.exact_laws import target64

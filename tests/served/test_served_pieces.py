@@ -143,11 +143,13 @@ def _toy():
 
 
 def _rows(pair, n: int, length: int, seed: int):
+    from specdec_ref.adapters import cache_strategy
     from specdec_ref.generate import autoregressive_generate
 
     prompt = list(pair.prompts[0])
-    out = autoregressive_generate(pair.target, torch.tensor([prompt] * n), max_new_tokens=length, temperature=1.0,
-                                  seed=seed)
+    ids = torch.tensor([prompt] * n)  # one batched pass per token (the toy is tiny): the same law as per-row caches
+    out = autoregressive_generate(pair.target, ids, max_new_tokens=length, temperature=1.0, seed=seed,
+                                  cache=cache_strategy(ids, length, pair.target))
     return prompt, out.tokens.tolist()
 
 
