@@ -62,13 +62,16 @@ def field_default(field: dataclasses.Field) -> Any:
 
 
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls,
-                  defaults: dict[str, Any] | None = None) -> None:
+                  defaults: dict[str, Any] | None = None, skip: tuple[str, ...] = ()) -> None:
     """One flag per field of `cls` that declares one; `defaults` overrides a field's default for this parser.
     Fields that name a `group` are listed under that heading of --help (groups in the order they first appear,
     shared with the groups of an earlier config on the same parser). Every action made here records the field it
     comes from (`action.config_field`, "Class.field"): `undeclared_flags` finds the flags written by hand."""
     groups: dict[str, Any] = {g.title: g for g in getattr(parser, "_action_groups", ())}
     for field in cli_fields(cls):
+        if field.name in skip:  # no flag: the field keeps its default (`from_args` reads it from the namespace)
+            parser.set_defaults(**{field.name: field_default(field)})
+            continue
         meta = field.metadata
         target = parser
         if meta.get("group") and hasattr(parser, "add_argument_group"):

@@ -13,7 +13,9 @@ and, where it needs them,
     provenance_fields(config)     the record's seed / device / dtype (default: seed None, cpu, float32)
     WHERE = "local"               the cells run in this process, in order (a server it holds, a timing): the
                                   campaign has no --local-workers / --scheduler / --workers
-    journaled(config) -> bool     False: never resume (a timing ratio must come from one run)
+    journaled(config) -> bool     False: never resume this run (e.g. a --timing run); a campaign that never resumes
+                                  says so on its Config instead (`JOURNALED: ClassVar[bool] = False`, a timing
+                                  ratio must come from one run): then it has no --fresh / --report-only at all
     session(config)               a context manager around the cells and the report (e.g. a checkout they use);
     session(config, out)          the same, given the output folder (e.g. servers whose logs, and cells whose
                                   reports, go there)
@@ -110,6 +112,11 @@ def _load(name: str) -> ModuleType:
     return load(f"campaigns.{name}", "campaign")
 
 
+def never_journaled(config_class: type) -> bool:
+    """The campaign keeps no journal in any run (its Config's `JOURNALED` is False): every run is fresh."""
+    return getattr(config_class, "JOURNALED", True) is False
+
+
 def parser_for(name: str, module: ModuleType) -> argparse.ArgumentParser:
     """`specdec campaign NAME`'s parser: the campaign's Config, then the runner's options."""
     doc = (module.__doc__ or name).strip()
@@ -125,7 +132,10 @@ def add_campaign_arguments(parser: argparse.ArgumentParser, config_class: type, 
     """A campaign's flags: its Config's, the runner's and (unless its cells run in this process) where they run.
     Also for a `specdec` command that is a campaign (`specdec mutants` is the zoo: harness.cli)."""
     add_arguments(parser, config_class)
-    add_arguments(parser, RunnerConfig)
+    if never_journaled(config_class):  # nothing to forget or to report from: no --fresh / --report-only
+        add_arguments(parser, RunnerConfig, skip=("fresh", "report_only"))
+    else:
+        add_arguments(parser, RunnerConfig)
     if where:
         add_arguments(parser, WhereConfig, defaults={"local_workers": local_workers})
 
@@ -198,7 +208,7 @@ def run_parsed(name: str, args: argparse.Namespace, module: ModuleType | None = 
     stop = deadline(runner.stop_at, runner.budget_s)  # a bad --stop-at: exit 2 before anything runs
     out = Path(runner.out or results_folder(f"campaign.{name}"))
     preflight.output_dir(out, "--out")  # an unwritable folder: exit 2 before any cell runs, not after them
-    journaled = getattr(module, "journaled", lambda c: True)(config)
+    journaled = not never_journaled(type(config)) and getattr(module, "journaled", lambda c: True)(config)
     if runner.report_only and not journaled:
         raise HarnessError(f"campaign {name} keeps no journal (every run is fresh): --report-only has nothing to report")
     journal = Journal(out / JOURNAL, fresh=runner.fresh and not runner.report_only) if journaled else None

@@ -6,6 +6,7 @@ module stays light (no torch); the campaigns import them from here. The zoo is a
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
@@ -112,6 +113,7 @@ class DemoConfig:
     """`specdec demo` (= `specdec campaign demo`): the demo campaign's Config. The runner adds its options (--out:
     default results/demo, untracked; the documented example lives in docs/example-demo)."""
 
+    JOURNALED: ClassVar[bool] = False  # every number is measured by this run: no --fresh / --report-only
     quick: bool = option(False, "--quick", "smaller samples (a minute or two)", action="store_true")
 
 

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import os
 import time
+from typing import ClassVar
 
 import torch
 
@@ -134,6 +135,7 @@ def _throughput_lines(result: dict, t: dict) -> list[str]:
 
 @dataclasses.dataclass
 class Config:
+    JOURNALED: ClassVar[bool] = False  # a ratio comes from one run: always fresh, no --fresh / --report-only
     pair: str = option("smollm2", "--pair", "registered pair")
     rows: int = option(1000, "--rows", "sequences in the throughput comparison (default: the check's 4 cells x 250); "
                        "0: skip", int, "N")
@@ -156,10 +158,6 @@ def validate(config: Config) -> None:
         if value < 1:
             raise HarnessError(f"{flag} must be >= 1, got {value}")
     preflight.pair(config.pair)  # a registered pair that is available here
-
-
-def journaled(config: Config) -> bool:
-    return False  # a ratio comes from one run: always fresh
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import statistics
 import time
+from typing import ClassVar
 
 import torch
 
@@ -109,6 +110,7 @@ def _markdown(result: dict, pair: str, meta: dict, command: str) -> str:
 
 @dataclasses.dataclass
 class Config:
+    JOURNALED: ClassVar[bool] = False  # a ratio comes from one run: always fresh, no --fresh / --report-only
     pair: str = option("smollm2", "--pair", "registered pair; its target and every draft family")
     extra_trunc: str = option("1,2,4", "--extra-trunc", "also time truncated drafts with these layer counts (a small "
                               "draft trained from scratch of that depth, sharing embeddings and head, costs the same)")
@@ -133,10 +135,6 @@ def validate(config: Config) -> None:
         raise HarnessError(f"--threads must be >= 1, got {config.threads}")
     parse_alphas(config.alphas)
     preflight.pair(config.pair)  # a registered pair that is available here
-
-
-def journaled(config: Config) -> bool:
-    return False  # a ratio comes from one run: always fresh
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import ClassVar
 
 from harness.configs import option
 from harness.errors import HarnessError
@@ -44,6 +45,7 @@ WHERE = "local"  # one process, one run at a time, in the cells' order
 
 @dataclasses.dataclass
 class Config:
+    JOURNALED: ClassVar[bool] = False  # a timing ratio comes from one run: always fresh, no --fresh / --report-only
     old: str | None = option(None, "--old", "the commit to compare against, e.g. the previous release (required)",
                              metavar="COMMIT")
     rounds: int = option(3, "--rounds", "rounds; each runs both checkouts, the order alternating", int, "N")
@@ -54,10 +56,6 @@ def validate(config: Config) -> None:
         raise HarnessError("give the commit to compare against: --old COMMIT")
     if config.rounds < 1:
         raise HarnessError(f"--rounds must be >= 1, got {config.rounds}")
-
-
-def journaled(config: Config) -> bool:
-    return False  # a timing ratio comes from one run: always fresh
 
 
 def provenance_fields(config: Config) -> dict:

@@ -18,7 +18,7 @@ above (`verify/sampler`, `verify/generation`, `bench`, then one per regime), run
 runner owns the output folder (`--out`, default suites/outputs.py's "campaign.demo"), `--stop-at` / `--budget-s`
 (no part starts after them: the parts that ran are reported and the run exits 2 naming the others), provenance
 and the exit code (1 when a verdict is FAIL). Every number is measured by this run: the demo keeps no journal and
-never resumes (`journaled` is False, as for every timing campaign), and its sweeps never resume cells (not even
+never resumes (its Config's `JOURNALED` is False, as for every timing campaign), and its sweeps never resume cells (not even
 this folder's own), so the report cannot show numbers from another commit or computer next to today's date.
 results/demo is not tracked by git (a demo leaves `git status` clean); the documented example is
 docs/example-demo, regenerated only on purpose (`specdec demo --out docs/example-demo`).
@@ -34,7 +34,7 @@ from harness.check.config import CheckConfig
 from harness.errors import HarnessError
 from suites.campaigns._commands import DemoConfig as Config
 
-__all__ = ["Config", "WHERE", "cells", "journaled", "provenance_fields", "report", "run_cell", "session"]
+__all__ = ["Config", "WHERE", "cells", "provenance_fields", "report", "run_cell", "session"]
 
 WHERE = "local"  # the parts run in this process, in order: progress bars, and timings never share the machine
 
@@ -124,10 +124,6 @@ def demo_generation_config(pair: str, *, quick: bool = False, **override) -> Che
 def sampler_config(*, quick: bool) -> CheckConfig:
     """The demo's sampler level: `specdec verify`'s default plan (quick: a fixed number of rows)."""
     return CheckConfig(impl="specdec_ref.adapters:verify", level="sampler", samples=_sizes(quick)["sampler_samples"])
-
-
-def journaled(config: Config) -> bool:
-    return False  # every number is measured by this run (the module's docstring)
 
 
 def provenance_fields(config: Config) -> dict:

@@ -16,6 +16,7 @@ from harness.check.config import CheckConfig
 from harness.cli import main
 from harness.envelope import read_result
 from suites.campaigns import demo
+from suites.campaigns._commands import specdec_parser
 
 
 def _tiny_bench(run_name: str, out: Path, **kw) -> BenchConfig:
@@ -92,5 +93,8 @@ def test_the_demo_flags_come_from_its_config_and_the_runner():
     from suites.campaigns._commands import DemoConfig
 
     assert [f.name for f in dataclasses.fields(DemoConfig)] == ["quick"]
-    assert demo.Config is DemoConfig and not demo.journaled(DemoConfig())
+    assert demo.Config is DemoConfig and DemoConfig.JOURNALED is False
     assert "out" in {f.name for f in dataclasses.fields(RunnerConfig)}
+    # never journaled: `specdec demo --help` offers no --fresh / --report-only (there is nothing to forget or report)
+    flags = {o for a in specdec_parser("demo")._actions for o in a.option_strings}
+    assert {"--out", "--stop-at", "--quick"} <= flags and not flags & {"--fresh", "--report-only"}
