@@ -149,7 +149,7 @@ def run_endpoint(config: BenchConfig) -> int:
     result = run_http_bench(http, out, progress=lambda line: print("  " + line, file=sys.stderr, flush=True))
     print(f"specdec bench --endpoint: {result.seconds:.0f} s; {len(prompts)} prompts × "
           f"{len(http.concurrency)} concurrency levels × 2 endpoints")
-    for r in (r for r in result.rows if r["kind"] == "level" and r["role"] == "spec"):
+    for r in (r for r in result.rows if r["kind"] == "concurrency" and r["role"] == "spec"):
         print(f"  concurrency {r['concurrency']}: {r['throughput_tokens_per_s']:.1f} tokens/s, speedup "
               f"{_fmt(r.get('speedup_throughput'))} (per request {_fmt(r.get('speedup_request_median'))})")
     print(f"  report: {result.files['report.md']}")

@@ -252,15 +252,15 @@ def _tpot(r: dict) -> float:
 def summarize(records: list[dict], walls: dict, metrics: dict, streamed: dict) -> list[dict]:
     """One row per (role, concurrency) and per (role, concurrency, category); speedups on the spec rows."""
     rows = []
-    levels = sorted({r["concurrency"] for r in records})
-    for c in levels:
+    concurrencies = sorted({r["concurrency"] for r in records})
+    for c in concurrencies:
         base = {}
         for role in ROLES:
             mine = [r for r in records if r["role"] == role and r["concurrency"] == c]
             if not mine:
                 continue
             gaps = [g for r in mine for g in r["gaps_s"]]
-            row = {"kind": "level", "role": role, "concurrency": c, "requests": len(mine),
+            row = {"kind": "concurrency", "role": role, "concurrency": c, "requests": len(mine),
                    "tokens": sum(r["tokens"] for r in mine), "wall_s": walls[(role, c)],
                    "throughput_tokens_per_s": sum(r["tokens"] for r in mine) / walls[(role, c)],
                    "request_tokens_per_s_median": _median(r["tokens"] / r["latency_s"] for r in mine),

@@ -12,19 +12,19 @@ from harness.records import atomic_write_text, git_commit, save_figure, utc_now
 LABELS = {"spec": "speculation on", "nospec": "speculation off"}
 
 
-def _levels(rows, role):
-    return sorted((r for r in rows if r["kind"] == "level" and r["role"] == role), key=lambda r: r["concurrency"])
+def _at_concurrency(rows, role):
+    return sorted((r for r in rows if r["kind"] == "concurrency" and r["role"] == role), key=lambda r: r["concurrency"])
 
 
 def fig_throughput(rows):
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     for role in ("spec", "nospec"):
-        lv = _levels(rows, role)
+        lv = _at_concurrency(rows, role)
         a.plot([r["concurrency"] for r in lv], [r["throughput_tokens_per_s"] for r in lv], "o-", label=LABELS[role])
     a.set(xlabel="concurrent requests", ylabel="completion tokens / s (all requests)", title="throughput")
     a.legend(fontsize=8)
-    on = _levels(rows, "spec")
+    on = _at_concurrency(rows, "spec")
     xs = [r["concurrency"] for r in on]
     b.plot(xs, [r.get("speedup_throughput", math.nan) for r in on], "o-", label="throughput")
     b.plot(xs, [r.get("speedup_request_median", math.nan) for r in on], "s--", label="per request (median)")
@@ -40,10 +40,10 @@ def fig_throughput(rows):
 
 def fig_latency(rows):
     plt = pyplot()
-    streamed = any(r.get("streamed") for r in rows if r["kind"] == "level")
+    streamed = any(r.get("streamed") for r in rows if r["kind"] == "concurrency")
     fig, axes = plt.subplots(1, 2 if streamed else 1, figsize=(9 if streamed else 4.8, 3.4), squeeze=False)
     for role in ("spec", "nospec"):
-        lv = _levels(rows, role)
+        lv = _at_concurrency(rows, role)
         xs = [r["concurrency"] for r in lv]
         axes[0][0].plot(xs, [r["tpot_ms_median"] for r in lv], "o-", label=LABELS[role])
         if streamed:
@@ -80,7 +80,7 @@ def fig_categories(rows):
 
 
 def fig_acceptance(rows):
-    lv = [r for r in _levels(rows, "spec") if r.get("acceptance_per_position")]
+    lv = [r for r in _at_concurrency(rows, "spec") if r.get("acceptance_per_position")]
     if not lv:
         return None
     plt = pyplot()
@@ -115,7 +115,7 @@ def write_http_report(out_dir: Path, rows: list[dict], config, models: dict,
         files[name] = save_figure(fig, out_dir / name)
         plt.close(fig)
     meta = {"utc_time": utc_now(), "git_commit": git_commit()}
-    on, off = _levels(rows, "spec"), _levels(rows, "nospec")
+    on, off = _at_concurrency(rows, "spec"), _at_concurrency(rows, "nospec")
     lines = ["# Served speculative decoding: speculation on vs off over HTTP", "",
              f"- engine (speculation on): `{config.endpoint}` model `{models['spec']}`",
              f"- reference (speculation off): `{config.reference_endpoint}` model `{models['nospec']}`",

@@ -173,7 +173,7 @@ def test_http_and_in_process_reports_carry_the_same_named_fields():
     in_process = next(r for r in summarize(cells, records) if r["kind"] == "spec")
     rows = http_summarize(_http_records(), {("spec", 1): 1.5, ("nospec", 1): 3.0}, {}, {("spec", 1): True,
                                                                                         ("nospec", 1): True})
-    over_http = next(r for r in rows if r["kind"] == "level" and r["role"] == "spec")
+    over_http = next(r for r in rows if r["kind"] == "concurrency" and r["role"] == "spec")
     missing = {name: [f for f in conventions.REPORT_FIELDS if f not in row]
                for name, row in (("in-process", in_process), ("http", over_http))}
     assert missing == {"in-process": [], "http": []}

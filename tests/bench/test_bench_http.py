@@ -27,7 +27,7 @@ def test_tiny_bench_against_specdec_serve_writes_the_report_with_plots(tmp_path,
                  "latency_vs_concurrency.png", "speedup_by_category.png"):
         assert (run / name).stat().st_size > 0, name
     rows = json.loads((run / "rows.json").read_text())["rows"]
-    levels = [r for r in rows if r["kind"] == "level"]
+    levels = [r for r in rows if r["kind"] == "concurrency"]
     assert sorted({(r["role"], r["concurrency"]) for r in levels}) == [("nospec", 1), ("nospec", 2), ("spec", 1),
                                                                         ("spec", 2)]
     spec = [r for r in levels if r["role"] == "spec"]
