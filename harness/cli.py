@@ -447,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.allocator import return_large_blocks
+
+    return_large_blocks()  # long runs: freed tensors go back to the system (harness/allocator.py)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
