@@ -432,29 +432,10 @@ def _no_closed_form(F, r, recovered):  # pragma: no cover - these entries regist
     raise NotImplementedError
 
 
-# Rows per block of a final-draw race: its [rows, V] temporaries (uniforms, E, law / E) stay near 64 MiB each. On
-# the tail case (V = 131,072) a whole chunk's race held several [B, V] float64 copies at once, and one zoo worker
-# grew to 23 GB and was killed by the kernel; row blocks draw the same uniforms in the same order (CPU generators
-# fill a tensor serially), so the tokens are the same.
-_RACE_BLOCK_ELEMENTS = 1 << 23
-
-
-def _by_row_blocks(race):
-    """`race(law, u_final, generator)` applied to blocks of rows, in order, concatenated."""
-    def blocked(law: Tensor, u_final: Tensor, generator) -> Tensor:
-        rows = max(1, _RACE_BLOCK_ELEMENTS // max(1, law.shape[-1]))
-        if law.shape[0] <= rows:
-            return race(law, u_final, generator)
-        return torch.cat([race(law[i:i + rows], u_final[i:i + rows], generator) for i in range(0, law.shape[0], rows)])
-    return blocked
-
-
 def _final_draw_rule(race) -> Rule:
-    """The reference rule whose final token is drawn by `race(law [B, V], u_final [B], generator)` (in row blocks)."""
-    blocked = _by_row_blocks(race)
-
+    """The reference rule whose final token is drawn by `race(law [B, V], u_final [B], generator)`."""
     def verify(target_probs, draft_probs, draft_tokens, generator):
-        draw = Draw(draw=lambda law, u_final, u_test, recovered: blocked(law, u_final, generator), law=_no_closed_form)
+        draw = Draw(draw=lambda law, u_final, u_test, recovered: race(law, u_final, generator), law=_no_closed_form)
         return Rule(draw=draw)(target_probs, draft_probs, draft_tokens, generator)
     return verify
 

@@ -212,21 +212,3 @@ def test_exact_tvs_reproduce_stats_md_figures():
     for k in (0, 1):  # the same ranking as STATS.md at both α
         ranking = sorted(STATS_MD_TV, key=lambda name: ours[name][k])
         assert ranking == ["residual_temperature", "residual_from_p", "residual_from_q", "inverted_ratio"]
-
-
-@pytest.mark.parametrize("race", ["_fp32_race", "_floored_race", "_fp64_race", "fp32_cumsum"])
-def test_a_final_draw_race_in_row_blocks_draws_the_same_tokens_and_leaves_the_generator_where_one_call_does(
-        race, monkeypatch):
-    """The tail mutants draw their race in row blocks (a whole chunk at V = 131,072 held several [B, V] float64
-    copies: a zoo worker grew to 23 GB and was killed); blocks must not change a single token or the stream."""
-    from harness.mutants import sampler
-
-    fn = getattr(sampler, race)
-    law = torch.rand(700, 256, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    law /= law.sum(-1, keepdim=True)
-    u_final = torch.rand(700, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    whole, blocks = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
-    expected = fn(law, u_final, whole)
-    monkeypatch.setattr(sampler, "_RACE_BLOCK_ELEMENTS", 256 * 64)  # 11 blocks of 64 rows (the last one 60)
-    assert torch.equal(sampler._by_row_blocks(fn)(law, u_final, blocks), expected)
-    assert torch.equal(torch.rand(3, generator=whole), torch.rand(3, generator=blocks))
