@@ -1,7 +1,7 @@
 """The mutant zoo and the correct controls (sampler level §1a and generation level §1b).
 
     from harness.mutants import implementations, get
-    for impl in implementations(kind="mutant", level="sampler"):
+    for impl in implementations(kind="mutant", contract="sampler"):
         impl.fn(target_probs, draft_probs, draft_tokens, generator)   # §1a
         impl.exact_law(p_row, q_row)                                  # exact first-token law, or None
 

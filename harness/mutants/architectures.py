@@ -205,7 +205,7 @@ def _state_mutant(cls, *, pair: str, models: str, needs: tuple[str, ...], drafts
 
         generate.__name__, generate.__qualname__, generate.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         generate.hooks = hooks
-        return register(level="generation", kind="mutant", models=models, needs=needs, pair=pair)(generate)
+        return register(contract="generation", kind="mutant", models=models, needs=needs, pair=pair)(generate)
     return deco
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-LEVELS = ("sampler", "generation", "tree", "draft_step")  # tree: docs/CONTRACT-tree.md; draft_step: the
-# implementation draws its own drafts (specdec_ref/draft_step.py)
+CONTRACTS = ("sampler", "generation", "tree", "draft_step")  # the contract an entry implements: sampler: §1a verify;
+# generation: §1b generate; tree: docs/CONTRACT-tree.md; draft_step: the implementation draws its own drafts
+# (specdec_ref/draft_step.py)
 KINDS = ("mutant", "equivalent", "wasteful", "control")
 
 
@@ -19,8 +20,8 @@ KINDS = ("mutant", "equivalent", "wasteful", "control")
 class Implementation:
     """One named implementation of the §1a or §1b contract, with what it models."""
 
-    name: str  # unique across levels, e.g. "residual_from_p"
-    level: str  # "sampler" (§1a verify) | "generation" (§1b generate) | "tree" (tree verify step)
+    name: str  # unique across contracts, e.g. "residual_from_p"
+    contract: str  # CONTRACTS: "sampler" (§1a verify) | "generation" (§1b generate) | "tree" | "draft_step"
     fn: Callable  # the contract callable itself
     kind: str  # "mutant" | "equivalent" | "wasteful" | "control"
     models: str  # the BUGS.md row (public record) or failure mode it stands for
@@ -33,8 +34,8 @@ class Implementation:
     # exact_acceptance(p, q) -> [γ]: P(draft j accepted | position j reached).
     exact_acceptance: Callable | None = None
     needs: tuple[str, ...] = ()  # what a test needs to be able to catch it (mutants), or run it (controls)
-    pair: str | None = None  # generation level: the registered pair that meets `needs` (None: any toy pair)
-    # sampler level: opt-in cases (suites/catalogues/sampler.py OPT_IN_CASES) its check adds to the default plan,
+    pair: str | None = None  # generation entries: the registered pair that meets `needs` (None: any toy pair)
+    # sampler entries: opt-in cases (suites/catalogues/sampler.py OPT_IN_CASES) its check adds to the default plan,
     # the only cases that can see it (the deep-tail probes for RNG-resolution bugs)
     cases: tuple[str, ...] = ()
 
@@ -49,7 +50,7 @@ class Implementation:
         return self.kind != "mutant"
 
 
-def declare(fn: Callable, name: str | None = None, *, level: str, kind: str, models: str,
+def declare(fn: Callable, name: str | None = None, *, contract: str, kind: str, models: str,
             description: str | None = None, position_laws: Callable | None = None, exact_law: Callable | None = None,
             exact_acceptance: Callable | None = None, needs: tuple[str, ...] = (),
             pair: str | None = None, cases: tuple[str, ...] = ()) -> Implementation:
@@ -59,8 +60,8 @@ def declare(fn: Callable, name: str | None = None, *, level: str, kind: str, mod
     `description` defaults to the docstring's first paragraph. Give `position_laws` (per-position
     conditional laws) and the first-token `exact_law` is derived from it.
     """
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    if contract not in CONTRACTS:
+        raise ValueError(f"contract must be one of {CONTRACTS}, got {contract!r}")
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     key = name or fn.__name__
@@ -68,7 +69,7 @@ def declare(fn: Callable, name: str | None = None, *, level: str, kind: str, mod
     first_token = exact_law
     if first_token is None and position_laws is not None:
         first_token = _first_row(position_laws)
-    return Implementation(name=key, level=level, fn=fn, kind=kind, models=models, description=description or doc or key,
+    return Implementation(name=key, contract=contract, fn=fn, kind=kind, models=models, description=description or doc or key,
                           exact_law=first_token, position_laws=position_laws, exact_acceptance=exact_acceptance,
                           needs=tuple(needs), pair=pair, cases=tuple(cases))
 
@@ -76,8 +77,8 @@ def declare(fn: Callable, name: str | None = None, *, level: str, kind: str, mod
 def register(name: str | None = None, **fields):
     """Decorator: declare the decorated function as a zoo entry (`declare`'s fields); the catalogue of
     harness.mutants.registry collects the declarations of the modules it lists."""
-    if fields.get("level") not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, got {fields.get('level')!r}")
+    if fields.get("contract") not in CONTRACTS:
+        raise ValueError(f"contract must be one of {CONTRACTS}, got {fields.get('contract')!r}")
     if fields.get("kind") not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {fields.get('kind')!r}")
 

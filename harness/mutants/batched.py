@@ -37,7 +37,7 @@ def _register(hooks: Hooks, *, kind: str, models: str, needs: tuple[str, ...] = 
 
         generate.__name__, generate.__qualname__, generate.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         generate.hooks = hooks
-        return register(level="generation", kind=kind, models=models, needs=needs)(generate)
+        return register(contract="generation", kind=kind, models=models, needs=needs)(generate)
     return deco
 
 

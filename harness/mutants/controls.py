@@ -24,7 +24,7 @@ _CHUNK_ELEMENTS = 1 << 22  # rows × V processed at once by the exponential race
 _CONTROL = "control: Leviathan et al. 2023 Algorithm 1, an independent formulation"
 
 REFERENCE_VERIFY = declare(
-    _reference_verify, "reference_verify", level="sampler", kind="control", models="control: the reference (specdec_ref)",
+    _reference_verify, "reference_verify", contract="sampler", kind="control", models="control: the reference (specdec_ref)",
     description="specdec_ref.adapters:verify, Algorithm 1 by inverse CDF from explicit uniforms",
     position_laws=ALGORITHM1.position_laws, exact_acceptance=ALGORITHM1.acceptance)
 
@@ -35,7 +35,7 @@ def _gather_tokens(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return picked / probs.sum(dim=-1, dtype=torch.float64)
 
 
-@register(level="sampler", kind="control", models=_CONTROL, position_laws=ALGORITHM1.position_laws,
+@register(contract="sampler", kind="control", models=_CONTROL, position_laws=ALGORITHM1.position_laws,
           exact_acceptance=ALGORITHM1.acceptance)
 def exponential_race(target_probs, draft_probs, draft_tokens, generator):
     """Algorithm 1 with exponential clocks: E > log(q/p) for acceptance, argmin_y E_y / r(y) for the
@@ -68,7 +68,7 @@ def exponential_race(target_probs, draft_probs, draft_tokens, generator):
     return tokens
 
 
-@register(level="sampler", kind="control", models=_CONTROL, position_laws=ALGORITHM1.position_laws,
+@register(contract="sampler", kind="control", models=_CONTROL, position_laws=ALGORITHM1.position_laws,
           exact_acceptance=ALGORITHM1.acceptance, needs=("a Python loop per row: use ~10^4 rows, not 10^5",))
 def per_row_loop(target_probs, draft_probs, draft_tokens, generator):
     """Algorithm 1 as a plain loop over rows and positions, final tokens drawn with torch.multinomial."""

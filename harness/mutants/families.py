@@ -124,7 +124,7 @@ def _uniforms(target_probs, draft_probs, draft_tokens, generator):
     return u[:, :gamma], u[:, gamma]
 
 
-@register(level="sampler", kind="mutant", models="vllm-ascend #7807 / #7808: block verifier with the token-level accept rule")
+@register(contract="sampler", kind="mutant", models="vllm-ascend #7807 / #7808: block verifier with the token-level accept rule")
 def block_token_level_accept(target_probs, draft_probs, draft_tokens, generator):
     """Block verification whose accept rule is the chain's, cumprod(min(1, p/q)) ≥ cumprod(u) (leading
     run), while the final token comes from the block residual norm((ρ_n p_n − q_n)₊)."""
@@ -139,7 +139,7 @@ def block_token_level_accept(target_probs, draft_probs, draft_tokens, generator)
     return assemble(x, n, sample_from_uniform(law, u_final))
 
 
-@register(level="sampler", kind="mutant", models="vllm-ascend #7807: block verification without the adjusted residual",
+@register(contract="sampler", kind="mutant", models="vllm-ascend #7807: block verification without the adjusted residual",
           position_laws=block_position_laws(_p_at_stop), exact_acceptance=block_conditional_acceptance)
 def block_residual_from_p(target_probs, draft_probs, draft_tokens, generator):
     """Block verification's stop rule, then the final token from p_A instead of norm((ρ_A p_A − q_A)₊)."""
@@ -150,12 +150,12 @@ def block_residual_from_p(target_probs, draft_probs, draft_tokens, generator):
 
 
 BLOCK_REFERENCE = declare(
-    block_verify, "block_reference", level="sampler", kind="control", models=f"control: the reference ({_BLOCK})",
+    block_verify, "block_reference", contract="sampler", kind="control", models=f"control: the reference ({_BLOCK})",
     description="specdec_ref.adapters:block_verify, block verification by inverse CDF from explicit uniforms",
     position_laws=lossless_laws, exact_acceptance=block_conditional_acceptance)
 
 
-@register(level="sampler", kind="control", models=f"control: {_BLOCK}, an independent formulation",
+@register(contract="sampler", kind="control", models=f"control: {_BLOCK}, an independent formulation",
           position_laws=lossless_laws, exact_acceptance=block_conditional_acceptance)
 def block_exponential_clocks(target_probs, draft_probs, draft_tokens, generator):
     """Block verification in log space with exponential clocks: stop test E_i > −log h_i, A by a
@@ -228,7 +228,7 @@ def _noise_reuse_acceptance(p: Tensor, q: Tensor) -> Tensor:
     return (torch.minimum(hi, ratio) - (hi - q)).clamp_min(0).sum(-1)
 
 
-@register(level="draft_step", kind="mutant", position_laws=GREEDY_DRAFTER.position_laws,
+@register(contract="draft_step", kind="mutant", position_laws=GREEDY_DRAFTER.position_laws,
           exact_acceptance=GREEDY_DRAFTER.acceptance,
           models="transformers #32867 / PR #33534: greedy (argmax) drafts verified with the softmax q")
 def argmax_drafts_softmax_q(target_probs, draft_probs, generator):
@@ -237,7 +237,7 @@ def argmax_drafts_softmax_q(target_probs, draft_probs, generator):
     return drafts, verify_step(target_probs, draft_probs, drafts, generator).tokens
 
 
-@register(level="draft_step", kind="mutant", position_laws=_noise_reuse_laws, exact_acceptance=_noise_reuse_acceptance,
+@register(contract="draft_step", kind="mutant", position_laws=_noise_reuse_laws, exact_acceptance=_noise_reuse_acceptance,
           models="vLLM #47386 / PR #54282: drafting noise shared with the acceptance test and the recovery draw")
 def draft_noise_reused(target_probs, draft_probs, generator):
     """One uniform per position drafts x_i, tests u_i·q(x_i) < p(x_i) and draws the recovered token
@@ -251,12 +251,12 @@ def draft_noise_reused(target_probs, draft_probs, generator):
 
 
 DRAFT_STEP_REFERENCE = declare(
-    draft_and_verify, "draft_step_reference", level="draft_step", kind="control",
+    draft_and_verify, "draft_step_reference", contract="draft_step", kind="control",
     models="control: the reference drafts from q, then Algorithm 1 (Leviathan et al. 2023)",
     description="specdec_ref.adapters:draft_and_verify, drafts by inverse CDF of q then the chain rule",
     position_laws=lossless_laws, exact_acceptance=Rule().acceptance)
 BLOCK_DRAFT_STEP_REFERENCE = declare(
-    block_draft_and_verify, "block_draft_step_reference", level="draft_step", kind="control",
+    block_draft_and_verify, "block_draft_step_reference", contract="draft_step", kind="control",
     models=f"control: the reference drafts from q, then {_BLOCK}",
     description="specdec_ref.adapters:block_draft_and_verify, drafts by inverse CDF of q then block verification",
     position_laws=lossless_laws, exact_acceptance=block_conditional_acceptance)

@@ -204,7 +204,7 @@ def _zoo(hooks: Hooks, *, kind: str, models: str, needs: tuple[str, ...] = (), p
         if all(getattr(hooks, f.name) is getattr(REFERENCE_HOOKS, f.name) for f in dataclasses.fields(hooks)
                if f.name not in swapped):
             generate.exact_continuation_law = lambda *args: exact_output_law(*args[:5], args[5], hooks, args[6])
-        return register(level="generation", kind=kind, models=models, needs=needs, pair=pair)(generate)
+        return register(contract="generation", kind=kind, models=models, needs=needs, pair=pair)(generate)
     return deco
 
 
@@ -213,15 +213,15 @@ _EOS = "a target with an EOS id that the draft proposes and the target accepts (
 _CONTEXT = "a context-dependent pair (not const-a*, whose laws ignore the context)"
 
 REFERENCE_GENERATE = declare(
-    _reference_generate, "reference_generate", level="generation", kind="control",
+    _reference_generate, "reference_generate", contract="generation", kind="control",
     models="control: the reference (specdec_ref)",
     description="specdec_ref.adapters:generate (recompute for many short rows of a tiny model, else one KV cache for the batch)")
-TARGET_ONLY = declare(target_only_generate, "target_only", level="generation", kind="control",
+TARGET_ONLY = declare(target_only_generate, "target_only", contract="generation", kind="control",
                       models="control: plain target sampling",
                       description="harness.adapters.control:target_only_generate, the ground truth (ignores the draft)")
 
 
-@register(level="generation", kind="control", models="control: the reference, per-row KV-cache path",
+@register(contract="generation", kind="control", models="control: the reference, per-row KV-cache path",
           needs=("rows run one at a time: slow for thousands of rows",))
 def reference_kv_cache(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
                        **extra):
@@ -573,7 +573,7 @@ ALL_PARAMETERS = dict(temperature=0.8, top_p=0.95, min_p=0.05, repetition_penalt
                       frequency_penalty=0.5, presence_penalty=0.5, bad_words_ids=((12, 12),))
 
 
-@register(level="generation", kind="control", pair="toy",
+@register(contract="generation", kind="control", pair="toy",
           models="control: the reference with every optional sampling parameter set")
 def reference_all_parameters(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
                              **extra):
@@ -674,7 +674,7 @@ def stale_page_at_block_boundary(target, draft, input_ids, *, max_new_tokens, ga
 _BOUNDARY_HOOKS = Hooks(target_runner=_boundary_runner)
 
 
-@register(level="generation", kind="mutant", pair="toy", needs=(_POSITIONS, "temperature > 0"),
+@register(contract="generation", kind="mutant", pair="toy", needs=(_POSITIONS, "temperature > 0"),
           models="failure mode: a stale KV page at a 16-token block boundary on the sampling path only (the "
                  "greedy path exact): a generate() that passed the old two-prompt battery")
 def stale_page_at_block_boundary_sampling(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,

@@ -19,9 +19,9 @@ import functools
 import importlib
 
 from harness.errors import HarnessError, UnknownNameError
-from harness.mutants.base import KINDS, LEVELS, Implementation, register
+from harness.mutants.base import CONTRACTS, KINDS, Implementation, register
 
-__all__ = ["CATALOGUE", "KINDS", "LEVELS", "Implementation", "get", "implementations", "register"]
+__all__ = ["CATALOGUE", "CONTRACTS", "KINDS", "Implementation", "get", "implementations", "register"]
 
 # The modules whose `@register`-declared implementations make up the zoo, in report order.
 CATALOGUE = ("harness.mutants.batched", "harness.mutants.controls", "harness.mutants.generation",
@@ -44,14 +44,14 @@ def _catalogue() -> dict[str, Implementation]:
     return entries
 
 
-def implementations(kind: str | None = None, level: str | None = None) -> list[Implementation]:
-    """Registered implementations, in registration order, optionally filtered by kind and level."""
+def implementations(kind: str | None = None, contract: str | None = None) -> list[Implementation]:
+    """Registered implementations, in registration order, optionally filtered by kind and contract."""
     if kind is not None and kind not in KINDS:
         raise HarnessError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if level is not None and level not in LEVELS:
-        raise HarnessError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
+    if contract is not None and contract not in CONTRACTS:
+        raise HarnessError(f"contract must be one of {', '.join(CONTRACTS)}, got {contract!r}")
     return [impl for impl in _catalogue().values()
-            if (kind is None or impl.kind == kind) and (level is None or impl.level == level)]
+            if (kind is None or impl.kind == kind) and (contract is None or impl.contract == contract)]
 
 
 def get(name: str) -> Implementation:

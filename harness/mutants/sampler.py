@@ -193,7 +193,7 @@ def _zoo(rule: Rule, *, kind: str, models: str, needs: tuple[str, ...] = ()):
         verify.__name__, verify.__qualname__, verify.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         verify.rule = rule
         laws = rule.position_laws if rule.analytic else None
-        return register(level="sampler", kind=kind, models=models, position_laws=laws,
+        return register(contract="sampler", kind=kind, models=models, position_laws=laws,
                         exact_acceptance=rule.acceptance if rule.analytic else None, needs=needs)(verify)
     return deco
 
@@ -338,7 +338,7 @@ def _greedy_acceptance(p: Tensor, q: Tensor) -> Tensor:
     return normalized(q.double()).gather(-1, p[:-1].argmax(-1, keepdim=True)).squeeze(-1)
 
 
-@register(level="sampler", kind="mutant", position_laws=_greedy_laws, exact_acceptance=_greedy_acceptance,
+@register(contract="sampler", kind="mutant", position_laws=_greedy_laws, exact_acceptance=_greedy_acceptance,
           models="sglang PR #31214: verification silently greedy when temperature > 0")
 def greedy_at_temperature(target_probs, draft_probs, draft_tokens, generator):
     """A sampling request served greedily: accept while the draft is argmax p, then emit argmax p."""
@@ -407,7 +407,7 @@ def one_hot_q(target_probs, draft_probs, draft_tokens, generator):
 
 # ================================================================ batch-index slips (need rows that differ)
 
-@register(level="sampler", kind="mutant", models="TRT-LLM #15098 (Eagle3 tree verification read the wrong logits "
+@register(contract="sampler", kind="mutant", models="TRT-LLM #15098 (Eagle3 tree verification read the wrong logits "
           "slice), vllm-ascend #2881: a row reads another row's target law",
           needs=("rows holding different laws (the rows-differ cases)",))
 def row_slip_target(target_probs, draft_probs, draft_tokens, generator):
@@ -474,7 +474,7 @@ def fp32_cumsum(law, u_final, generator):
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=law.shape[-1] - 1).to(law.device)
 
 
-@register(level="sampler", kind="mutant", needs=_RESOLUTION, cases=TAIL_CASES,
+@register(contract="sampler", kind="mutant", needs=_RESOLUTION, cases=TAIL_CASES,
           models="vLLM #43150, #51367: fp32 exponential noise for the residual / bonus draw (a 262,144-token tail "
                  "expected 32.8 times, hit 0 times)")
 def fp32_exponential_race(target_probs, draft_probs, draft_tokens, generator):
@@ -483,7 +483,7 @@ def fp32_exponential_race(target_probs, draft_probs, draft_tokens, generator):
     return _final_draw_rule(_fp32_race)(target_probs, draft_probs, draft_tokens, generator)
 
 
-@register(level="sampler", kind="mutant", needs=_RESOLUTION, cases=TAIL_CASES,
+@register(contract="sampler", kind="mutant", needs=_RESOLUTION, cases=TAIL_CASES,
           models="tl.rand floors u at 2^-31 (here at 2^-24): the exponential race's floor")
 def floored_uniform_race(target_probs, draft_probs, draft_tokens, generator):
     """Final token by an exponential race with E = −log(1 − u), u float64 but floored at 2^-24 (to "avoid
@@ -491,7 +491,7 @@ def floored_uniform_race(target_probs, draft_probs, draft_tokens, generator):
     return _final_draw_rule(_floored_race)(target_probs, draft_probs, draft_tokens, generator)
 
 
-@register(level="sampler", kind="mutant", needs=_RESOLUTION, cases=TAIL_CASES,
+@register(contract="sampler", kind="mutant", needs=_RESOLUTION, cases=TAIL_CASES,
           models="vLLM #54843 class (a precision downcast on one path): the inverse CDF over a float32 running sum")
 def fp32_cumsum_inverse_cdf(target_probs, draft_probs, draft_tokens, generator):
     """Final token by inverse CDF over a float32 running sum of the law (float64 u): past the head the running
@@ -499,7 +499,7 @@ def fp32_cumsum_inverse_cdf(target_probs, draft_probs, draft_tokens, generator):
     return _final_draw_rule(fp32_cumsum)(target_probs, draft_probs, draft_tokens, generator)
 
 
-@register(level="sampler", kind="control", cases=TAIL_CASES, position_laws=Rule().position_laws,
+@register(contract="sampler", kind="control", cases=TAIL_CASES, position_laws=Rule().position_laws,
           exact_acceptance=Rule().acceptance,
           models="control: the mutants' race in float64 (53-bit uniforms; E floored at ~2^-53)")
 def fp64_exponential_race(target_probs, draft_probs, draft_tokens, generator):

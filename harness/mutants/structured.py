@@ -181,7 +181,7 @@ def _structured(hooks: StepHooks, *, kind: str, models: str, needs: tuple[str, .
         generate.__name__, generate.__qualname__, generate.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         generate.hooks = None if not isinstance(hooks, StepHooks) else hooks  # exact law: p/q hooks only
         generate.settings = settings
-        return register(level="generation", kind=kind, models=models, needs=needs, pair=pair)(generate)
+        return register(contract="generation", kind=kind, models=models, needs=needs, pair=pair)(generate)
     return deco
 
 
@@ -191,7 +191,7 @@ _BLOCK = "accepted drafts inside a block where the automaton's state changes (α
 _VLLM = "vLLM #34650 / #48228 (fixing #44297, #44993, #48516)"
 
 
-@register(level="generation", kind="control", pair="toy",
+@register(contract="generation", kind="control", pair="toy",
           models="control: the reference with a structured-output constraint")
 def reference_constrained(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed,
                           **extra):

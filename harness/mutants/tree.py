@@ -10,7 +10,7 @@ The single-coin rule (SGLang `TreeSpeculativeSamplingTargetOnly`) draws one unif
 accepts the i-th sibling when the coin falls under the cumulated target mass; it is written apart
 from the walk (an independent formulation): at thresholds 1 a correct control, below 1 lossy by design.
 
-Importing this module registers its entries at level "tree" (registry.LEVELS).
+Importing this module registers its entries under the contract "tree" (registry.CONTRACTS).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def _walk_entry(rule: SiblingRule, *, kind: str, models: str):
         verify.__name__, verify.__qualname__, verify.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         verify.rule = rule
         TREE_RULES[fn.__name__] = rule
-        return register(level="tree", kind=kind, models=models)(verify)
+        return register(contract="tree", kind=kind, models=models)(verify)
     return deco
 
 
@@ -202,11 +202,11 @@ def residual_wrong_sibling(target_probs, draft_probs, draft_tokens, parents, gen
 # ================================================================ correct controls
 
 TREE_REFERENCE_SPECINFER = declare(
-    tree_verify_specinfer, "tree_reference_specinfer", level="tree", kind="control",
+    tree_verify_specinfer, "tree_reference_specinfer", contract="tree", kind="control",
     models="control: the reference (specdec_ref.adapters:tree_verify_specinfer)",
     description="SpecInfer multi-step speculative sampling against the declared sibling laws")
 TREE_REFERENCE_TOPK = declare(
-    tree_verify_topk, "tree_reference_topk", level="tree", kind="control",
+    tree_verify_topk, "tree_reference_topk", contract="tree", kind="control",
     models="control: the reference (specdec_ref.adapters:tree_verify_topk)",
     description="deterministic top-k rule: siblings as point masses, rejected ones zeroed")
 TREE_RULES["tree_reference_specinfer"] = SPECINFER
@@ -271,7 +271,7 @@ _single_coin_exact = single_coin(1.0, 1.0)
 _single_coin_relaxed = single_coin(SGLANG_THRESHOLD_SINGLE, SGLANG_THRESHOLD_ACC)
 
 
-@register(level="tree", kind="control", models="control: SGLang TreeSpeculativeSamplingTargetOnly at thresholds 1, "
+@register(contract="tree", kind="control", models="control: SGLang TreeSpeculativeSamplingTargetOnly at thresholds 1, "
           "an independent formulation (one coin per level)")
 def tree_single_coin(target_probs, draft_probs, draft_tokens, parents, generator):
     """SGLang-style one coin per level with threshold_single = threshold_acc = 1: lossless (sibling i is
@@ -279,7 +279,7 @@ def tree_single_coin(target_probs, draft_probs, draft_tokens, parents, generator
     return _single_coin_exact(target_probs, draft_probs, draft_tokens, parents, generator)
 
 
-@register(level="tree", kind="control", models="control: SpecInfer multi-step speculative sampling (arXiv 2305.09781), "
+@register(contract="tree", kind="control", models="control: SpecInfer multi-step speculative sampling (arXiv 2305.09781), "
           "an independent formulation (exponential clocks, unnormalised residuals)")
 def tree_exponential_race(target_probs, draft_probs, draft_tokens, parents, generator):
     """SpecInfer against the declared laws with exponential clocks for every random choice: accept child c
@@ -314,7 +314,7 @@ def tree_exponential_race(target_probs, draft_probs, draft_tokens, parents, gene
     return emitted(tokens, node, shape, final)
 
 
-@register(level="tree", kind="mutant",
+@register(contract="tree", kind="mutant",
           models="lossy by design: SGLang --speculative-accept-threshold-single/-acc < 1 (relaxed acceptance)")
 def sglang_relaxed_thresholds(target_probs, draft_probs, draft_tokens, parents, generator):
     """SGLang-style one coin per level with threshold_single = threshold_acc = 0.5: a sibling is accepted

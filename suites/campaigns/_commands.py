@@ -10,9 +10,8 @@ from typing import ClassVar
 
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+from harness.mutants.base import CONTRACTS
 from suites.profiles import ZOO
-
-ZOO_LEVELS = ("sampler", "generation", "tree", "draft_step")
 
 
 def _names(values) -> tuple[str, ...]:
@@ -53,11 +52,11 @@ class CampaignConfig:
     scheduler: str | None = None  # the workers of this dask scheduler
     dask_workers: int | None = None  # a local dask cluster of N worker processes
     only: tuple[str, ...] = ()  # only these implementations
-    levels: tuple[str, ...] = ()  # only the implementations of these levels
+    contracts: tuple[str, ...] = ()  # only the implementations of these contracts (harness.mutants.base.CONTRACTS)
     profile: str = "full"  # the named sizes of suites/profiles.py this plan was built from
 
     def __post_init__(self):
-        self.only, self.levels = _names(self.only), _names(self.levels)
+        self.only, self.contracts = _names(self.only), _names(self.contracts)
 
     @classmethod
     def quick(cls, **overrides) -> CampaignConfig:
@@ -89,8 +88,8 @@ class ZooConfig:
                                  "default plan (no contexts cells) and report its rate and time beside the default "
                                  "plan's", action="store_true")
     only: list[str] = option([], "--only", "run only these implementations", metavar="NAME", nargs="+")
-    levels: list[str] = option([], "--level", "run only the implementations of these levels", choices=ZOO_LEVELS,
-                               nargs="+")
+    contracts: list[str] = option([], "--contract", "run only the implementations of these contracts (sampler: §1a "
+                                  "verify; generation: §1b generate; tree; draft_step)", choices=CONTRACTS, nargs="+")
     profile: str = option("full", "--profile", "named sizes of suites/profiles.py (quick: the CI profile of `nox -s "
                           "lossless`, minutes)", choices=tuple(ZOO))
     quick: bool = option(False, "--quick", "the quick profile (= --profile quick): fewer seeds, no detection-vs-samples "
@@ -105,7 +104,7 @@ class ZooConfig:
         """The run's sizes: the profile's, with the flags given on the command line over them."""
         given = {k: v for k, v in (("seeds", self.seeds), ("control_seeds", self.control_seeds)) if v is not None}
         return CampaignConfig.of_profile(self.profile_name(), **given, gate=self.gate, compare_plans=self.compare_plans,
-                                         only=tuple(self.only), levels=tuple(self.levels))
+                                         only=tuple(self.only), contracts=tuple(self.contracts))
 
 
 @dataclasses.dataclass

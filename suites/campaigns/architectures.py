@@ -298,7 +298,7 @@ def cell_key(part: str, pair: str, *, name: str = "", seed: int | None = None, s
 def _mutants(pairs, names=None) -> list:
     from harness.mutants.registry import implementations
 
-    return [impl for impl in implementations(kind="mutant", level="generation")
+    return [impl for impl in implementations(kind="mutant", contract="generation")
             if impl.spec.startswith("harness.mutants.architectures:") and impl.pair in pairs
             and (not names or impl.name in names)]
 

@@ -63,7 +63,7 @@ def mutants() -> tuple[list, list[str]]:
     (min_p, penalties, ...) in the request is blind at the engine level, which does not send them yet."""
     from harness.mutants.registry import implementations
 
-    impls = implementations(kind="mutant", level="generation")
+    impls = implementations(kind="mutant", contract="generation")
     return [i for i in impls if not hasattr(i.fn, "settings")], [i.name for i in impls if hasattr(i.fn, "settings")]
 
 

@@ -53,7 +53,7 @@ def family_run(name: str, seed: int, cases: list, false_alarm_rate: float, rows:
 
     torch.set_num_threads(1)
     impl = get(name)
-    check = run_draft_step_check if impl.level == "draft_step" else run_sampler_check
+    check = run_draft_step_check if impl.contract == "draft_step" else run_sampler_check
     started = time.perf_counter()
     report = check(impl.fn, impl_name=name, false_alarm_rate=false_alarm_rate, seed=seed, cases=cases, samples=rows,
                    stop_on_fail=impl.kind == "mutant")
@@ -87,7 +87,7 @@ def rates(names: list[str], cells: dict[str, tuple], done: dict) -> dict[str, di
         impl = get(name)
         mine = [done[k] for k, a in cells.items() if a[0] == name and k in done]
         failed = sum(r["fail"] for r in mine)
-        out[name] = {"kind": impl.kind, "level": impl.level, "runs": len(mine), "failed": failed,
+        out[name] = {"kind": impl.kind, "contract": impl.contract, "runs": len(mine), "failed": failed,
                      "rate": failed / len(mine) if mine else float("nan"),
                      "seconds": round(sum(r["seconds"] for r in mine), 1)}
     return out

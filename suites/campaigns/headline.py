@@ -287,8 +287,8 @@ def validate(config: Config) -> None:
     if config.engine_seeds < 1:
         raise HarnessError("--engine-seeds must be ≥ 1")
     for name in (*(config.timing or ()), *(config.engine or ())):
-        if get(name).level != "generation":  # an unknown mutant: "Did you mean ...?" (exit 2)
-            raise HarnessError(f"{name} is a {get(name).level}-level entry; --timing and --engine take generation "
+        if get(name).contract != "generation":  # an unknown mutant: "Did you mean ...?" (exit 2)
+            raise HarnessError(f"{name} is a {get(name).contract} entry; --timing and --engine take generation "
                                "mutants")
 
 

@@ -125,7 +125,7 @@ def rows(config: Config, done: dict, tvs: dict) -> list[dict]:
         n, fails = len(runs), sum(r["fail"] for r in runs)
         nominal = sum(r["family_p"] <= NOMINAL for r in runs)
         impl = get(name)
-        row = {"name": name, "level": impl.level, "kind": impl.kind, "pair": impl.pair, "runs": n,
+        row = {"name": name, "contract": impl.contract, "kind": impl.kind, "pair": impl.pair, "runs": n,
                "failed_runs": fails, "rate_at_gate": fails / n if n else None,
                "rate_at_nominal": nominal / n if n else None, "samples_per_cell": config.samples,
                "seconds": round(sum(r["seconds"] for r in runs), 1)}

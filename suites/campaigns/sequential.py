@@ -93,7 +93,7 @@ def tasks(calibration_seeds: int, variant_seeds: int, power_seeds: int, below_se
     from harness.mutants.registry import implementations
 
     out = [Task("reference_verify", "calibrate", 10_000 + s, calibration_tv) for s in range(calibration_seeds)]
-    for impl in implementations(level="sampler"):
+    for impl in implementations(contract="sampler"):
         if impl.kind in ("equivalent", "wasteful"):
             out += [Task(impl.name, "calibrate", 20_000 + s, calibration_tv) for s in range(variant_seeds)]
         elif impl.kind == "mutant":

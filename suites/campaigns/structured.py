@@ -74,7 +74,7 @@ KEPT = ("engine",)  # the engine parts' logs and kept responses (OUT/engine): --
 
 
 def structured_names() -> list[str]:
-    return [i.name for i in implementations(level="generation") if i.fn.__module__ == "harness.mutants.structured"]
+    return [i.name for i in implementations(contract="generation") if i.fn.__module__ == "harness.mutants.structured"]
 
 
 def _tv(pair: str, setting, hooks, length: int = 3, gamma: int = 3) -> list[float]:

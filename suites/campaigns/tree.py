@@ -66,7 +66,7 @@ def tree_cells(names: list[str], *, mutant_seeds: int, control_seeds: int, contr
 
 
 def cells(config: Config) -> dict[str, tuple]:
-    return tree_cells(config.names or [i.name for i in implementations(level="tree")],
+    return tree_cells(config.names or [i.name for i in implementations(contract="tree")],
                       mutant_seeds=config.mutant_seeds, control_seeds=config.control_seeds,
                       control_rows=config.control_rows, gate=config.gate)
 
@@ -93,7 +93,7 @@ def summarize(names: list[str], cells: dict[str, tuple], done: dict, config: dic
 def report(run) -> int:
     """campaign.json and report.md; exit 1 if a mutant is caught in < 95 % of its seeds or a control fails often."""
     c = run.config
-    names = c.names or [i.name for i in implementations(level="tree")]
+    names = c.names or [i.name for i in implementations(contract="tree")]
     result = summarize(names, run.cells, run.done, {
         "mutant_seeds": c.mutant_seeds, "control_seeds": c.control_seeds, "control_rows": c.control_rows,
         "gate": c.gate, "time_budget_s": run.runner.budget_s})
@@ -117,7 +117,7 @@ def run_tree_campaign(*, mutant_seeds: int = 20, control_seeds: int = 200, contr
     runs, no early stop). With `time_budget_s` (or `stop`), no run starts once it says so (the runs made are
     what is reported). Returns {"rows": [...], "config": {...}}: per entry the runs, failures at the gate, and
     each run's family p (smallest Holm-adjusted p-value)."""
-    names = names or [i.name for i in implementations(level="tree")]
+    names = names or [i.name for i in implementations(contract="tree")]
     cells = tree_cells(names, mutant_seeds=mutant_seeds, control_seeds=control_seeds, control_rows=control_rows,
                        gate=gate)
     stop = stop or deadline(budget_s=time_budget_s)

@@ -75,10 +75,10 @@ def exact_tvs_of(impl) -> dict:
     from harness.mutants.laws import exact_tvs
     from suites.campaigns.contexts import HOOK_MUTANTS
 
-    if impl.level == "generation" and impl.name in HOOK_MUTANTS:
+    if impl.contract == "generation" and impl.name in HOOK_MUTANTS:
         tvs = _hook_mutant_tvs()[impl.name]["tv_per_prompt"]
         return {f"exact_tv_prompt{i}": float(tv) for i, tv in enumerate(tvs)}
-    if impl.level == "generation" and impl.kind == "mutant" and lifted_rule_entry(impl):
+    if impl.contract == "generation" and impl.kind == "mutant" and lifted_rule_entry(impl):
         return {f"exact_tv_prompt{i}": tv for i, tv in enumerate(lifted_rule_tvs(impl))}
     if impl.exact_law is None:
         return {}
@@ -128,13 +128,13 @@ def run_task(task: Task, gate: float) -> dict:
     torch.set_num_threads(1)  # many small problems: threads only add contention on 2 cores
     started = time.perf_counter()
     impl = get(task.name)
-    if impl.level == "sampler":
+    if impl.contract == "sampler":
         report = run_sampler_check(impl.fn, impl_name=impl.name, false_alarm_rate=gate, seed=task.seed,
                                    samples=task.rows, stop_on_fail=task.purpose != "calibrate",
                                    cases=[*impl.cases, "default"] if impl.cases else None,  # its opt-in cases first
                                    max_rows_per_case_floats=CALIBRATION_FLOATS if task.rows else None)
-    elif impl.level in STEP_CHECKS:  # the other step families: tree, draft-and-verify (their default plans)
-        module, function = STEP_CHECKS[impl.level]
+    elif impl.contract in STEP_CHECKS:  # the other step families: tree, draft-and-verify (their default plans)
+        module, function = STEP_CHECKS[impl.contract]
         check = getattr(importlib.import_module(module), function)
         report = check(impl.fn, impl_name=impl.name, false_alarm_rate=gate, seed=task.seed,
                        stop_on_fail=task.purpose != "calibrate")
@@ -153,7 +153,7 @@ def run_task(task: Task, gate: float) -> dict:
     # mutant's exact TV at the prompts is compared with (below_resolution)
     joint = [t.detectable_tv for t in report.tests if "joint_pooled_pearson" in t.name and t.detectable_tv]
     return {"task": task, "fail": report.verdict == "fail", "family_p": family_p(report),
-            "samples": report.samples, "resolution_tv": min(joint) if joint else None, "wasteful": bool(report.wasteful) if impl.level != "generation" else None,
+            "samples": report.samples, "resolution_tv": min(joint) if joint else None, "wasteful": bool(report.wasteful) if impl.contract != "generation" else None,
             "seconds": time.perf_counter() - started}
 
 
@@ -166,7 +166,7 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
     tasks = []
     for impl in impls:
         mutant = impl.kind == "mutant"
-        if impl.level == "sampler":
+        if impl.contract == "sampler":
             if mutant:
                 below = below_resolution(exact_tvs_of(impl), TARGET_TV)
                 tasks += [Task(impl.name, "detect", s, None)
@@ -177,7 +177,7 @@ def _tasks(config: CampaignConfig, impls) -> list[Task]:
                 n_seeds = config.control_seeds if impl.kind == "control" else config.seeds
                 rows = config.slow_control_rows if _slow(impl) else config.calibration_rows
                 tasks += [Task(impl.name, "calibrate", 1000 + s, rows) for s in range(n_seeds)]
-        elif impl.level in STEP_CHECKS:  # tree and draft-and-verify steps: their own default plans, no curve
+        elif impl.contract in STEP_CHECKS:  # tree and draft-and-verify steps: their own default plans, no curve
             n_seeds = config.seeds if mutant or impl.kind != "control" else config.step_control_seeds
             tasks += [Task(impl.name, "detect" if mutant else "calibrate", 4000 + s, None) for s in range(n_seeds)]
         else:
@@ -219,12 +219,12 @@ def decode_record(record: dict) -> dict:
 
 def selected(config: CampaignConfig) -> list:
     """The implementations a plan runs: `only` (or every one but the architectures mutants, which are slow on CPU
-    and run in their own campaign, `specdec campaign architectures`), of `levels` if given."""
+    and run in their own campaign, `specdec campaign architectures`), of `contracts` if given."""
     from harness.mutants.registry import implementations
 
     return [i for i in implementations() if (i.name in config.only if config.only else
                                              not i.spec.startswith("harness.mutants.architectures:"))
-            and (not config.levels or i.level in config.levels)]
+            and (not config.contracts or i.contract in config.contracts)]
 
 
 def plan_cells(config: CampaignConfig) -> dict[str, tuple]:
@@ -242,15 +242,15 @@ def summarize(config: CampaignConfig, results: list[dict]) -> dict:
         if previous:
             row["previous_plan_rate"] = sum(r["fail"] for r in previous) / len(previous)
             row["previous_plan_median_s"] = float(np.median([r["seconds"] for r in previous]))
-        if impl.level == "generation" and mine:
+        if impl.contract == "generation" and mine:
             row["median_s"] = float(np.median([r["seconds"] for r in mine]))
         row.update(exact_tvs_of(impl))
         promised = [r["resolution_tv"] for r in mine if r.get("resolution_tv")]
-        if impl.level == "generation" and promised:
+        if impl.contract == "generation" and promised:
             row["resolution_tv"] = min(promised)
         row["worker_seconds"] = sum(r["seconds"] for r in results if r["task"].name == impl.name)
         rows.append(row)
-        for n_rows in config.curve_rows if impl.kind == "mutant" and impl.level == "sampler" else ():
+        for n_rows in config.curve_rows if impl.kind == "mutant" and impl.contract == "sampler" else ():
             pts = [r["fail"] for r in results if r["task"].name == impl.name and r["task"].purpose == "curve"
                    and r["task"].rows == n_rows]
             if pts:
@@ -295,8 +295,8 @@ def validate(config: ZooConfig) -> None:
         raise HarnessError("--seeds and --control-seeds must be >= 1")
     if not 0 < plan.gate < 1:
         raise HarnessError(f"--false-alarm-rate must be in (0, 1), got {plan.gate}")
-    if plan.compare_plans and plan.levels and "generation" not in plan.levels:
-        raise HarnessError("--compare-plans compares the generation level's plans; add generation to --level")
+    if plan.compare_plans and plan.contracts and "generation" not in plan.contracts:
+        raise HarnessError("--compare-plans compares the generation level's plans; add generation to --contract")
     preflight.threads(config.threads)  # this process's torch threads (every run sets one in its own)
     for name in plan.only:
         get(name)  # unknown names: "Did you mean ...?"
@@ -336,7 +336,7 @@ def report(run) -> int:
     summary = write_report(result, run.out, provenance=run.provenance, config=run.config, kind="campaign.zoo",
                            command=run.command)
     for r in result["rows"]:
-        print(f"  {r['name']:<34} {r['level']:<10} {r['kind']:<10} rate at gate {100 * r['rate_at_gate']:5.1f}% "
+        print(f"  {r['name']:<34} {r['contract']:<10} {r['kind']:<10} rate at gate {100 * r['rate_at_gate']:5.1f}% "
               f"({r['runs']} runs)")
     print(f"\n  report: {summary['out']}/report.md")
     for problem in summary["problems"]:
@@ -358,12 +358,12 @@ def _summarise(impl, runs: list[dict], *, gate: float, nominal: float) -> dict:
     k_gate = sum(p <= gate for p in fam)
     k_nom = sum(p <= nominal for p in fam)
     n = len(runs)
-    row = {"name": impl.name, "level": impl.level, "kind": impl.kind, "models": impl.models,
+    row = {"name": impl.name, "contract": impl.contract, "kind": impl.kind, "models": impl.models,
            "description": impl.description, "needs": "; ".join(impl.needs), "runs": n,
            "failed_runs": sum(r["fail"] for r in runs), "rate_at_gate": k_gate / n if n else math.nan,
            "rate_at_nominal": k_nom / n if n else math.nan,
            "median_samples": float(np.median([r["samples"] for r in runs])) if runs else math.nan,
-           "wasteful_runs": sum(bool(r["wasteful"]) for r in runs) if impl.level == "sampler" else None,
+           "wasteful_runs": sum(bool(r["wasteful"]) for r in runs) if impl.contract == "sampler" else None,
            "plan": _plan_label(runs[0]["task"]) if runs else "-"}
     row["ci_gate_low"], row["ci_gate_high"] = clopper_pearson(k_gate, n)
     row["ci_nominal_low"], row["ci_nominal_high"] = clopper_pearson(k_nom, n)
@@ -386,7 +386,7 @@ def below_resolution(row: dict, tv: float) -> bool:
     The planned TV is `tv` (the sampler plan), or the row's `resolution_tv` where its runs stated one (the
     generation level: the smallest joint-law TV any of its prompt cells promised)."""
     tvs = [v for k, v in row.items() if k.startswith("exact_tv_") and isinstance(v, float)]
-    if row.get("level") == "generation" or any(k.startswith("exact_tv_prompt") for k in row):
+    if row.get("contract") == "generation" or any(k.startswith("exact_tv_prompt") for k in row):
         planned = row.get("resolution_tv")  # no promise stated: nothing is below it
         return bool(tvs) and planned is not None and max(tvs) < planned
     return bool(tvs) and max(tvs) < tv
@@ -496,7 +496,7 @@ def _markdown(result, meta, ok, problems, command: str | None = None) -> str:
         *([f"**Partial: {result['total_runs'] - result['runs_made']} of {result['total_runs']} planned runs not made "
            "(--budget-s / --stop-at); the rates are those of the runs made, and the same command resumes.**", ""]
           if result.get("runs_made", result.get("total_runs")) != result.get("total_runs") else []),
-        "| implementation | level | kind | models | runs | rate at gate (95% CI) | rate at 0.05 (95% CI) | "
+        "| implementation | contract | kind | models | runs | rate at gate (95% CI) | rate at 0.05 (95% CI) | "
         "median samples | plan | exact TV (high α / low α) | wasteful runs | worker s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -504,7 +504,7 @@ def _markdown(result, meta, ok, problems, command: str | None = None) -> str:
         tv = " / ".join(_fmt_tv(r.get(f"exact_tv_{c}")) for c in (("prompt0", "prompt1") if "exact_tv_prompt0" in r
                                                                    else ("zipf1000-high-alpha", "anti-logits")))
         lines.append(
-            f"| `{r['name']}` | {r['level']} | {r['kind']} | {r['models']} | {r['runs']} | {_pct(r['rate_at_gate'])} "
+            f"| `{r['name']}` | {r['contract']} | {r['kind']} | {r['models']} | {r['runs']} | {_pct(r['rate_at_gate'])} "
             f"({_pct(r['ci_gate_low'])}–{_pct(r['ci_gate_high'])}) | {_pct(r['rate_at_nominal'])} "
             f"({_pct(r['ci_nominal_low'])}–{_pct(r['ci_nominal_high'])}) | {r['median_samples']:.0f} | {r['plan']} | "
             f"{tv} | {'-' if r['wasteful_runs'] is None else r['wasteful_runs']} | {r.get('worker_seconds', 0):.0f} |")
@@ -517,10 +517,10 @@ def _markdown(result, meta, ok, problems, command: str | None = None) -> str:
         lines += [f"| `{r['name']}` | {_pct(r['rate_at_gate'])} | {r['median_s']:.1f} | {_pct(r['previous_plan_rate'])} | "
                   f"{r['previous_plan_median_s']:.1f} |" for r in compared]
     below = [r["name"] for r in result["rows"] if r["kind"] == "mutant" and below_resolution(r, TARGET_TV)
-             and r["level"] == "sampler"]
+             and r["contract"] == "sampler"]
     below_gen = [f"{r['name']} (exact TV {max(v for k, v in r.items() if k.startswith('exact_tv_')):.3f} < "
                  f"{r['resolution_tv']:.3f})" for r in result["rows"] if r["kind"] == "mutant"
-                 and r["level"] == "generation" and below_resolution(r, TARGET_TV)]
+                 and r["contract"] == "generation" and below_resolution(r, TARGET_TV)]
     lines += ["", "For a mutant the rate is its detection rate; for everything else it is the false-alarm rate. "
               "Worker s: CPU-process seconds spent on that implementation (all its runs, curve points included). "
               "Holm bounds the family-wise rate from above; with ~190 dependent and partly discrete tests per run "

@@ -27,7 +27,7 @@ pytest.importorskip("llguidance")
 
 PROMPTS = toy_prompts()[:2]
 TOY_EOS = 5  # toy-eos: EOS = the toy target's favourite first token ('f')
-STRUCTURED = [i.name for i in implementations(level="generation") if i.fn.__module__ == "harness.mutants.structured"]
+STRUCTURED = [i.name for i in implementations(contract="generation") if i.fn.__module__ == "harness.mutants.structured"]
 
 
 def _allowed(c, prefix):

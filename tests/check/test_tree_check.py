@@ -38,7 +38,7 @@ from specdec_ref.tree import SPECINFER, tree_shape, tree_verify
 from suites.catalogues.tree import CASES
 
 FAST = ["iid-b2-d2-duplicates", "wr-b3-d2", "topk-b2-d4"]
-TREE = implementations(level="tree")
+TREE = implementations(contract="tree")
 
 
 def _check(impl, **kw):

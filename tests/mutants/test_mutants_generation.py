@@ -15,7 +15,7 @@ from specdec_ref.adapters import generate as reference_generate
 from specdec_ref.generate import speculative_generate
 from specdec_ref.processing import logits_to_probs
 
-GENERATION = implementations(level="generation")
+GENERATION = implementations(contract="generation")
 PROMPT = [3, 1, 4, 1]
 V = 16
 
@@ -146,7 +146,7 @@ BLIND = {
 
 
 def test_every_generation_mutant_has_a_documented_blind_spot():
-    assert set(BLIND) == {impl.name for impl in implementations(kind="mutant", level="generation")}
+    assert set(BLIND) == {impl.name for impl in implementations(kind="mutant", contract="generation")}
     assert all(get(name).needs for name in BLIND)
 
 

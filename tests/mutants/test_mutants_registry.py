@@ -37,9 +37,9 @@ def test_zoo_covers_every_bug_class_of_the_issue():
 
 
 def test_zoo_has_controls_equivalents_and_wasteful_variants():
-    sampler_controls = {impl.name for impl in implementations(kind="control", level="sampler")}
+    sampler_controls = {impl.name for impl in implementations(kind="control", contract="sampler")}
     assert {"reference_verify", "exponential_race", "per_row_loop"} <= sampler_controls
-    generation_controls = {impl.spec for impl in implementations(kind="control", level="generation")}
+    generation_controls = {impl.spec for impl in implementations(kind="control", contract="generation")}
     assert {"specdec_ref.adapters:generate", "harness.adapters.control:target_only_generate"} <= generation_controls
     assert len(implementations(kind="equivalent")) >= 3
     assert len(implementations(kind="wasteful")) >= 2
@@ -50,12 +50,12 @@ def test_every_entry_is_documented_and_consistent():
     names = [impl.name for impl in implementations()]
     assert len(names) == len(set(names))
     for impl in implementations():
-        assert impl.level in registry_module.LEVELS and impl.kind in registry_module.KINDS
+        assert impl.contract in registry_module.CONTRACTS and impl.kind in registry_module.KINDS
         assert impl.models and impl.description, impl.name
         if impl.fn.__module__.startswith("harness.mutants"):  # the zoo's own entries document the bug
             assert impl.fn.__doc__, impl.name
         assert impl.must_pass == (impl.kind != "mutant")
-        if impl.level == "generation":
+        if impl.contract == "generation":
             assert impl.exact_law is None and impl.position_laws is None
 
 
@@ -63,18 +63,18 @@ def test_every_entry_is_documented_and_consistent():
 def test_spec_loads_the_same_callable_with_a_contract_signature(impl):
     fn = load_callable(impl.spec)
     assert fn is impl.fn
-    check_signature(fn, impl.level, impl.spec)
+    check_signature(fn, impl.contract, impl.spec)
 
 
 def test_filters_and_lookup():
-    assert all(impl.level == "sampler" for impl in implementations(level="sampler"))
+    assert all(impl.contract == "sampler" for impl in implementations(contract="sampler"))
     assert get("residual_from_p").kind == "mutant"
     with pytest.raises(UnknownNameError, match="Did you mean 'residual_from_p'"):
         get("residual_form_p")
     with pytest.raises(HarnessError, match="kind must be one of"):
         implementations(kind="bug")
-    with pytest.raises(HarnessError, match="level must be one of"):
-        implementations(level="kernel")
+    with pytest.raises(HarnessError, match="contract must be one of"):
+        implementations(contract="kernel")
 
 
 def test_catalogue_refuses_duplicates_and_register_bad_fields(monkeypatch):
@@ -85,7 +85,7 @@ def test_catalogue_refuses_duplicates_and_register_bad_fields(monkeypatch):
 
     fake = types.ModuleType("fake_zoo")
     for attr in ("a", "b"):
-        fn = register("residual_from_p", level="sampler", kind="mutant", models="x")(lambda *a: None)
+        fn = register("residual_from_p", contract="sampler", kind="mutant", models="x")(lambda *a: None)
         fn.__module__ = "fake_zoo"
         setattr(fake, attr, fn)
     monkeypatch.setitem(sys.modules, "fake_zoo", fake)
@@ -95,6 +95,6 @@ def test_catalogue_refuses_duplicates_and_register_bad_fields(monkeypatch):
         registry.implementations()
     registry._catalogue.cache_clear()
     with pytest.raises(ValueError, match="kind must be one of"):
-        register("new", level="sampler", kind="bug", models="x")
-    with pytest.raises(ValueError, match="level must be one of"):
-        register("new", level="kernel", kind="mutant", models="x")
+        register("new", contract="sampler", kind="bug", models="x")
+    with pytest.raises(ValueError, match="contract must be one of"):
+        register("new", contract="kernel", kind="mutant", models="x")

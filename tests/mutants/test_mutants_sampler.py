@@ -7,7 +7,7 @@ import torch
 from harness.mutants import exact_tv, exact_tvs, get, implementations
 from harness.mutants.laws import algorithm1_law, draft_with_alpha, tv, zipf_law
 
-SAMPLER = implementations(level="sampler")
+SAMPLER = implementations(contract="sampler")
 ANALYTIC = [impl for impl in SAMPLER if impl.position_laws is not None]
 MUST_PASS = [impl for impl in SAMPLER if impl.must_pass]
 
@@ -157,10 +157,10 @@ def test_wasteful_variants_are_lossless_with_acceptance_below_the_optimum():
     for seed, anti in ((11, False), (12, True)):
         p, q = _pair(gamma=3, V=8, seed=seed, anti=anti)
         optimum = _alpha(p, q)
-        for impl in implementations(kind="wasteful", level="sampler"):
+        for impl in implementations(kind="wasteful", contract="sampler"):
             assert max(exact_tvs(impl, p, q)) < 1e-12, impl.name
             assert bool((impl.exact_acceptance(p, q) < optimum - 1e-3).all()), impl.name
-        for impl in implementations(kind="control", level="sampler"):
+        for impl in implementations(kind="control", contract="sampler"):
             if impl.name.startswith("block_"):  # block verification accepts more, never less (T_k ≤ B_k)
                 assert bool((impl.exact_acceptance(p, q)[1:] > optimum[1:] + 1e-3).all()), impl.name
                 assert abs(float(impl.exact_acceptance(p, q)[0] - optimum[0])) < 1e-12, impl.name

@@ -97,7 +97,7 @@ def test_specdec_mutants_runs_on_the_runner_and_a_rerun_resumes(tmp_path, capsys
     record = _envelope(out)
     assert record["kind"] == "campaign.zoo" and record["provenance"]["seed"] == [0, 1]
     assert record["config"] == {"seeds": 2, "control_seeds": 2, "gate": 1e-3, "compare_plans": False,
-                              "only": ENTRIES, "levels": [], "profile": "full", "quick": True, "threads": None}
+                              "only": ENTRIES, "contracts": [], "profile": "full", "quick": True, "threads": None}
     plan = record["summary"]["plan"]
     assert plan["profile"] == "quick" and plan["seeds"] == 2 and plan["curve_seeds"] == 0  # the quick profile's
     assert record["summary"]["ok"] and record["summary"]["runs_made"] == 4
@@ -144,7 +144,7 @@ def test_a_journaled_failure_of_a_control_is_exit_1(tmp_path, capsys):
     (["--seeds", "0"], "--seeds and --control-seeds must be >= 1"),
     (["--false-alarm-rate", "1.5"], "--false-alarm-rate must be in (0, 1)"),
     (["--only", "always_acept"], "Did you mean 'always_accept'"),
-    (["--compare-plans", "--level", "sampler"], "--compare-plans compares the generation level's plans"),
+    (["--compare-plans", "--contract", "sampler"], "--compare-plans compares the generation level's plans"),
     (["--threads", "0"], "--threads must be >= 1"),
 ])
 def test_a_bad_setting_is_exit_2_before_any_run(argv, needle, tmp_path, capsys):
