@@ -44,7 +44,7 @@ def test_exit_criterion_flags_escapes_false_alarms_and_silent_wasteful():
     assert below_resolution({"exact_tv_prompt0": 0.031, "exact_tv_prompt1": 0.036, "resolution_tv": 0.09}, 0.02)
     assert not below_resolution({"exact_tv_prompt0": 0.18, "exact_tv_prompt1": 0.39, "resolution_tv": 0.09}, 0.02)
     assert not campaign_ok([_row("mutant", 0.0, exact_tv_prompt0=0.18, resolution_tv=0.09)])[0]
-    assert not below_resolution({"exact_tv_prompt0": 0.0, "level": "generation"}, 0.02)  # no promise: gated
+    assert not below_resolution({"exact_tv_prompt0": 0.0, "contract": "generation"}, 0.02)  # no promise: gated
 
 
 @pytest.mark.statistical
@@ -176,7 +176,7 @@ def test_campaign_runs_every_step_family():
     assert len(present) >= 2
     result = run_campaign(CampaignConfig(seeds=1, curve_seeds=0, only=present, workers=1))  # no curve: one run each
     rows = {r["name"]: r for r in result["rows"]}
-    assert {rows[n]["level"] for n in present} == {"tree", "draft_step", "sampler"}
+    assert {rows[n]["contract"] for n in present} == {"tree", "draft_step", "sampler"}
     assert all(rows[n]["rate_at_gate"] == 1.0 for n in present)
 
 
