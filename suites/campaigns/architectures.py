@@ -527,7 +527,7 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
             plan = (f"{settings}, {samples or 'planned'}" + (f", ≤ {budget:.0f} s" if budget else "")
                     + (f", contexts {contexts}" if contexts else ""))
             lines.append(f"| {name} | {plan} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
-                         f"| {k}/{len(runs)} ({low:.0%}–{high:.0%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
+                         f"| {k}/{len(runs)} ({low:.1%}–{high:.1%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
                          f"| {m or '-'} | {rate} |")
     return lines
 

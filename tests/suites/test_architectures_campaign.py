@@ -37,10 +37,10 @@ def test_reference_runs_are_counted_as_false_alarm_trials_per_plan(tmp_path: Pat
             {**ref, "seed": 1, "verdict": "fail", "family_p": 1e-4},  # a rerun of seed 1: the last counts
             {**ref, "seed": 2, "verdict": "pass", "family_p": 1.0, "samples_requested": None}]  # another plan
     text = readme(rows, tmp_path)
-    assert "| arch-ssm | ['T=1'], 300 | 2 (0–1) | 1/2 (1%–99%) | 1/2 | 40 | 2.5e-05 |" in text
-    assert "| arch-ssm | ['T=1'], planned | 1 (2–2) | 0/1 (0%–98%) | 0/1 | 40 | 2.5e-05 |" in text
+    assert "| arch-ssm | ['T=1'], 300 | 2 (0–1) | 1/2 (1.3%–98.7%) | 1/2 | 40 | 2.5e-05 |" in text
+    assert "| arch-ssm | ['T=1'], planned | 1 (2–2) | 0/1 (0.0%–97.5%) | 0/1 | 40 | 2.5e-05 |" in text
     text = readme(rows + [{**ref, "pair": "arch-swa", "seed": 0, "verdict": "pass", "family_p": 0.9}], tmp_path)
-    assert "| all families | ['T=1'], 300 | 3 (0–1) | 1/3 (1%–91%) | 1/3 | 40 | 2.5e-05 |" in text
+    assert "| all families | ['T=1'], 300 | 3 (0–1) | 1/3 (0.8%–90.6%) | 1/3 | 40 | 2.5e-05 |" in text
     assert "| all families | ['T=1'], planned |" not in text  # one family only: nothing to pool
 
 
