@@ -206,6 +206,9 @@ def run_parsed(name: str, args: argparse.Namespace, module: ModuleType | None = 
     if runner.budget_s is not None and not runner.budget_s >= 0:
         raise HarnessError(f"--budget-s must be >= 0 seconds, got {runner.budget_s}")
     stop = deadline(runner.stop_at, runner.budget_s)  # a bad --stop-at: exit 2 before anything runs
+    if runner.stop_at is not None and not runner.report_only and stop():
+        raise HarnessError(f"--stop-at {runner.stop_at} is already past (now {time.strftime('%H:%M', time.gmtime())} "
+                           "UTC; HH:MM means today): no cell would start")
     out = Path(runner.out or results_folder(f"campaign.{name}"))
     preflight.output_dir(out, "--out")  # an unwritable folder: exit 2 before any cell runs, not after them
     journaled = not never_journaled(type(config)) and getattr(module, "journaled", lambda c: True)(config)
@@ -229,4 +232,16 @@ def run_parsed(name: str, args: argparse.Namespace, module: ModuleType | None = 
                      provenance=provenance(**fields), seconds=time.perf_counter() - started,
                      command=command_line(name, config, dataclasses.replace(runner, fresh=False, report_only=False)),
                      where=where, journal=journal.load() if journal else dict(done))
-        return int(module.report(result) or 0)
+        return _exit_code(name, result, int(module.report(result) or 0))
+
+
+def _exit_code(name: str, run: Run, code: int) -> int:
+    """One rule for every campaign: a run with planned cells not made (cut short by --stop-at / --budget-s, a halt,
+    or --report-only on a journal that lacks them) is not a pass. The report's 1 (something that must pass failed,
+    on the cells made) stands; otherwise exit 2, in one line that names how many cells are missing."""
+    if run.complete or code == 1:
+        return code
+    why = "--report-only: not in the journal" if run.runner.report_only else "--stop-at / --budget-s or a halt"
+    print(f"specdec: error: campaign {name}: {len(run.cells) - len(run.done)} of {len(run.cells)} planned cells not "
+          f"made ({why}); the report covers the {len(run.done)} made, and the same command resumes", file=sys.stderr)
+    return 2

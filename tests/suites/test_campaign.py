@@ -113,9 +113,9 @@ def test_specdec_mutants_runs_on_the_runner_and_a_rerun_resumes(tmp_path, capsys
     assert main(["run", "--config", str(out / "campaign.json"), "--out", str(out)]) == 0
     assert _cells_run(capsys.readouterr().err) == ["campaign zoo: 4/4 cells"]  # every cell from the journal
     assert "4 of 4 were resumed" in (out / "report.md").read_text()
-    assert main(["campaign", "zoo", *argv[1:], "--seeds", "3", "--stop-at", "1"]) == 2  # 1970: no run starts
+    assert main(["campaign", "zoo", *argv[1:], "--seeds", "3", "--budget-s", "0"]) == 2  # spent: no run starts
     err = capsys.readouterr().err
-    assert "1 of 5 runs not made" in err and _cells_run(err) == ["campaign zoo: 4/5 cells"]
+    assert "1 of 5 planned cells not made" in err and _cells_run(err) == ["campaign zoo: 4/5 cells"]
     assert "Partial: 1 of 5 planned runs not made" in (out / "report.md").read_text()
 
 
@@ -137,7 +137,7 @@ def test_a_journaled_failure_of_a_control_is_exit_1(tmp_path, capsys):
     assert "Overall: FAIL" in (tmp_path / "report.md").read_text()
     # nothing journaled for an entry: its row is not judged, and the runs not made are exit 2
     assert main(["mutants", "--quick", "--only", "always_reject", "--out", str(tmp_path / "none"), "--report-only"]) == 2
-    assert "specdec: error: 8 of 8 runs not made" in capsys.readouterr().err
+    assert "specdec: error: campaign zoo: 8 of 8 planned cells not made" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -33,5 +33,5 @@ def test_invariance_campaign_journals_every_run_and_resumes(tmp_path):
 
 def test_a_campaign_cut_short_says_so(tmp_path):
     out = tmp_path / "inv"
-    assert main(["--rules", "2", "--sources", "sampler", "--out", str(out), "--budget-s", "0"]) == 1
+    assert main(["--rules", "2", "--sources", "sampler", "--out", str(out), "--budget-s", "0"]) == 2
     assert "planned runs not made" in (out / "report.md").read_text()

@@ -112,7 +112,7 @@ def test_the_finding_runs_its_cells_against_both_servers_and_a_rerun_resumes(fak
 
 def test_a_run_cut_by_its_budget_names_the_cells_not_run_and_fresh_forgets_the_kept_responses(fake, tmp_path):
     out = tmp_path / "finding"
-    assert main(["campaign", "llama_server", "--out", str(out), "--samples", "30", "--budget-s", "35"]) == 0
+    assert main(["campaign", "llama_server", "--out", str(out), "--samples", "30", "--budget-s", "35"]) == 2
     finding = _finding(out)["report"]  # the binary and 3 probes, then out of time
     assert finding["checks"] == {} and "tolerance_nats" not in finding and len(fake["calls"]) == 4
     assert finding["not_run"][0] == "probe/off/llama-server"

@@ -92,7 +92,7 @@ def test_the_finding_runs_its_cells_against_both_servers_and_a_rerun_resumes(fak
 
 def test_a_run_cut_by_its_budget_names_the_cells_not_run_and_the_rerun_runs_only_those(fake, tmp_path):
     out = tmp_path / "finding"
-    assert main(["campaign", "llamacpp", "--out", str(out), *SMALL, "--budget-s", "25"]) == 0  # 3 cells, then out
+    assert main(["campaign", "llamacpp", "--out", str(out), *SMALL, "--budget-s", "25"]) == 2  # 3 cells, then out
     first = list(fake["calls"])
     not_run = _finding(out)["report"]["not_run"]
     assert len(first) == 3 and len(not_run) == len(campaign.cells(campaign.Config(samples=20, length=3, paired_seeds=5))) - 3
@@ -125,7 +125,7 @@ def test_a_bad_setting_exits_2_before_any_server_starts(fake, tmp_path, capsys, 
 
 def test_probe_only_runs_the_probes_and_starts_only_the_server_a_cell_needs(fake, tmp_path):
     out = tmp_path / "finding"
-    assert main(["campaign", "llamacpp", "--out", str(out), "--probe-only", "--budget-s", "5"]) == 0  # one probe
+    assert main(["campaign", "llamacpp", "--out", str(out), "--probe-only", "--budget-s", "5"]) == 2  # one probe
     assert fake["calls"] == ["probe"] and len(fake["started"]) == 1
     assert main(["campaign", "llamacpp", "--out", str(out), "--probe-only"]) == 0
     assert fake["calls"] == ["probe", "probe"] and sorted(fake["started"]) == ["off", "on"]

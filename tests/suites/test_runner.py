@@ -66,8 +66,10 @@ def test_a_rerun_resumes_from_the_journal_and_fresh_runs_every_cell_again(tmp_pa
 def test_report_only_and_a_spent_budget_run_nothing_and_report_what_is_journaled(tmp_path):
     CALLS.clear()
     assert run("small", ["--out", str(tmp_path), "--n", "2"], _campaign()) == 0
-    assert run("small", ["--out", str(tmp_path), "--n", "5", "--report-only"], _campaign()) == 0
-    assert run("small", ["--out", str(tmp_path), "--n", "5", "--stop-at", "1"], _campaign()) == 0  # 1970: passed
+    assert run("small", ["--out", str(tmp_path), "--n", "5", "--report-only"], _campaign()) == 2  # 3 cells lacking
+    assert run("small", ["--out", str(tmp_path), "--n", "5", "--budget-s", "0"], _campaign()) == 2  # spent: none ran
+    with pytest.raises(HarnessError, match="already past"):  # 1970: refused before anything runs
+        run("small", ["--out", str(tmp_path), "--n", "5", "--stop-at", "1"], _campaign())
     assert CALLS == [0, 1]
     record = _records(tmp_path)
     assert len(record["records"]) == 2 and record["complete"] is False
@@ -79,6 +81,8 @@ def test_the_exit_code_is_the_reports_and_the_record_carries_provenance_and_the_
     assert {"seed", "git_commit", "machine", "versions", "device", "dtype", "utc_time"} <= set(record["provenance"])
     assert record["provenance"]["seed"] == 7 and record["provenance"]["dtype"] == "float64"
     assert record["command"] == f"specdec campaign small --bad 1 --out {tmp_path}"
+    assert run("small", ["--out", str(tmp_path), "--bad", "1", "--n", "5", "--report-only"], _campaign()) == 1  # 2
+    #   cells lacking, but the cells made already show a failure: 1 stands
 
 
 def test_bad_settings_raise_before_any_cell_runs(tmp_path):

@@ -85,7 +85,7 @@ def test_the_step_part_runs_on_the_runner_and_a_rerun_resumes(tmp_path, capsys):
     assert main(argv) == 0
     assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("campaign structured:")] == \
         [f"campaign structured: {total}/{total} cells"]  # every run from the journal
-    assert main([*argv, "--step-seeds", "2", "--stop-at", "1"]) == 0  # 1970: the new seed does not start
+    assert main([*argv, "--step-seeds", "2", "--budget-s", "0"]) == 2  # out of time: the new seed does not start
     assert json.loads((tmp_path / "step.json").read_text())["report"]["verify_masked"]["seeds"] == 1
 
 

@@ -149,7 +149,7 @@ def test_every_part_runs_against_its_own_servers_and_a_rerun_resumes_with_the_sa
 
 def test_a_run_cut_by_its_budget_names_the_cells_not_run_and_the_rerun_runs_only_those(fake, tmp_path):
     out = tmp_path / "vllm"
-    assert vllm(out, *ARGS, "--budget-s", "25") == 0  # 3 sampler runs, then out of time
+    assert vllm(out, *ARGS, "--budget-s", "25") == 2  # 3 sampler runs, then out of time
     assert len(fake["calls"]) == 3 and fake["started"] == []  # the engine part never started its servers
     not_run = json.loads((out / "campaign.json").read_text())["summary"]["not_run"]
     summary = (out / "summary.md").read_text()
@@ -170,7 +170,7 @@ def test_an_interrupted_command_stops_the_campaign_and_a_dead_server_halts_the_i
     assert _keys(out) == [f"isolate/{names[0]}/n=50"] and fake["calls"] == names[:2] and fake["up"] == []
     fake["exit"], fake["alive"] = {}, False  # the next run's server dies during its first run
     fake["calls"].clear()
-    assert vllm(out, "--only", "isolate", *ARGS) == 0
+    assert vllm(out, "--only", "isolate", *ARGS) == 2  # the server died: the run could not be done
     assert fake["calls"] == [names[1]] and len(_keys(out)) == 2  # the interrupted run again, then no more
     assert f"**Not run** ({len(names) - 2} cells" in (out / "summary.md").read_text()
 
@@ -244,7 +244,7 @@ def test_logprobs_checks_run_at_the_tolerance_the_calibration_measured_in_each_m
 
 def test_logprobs_checks_cut_with_their_calibration_are_named_not_run_and_run_on_the_rerun(fake, tmp_path):
     out = tmp_path / "v"
-    assert vllm(out, "--only", "logprobs", "--model-dir", "/fake/model", "--budget-s", "5") == 0
+    assert vllm(out, "--only", "logprobs", "--model-dir", "/fake/model", "--budget-s", "5") == 2
     assert _keys(out) == ["logprobs/calibration/raw/n=16"]  # then the budget: no check ran without its tolerance
     summary = (out / "summary.md").read_text()
     assert "`logprobs/calibration/processed/n=16`" in summary and "`logprobs/raw/ngram/n=16/chunk=1`" in summary
