@@ -189,6 +189,42 @@ def test_an_engine_that_fails_is_a_finding_and_one_that_cannot_be_checked_exits_
     assert "| draft model | ERROR: server: " in text and "while starting" in text
 
 
+def test_a_pair_whose_config_the_converter_drops_is_also_run_as_converted(tmp_path, engine):
+    """arch-swa: the catalogue's config (llama-server differs from transformers with speculation off) and
+    arch-swa@gguf, the same weights with the fields llama.cpp's converter assumes, for both sides."""
+    assert run("architectures", ["--only", "engine", "--pairs", "arch-swa", "arch-conv", "--out", str(tmp_path)]) == 0
+    assert engine["started"] == ["off", "draft"] * 3  # arch-swa, arch-swa@gguf, arch-conv (no variant)
+    rows = json.loads((tmp_path / "campaign.json").read_text())["rows"]
+    assert [(r["pair"], r["side"]) for r in rows] == [(p, s) for p in ("arch-swa", "arch-swa@gguf", "arch-conv")
+                                                      for s in ("off", "draft")]
+    text = (tmp_path / "README.md").read_text()
+    assert "| arch-swa@gguf | sliding window (Gemma 3); config as converted: query_pre_attn_scalar = head_dim = 8, " \
+           "both layers sliding (window 8) | draft model | PASS (2 s) " in text
+
+
+def test_the_variant_sets_the_saved_config_fields_for_converter_and_ground_truth(tmp_path, monkeypatch):
+    """_engine_models on PAIR@gguf: both saved folders carry the fields (nested ones key by key) before conversion;
+    the plain pair keeps the catalogue's."""
+    import harness.models.gguf_convert as gguf_convert
+
+    seen = {}
+
+    def convert(root, path, out, extra=(), log=None):
+        seen[(path.parent.parent.name, path.name)] = json.loads((path / "config.json").read_text())
+        return out
+
+    monkeypatch.setattr(gguf_convert, "convert", convert)
+    for label in ("arch-mamba2-hybrid", "arch-mamba2-hybrid@gguf"):
+        models = architectures._engine_models(label, tmp_path / label, None)
+        assert models["target_hf"] == tmp_path / label / "hf" / "target"
+    for role in ("target", "draft"):
+        plain, variant = seen[("arch-mamba2-hybrid", role)], seen[("arch-mamba2-hybrid@gguf", role)]
+        assert plain["rope_parameters"]["partial_rotary_factor"] == 0.5
+        assert variant["rope_parameters"] == {**plain["rope_parameters"], "partial_rotary_factor": 1.0}
+        assert {k: v for k, v in variant.items() if k != "rope_parameters"} == \
+            {k: v for k, v in plain.items() if k != "rope_parameters"}
+
+
 def test_engine_part_without_llama_server_is_not_run_and_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(architectures, "_engine_binary", lambda: None)
     assert run("architectures", ["--only", "engine", "--out", str(tmp_path)]) == 0
