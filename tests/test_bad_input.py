@@ -196,6 +196,8 @@ KINDS = [
     ("campaign-stop-at-bad", lambda t: ["campaign", "tree", "--stop-at", "noon", "--out", str(t)], 2, "--stop-at"),
     ("campaign-stop-at-hour-25", lambda t: ["campaign", "invariance", "--stop-at", "25:00", "--out", str(t)], 2,
      "--stop-at"),
+    ("campaign-stop-at-past", lambda t: ["campaign", "invariance", "--stop-at", "1", "--out", str(t)], 2,
+     "already past"),
     ("serve-tool-call-tokens-equal", lambda t: ["serve", "--tool-call-tokens", "5,5"], 2, "two different token ids"),
     ("serve-tool-call-tokens-one", lambda t: ["serve", "--tool-call-tokens", "5"], 2, "two different token ids"),
     ("bench-unknown-category", lambda t: ["bench", "--pair", "smollm2-ngram", "--categories", "poetry", "--out",
