@@ -27,7 +27,7 @@ def test_control_runs_are_journaled_a_rerun_resumes_and_the_budget_stops_new_run
     # 100 samples per cell: no false alarm; the one-law headline (a prompt's joint law at 100 rows, TV ≈ 0.33)
     # promises too little for PASS, so the control run is INCONCLUSIVE, never PASS on too little data
     assert runs[0]["verdict"] == "inconclusive" and not runs[0]["fail"] and runs[0]["declared_samples"] == 100
-    assert run("contexts", [*args, "--control-seeds", "3", "--budget-s", "0"]) == 0  # out of time: nothing starts
+    assert run("contexts", [*args, "--control-seeds", "3", "--budget-s", "0"]) == 2  # out of time: nothing starts
     assert len(_keys(out)) == 1
     record = json.loads((out / "campaign.json").read_text())
     assert record["summary"]["control_seeds"] == 1 and record["summary"]["control_false_alarms"] == 0

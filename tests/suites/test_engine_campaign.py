@@ -45,7 +45,7 @@ def test_a_tiny_run_checks_the_served_reference_and_a_rerun_resumes_without_a_se
     assert "specdec campaign engine --seeds 1" in report
 
     assert main(argv) == 0 and started == ["reference_generate"]  # resumed from the journal: no server, no run
-    assert main([*argv[:3], "2", *argv[4:], "--stop-at", "1"]) == 0  # one more seed, but the time is up (1970)
+    assert main([*argv[:3], "2", *argv[4:], "--budget-s", "0"]) == 2  # one more seed, but the time is up
     assert started == ["reference_generate"]
     report = (tmp_path / "report.md").read_text()
     assert "Partial: 2 of 3 runs made" in report and "| control | local | 1 |" in report
