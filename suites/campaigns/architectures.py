@@ -170,6 +170,11 @@ def _engine_models(pair_name: str, work: Path, log) -> dict:
     return {"target_hf": paths["target"], **ggufs}
 
 
+def _engine_labels(pair_name: str) -> tuple[str, ...]:
+    """The engine part's pairs for one catalogue pair: itself, and PAIR@gguf where the converter drops fields."""
+    return (pair_name, *([pair_name + FAITHFUL] if pair_name in ENGINE_FAITHFUL else []))
+
+
 def set_config_fields(path: Path, fields: dict) -> None:
     """Set `fields` in a saved config.json (a dict-valued field is updated key by key, e.g. rope_parameters)."""
     config = json.loads(path.read_text())
@@ -473,10 +478,9 @@ def cells(config: Config) -> dict[str, tuple]:
             print(f"engine: not run: {NO_LLAMA_SERVER}", flush=True)
         else:
             samples = config.samples or ENGINE_SAMPLES
-            engine_pairs = [q for p in pairs for q in (p, *([p + FAITHFUL] if p in ENGINE_FAITHFUL else []))]
             out.update({cell_key("engine", p, name=side, samples=samples):
                         ("engine", p, side, 0, samples, None, None, str(_HELD["out"]))
-                        for p in engine_pairs for side in ENGINE_SIDES})
+                        for pair in pairs for p in _engine_labels(pair) for side in ENGINE_SIDES})
     return out
 
 
@@ -601,7 +605,7 @@ def _engine_lines(rows: list[dict], families) -> list[str]:
               "| pair | family | llama-server | greedy (T=0) | T=1 | the same greedy request ([1, 2, 3, 4], 12 tokens); "
               "drafts accepted | s |", "|---|---|---|---|---|---|---|"]
     for name, (family, *_rest) in families.items():
-        for label in (name, *([name + FAITHFUL] if name in ENGINE_FAITHFUL else [])):
+        for label in _engine_labels(name):
             for side in ENGINE_SIDES:
                 row = engine.get((label, side))
                 if row is None:
