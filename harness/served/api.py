@@ -16,7 +16,8 @@ Every reply is checked on its own (nothing of it past its end condition, `usage`
 returned, finish_reason "length" exactly when the cap cut it), and where the engine reproduces a seed it is
 compared with the base continuation of the same seed cut by the correct bookkeeping
 (harness.served.bookkeeping): a stop changes where the reply ends, never the tokens before it. All gating
-tests are deterministic except `unseeded_independent` (see its docstring). Token texts come from the local
+tests are deterministic except `unseeded_independent`, the EOS part of `min_tokens` and `n_independent` (p-values
+that enter Holm's procedure with the rest). Token texts come from the local
 tokenizer (--pair / --target).
 """
 
@@ -79,6 +80,7 @@ class Context:
     tolerance: float
     reproducible: bool = False
     eos_law: object = None  # (ids, tokens) -> the local target's P(tokens) at each position of a reply (T = 1)
+    reply_law: object = None  # ids -> the local target's P(each returned token) at the cell's setting
 
 
 @dataclasses.dataclass
@@ -864,25 +866,47 @@ def _problems_tool_finish(ctx: Context, exchanges):
     return out
 
 
-def _problems_unseeded(ctx: Context, exchanges):
-    """Unseeded requests must not share a random stream (TRT-LLM #19487). Fails when every unseeded reply is the
-    same while the seeded base replies (distinct seeds, same request) are not all the same. A correct engine fails
-    only when its k unseeded draws all coincide: probability Σ_x P(x)^k, which the seeded draws bound (they
-    differ, so the law is not a point mass); measured on `specdec serve`: docs/SERVED-CHECKS.md."""
+def unseeded_coincidence(ctx: Context, exchanges) -> dict:
+    """Whether unseeded requests share a random stream (TRT-LLM #19487 / PR #17599): the statistic is whether all
+    k unseeded replies (same request, no seed) are one continuation x*, and how likely x* is. Under a correct
+    engine the k replies are independent draws of one law P, so P(all k equal some x with P(x) <= P(x*)) =
+    Σ_{x: P(x) <= P(x*)} P(x)^k <= P(x*)^(k-1): that bound is the p-value, with P(x*) the local target's
+    probability of the returned tokens at the request's setting (teacher-forced, float64; a reply whose EOS is not
+    returned is scored as its prefix, which only raises the bound). A peaked law (a likely EOS first: toy-eos)
+    therefore never fails by its own coincidences. Without a local target the seeded base replies of the same
+    request (distinct seeds: the same law) are pooled with the unseeded ones and the p-value is the permutation
+    one, Σ_x C(n_x, k) / C(n, k), the chance that k of the n pooled replies drawn at random all coincide."""
     unseeded = [tuple(e.reply.ids or ()) for e in exchanges if e.kind == "unseeded"]
     length = next((e.body["max_tokens"] for e in exchanges if e.kind == "unseeded"), None)
     seeded = [tuple(e.reply.ids or ()) for e in exchanges if e.kind == "base" and e.body["max_tokens"] == length]
-    if len(unseeded) >= 2 and len(set(unseeded)) == 1 and len(set(seeded)) > 1:
-        return [f"all {len(unseeded)} unseeded requests returned the same {len(unseeded[0])} tokens, while "
-                f"{len(set(seeded))} of {len(seeded)} seeded requests differ"]
-    return []
+    k = len(unseeded)
+    out = {"unseeded": k, "distinct": len(set(unseeded)), "seeded": len(seeded), "seeded_distinct": len(set(seeded))}
+    if k < 2 or len(set(unseeded)) > 1:
+        return {**out, "p": 1.0}
+    if ctx.reply_law is not None:
+        logp = float(sum(math.log(max(q, 1e-300)) for q in ctx.reply_law(list(unseeded[0]))))
+        return {**out, "p": min(1.0, math.exp((k - 1) * logp)), "log_prob": logp, "method": "target bound"}
+    pool = unseeded + seeded
+    ways = sum(math.comb(pool.count(x), k) for x in set(pool))
+    return {**out, "p": ways / math.comb(len(pool), k), "method": "permutation"}
+
+
+def _unseeded_result(cell: Cell, ctx: Context, exchanges) -> TestResult:
+    found = unseeded_coincidence(ctx, exchanges)
+    cell.summary["unseeded_independent"] = found
+    message = (f"all {found['unseeded']} unseeded requests returned the same continuation"
+               + (f", of target probability exp({found['log_prob']:.1f})" if "log_prob" in found else
+                  f", while {found['seeded_distinct']} of {found['seeded']} seeded replies are distinct")
+               + " (one random stream shared?)" if found["p"] < 0.5 else "")
+    return TestResult(f"{cell.name}/unseeded_independent", found["unseeded"] - found["distinct"], found["p"],
+                      n=found["unseeded"], details={"message": message, **found})
 
 
 _CHECKS = {"max_tokens": _problems_max_tokens, "usage": _problems_usage, "finish_reason": _problems_finish_reason,
            "stop_strings": lambda ctx, ex: _problems_stops(ctx, ex, strings=True),
            "stop_token_ids": lambda ctx, ex: _problems_stops(ctx, ex, strings=False),
            "logprobs_aligned": _problems_logprobs, "seed_reproducible": _problems_seed,
-           "unseeded_independent": _problems_unseeded, "stream": _problems_stream,
+           "stream": _problems_stream,
            "chat_stream": _problems_chat_stream, "tool_calls_finish_reason": _problems_tool_finish}
 
 
@@ -927,7 +951,8 @@ def _n_result(cell: Cell, ctx: Context, exchanges) -> TestResult:
                       n=found.get("within", 0) + found.get("across", 0), details={"message": message, **found})
 
 
-_STATISTICAL = {"min_tokens": _min_tokens_result, "n_independent": _n_result}
+_STATISTICAL = {"min_tokens": _min_tokens_result, "n_independent": _n_result,
+                "unseeded_independent": _unseeded_result}
 
 
 API_CHECK = Check("api", lambda cell: len(cell.summary["_tests"]), _api_tests)
@@ -1022,7 +1047,8 @@ def cells(run, prompts: list) -> list[Cell]:
         (("chat_stream",) if chat else ()) + (("tool_calls_finish_reason",) if tools else ())
     return [Cell(f"api/{setting.label}/prompt{i}", [API_CHECK],
                  ApiCell(setting, i, list(p), stream, chat, tools, stop_ids, lacks), math.nan,
-                 {"_run": run, "_api": dataclasses.replace(ctx, eos_law=_eos_law(run, list(p), _plain_setting())),
+                 {"_run": run, "_api": dataclasses.replace(ctx, eos_law=_eos_law(run, list(p), _plain_setting()),
+                                                      reply_law=_eos_law(run, list(p), setting)),
                   "_tests": tests, "setting": dataclasses.asdict(setting), "streams": stream, "chat_streams": chat,
                   "chat_tools": tools, "min_tokens_with_stop_ids": stop_ids, "not_offered": lacks})
             for i, p in enumerate(prompts)]
@@ -1030,12 +1056,12 @@ def cells(run, prompts: list) -> list[Cell]:
 
 def _eos_law(run, prompt: list[int], setting):
     """(ids, tokens) -> P(tokens) at each position of a reply to `prompt`: the local target (float64),
-    teacher-forced, at `setting` (the min_tokens requests': T = 1) without min_tokens (None without a local
-    target)."""
+    teacher-forced, at `setting` (the min_tokens requests': T = 1) without min_tokens; tokens None: P(the reply's
+    own token) at each position (None without a local target)."""
     if run.pair is None:
         return None
 
-    def law(ids: list[int], eos: list[int]):
+    def law(ids: list[int], eos: list[int] | None = None):
         import torch
 
         from harness.check.exact_laws import target64
@@ -1044,7 +1070,10 @@ def _eos_law(run, prompt: list[int], setting):
         seq = torch.tensor([prompt + list(ids)], dtype=torch.long)
         with torch.inference_mode():
             logits = target64(run.pair)(input_ids=seq).logits[0, len(prompt) - 1 : -1, : run.pair.vocab_size].double()
-        return process(logits, setting)[:, eos].sum(-1).numpy()
+        probs = process(logits, setting)
+        if eos is None:
+            return probs.gather(1, torch.tensor(list(ids), dtype=torch.long)[:, None])[:, 0].numpy()
+        return probs[:, eos].sum(-1).numpy()
 
     return law
 

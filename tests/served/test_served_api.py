@@ -82,6 +82,33 @@ def test_each_planted_bug_gets_its_case_wrong():
     assert API_MUTANTS["unseeded_shared_stream"]().seed(None) == API_MUTANTS["unseeded_shared_stream"]().seed(None)
 
 
+def _unseeded(ids_of_unseeded, ids_of_seeded, law=None):
+    from harness.served.api import Context, Exchange, Reply, unseeded_coincidence
+
+    def ex(kind, ids):
+        return Exchange(kind, None, {"max_tokens": 4}, Reply(list(ids), "", "length", len(ids), None, None))
+
+    ctx = Context(set(), str, 0.0, reply_law=law)
+    return unseeded_coincidence(ctx, [ex("unseeded", i) for i in ids_of_unseeded] +
+                                [ex("base", i) for i in ids_of_seeded])
+
+
+def test_unseeded_coincidences_are_judged_by_how_likely_the_shared_continuation_is():
+    """The CI false alarm of 2026-12-07: on toy-eos three unseeded replies were all [EOS], a likely reply, and the old
+    rule (all equal while the seeded ones differ) failed the correct server. The p-value is P(x*)^(k-1)."""
+    import numpy as np
+
+    likely = _unseeded([(0,)] * 3, [(0,), (3, 4)], law=lambda ids: np.array([0.6] * len(ids)))
+    assert likely["p"] == pytest.approx(0.36) and likely["method"] == "target bound"
+    rare = _unseeded([(3, 4, 5, 6)] * 3, [(1, 2), (3, 4)], law=lambda ids: np.array([0.1] * len(ids)))
+    assert rare["p"] == pytest.approx(1e-8)
+    assert _unseeded([(3,), (4,), (3,)], [], law=lambda ids: np.ones(len(ids)))["p"] == 1.0  # not all one: no test
+    # without a local target: the permutation p-value over the unseeded and seeded replies pooled
+    assert _unseeded([(1,)] * 3, [(2,), (3,)])["p"] == pytest.approx(1 / 10)  # C(3,3) / C(5,3)
+    assert _unseeded([(1,)] * 3, [(1,), (3,)])["p"] == pytest.approx(4 / 10)  # C(4,3) / C(5,3)
+    assert _unseeded([(1,)] * 4, [(j,) for j in range(2, 10)])["p"] == pytest.approx(1 / 495)  # C(12,4)
+
+
 def test_the_tool_call_parser_splits_calls_and_streams_them_whatever_the_slicing():
     """Token 5 opens a call, 9 closes it: the first body token names the function, the rest is its arguments; the
     streamed entries (name once, arguments as they arrive) and content join to the non-streamed fields for any
