@@ -1095,6 +1095,12 @@ def notes(report) -> list[str]:
              f"spanned two steps; tokens per delta {histogram}" if streamed and placed else
              "the engine does not stream, so the steps are not known (stops chosen at spread positions)")
     lacks = cases[0].get("not_offered") or {}
+    alike = [(c["name"], c["unseeded_independent"]) for c in cases
+             if (c.get("unseeded_independent") or {}).get("distinct") == 1 and c["unseeded_independent"]["p"] >= 1e-3]
     return [f"API check: {total} stop requests; {where}; seeds reproduce: "
             f"{all(c.get('seed_reproducible') for c in cases)}"] + \
-        [f"API check: not offered by the engine, so not tested: {field} ({why})" for field, why in lacks.items()]
+        [f"API check: not offered by the engine, so not tested: {field} ({why})" for field, why in lacks.items()] + \
+        [f"API check: {name}: all {u['unseeded']} unseeded replies were one continuation, "
+         + (f"of target probability {math.exp(u['log_prob']):.3g}" if "log_prob" in u else "as often as the seeded bases allow by chance")
+         + f" (p = {u['p']:.3g}): unseeded_independent cannot tell a shared random stream from chance there"
+         for name, u in alike]

@@ -52,7 +52,7 @@ CASE_FIELDS = ("name", "requests", "stop_requests", "stops_placed", "stops_insid
                "tokens_per_delta", "seed_reproducible", "chat_requests", "chat_reasoning_split",
                "chat_marker_in_multi_token_delta", "chat_marker_mid_delta", "chat_tokens_per_delta", "chat_tools",
                "chat_tool_call_replies", "chat_tool_calls", "chat_tool_call_in_multi_token_delta", "min_tokens_eos",
-               "min_tokens_with_stop_ids", "min_tokens_stop_ids", "n_independent")
+               "min_tokens_with_stop_ids", "min_tokens_stop_ids", "n_independent", "unseeded_independent")
 
 
 def _mutants() -> str:

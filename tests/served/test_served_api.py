@@ -255,6 +255,10 @@ def test_eos_inside_steps_passes_on_the_correct_server_and_the_cap_checked_first
         broken = run_engine_check(EngineConfig(endpoint=bad.url + "/v1", **config))
     assert ok.verdict == "pass", [t.details for t in ok.tests if t.reject]
     assert broken.verdict == "fail"
+    # prompt0 at T = 0.7 / top-p 0.9 is EOS with probability 1: the unseeded replies coincide and the report says
+    # that a shared stream cannot be told from chance there
+    assert any("prompt0: all 3 unseeded replies were one continuation, of target probability 1" in n and
+               "cannot tell" in n for n in ok.notes), ok.notes
 
 
 @pytest.mark.statistical
