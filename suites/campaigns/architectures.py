@@ -361,11 +361,11 @@ def _tv(row) -> str:
 
 
 def _cell(rows: list[dict]) -> str:
-    """The last run of each setting: 'greedy (T=0): FAIL (35 s, TV -): ...; T=1: PASS ...'."""
+    """The last run of each plan: "['T=0'], planned: FAIL (35 s, TV -): ...; ['T=1'], 300, contexts none: PASS ..."."""
     if not rows:
         return "not run"
     texts = []
-    for key, last in {str(r.get("settings", "default")): r for r in rows}.items():
+    for key, last in {_plan_text(r): r for r in rows}.items():
         text = f"{key}: {last['verdict'].upper()} ({last['seconds']:.0f} s, TV {_tv(last)})"
         if last["verdict"] in ("fail", "error") and last.get("message"):
             text += f": {last['message'][:140]}"
@@ -388,7 +388,7 @@ def readme(rows: list[dict], out: Path) -> str:
         mine = [r for r in rows if r.get("pair") == name]
         sh = [r for r in mine if r["part"] == "shape"]
         shape_text = (f"{sh[-1]['acceptance_per_position']} / {sh[-1]['entropy_nats']}" if sh else "not measured")
-        ref = list({r["seed"]: r for r in mine if r["part"] == "reference"}.values())
+        ref = list({(r["seed"], _plan_text(r)): r for r in mine if r["part"] == "reference"}.values())
         ref_text = (f"{len(ref)} runs, {sum(r['verdict'] == 'fail' for r in ref)} FAIL; " + _cell(ref)) if ref else "not run"
         cells = [_cell([r for r in mine if r["part"] == "transformers" and r["impl"] == impl]) for impl in TRANSFORMERS]
         lines.append(f"| {name} | {family} ({model_type}) | {shape_text} | {ref_text} | {cells[0]} | {cells[1]} |")
@@ -553,9 +553,7 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
             m = max((r.get("declared_tests") or 0) for r in runs)
             seeds = sorted(r["seed"] for r in runs)
             rate = f"{DEFAULT_FALSE_ALARM_RATE / m:.1e}" if m else "-"
-            plan = (f"{settings}, {samples or 'planned'}" + (f", ≤ {budget:.0f} s" if budget else "")
-                    + (f", contexts {contexts}" if contexts else ""))
-            lines.append(f"| {name} | {plan} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
+            lines.append(f"| {name} | {_plan_text(runs[0])} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
                          f"| {k}/{len(runs)} ({low:.1%}–{high:.1%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
                          f"| {m or '-'} | {rate} |")
     return lines

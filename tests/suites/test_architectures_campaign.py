@@ -26,7 +26,17 @@ def test_readme_has_one_row_per_family_and_counts_seeds_once(tmp_path: Path):
     for name in FAMILIES:
         assert sum(line.startswith(f"| {name} |") for line in text.splitlines()) == 1
     assert "| m | arch-ssm | 1/2 |" in text
-    assert "['T=0']: FAIL (9 s, TV -): greedy / diverges" in text
+    assert "['T=0'], planned: FAIL (9 s, TV -): greedy / diverges" in text
+
+
+def test_the_reference_column_keeps_one_run_per_seed_and_plan(tmp_path: Path):
+    """Seed 0 at the default plan and seed 0 at ['T=1'], 3000 are two runs: neither hides the other (the report
+    once keyed runs by seed alone, and a later run at another plan replaced the default-plan PASS)."""
+    ref = dict(part="reference", pair="arch-ssm", seed=0, verdict="pass", seconds=1.0, time_budget_s=None)
+    rows = [{**ref, "settings": "default", "samples_requested": None, "seconds": 2877.0},
+            {**ref, "settings": ["T=1"], "samples_requested": 3000, "contexts": "none"}]
+    row = next(line for line in readme(rows, tmp_path).splitlines() if line.startswith("| arch-ssm |"))
+    assert "2 runs, 0 FAIL; default, planned: PASS (2877 s" in row and "['T=1'], 3000, contexts none: PASS" in row
 
 
 def test_reference_runs_are_counted_as_false_alarm_trials_per_plan(tmp_path: Path):
