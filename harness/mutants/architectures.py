@@ -7,6 +7,7 @@ Each runs the reference's loop (`harness.mutants.generation.hooked_generate`) wi
 - recurrent state not rolled back (mlx-lm #846: `trim()` a no-op on `ArraysCache`);
 - conv state not rolled back (vLLM #39273 and PRs #40738 / #55504; llama.cpp #20075);
 - state rolled back only on a partial rejection, never when every draft was rejected (ik_llama.cpp #1754);
+- state rolled back one token too far when every draft was rejected (transformers 5.25, found by specdec);
 - a zero-draft step after a step that accepted ≥ 2 drafts reading the state of the wrong step (vLLM PR #52942);
   its loop drafts nothing every other step (an n-gram drafter's misses: `zero_draft_every_other_step`, lossless
   alone), so the bug has zero-draft steps inside a sample to strike at;
@@ -24,7 +25,7 @@ import torch
 
 from harness.mutants.base import register
 from harness.mutants.generation import Hooks, hooked_generate
-from specdec_ref.runners import RecomputeRunner, StatefulRunner
+from specdec_ref.runners import CachedRunner, RecomputeRunner, StatefulRunner
 
 Tensor = torch.Tensor
 
@@ -82,6 +83,36 @@ class ConvNotRolledBack(_StaleStateRunner):
 class RolledBackOnlyOnPartialRejection(_StaleStateRunner):
     states = ("recurrent_states", "conv_states")
     only_full_rejection = True
+
+
+class StateOneTokenBackOnFullRejection(StatefulRunner):
+    """When every draft of the last block was rejected, the recurrent and conv states are restored to the state
+    from *before* the block, so the block's first token (the last sampled one, which is kept) never reaches them,
+    while the attention layers hold it: the rollback is one token too far. transformers 5.25 records γ past states
+    for a verify forward of γ + 1 tokens (found by specdec: docs/BUGS.md). The wrong state then persists."""
+
+    def __init__(self, model, name, n_rows, capabilities=None):
+        super().__init__(model, name, n_rows, capabilities)
+        self.block_start: list[int] = [0] * n_rows  # the last call's first draft position
+        self.armed: int | None = None  # the length whose advance drops the kept token from the states
+
+    def _row_logits(self, row, seq, n_last):
+        keep = CachedRunner._common_prefix(self, row, seq, limit=len(seq) - n_last)
+        self.armed = keep if 0 < keep == self.block_start[row] else None  # no draft of the last block kept
+        try:
+            return super()._row_logits(row, seq, n_last)
+        finally:
+            self.armed, self.block_start[row] = None, len(seq) - n_last + 1
+
+    def _feed(self, cache, seq, start):
+        if self.armed is None or len(seq) != self.armed or cache is None or start != len(seq) - 1:
+            return super()._feed(cache, seq, start)
+        before = copy.deepcopy(cache)  # the state before the kept token
+        logits, cache = super()._feed(cache, seq, start)
+        for kept, old in zip(_state_layers(cache), _state_layers(before), strict=True):
+            for attr in ("recurrent_states", "conv_states"):
+                setattr(kept, attr, _cloned(getattr(old, attr)))
+        return logits, cache
 
 
 class ZeroDraftStaleState(StatefulRunner):
@@ -234,6 +265,16 @@ def conv_state_not_rolled_back(target, draft, input_ids, *, max_new_tokens, gamm
 def state_rolled_back_only_on_partial_rejection(target, draft, input_ids, *, max_new_tokens, gamma, temperature,
                                                 top_k, top_p, seed):
     """The state is restored when some drafts were accepted, not when all were rejected."""
+
+
+@_state_mutant(StateOneTokenBackOnFullRejection, pair="arch-linear",
+               needs=(_STATE, "steps where every draft is rejected (α well below 1)"),
+               models="transformers 5.25 generate(): γ past states recorded for a verify of γ + 1 tokens (found by "
+                      "specdec, docs/BUGS.md; Qwen3-Next, Jamba, Bamba, Mamba2)")
+def state_one_token_back_on_full_rejection(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
+                                           top_p, seed):
+    """When every draft is rejected, the recurrent / conv state is restored to before the block: the kept token is
+    missing from it."""
 
 
 @_state_mutant(ZeroDraftStaleState, pair="arch-ssm", drafts=zero_draft_every_other_step,

@@ -139,6 +139,7 @@ BLIND = {
     # (caught on their own pairs: tests/specdec_ref/test_stateful.py, specdec campaign architectures)
     **{name: dict(pair="0.7", temperature=1.0) for name in (
         "recurrent_state_not_rolled_back", "conv_state_not_rolled_back", "state_rolled_back_only_on_partial_rejection",
+        "state_one_token_back_on_full_rejection",
         "zero_draft_step_reads_wrong_state", "rotating_cache_trim_keeps_stale_keys", "sliding_window_narrow_by_block")},
     # it mangles any cached multi-token forward, dense ones too; one new token: the only forward is the prompt's
     "multi_token_verify_as_single_step": dict(pair="0.7", temperature=1.0, n=1),

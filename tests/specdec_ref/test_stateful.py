@@ -96,6 +96,21 @@ def test_generation_check_at_t1_passes_the_stateful_reference_and_fails_the_muta
     assert bad.verdict == "fail"
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
+def test_the_rollback_one_token_too_far_breaks_greedy_equality_on_qwen3_next():
+    """transformers 5.25's off-by-one (γ states recorded for a verify of γ + 1 tokens: a fully rejected block
+    restores the state from before the block), planted in the stateful reference on its own pair: greedy differs
+    from plain decoding, which the reference itself equals (above)."""
+    from harness.mutants.registry import get
+
+    pair = _pair("arch-linear")
+    plain = autoregressive_generate(pair.target, PROMPTS, max_new_tokens=16, temperature=0.0, cache="recompute")
+    mutant = get("state_one_token_back_on_full_rejection").fn(pair.target, pair.draft, PROMPTS, max_new_tokens=16,
+                                                              gamma=3, temperature=0.0, top_k=None, top_p=None, seed=0)
+    assert not torch.equal(mutant, plain.tokens)
+
+
 @pytest.mark.statistical
 def test_zero_draft_schedule_alone_is_plain_greedy_and_its_stale_state_bug_is_not():
     """The zero-draft mutant's draft schedule (every other step drafts nothing, as an n-gram drafter's misses) is
