@@ -1047,14 +1047,14 @@ def cells(run, prompts: list) -> list[Cell]:
         (("chat_stream",) if chat else ()) + (("tool_calls_finish_reason",) if tools else ())
     return [Cell(f"api/{setting.label}/prompt{i}", [API_CHECK],
                  ApiCell(setting, i, list(p), stream, chat, tools, stop_ids, lacks), math.nan,
-                 {"_run": run, "_api": dataclasses.replace(ctx, eos_law=_eos_law(run, list(p), _plain_setting()),
-                                                      reply_law=_eos_law(run, list(p), setting)),
+                 {"_run": run, "_api": dataclasses.replace(ctx, eos_law=_target_law(run, list(p), _plain_setting()),
+                                                      reply_law=_target_law(run, list(p), setting)),
                   "_tests": tests, "setting": dataclasses.asdict(setting), "streams": stream, "chat_streams": chat,
                   "chat_tools": tools, "min_tokens_with_stop_ids": stop_ids, "not_offered": lacks})
             for i, p in enumerate(prompts)]
 
 
-def _eos_law(run, prompt: list[int], setting):
+def _target_law(run, prompt: list[int], setting):
     """(ids, tokens) -> P(tokens) at each position of a reply to `prompt`: the local target (float64),
     teacher-forced, at `setting` (the min_tokens requests': T = 1) without min_tokens; tokens None: P(the reply's
     own token) at each position (None without a local target)."""

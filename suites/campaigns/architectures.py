@@ -532,28 +532,26 @@ def _false_alarms(rows: list[dict], families) -> list[str]:
              "| pair | plan (settings, samples per cell, time budget) | runs (seeds) | FAIL at the gate (95% CI) "
              "| family p ≤ 0.05 | m (declared tests) | per-test rate at Holm's first step |",
              "|---|---|---|---|---|---|---|"]
-    pooled: dict[tuple, list[dict]] = {}
+    pooled: dict[str, list[dict]] = {}
     for name in [*families, "all families"]:
-        plans: dict[tuple, dict] = {}
+        plans: dict[str, dict] = {}
         for r in rows:
             if r.get("part") == "reference" and r.get("pair") == name:
-                plan = (str(r.get("settings", "default")), r.get("samples_requested"), r.get("time_budget_s"),
-                        r.get("contexts"))
-                plans.setdefault(plan, {})[r["seed"]] = r
+                plans.setdefault(_plan_text(r), {})[r["seed"]] = r
         if name == "all families":  # every family's runs of a plan together (plans run on more than one family)
             plans = {plan: dict(enumerate(runs)) for plan, runs in pooled.items()
                      if len({r["pair"] for r in runs}) > 1}
-        for (settings, samples, budget, contexts), by_seed in plans.items():
+        for plan, by_seed in plans.items():
             runs = list(by_seed.values())
             if name != "all families":
-                pooled.setdefault((settings, samples, budget, contexts), []).extend(runs)
+                pooled.setdefault(plan, []).extend(runs)
             k = sum(r["verdict"] == "fail" for r in runs)
             low, high = clopper_pearson(k, len(runs))
             with_p = [r["family_p"] for r in runs if r.get("family_p") is not None]
             m = max((r.get("declared_tests") or 0) for r in runs)
             seeds = sorted(r["seed"] for r in runs)
             rate = f"{DEFAULT_FALSE_ALARM_RATE / m:.1e}" if m else "-"
-            lines.append(f"| {name} | {_plan_text(runs[0])} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
+            lines.append(f"| {name} | {plan} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
                          f"| {k}/{len(runs)} ({low:.1%}–{high:.1%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
                          f"| {m or '-'} | {rate} |")
     return lines
