@@ -41,6 +41,7 @@ from pathlib import Path
 from harness.configs import option
 from harness.envelope import NOT_RECORDED
 from harness.errors import HarnessError
+from suites.campaigns._record import public_record
 from suites.campaigns._servers import ENGINE_TV_BAR, Servers, not_run, not_run_lines, plain
 
 # The plan (policy): sized for a shared 2-core machine. Two plans for the token-law runs:
@@ -533,7 +534,7 @@ def report(run) -> int:
         return 0
     record = finding_record(run.config, run.cells, run.done, _HELD.get("load_at_start", os.getloadavg()))
     run.write_result("finding.json", "campaign.llama_server", report=record, summary={"not_run": record["not_run"]})
-    run.write_text("README.md", report_md(record, run.command))
+    run.write_text("README.md", report_md(record, run.command) + public_record(run.out))
     print(f"wrote {run.out / 'README.md'}: " + ", ".join(f"{k} {v['verdict']}" for k, v in record["checks"].items())
           + (f"; not run: {', '.join(record['not_run'])}" if record["not_run"] else ""))
     return 1 if any(v["verdict"] == "fail" for k, v in record["checks"].items() if k != DIAGNOSIS) else 0

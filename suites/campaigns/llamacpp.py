@@ -23,6 +23,7 @@ from harness.configs import option
 from harness.envelope import NOT_RECORDED
 from harness.errors import HarnessError
 from harness.served.llamacpp import MODEL_ALIAS, PROMPT_LOOKUP_TOKENS, llamacpp_server
+from suites.campaigns._record import public_record
 from suites.campaigns._servers import COPY_PROMPT, ENGINE_TV_BAR, Servers, not_run, not_run_lines, plain
 
 FINDING_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5,"
@@ -431,7 +432,7 @@ def report(run) -> int:
         return 0
     run.write_result("finding.json", "campaign.llamacpp.finding", report=record,
                      summary={"not_run": record["not_run"]})
-    run.write_text("report.md", finding_md(record, run.command))
+    run.write_text("report.md", finding_md(record, run.command) + public_record(run.out))
     print(f"wrote {run.out / 'report.md'}: " + ", ".join([f"{g['name']} {g['report']['verdict']}"
                                                           for g in record["generation"]]
                                                          + [f"{c['setting']} {c['report']['verdict']}"

@@ -57,6 +57,7 @@ from harness.pairs import get_pair
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
 from suites.campaigns import zoo
 from suites.campaigns._commands import CampaignConfig
+from suites.campaigns._record import public_record
 
 KINDS = {"toy": "0.7", "toy-eos": "eos"}  # registered pair -> its float64 toy models
 CONTROLS = ("reference_constrained", "mask_target_not_draft")
@@ -421,7 +422,7 @@ def readme(out: Path) -> str:
                   "regex was ever broken; the law test whether the constrained law is the target's; with speculation "
                   "off (side `off`, where it ran) the same check tells the ground truth and vLLM's masks (xgrammar) "
                   "apart from speculation."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + public_record(out)
 
 
 def _engine_lines(engine: dict | None, intro) -> list[str]:
