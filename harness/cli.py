@@ -32,6 +32,26 @@ def _cmd_pairs(args) -> int:
     return EXIT_OK
 
 
+def _cmd_engines(args) -> int:
+    """`specdec engines`: every registered engine (harness.engines), its version, installed or why not, capabilities."""
+    from harness.engines.registry import listing
+
+    for r in listing():
+        caps = r["capabilities"]
+        state = "installed" if r["installed"] else f"not installed: {r['reason']}"
+        if not r["runnable"]:
+            state += f"; not run by the battery: {r['not_runnable_why']}"
+        print(f"{r['name']} ({r['kind']}, {r['version'] or 'version unknown'}): {state}")
+        print(f"    methods {', '.join(caps['methods']) or '-'}; speculation off {'yes' if caps['speculation_off'] else 'no'}"
+              f"; levels {', '.join(caps['levels'])}; sampling {', '.join(caps['sampling'])}; returns "
+              f"{', '.join(caps['returns'])}; seeds {'yes' if caps['seeds'] else 'no'}; n {'yes' if caps['n'] else 'no'}"
+              f"; streams {'yes' if caps['streams'] else 'no'}")
+        if caps["notes"]:
+            print(f"    {caps['notes']}")
+    print("\nRun the battery on one: specdec campaign engines --engine NAME (docs/ENGINES-INTERFACE.md)")
+    return EXIT_OK
+
+
 def _fmt(x, spec=".3g") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -386,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_run)
     p = sub.add_parser("pairs", help="list registered model pairs and whether each is available here")
     p.set_defaults(func=_cmd_pairs)
+
+    p = sub.add_parser("engines", help="list registered engines: version, installed or why not, capabilities")
+    p.set_defaults(func=_cmd_engines)
 
     p = sub.add_parser("verify", help="statistical losslessness check of one implementation",
                        description="Exit 0: every test passes; 1: the implementation is not lossless (a test "

@@ -31,9 +31,9 @@ class VllmCpu(Engine):
     kind = "server"
     runnable = False
     not_runnable_why = _OWN_CAMPAIGN.format("specdec campaign vllm_cpu")
-    capabilities = Capabilities(methods=("draft", "ngram"), levels=("engine",),
+    capabilities = Capabilities(methods=("draft", "ngram", "eagle"), levels=("engine",),
                                 returns=("ids", "text", "logprobs", "scores"), n=True, streams=True,
-                                notes="vLLM's CPU build (vllm-cpu); EAGLE / MTP not tried on CPU here")
+                                notes="vLLM's CPU build (vllm-cpu); MTP not tried on CPU here")
 
     @classmethod
     def installed(cls) -> Probe:

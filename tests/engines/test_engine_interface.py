@@ -135,3 +135,17 @@ def test_the_registry_lists_every_catalogue_engine_with_a_probe():
         assert row["runnable"] or row["not_runnable_why"], name
     assert rows["sglang"]["installed"] is False and "CUDA" in rows["sglang"]["reason"]
     assert rows["specdec-serve"]["runnable"] and rows["transformers"]["runnable"]
+
+
+def test_specdec_engines_lists_every_engine_with_its_version_state_and_capabilities(capsys):
+    from harness.cli import main
+    from harness.engines.catalogue import ADAPTERS
+
+    assert main(["engines"]) == 0
+    out = capsys.readouterr().out
+    heads = [line for line in out.splitlines() if line and not line.startswith((" ", "Run the battery"))]
+    named = {line.split(" (")[0] for line in heads}
+    assert set(ADAPTERS) <= named and len(named) >= 6
+    assert all(("installed" in line) for line in heads)
+    assert "sglang (server, version unknown): not installed: not installable here" in out
+    assert out.count("    methods ") == len(heads)
