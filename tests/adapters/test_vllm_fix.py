@@ -30,6 +30,19 @@ def test_expand_fixed_spreads_each_request_value_over_its_tokens_in_the_output_d
     assert out.dtype == dtype
 
 
+
+def test_expand_fixed_compares_with_replace_from_before_the_store_cast():
+    """vLLM PR #55006's ordering (the Triton kernel's): the replace_from test runs on the input's value, then the
+    store casts. A float 0.3 stored into an int buffer is 0, but it was not replace_from, so it stays 0; a cast
+    before the test would have turned it into replace_to. The float input is never truncated first (the shipped
+    shim's `_ensure_int64(input_val)` made 0.7 into 0 and then into replace_to)."""
+    out = torch.full((3,), -5, dtype=torch.int64)
+    vllm_fix.expand_fixed(out, torch.tensor([0.3, 0.0], dtype=torch.float32), torch.tensor([1, 3]), 0, 7)
+    assert out.tolist() == [0, 7, 7]
+    temps = torch.empty(3, dtype=torch.float32)
+    vllm_fix.expand_fixed(temps, torch.tensor([0.7, 0.0], dtype=torch.float32), torch.tensor([1, 3]), 0, 1.0)
+    assert temps.tolist() == pytest.approx([0.7, 1.0, 1.0])
+
 def test_server_env_prepends_the_site_folder_and_switches_the_fix_on():
     env = vllm_fix.server_env({"PYTHONPATH": "/x", "A": "1"})
     assert env["PYTHONPATH"] == f"{vllm_fix.SITE_DIR}{os.pathsep}/x" and env[vllm_fix.ENV] == "1" and env["A"] == "1"
