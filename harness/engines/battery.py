@@ -106,9 +106,9 @@ class EngineHost:
         if method not in self._up:
             stack = contextlib.ExitStack()
             try:
-                engine = stack.enter_context(self.cls(Setup(self.pair, method, self.gamma, self.out / "logs",
-                                                            dict(self.options))))
-                stack.callback(self._stopped, engine)
+                engine = self.cls(Setup(self.pair, method, self.gamma, self.out / "logs", dict(self.options)))
+                stack.callback(self._stopped, engine)  # runs after the engine's stop: its stop_report is known
+                stack.enter_context(engine)
                 if self.cls.kind == "server":
                     url = engine.endpoint()
                 else:

@@ -108,6 +108,14 @@ def test_a_server_engine_is_started_bounded_and_a_server_ignoring_sigterm_is_kil
     assert proc.poll() is not None and engine.url is None
     assert (tmp_path / f"test-server-{mode}-draft.log").exists()
 
+    from harness.engines.battery import STOPS, EngineHost  # the battery's host records the same report
+
+    host = EngineHost(Fake, "toy", 3, tmp_path / "run")
+    assert host.endpoint("draft").endswith("/v1")
+    host.close()
+    (line,) = (tmp_path / "run" / STOPS).read_text().splitlines()
+    assert expected in line and '"method": "draft"' in line
+
 
 def test_a_server_that_exits_while_starting_is_one_harness_error(registry):
     @register_engine("test-dies")
