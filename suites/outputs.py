@@ -20,7 +20,6 @@ FOLDERS = {
     "campaign.llamacpp": "results/findings/llamacpp",
     "campaign.params": "results/params",
     "campaign.peers": "results/peers",
-    "campaign.peers": "results/peers",
     "campaign.sequential": "results/sequential",
     "campaign.structured": "results/structured",
     "campaign.vllm_cpu": "results/findings/vllm-cpu",
