@@ -1,7 +1,10 @@
 """Progress everywhere: a plain line at a fixed interval when the output is not a terminal (even while
-nothing advances), a tqdm bar with total and ETA in one, per-row ticks of wrapped B = 1 implementations."""
+nothing advances), a line redrawn in place in one, per-row ticks of wrapped B = 1 implementations; with a
+check's plan, the line names the phase, the plan's total and an ETA whose basis is the cost of every step."""
 
+import argparse
 import io
+import os
 import re
 import time
 
@@ -10,7 +13,7 @@ import torch
 
 from harness.check.api import run_verify
 from harness.check.config import CheckConfig
-from harness.progress import Progress
+from harness.progress import Progress, Step, default_interval, interrupted_line
 from tests.impls import broken
 
 
@@ -37,12 +40,116 @@ def test_rows_ticked_inside_a_batch_are_not_counted_twice():
         assert bar.n == 10
 
 
-def test_terminal_gets_a_bar_with_total_and_eta():
+def test_terminal_line_is_redrawn_in_place_with_total_and_eta():
     stream = io.StringIO()
-    with Progress(100, "bench", unit="est. s", stream=stream, terminal=True) as bar:
+    with Progress(100, "bench", unit="est. s", stream=stream, terminal=True, interval_s=60) as bar:
         bar.update(40)
+        time.sleep(1.3)  # the terminal's own refresh: elapsed and ETA move on without an update
     text = stream.getvalue()
-    assert "40/100" in text and "<" in text  # tqdm's [elapsed<remaining]
+    assert text.startswith("\r") and text.endswith("\n")
+    frames = [f for f in text.split("\r") if f]
+    assert len(frames) >= 2
+    assert "bench: 40/100 est. s (40%)" in frames[0] and "ETA" in frames[0]
+
+
+def _plan():
+    # a cheap phase with many units, then a dear one with few: equal cost (10 × 100 = 1000 × 1)
+    return [Step("cheap", "case", 1000, cost=1.0), Step("dear", "case", 10, cost=100.0)]
+
+
+def test_the_plan_weights_work_by_cost_not_by_count():
+    bar = Progress(None, "verify sampler", stream=io.StringIO(), terminal=False, interval_s=60)
+    bar.plan(_plan())
+    assert bar.total == 1010  # the plan's total, in its units
+    bar.enter("cheap")
+    bar.update(1000)
+    assert bar.fraction() == pytest.approx(0.5)  # 99 % of the rows, half of the work
+    bar.tested("cheap")
+    bar.enter("dear")
+    bar.update(5)
+    assert bar.fraction() == pytest.approx(0.75)
+    bar._planned_at = 100.0
+    assert bar.eta(now=130.0) == pytest.approx(10.0)  # 30 s for 3/4 of the cost: 10 s for the last quarter
+    bar.close()
+
+
+def test_the_line_gives_phase_total_work_and_eta():
+    bar = Progress(None, "verify generation", unit="samples", stream=io.StringIO(), terminal=False, interval_s=60)
+    bar.plan([Step("T=1/prompt0", "generation cells", 200, cost=3.0),
+              Step("T=1/contexts", "context cells", 100, cost=50.0, test_cost=5000.0)])
+    bar.enter("T=1/prompt0")
+    bar.update(200)
+    bar.tested("T=1/prompt0")
+    bar.enter("T=1/contexts")
+    bar.update(20)
+    line = bar.line()
+    assert line.startswith("verify generation [context cells: T=1/contexts, 2/2]: 220/300 samples (73%)")
+    assert re.search(r", 15% of the work, \d\d:\d\d elapsed, ETA \d\d:\d\d$", line)  # (600 + 1000) / 10,600
+    bar.enter("T=1/contexts", testing=True)
+    assert "[context cells: T=1/contexts, 2/2, testing]" in bar.line()
+    assert bar.fraction() == pytest.approx(5600 / 10600)  # its draw is over; its tests (the scoring) are not
+    bar.close()
+
+
+def test_steps_of_unknown_size_count_whole_and_top_ups_grow_the_total():
+    bar = Progress(None, "verify engine", unit="requests", stream=io.StringIO(), terminal=False, interval_s=60)
+    bar.plan([Step("api/T=1/prompt0", "API battery", None, cost=40.0), Step("T=1/prompt0", "law", 20, cost=3.0)])
+    assert bar.total == 20 and "+ 1 cell counted whole" in bar.line()
+    bar.enter("api/T=1/prompt0")
+    bar.update(7)  # requests of a cell whose count was not known: shown, not credited until it is over
+    assert bar.fraction() == 0
+    bar.tested("api/T=1/prompt0")
+    assert bar.fraction() == pytest.approx(0.4)
+    bar.extend("T=1/prompt0", 10)
+    assert bar.total == 30
+    bar.close()
+
+
+def test_without_a_plan_the_line_is_the_count(monkeypatch):
+    bar = Progress(8, "numerics", unit="prompts", stream=io.StringIO(), terminal=False, interval_s=60)
+    bar.update(2)
+    assert bar.fraction() == 0.25 and "[" not in bar.line()
+    bar.close()
+    monkeypatch.setenv("SPECDEC_PROGRESS_S", "2.5")
+    assert default_interval() == 2.5
+    monkeypatch.setenv("SPECDEC_PROGRESS_S", "soon")
+    assert default_interval() == 30.0
+
+
+def test_ctrl_c_says_what_was_kept(tmp_path):
+    started = time.time()
+    args = argparse.Namespace(command="verify", json=str(tmp_path / "report.json"), out=None)
+    assert interrupted_line(args, started) == f"specdec: interrupted: nothing was written (nothing new at {args.json})"
+    assert interrupted_line(argparse.Namespace(command="verify"), started) == "specdec: interrupted: nothing was written"
+    out = tmp_path / "responses"
+    out.mkdir()
+    (out / "old.jsonl").write_text("{}\n")
+    os.utime(out / "old.jsonl", (started - 100, started - 100))  # an earlier run's: not this run's
+    args = argparse.Namespace(command="verify", json=None, out=str(out))
+    assert interrupted_line(args, started) == f"specdec: interrupted: nothing was written (nothing new at {out})"
+    (out / "responses.jsonl").write_text("{}\n")
+    assert interrupted_line(args, started) == f"specdec: interrupted: kept {out / 'responses.jsonl'} (written by this run)"
+    campaign = argparse.Namespace(command="campaign", name="zoo", args=["--out", str(out), "--seeds", "2"])
+    (out / "journal.jsonl").write_text("{}\n")
+    assert interrupted_line(campaign, started) == f"specdec: interrupted: kept 2 files written by this run under {out}"
+
+
+def test_a_real_check_prints_phase_total_and_eta(monkeypatch, capsys):
+    """The CLI's stderr on a short sampler check whose implementation is slow enough to be watched."""
+    from harness.cli import main
+
+    monkeypatch.setenv("SPECDEC_PROGRESS_S", "0.05")
+    code = main(["verify", "--impl", "tests.impls.slow:verify", "--cases", "anti-logits", "llm-width-32000",
+                 "--samples", "400"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 0
+    ticks = [line for line in err if line.startswith("verify sampler [")]
+    assert ticks, err
+    pattern = (r"verify sampler \[case (anti-logits|llm-width-32000), [12]/2(, testing)?\]: [\d,]+/800 rows "
+               r"\(\d+%\), \d+% of the work, \d\d:\d\d elapsed(, ETA \d\d:\d\d)?$")
+    assert all(re.match(pattern, line) for line in ticks), ticks
+    assert any("llm-width-32000" in line and "ETA" in line for line in ticks), ticks
+    assert err[-1].startswith("verify sampler: 800/800 rows (100%), 100% of the work") and err[-1].endswith("(done)")
 
 
 class Recorder:

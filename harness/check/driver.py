@@ -37,6 +37,7 @@ from harness.check.config import (  # noqa: F401 - re-exported: the driver's pub
     CheckConfig,
 )
 from harness.check.report import CheckReport, deterministic_result
+from harness.progress import Step
 from harness.stats import TestResult
 from harness.stats.sequential import eprocess_result
 
@@ -86,6 +87,7 @@ class TrialSource:
     """What a level provides to the driver. Subclasses implement `cells` and `draw`."""
 
     level = "?"
+    progress_unit: str | None = None  # what its draws count on `progress(n)` (the progress line's unit)
 
     def cells(self, config: CheckConfig) -> list[Cell]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -113,6 +115,38 @@ class TrialSource:
 
     def finish(self, report: CheckReport, config: CheckConfig) -> None:
         """Run-level advisories and notes after every cell (e.g. reproducibility)."""
+
+    def progress_step(self, cell: Cell, n: int) -> Step:
+        """How the progress line counts drawing n trials of `cell` (harness.progress.Step): the phase it belongs
+        to, the units its draws pass to `progress(k)`, their relative cost, the cost of its tests. Default: n units
+        of cost 1, tests free."""
+        return Step(cell.name, "cell", n)
+
+
+class _Tracker:
+    """The driver's side of a progress display with a plan (harness.progress.Progress): a plain `progress(n)`
+    callable, or none, gets only the counts."""
+
+    def __init__(self, progress, source: TrialSource):
+        self.display = progress if callable(getattr(progress, "plan", None)) else None
+        self.source = source
+
+    def plan(self, runs: list) -> None:
+        if self.display is not None:
+            self.display.plan([self.source.progress_step(run.cell, run.planned) for run in runs],
+                              unit=self.source.progress_unit)
+
+    def enter(self, cell: Cell, testing: bool = False) -> None:
+        if self.display is not None:
+            self.display.enter(cell.name, testing)
+
+    def extend(self, cell: Cell, more: int) -> None:
+        if self.display is not None and more > 0:
+            self.display.extend(cell.name, self.source.progress_step(cell, more).units)
+
+    def tested(self, cell: Cell) -> None:
+        if self.display is not None:
+            self.display.tested(cell.name)
 
 
 def select(chosen: list | None, catalogue: list, kind: str) -> list:
@@ -204,12 +238,14 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
     for run in runs:
         run.planned = min(config.samples or plan_cell(run.cell, rate, config.power), config.max_rows)
         run.cell.summary.setdefault("planned", run.planned)
-    stop = _draw_sequential(source, runs, rate, config, progress, deadline, m) if config.sequential else None
+    track = _Tracker(progress, source)
+    track.plan(runs)
+    stop = _draw_sequential(source, runs, rate, config, progress, deadline, m, track) if config.sequential else None
     ran: list[_CellRun] = []
     for index, run in enumerate(runs):
         cell = run.cell
         if not config.sequential:
-            run.trials, run.problem = _draw_following_reach(source, run, rate, config, progress, deadline)
+            run.trials, run.problem = _draw_following_reach(source, run, rate, config, progress, deadline, track)
         ran.append(run)
         n = run.count(source)
         report.tests.append(deterministic_result(f"{cell.name}/format", run.problem is None, n=n,
@@ -218,7 +254,9 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
             report.samples += n
             cell.summary["samples"] = n
             if run.problem is None and stop is None:
+                track.enter(cell, testing=True)
                 _run_checks(cell, run.trials, rate, config.power, report)
+        track.tested(cell)
         cell.summary.setdefault("format_problems", [run.problem] if run.problem else [])
         if config.sequential:
             cell.summary["planned_rows"] = run.planned
@@ -292,19 +330,21 @@ def _shortfall(source, run: _CellRun, rate: float, config: CheckConfig) -> int:
     return min(more, config.max_rows - have)
 
 
-def _draw_following_reach(source, run: _CellRun, rate, config, progress, deadline):
+def _draw_following_reach(source, run: _CellRun, rate, config, progress, deadline, track: _Tracker):
     """Draw the planned trials, then keep drawing while a check reports a shortfall (up to max_rows)."""
+    track.enter(run.cell)
     if _draw_chunk(source, run, run.planned, progress, None):
         return run.trials, run.problem
     while deadline is None or time.monotonic() < deadline:
         more = _shortfall(source, run, rate, config)
+        track.extend(run.cell, more)
         if more <= 0 or _draw_chunk(source, run, more, progress, None):
             break
     return run.trials, run.problem
 
 
 def _draw_sequential(source, runs: list[_CellRun], rate: float, config: CheckConfig, progress, deadline,
-                     m: int):
+                     m: int, track: _Tracker):
     """Every cell advances to the same growing fraction of its plan, round after round, the monitors
     updated after every chunk; then the reach top-up, monitored too. Returns (cell, reasons) of the first
     crossing or format problem, or None when every cell reached its plan."""
@@ -314,6 +354,8 @@ def _draw_sequential(source, runs: list[_CellRun], rate: float, config: CheckCon
     schedules = [look_schedule(run.planned) for run in runs]
     for look in range(max(len(s) for s in schedules)):
         for run, schedule in zip(runs, schedules, strict=True):
+            if look < len(schedule):
+                track.enter(run.cell)
             if look < len(schedule) and _draw_chunk(source, run, schedule[look] - run.count(source), progress,
                                                     log_threshold):
                 return run.cell.name, ([run.problem] if run.problem else []) + run.crossed
@@ -322,6 +364,8 @@ def _draw_sequential(source, runs: list[_CellRun], rate: float, config: CheckCon
             more = _shortfall(source, run, rate, config)
             if more <= 0:
                 break
+            track.enter(run.cell)
+            track.extend(run.cell, more)
             if _draw_chunk(source, run, more, progress, log_threshold):
                 return run.cell.name, ([run.problem] if run.problem else []) + run.crossed
     return None

@@ -44,6 +44,7 @@ from harness.check.report import CheckReport, deterministic_result
 from harness.check.streams import numpy_rng, seed_global, torch_generator
 from harness.errors import HarnessError
 from harness.policy import catalogue
+from harness.progress import Step
 from harness.stats import (
     TestResult,
     binomial_event_test,
@@ -98,6 +99,12 @@ MAX_CELLS = 32  # omnibus tests see the 31 likeliest tokens + "the rest": df ≤
 # false alarm in 200 seeds of the reference (df 10, n = 389, p = 1.6e-6) with 5; 20 fixes the tail.
 GATE_MIN_EXPECTED = 20.0
 CHUNK_FLOATS = 4e6  # input floats per implementation call on CPU: (2γ+1)·V·rows ≤ this (see _run_case)
+# The progress line's cost of one row (harness.progress.Step): its (2γ+1)·V input floats plus a fixed overhead,
+# and for its tests (γ+1)·TEST_FLOATS. Fitted to the default plan's per-case times of the reference (draw and
+# tests timed per case, this 2-core CPU under load, 2026-12-07): one row costs as much as about 240 input floats
+# besides its inputs (the reference's per-row work, the format check); tests about 40 per position.
+ROW_FLOATS = 240
+TEST_FLOATS = 40
 
 
 @dataclasses.dataclass(frozen=True)
@@ -745,6 +752,7 @@ class SamplerSource(TrialSource):
     """Trials of one verification step: the harness builds (p, q), draws x ~ q, calls `verify`."""
 
     level = "sampler"
+    progress_unit = "rows"
 
     def __init__(self, impl: Callable, *, dtype=torch.float32, device="cpu", rows_cap_floats: float | None = None):
         self.impl, self.dtype, self.device, self.rows_cap_floats = impl, dtype, device, rows_cap_floats
@@ -801,6 +809,14 @@ class SamplerSource(TrialSource):
 
     def extend(self, trials, more):
         return SamplerTrials.join([trials, more])
+
+    def progress_step(self, cell: Cell, n: int) -> Step:
+        """Rows cost their input floats (2γ+1)·V plus ROW_FLOATS: the V = 32,000 case is most of the default
+        plan's time with 1.4 % of its rows."""
+        case = subplans(cell)[0].case
+        rows = self._capped(cell, n)
+        return Step(cell.name, "case", rows, (2 * case.gamma + 1) * case.vocab + ROW_FLOATS,
+                    test_cost=rows * (case.gamma + 1) * TEST_FLOATS)
 
     def chunk(self, cell: Cell) -> int:
         return chunk_rows(subplans(cell)[0])
