@@ -174,11 +174,13 @@ def write_readme(run) -> dict:
     head = "| entry | kind | pair | " + " | ".join(SHORT[t] for t in GREEDY_TESTS) + " | specdec | median samples |"
     md += ["## Generation level (§1b): the greedy end-to-end tests", "", head, "|" + "---|" * (head.count("|") - 1)]
     from harness.mutants.registry import get
-    from suites.campaigns.peers import _pair_of
+
+    def pair_of(name: str) -> str:  # the pair the campaign ran the entry on (peers._pair_of)
+        return get(name).pair or "toy-low"
 
     for r in [r for r in rows if r["contract"] == "generation"]:
         med = r.get("specdec_median_samples")
-        md.append(f"| `{r['name']}` | {r['kind']} | {_pair_of(get(r['name']))} | "
+        md.append(f"| `{r['name']}` | {r['kind']} | {pair_of(r['name'])} | "
                   + " | ".join(_cell(r.get(f"{t}/own")) for t in GREEDY_TESTS)
                   + f" | {_cell(r.get('specdec'))} | {'–' if med is None else f'{med:.0f}'} |")
     md += ["", "## False alarms on the correct entries", "",

@@ -143,8 +143,8 @@ def default_plan_rows(seed: int) -> int:
 
 def cells(config: Config) -> dict[str, tuple]:
     """Every run, in priority order (a run cut short by --stop-at keeps the most informative): the mutants'
-    specdec and cheap peer runs, the correct entries', the costly sampler runs (MRV2, equal n), the generation
-    level."""
+    specdec and cheap peer runs, the correct entries', the greedy tests, the costly sampler runs (MRV2, equal n),
+    specdec at the generation level; seeds in rounds across all of them."""
     from harness.peers import peer_tests
 
     groups: list[list[tuple]] = [[], [], [], [], []]
@@ -159,13 +159,13 @@ def cells(config: Config) -> dict[str, tuple]:
             for test in peer_tests("sampler"):
                 costly = test.name == "vllm_mrv2_chisq"
                 own = control_cap(config.mrv2_seeds if costly else config.seeds)
-                (groups[2] if costly else cheap).extend(("peer", test.name, impl.name, s, "own") for s in range(own))
+                (groups[3] if costly else cheap).extend(("peer", test.name, impl.name, s, "own") for s in range(own))
                 eq = 0 if costly and not config.mrv2_equal_n else control_cap(min(config.equal_n_seeds, own))
-                groups[2].extend(("peer", test.name, impl.name, s, "equal") for s in range(eq))
+                groups[3].extend(("peer", test.name, impl.name, s, "equal") for s in range(eq))
         else:
             for test in peer_tests("generation"):
                 n = config.vllm_greedy_seeds if test.name == "vllm_greedy_66" else config.greedy_seeds
-                groups[3].extend(("peer", test.name, impl.name, s, "own") for s in range(control_cap(n)))
+                groups[2].extend(("peer", test.name, impl.name, s, "own") for s in range(control_cap(n)))
             groups[4].extend(("specdec", impl.name, s) for s in range(control_cap(config.generation_seeds)))
     # seeds in rounds of ROUND across every group, so a run cut short covers every entry and test at fewer seeds
     order = sorted(((args[-2] if args[0] == "peer" else args[-1]) // ROUND, g, i)
