@@ -1,4 +1,6 @@
-"""Command line: `specdec` (also `python -m harness`). Only this module prints.
+"""Command line: `specdec` (also `python -m specdec`).
+
+Only this module prints (the first line above is `specdec --help`'s description).
 
 Exit codes (docs/EXIT_CODES.md): 0 success / all tests pass; 1 the implementation under test is judged
 not lossless (a test rejects, it returned malformed output, raised or hung) or a mutant escaped; 2 the
@@ -8,6 +10,8 @@ run itself could not be done (usage, input, unwritable outputs, unavailable devi
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import sys
 
 from harness import preflight
@@ -59,12 +63,46 @@ def _fmt(x, spec=".3g") -> str:
 SHOWN_REJECTIONS = 8  # without -v: the failure summary, then this many rejected tests
 
 
+STEP_LEVELS = ("sampler", "draft_step", "tree")  # report levels of one verification step (a --tv per position)
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """"1 test", "2 tests" (the count and the word that agrees with it)."""
+    return f"{n:,} {word if n == 1 else words or word + 's'}"
+
+
+def case_tv(report, case: str) -> float:
+    """The achieved detectable TV of one sampler case: the report's headline rule applied to that case's tests."""
+    return dataclasses.replace(report, tests=[t for t in report.tests if t.name.startswith(case + "/")]).detectable_tv
+
+
+def tv_phrase(report) -> str:
+    """The summary line's words for the achieved detectable TV, never "inf" (too few draws to promise any)."""
+    tv = report.detectable_tv
+    if math.isinf(tv):
+        return f"no detectable TV at power {report.power:g}: too few samples for any test to detect a discrepancy"
+    if math.isnan(tv):
+        return "no test states a detectable TV"
+    head = f"achieved detectable TV ≤ {tv:.3g} at power {report.power:g}"
+    if report.level not in STEP_LEVELS:
+        return f"{head} ({headline_scope(report)})"
+    per_case = {c["name"]: case_tv(report, c["name"]) for c in report.cases} if report.level == "sampler" else {}
+    if not per_case:
+        return f"{head} {headline_scope(report)} (requested --tv {report.target_tv:g})"
+    reached = sum(v <= report.target_tv * (1 + 1e-9) for v in per_case.values())
+    worst = report.headline["test"].split("/", 1)[0] if report.headline["test"] else None
+    where = f"the weakest case {worst}; " if worst and len(per_case) > 1 else ""
+    return (f"{head} {headline_scope(report)} ({where}requested --tv {report.target_tv:g}, reached in "
+            f"{reached} of {plural(len(per_case), 'case')}: per case in the table)")
+
+
 def print_check_report(report, verbose: bool = False) -> None:
     """Verdict and where it fails first, then the per-case table and (with -v) every test."""
     rejected = [t for t in report.tests if t.reject]
     family = f", {report.family} family" if report.level == "sampler" and report.family != "chain" else ""
     print(f"\n{report.level}-level losslessness check of {report.impl}{family}")
-    print(f"  verdict: {report.verdict_line()}" + (f" ({len(rejected)} tests reject losslessness)" if rejected else ""))
+    print(f"  verdict: {report.verdict_line()}"
+          + (f" ({plural(len(rejected), 'test rejects', 'tests reject')} losslessness)" if rejected else ""))
     for line in report.failure_summary():
         print(f"    {line}")
     estimates = report.estimate_lines()
@@ -73,16 +111,23 @@ def print_check_report(report, verbose: bool = False) -> None:
         for line in estimates:
             print(f"    {line}")
     if report.verdict == "inconclusive":
-        print(f"    achieved detectable TV {_fmt(report.detectable_tv)} is above the ceiling {report.inconclusive_tv:g}: "
-              "this run could not have seen a useful error (more --samples, or --inconclusive-tv to accept it)")
+        from harness.testing import inconclusive_line
+
+        advice = ("more --samples, or none: the plan sets them" if math.isinf(report.detectable_tv) else
+                  "more --samples, or --inconclusive-tv to accept it")
+        print(f"    {inconclusive_line(report)} ({advice})")
     for note in report.notes:
         print(f"  note: {note}")
     if report.level == "sampler":
-        print(f"\n  {'case':<26} {'γ':>2} {'V':>6} {'rows':>8}  acceptance measured/optimal per position")
+        print(f"\n  {'case':<26} {'γ':>2} {'V':>6} {'rows':>8} {'TV':>7}  acceptance measured/optimal per position"
+              "  (TV: the case's achieved detectable TV)")
         for c in report.cases:
             acc = " ".join(f"{a['measured']:.3f}/{a['optimal']:.3f}" for a in c.get("acceptance", []))
             flag = "  WASTEFUL (lossless, below optimal)" if c.get("wasteful") and not rejected else ""
-            print(f"  {c['name']:<26} {c['gamma']:>2} {c['vocab']:>6} {c.get('samples', 0):>8}  {acc}{flag}")
+            tv = case_tv(report, c["name"])
+            tv_text = "none" if math.isinf(tv) else _fmt(None if math.isnan(tv) else tv)
+            print(f"  {c['name']:<26} {c['gamma']:>2} {c['vocab']:>6} {c.get('samples', 0):>8} {tv_text:>7}  "
+                  f"{acc}{flag}")
     shown = report.tests if verbose else rejected[:SHOWN_REJECTIONS]
     if shown:
         print(f"\n  {'test':<52} {'statistic':>10} {'p-value':>9} {'Holm p':>9} {'decision':>8} {'detect TV':>9}")
@@ -97,17 +142,18 @@ def print_check_report(report, verbose: bool = False) -> None:
     for a in report.advisories:
         if a.p_value < 1e-3 or a.details.get("kind"):
             print(f"  advisory: {a.name}: {a.details.get('message') or f'p = {a.p_value:.2e}'}")
-    print(f"\n  {len(report.tests)} of {report.declared_tests} declared gating tests, {report.samples} samples, "
-          f"{report.seconds:.1f} s; family-wise false-alarm rate {report.false_alarm_rate:g}; achieved detectable "
-          f"TV ≤ {_fmt(report.detectable_tv)} at power {report.power:g} ({headline_scope(report)}"
-          + (f"; requested --tv {report.target_tv:g}" if report.level == "sampler" else "") + ")")
+    print(f"\n  {len(report.tests)} of {plural(report.declared_tests, 'declared gating test')}, "
+          f"{plural(report.samples, 'sample')}, {report.seconds:.1f} s; family-wise false-alarm rate "
+          f"{report.false_alarm_rate:g}; {tv_phrase(report)}")
 
 
 def headline_scope(report) -> str:
     """The summary line's words for what the headline TV is: never "per tested position" for a pooled test."""
     scope = report.headline["scope"]
     if scope == "one law":
-        return "per tested position" if report.level == "sampler" else "per tested law: one prompt's continuation"
+        if report.level == "tree":
+            return "per tested node"
+        return "per tested position" if report.level in STEP_LEVELS else "per tested law: one prompt's continuation"
     if scope == "pooled":
         return "pooled over contexts, binned PIT: not a per-position TV; see the notes"
     return "no test states a TV"
@@ -209,11 +255,12 @@ def _report_and_exit(report, args) -> int:
     if args.json:
         report.write_json(args.json)
         print(f"  report written to {args.json}")
-        from harness.check.estimate_plot import write_estimates_figure
+        if getattr(args, "estimate", False):  # asked for: --estimate --json PATH also plots them to PATH-estimates.png
+            from harness.check.estimate_plot import write_estimates_figure
 
-        figure = write_estimates_figure(report, args.json)  # per-position estimates and their bands, when any
-        if figure:
-            print(f"  estimates plotted in {figure}")
+            figure = write_estimates_figure(report, args.json)  # per-position estimates and their bands, when any
+            if figure:
+                print(f"  estimates plotted in {figure}")
     if report.verdict == "inconclusive":
         return EXIT_OK if args.allow_inconclusive else EXIT_INCONCLUSIVE
     if report.verdict == "pass":
@@ -275,7 +322,8 @@ def fail_line(report) -> str:
     rejected = [t for t in report.tests if t.reject]
     first = rejected[0]
     message = " ".join(str(first.details.get("message") or f"p = {first.p_value:.2e}").split())
-    line = f"{report.impl} is not lossless: {len(rejected)} tests reject; first {first.name}: {message}"
+    line = (f"{report.impl} is not lossless: {plural(len(rejected), 'test rejects', 'tests reject')}; "
+            f"first {first.name}: {message}")
     conventions = report.conventions() if hasattr(report, "conventions") else []
     if conventions:
         line += "; " + "; ".join(f"consistent with the target under {o}: declare it with --processing-order {o}"

@@ -26,8 +26,9 @@ def pytest_addoption(parser):
     group = parser.getgroup("specdec", "speculative decoding losslessness checks")
     for field in _fields():
         meta = field.metadata
+        default = "" if field.default is None else f" (default {field.default})"  # None: the help says what applies
         group.addoption("--specdec-" + meta["flag"].removeprefix("--"), dest=f"specdec_{field.name}",
-                        type=meta["parse"], default=field.default, help=f"{meta['help']} (default {field.default})")
+                        type=meta["parse"], default=field.default, help=f"{meta['help']}{default}")
 
 
 def pytest_configure(config):
@@ -38,9 +39,21 @@ def _options(config) -> dict:
     return {name: config.getoption(f"specdec_{name}") for name in OPTION_FIELDS}
 
 
+def planned_tv(tv: float | None) -> str:
+    """What the sampler-level fixtures plan to detect: --specdec-tv, else each family's default (never "None")."""
+    from harness.check.config import DEFAULT_TREE_TV, DEFAULT_TV
+
+    if tv is None:
+        planned = f"{DEFAULT_TV:g} per tested position ({DEFAULT_TREE_TV:g} per tested node of a tree)"
+    else:
+        planned = f"{tv:g} per tested position or node"
+    return f"{planned}, at the sampler level; a case planned wider keeps its own (each report's notes list them)"
+
+
 def pytest_report_header(config):
     o = _options(config)
-    return f"specdec: seed={o['seed']}, false-alarm rate={o['false_alarm_rate']}, detectable TV={o['tv']}"
+    return (f"specdec: seed={o['seed']}, false-alarm rate={o['false_alarm_rate']}, power={o['power']}, "
+            f"detectable TV planned: {planned_tv(o['tv'])}")
 
 
 def _fixture(request, name: str, **fixed):

@@ -25,7 +25,7 @@ The contract types (typing Protocols of the signatures in docs/CONTRACT.md §1)
 Errors
     HarnessError                                   bad usage or input (the CLI's exit code 2)
 
-Names load on first use, so `import specdec` does not import torch.
+Names load on first use, so `import specdec` does not import torch; `help(specdec.NAME)` documents each.
 """
 
 from __future__ import annotations
@@ -88,19 +88,15 @@ _LAZY = {
 }
 
 
+# Not cached in the module's namespace, so `dir(specdec)` holds the module's own names only and `help(specdec)` is
+# the docstring above (every public name, one line each), `verify` and `__all__`: about 60 lines, not the full
+# documentation of every class it would load (800 lines); `help(specdec.CheckConfig)` gives a class's.
 def __getattr__(name: str) -> Any:
-    """Loads a public name on first use (PEP 562), so that `import specdec` stays light."""
+    """A public name, loaded on use (PEP 562): `import specdec` stays light."""
     if name not in _LAZY:
         raise AttributeError(f"module 'specdec' has no attribute {name!r}")
     module, attribute = _LAZY[name]
-    value = getattr(importlib.import_module(module), attribute)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names, loaded or not (what `dir(specdec)` and `help(specdec)` list)."""
-    return sorted(set(globals()) | set(__all__))
+    return getattr(importlib.import_module(module), attribute)
 
 
 def _unknown_fields(cls, fields: dict) -> None:
@@ -109,7 +105,7 @@ def _unknown_fields(cls, fields: dict) -> None:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=3)
             hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise TypeError(f"verify() got {name!r}, which is not a {cls.__name__} field.{hint}")
+            raise TypeError(f"verify() got {name!r}, which is not a field of {cls.__name__}.{hint}")
 
 
 def verify(impl: Any = None, /, *, level: str | None = None, endpoint: str | None = None,
@@ -127,10 +123,12 @@ def verify(impl: Any = None, /, *, level: str | None = None, endpoint: str | Non
         report = verify(endpoint="http://127.0.0.1:8000/v1", pair="smollm2")   # a served engine
         report.verdict   # "pass" | "fail" | "inconclusive"
 
-    Bad settings raise HarnessError before any work; an unknown field raises TypeError.
+    An implementation that raises, hangs (`timeout_s=`) or returns something that is not an output is not
+    lossless: the report's verdict is "fail" and `failure_summary()` names what it did and where (file:line of
+    its own code). Bad settings raise HarnessError before any work; an unknown field raises TypeError.
     """
-    from harness.check.api import run_verify
     from harness.check.config import CheckConfig
+    from harness.check.raised import verify_reporting
     from harness.errors import HarnessError
     from harness.served.config import EngineConfig
 
@@ -155,4 +153,4 @@ def verify(impl: Any = None, /, *, level: str | None = None, endpoint: str | Non
     else:
         _unknown_fields(CheckConfig, fields)
         config = CheckConfig(impl=impl, level=level or "sampler", **fields)
-    return run_verify(config, progress=progress)
+    return verify_reporting(config, progress=progress)

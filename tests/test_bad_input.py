@@ -100,7 +100,21 @@ KINDS = [
     ("impl-import-raises", lambda t: _verify("tests.impls.import_raises:verify", *FAST), 2,
      "raised RuntimeError: config file not found"),
     ("impl-attribute-missing", lambda t: _verify(f"{IMPLS}:missing", *FAST), 2, "has no attribute 'missing'"),
-    ("impl-not-callable", lambda t: _verify(f"{IMPLS}:not_callable", *FAST), 2, "not callable"),
+    ("impl-not-callable", lambda t: _verify(f"{IMPLS}:not_callable", *FAST), 2,
+     "not callable (it is of type int)"),
+    # issue 55: a file path where a module name is due, and an implementation checked at the other level
+    ("impl-file-path", lambda t: _verify("./myspec.py:verify", *FAST), 2,
+     "--impl takes a module name, not a file path: from the folder that holds myspec.py, give --impl myspec:verify"),
+    ("impl-file-path-in-a-folder", lambda t: _verify("src/myspec.py:verify", *FAST), 2,
+     "from the folder that holds myspec.py (src), give --impl myspec:verify"),
+    ("impl-sampler-at-generation-level", lambda t: _verify("specdec_ref.adapters:verify", *GEN), 2,
+     'cannot be called as the generation contract generate(target, draft, input_ids, *, max_new_tokens, gamma, '
+     'temperature, top_k, top_p, seed): missing a required argument: \'generator\'; it fits the sampler contract '
+     '(§1a): check it with --level sampler (Python: level="sampler")'),
+    ("impl-generate-at-sampler-level", lambda t: _verify("specdec_ref.adapters:generate", *FAST), 2,
+     'it fits the generation contract (§1b): check it with --level generation (Python: level="generation")'),
+    ("impl-tree-at-sampler-level", lambda t: _verify("specdec_ref.adapters:tree_verify_topk", *FAST), 2,
+     "it fits the tree contract (CONTRACT-tree.md): check it with --family tree"),
     ("impl-signature", lambda t: _verify(f"{IMPLS}:two_args", *FAST), 2, "cannot be called as the sampler contract"),
     ("impl-spec-form", lambda t: _verify(IMPLS, *FAST), 2, "MODULE:CALLABLE"),
     ("returns-none", lambda t: _verify(f"{IMPLS}:returns_none", *FAST), 1, "returned NoneType"),

@@ -90,3 +90,19 @@ def test_the_python_reference_documents_every_public_name():
     page = render_python()
     assert all(f"## `{name}`" in page for name in specdec.__all__)
     assert "| `false_alarm_rate` | `0.001` |" in page  # a config's fields, with their defaults
+
+
+def test_getting_started_states_the_default_plans_detectable_tv_per_case():
+    """Issue 55: the page promised TV 0.02 everywhere while three default cases are planned at 0.05. It now
+    names the cases planned wider; this keeps it true when the catalogue changes."""
+    from harness.check.config import DEFAULT_TV
+    from harness.check.sampler import default_cases
+
+    cases = default_cases()
+    wider = [c.name for c in cases if c.tv and c.tv != DEFAULT_TV]
+    text = " ".join((ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8").split())
+    words = {3: "three", 7: "seven", 10: "ten"}
+    assert (f"a total variation of {DEFAULT_TV:g} in {words[len(cases) - len(wider)]} of its {words[len(cases)]} "
+            f"cases and of 0.05 in the other {words[len(wider)]}") in text
+    assert {c.tv for c in cases if c.name in wider} == {0.05}
+    assert all(f"`{name}`" in text for name in wider)

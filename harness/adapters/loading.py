@@ -12,6 +12,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -19,6 +20,9 @@ from harness.adapters.calling import ImplementationTimeout, MalformedOutput
 from harness.errors import HarnessError
 
 TREE_VERIFY_ARITY = 5  # tree verify(target_probs, draft_probs, draft_tokens, parents, generator)
+# positional arguments of each step contract: verify(p, q, x, generator), tree_verify(p, q, x, parents, generator),
+# draft_and_verify(p, q, generator), verify_masked(p, q, x, allowed, generator)
+CONTRACT_ARITY = {"sampler": 4, "tree": TREE_VERIFY_ARITY, "draft_step": 3, "masked_step": 5}
 GENERATE_KEYWORDS = ("max_new_tokens", "gamma", "temperature", "top_k", "top_p", "seed")
 
 
@@ -27,6 +31,11 @@ def load_callable(spec: str) -> Callable:
     if not isinstance(spec, str) or spec.count(":") != 1:
         raise HarnessError(f"--impl must look like MODULE:CALLABLE (e.g. mypkg.spec:verify), got {spec!r}")
     module_name, attr = spec.split(":")
+    if _is_file_path(module_name):
+        path = Path(module_name)
+        stem, folder = path.name.removesuffix(".py"), "" if path.parent == Path(".") else f" ({path.parent})"
+        raise HarnessError(f"--impl takes a module name, not a file path: from the folder that holds {stem}.py"
+                           f"{folder}, give --impl {stem}:{attr}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -42,8 +51,14 @@ def load_callable(spec: str) -> Callable:
             raise HarnessError(f"module {module_name!r} has no attribute {attr!r} (it has: {', '.join(public[:20])})")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise HarnessError(f"{spec} is not callable (it is a {type(obj).__name__})")
+        raise HarnessError(f"{spec} is not callable (it is of type {type(obj).__name__})")
     return obj
+
+
+def _is_file_path(module_name: str) -> bool:
+    """`./myspec.py`, `src/myspec`, `myspec.py` (an existing file): a path where a module name is due."""
+    return ("/" in module_name or "\\" in module_name or module_name.startswith(".")
+            or (module_name.endswith(".py") and Path(module_name).is_file()))
 
 
 def _not_found_message(exc: ModuleNotFoundError, module_name: str, spec: str) -> str:
@@ -64,24 +79,44 @@ def check_signature(fn: Callable, contract: str, spec: str) -> None:
     except (TypeError, ValueError):
         return  # builtins / C callables: nothing to check before calling
     try:
-        if contract == "sampler":
-            sig.bind(*([None] * 4))
-        elif contract == "tree":
-            sig.bind(*([None] * TREE_VERIFY_ARITY))
-        elif contract == "draft_step":
-            sig.bind(*([None] * 3))
-        elif contract == "masked_step":
-            sig.bind(*([None] * 5))
-        else:
-            sig.bind(None, None, None, **dict.fromkeys(GENERATE_KEYWORDS))
+        _bind(sig, contract if contract in CONTRACT_ARITY else "generation")
     except TypeError as exc:
         want = {"sampler": "verify(target_probs, draft_probs, draft_tokens, generator)",
                 "tree": "tree_verify(target_probs, draft_probs, draft_tokens, parents, generator)",
                 "draft_step": "draft_and_verify(target_probs, draft_probs, generator)",
                 "masked_step": "verify_masked(target_probs, draft_probs, draft_tokens, allowed, generator)"}.get(
             contract, "generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed)")
+        fits = [hint for other, hint in CONTRACT_HINTS.items() if other != contract and _binds(sig, other)]
+        advice = f"; it fits {' or '.join(fits)}" if fits else ""
         raise HarnessError(f"{spec} has signature {fn.__name__}{sig}, which cannot be called as the "
-                           f"{contract} contract {want}: {exc}") from exc
+                           f"{contract} contract {want}: {exc}{advice}") from exc
+
+
+# How to check an implementation under each contract (the CLI flag, then the Python API keyword).
+CONTRACT_HINTS = {
+    "sampler": 'the sampler contract (§1a): check it with --level sampler (Python: level="sampler")',
+    "generation": 'the generation contract (§1b): check it with --level generation (Python: level="generation")',
+    "tree": 'the tree contract (CONTRACT-tree.md): check it with --family tree (Python: family="tree")',
+    "draft_step": 'the draft-and-verify step (§1e): check it with --step draft_and_verify (Python: '
+                  'step="draft_and_verify")',
+    "masked_step": 'the masked step (docs/STRUCTURED.md): check it with --step masked (Python: step="masked")',
+}
+
+
+def _binds(sig: inspect.Signature, contract: str) -> bool:
+    try:
+        _bind(sig, contract)
+    except TypeError:
+        return False
+    return True
+
+
+def _bind(sig: inspect.Signature, contract: str) -> None:
+    """sig.bind with the contract's arguments; TypeError when they do not fit."""
+    if contract == "generation":
+        sig.bind(None, None, None, **dict.fromkeys(GENERATE_KEYWORDS))
+    else:
+        sig.bind(*([None] * CONTRACT_ARITY[contract]))
 
 
 def pad_rows(rows: list[torch.Tensor], width: int | None = None) -> torch.Tensor:

@@ -54,8 +54,11 @@ class CheckConfig:
     family: str = option("chain", "--family", "verifier family of a sampler-level implementation: chain "
                          "(token by token), block (block verification), tree", choices=FAMILIES, group='what to check')
     step: str = option("verify", "--step", "sampler level: what the implementation does in one step — verify "
-                       "(the harness draws the drafts, contract §1a) or draft_and_verify (it draws its own drafts from "
-                       "q and verifies them, §1d)", choices=STEPS, group='what to check')
+                       "(the harness draws the drafts, contract §1a), draft_and_verify (it draws its own drafts from "
+                       "q and verifies them, §1e) or masked (structured outputs: a verify step that also receives "
+                       "the allowed-token mask of every position, verify_masked(target_probs, draft_probs, "
+                       "draft_tokens, allowed, generator), docs/STRUCTURED.md)", choices=STEPS,
+                       group='what to check')
     pair: str = option("toy", "--pair", "generation level: model pair (see `specdec pairs`)", metavar="NAME", group="generation level (--level generation; the engine level's local ground truth too)")
     target: str | None = option(None, "--target", "generation level: target checkpoint (hub id or local path), "
                                 "with --draft", metavar="PATH", group="generation level (--level generation; the engine level's local ground truth too)")

@@ -288,8 +288,8 @@ def validate(config: Config) -> None:
         raise HarnessError("--engine-seeds must be ≥ 1")
     for name in (*(config.timing or ()), *(config.engine or ())):
         if get(name).contract != "generation":  # an unknown mutant: "Did you mean ...?" (exit 2)
-            raise HarnessError(f"{name} is a {get(name).contract} entry; --timing and --engine take generation "
-                               "mutants")
+            raise HarnessError(f"{name} is an entry of the {get(name).contract} contract; --timing and --engine "
+                               "take generation mutants")
 
 
 def journaled(config: Config) -> bool:
