@@ -1026,6 +1026,35 @@ def not_offered(run) -> dict:
     return out
 
 
+# The optional request fields the API check sends, each with the tests that need it and the smallest request that
+# shows whether the engine takes it (asked once per run, after `refusal`: a refusal, 4xx, leaves them out).
+OPTIONAL_FIELDS = {"min_tokens": (("min_tokens",), {"min_tokens": 1, "stop": ["<specdec: never>"]}),
+                   "n": (("n_independent",), {"n": N_CHOICES})}
+
+
+def refused_fields(run, prompt: list[int], lacks: dict) -> dict:
+    """{field: why} of the OPTIONAL_FIELDS the engine refuses (4xx) on a two-token completion, those `lacks`
+    already names left unasked: a parameter the server refuses is a capability it lacks (`specdec serve` with a
+    generate() that takes no min_new_tokens refuses min_tokens), so its tests are skipped and listed, never fatal
+    to the run."""
+    out = {}
+    for field, (_, fields) in OPTIONAL_FIELDS.items():
+        if field in lacks:
+            continue
+        body = {"model": run.model, "prompt": list(prompt), "max_tokens": 2, "seed": 0, **fields}
+        try:
+            route(run).post("/v1/completions", body)
+        except RequestRefused as exc:
+            out[field] = f"the engine refused a request with {field} = {fields[field]!r}: {exc}"
+    return out
+
+
+def skipped_tests(lacks: dict) -> dict:
+    """{API test: why} of the tests left out because the engine lacks the request field they need."""
+    return {test: f"needs {field}, which the engine does not offer: {lacks[field]}" for field, (tests, _) in
+            OPTIONAL_FIELDS.items() if field in lacks for test in tests}
+
+
 def cells(run, prompts: list) -> list[Cell]:
     """One cell per prompt, at the first sampling setting without history-dependent parameters (else T = 1)."""
     from harness.check.settings import Setting
@@ -1042,15 +1071,17 @@ def cells(run, prompts: list) -> list[Cell]:
     tools = chat and streams(run, list(prompts[0]), tools=True)
     stop_ids = takes_min_stop_ids(run, list(prompts[0]))
     lacks = not_offered(run)
-    left = {"min_tokens": "min_tokens", "n_independent": "n"}  # tests that need a field the route may lack
-    tests = tuple(t for t in TESTS if left.get(t) not in lacks) + (("stream",) if stream else ()) + \
+    lacks.update(refused_fields(run, list(prompts[0]), lacks))
+    skipped = skipped_tests(lacks)
+    tests = tuple(t for t in TESTS if t not in skipped) + (("stream",) if stream else ()) + \
         (("chat_stream",) if chat else ()) + (("tool_calls_finish_reason",) if tools else ())
     return [Cell(f"api/{setting.label}/prompt{i}", [API_CHECK],
                  ApiCell(setting, i, list(p), stream, chat, tools, stop_ids, lacks), math.nan,
                  {"_run": run, "_api": dataclasses.replace(ctx, eos_law=_target_law(run, list(p), _plain_setting()),
                                                       reply_law=_target_law(run, list(p), setting)),
                   "_tests": tests, "setting": dataclasses.asdict(setting), "streams": stream, "chat_streams": chat,
-                  "chat_tools": tools, "min_tokens_with_stop_ids": stop_ids, "not_offered": lacks})
+                  "chat_tools": tools, "min_tokens_with_stop_ids": stop_ids, "not_offered": lacks,
+                  "skipped_tests": skipped})
             for i, p in enumerate(prompts)]
 
 
@@ -1100,6 +1131,8 @@ def notes(report) -> list[str]:
     return [f"API check: {total} stop requests; {where}; seeds reproduce: "
             f"{all(c.get('seed_reproducible') for c in cases)}"] + \
         [f"API check: not offered by the engine, so not tested: {field} ({why})" for field, why in lacks.items()] + \
+        (["API check: tests skipped (each needs a request field the engine does not offer, listed above): "
+          + ", ".join(sorted(cases[0]["skipped_tests"]))] if cases[0].get("skipped_tests") else []) + \
         [f"API check: {name}: all {u['unseeded']} unseeded replies were one continuation, "
          + (f"of target probability {math.exp(u['log_prob']):.3g}" if "log_prob" in u else "as often as the seeded bases allow by chance")
          + f" (p = {u['p']:.3g}): unseeded_independent cannot tell a shared random stream from chance there"

@@ -412,3 +412,29 @@ def test_the_api_check_asks_the_server_whether_it_allows_it():
             assert (why is None) == allowed, why
             assert allowed or "no token ids" in why
             assert "tokenizer" in refusal(SimpleNamespace(**{**vars(run), "tokenizer": None}), [1, 2, 3])
+
+
+def test_a_field_the_server_refuses_is_a_capability_it_lacks_skipped_and_listed():
+    """`specdec serve` with a generate() of exactly the §1b signature refuses min_tokens (HTTP 400: no
+    min_new_tokens): the probe names it with the server's words, and the tests that need it are skipped with why;
+    the reference adapter takes every optional field."""
+    from types import SimpleNamespace
+
+    from harness.served.api import refused_fields, skipped_tests
+    from harness.served.client import EngineClient
+
+    def contract_generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+        return generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+
+    found = {}
+    for name, impl in (("contract", contract_generate), ("reference", generate)):
+        with serving(impl, get_pair(PAIR)) as s, EngineClient(s.url) as client:
+            run = SimpleNamespace(tokenizer=IdTokenizer(16), engine=client, model=PAIR)
+            found[name] = refused_fields(run, [1, 2, 3], {})
+            assert refused_fields(run, [1, 2, 3], {"min_tokens": "not offered", "n": "not offered"}) == {}
+    assert found["reference"] == {} and set(found["contract"]) == {"min_tokens"}
+    assert "HTTP 400" in found["contract"]["min_tokens"] and "min_new_tokens" in found["contract"]["min_tokens"]
+    skipped = skipped_tests(found["contract"])
+    assert set(skipped) == {"min_tokens"} and found["contract"]["min_tokens"] in skipped["min_tokens"]
+    assert set(skipped_tests({"n": "4 slots"})) == {"n_independent"}

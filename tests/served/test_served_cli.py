@@ -130,3 +130,30 @@ def test_llama_cpp_python_api_on_a_pair_without_a_text_tokenizer_exits_2_in_one_
     """The toy pairs write ids as numbers: there are no pieces to read, so the run cannot be done (not a FAIL)."""
     err = one_line_error(capsys, verify("--endpoint", toy_server, "--pair", "toy", "--api", "llama-cpp-python"))
     assert "needs the model's own tokenizer" in err
+
+
+def contract_generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+    """A generate() with exactly the CONTRACT §1b signature (no min_new_tokens, no **kwargs), as a user writes one."""
+    return generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature,
+                    top_k=top_k, top_p=top_p, seed=seed)
+
+
+@pytest.mark.statistical
+def test_the_readme_engine_command_ends_with_a_verdict_against_a_contract_generate(tmp_path, capsys):
+    """The README's engine command against `specdec serve --impl mygen:generate` (issue 55): the server refuses
+    min_tokens (the implementation takes no min_new_tokens), so the API check skips min_tokens and lists it with
+    why, in the report and the JSON; the run PASSES (it exited 2 before)."""
+    out = tmp_path / "report.json"
+    with serving(contract_generate, get_pair("toy")) as s:
+        code = main(verify("--endpoint", s.url + "/v1", "--pair", "toy", "--contexts", "none", "--api-seeds", "2",
+                           "--api-length", "16", "--api-unseeded", "3", "--json", str(out)))
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    report = json.loads(out.read_text())["report"]
+    api = [c for c in report["cases"] if c["name"].startswith("api/")]
+    assert report["verdict"] == "pass" and api
+    for case in api:
+        assert set(case["skipped_tests"]) == {"min_tokens"} and "min_new_tokens" in case["skipped_tests"]["min_tokens"]
+    names = {t["name"].rsplit("/", 1)[-1] for t in report["tests"] if t["name"].startswith("api/")}
+    assert "min_tokens" not in names and {"stop_strings", "n_independent", "seed_reproducible"} <= names
+    assert "tests skipped" in printed and "does not take min_new_tokens" in printed
