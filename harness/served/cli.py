@@ -183,13 +183,12 @@ def run_serve(args) -> int:
     pair = get_pair(args.pair)
     print(f"specdec serve: {args.impl} on {args.pair} (speculation {'off' if args.no_speculation else 'on'}) at "
           f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
-    serve_forever(impl, pair, host=args.host, port=args.port, max_requests=args.max_requests,
-                  speculative=not args.no_speculation, gamma=args.gamma, model_name=args.model_name,
-                  max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode,
-                  logprobs_mutant=args.logprobs_mutant, dialect=args.dialect,
-                  prompt_logprobs_mode=args.prompt_logprobs_mode, api_mutant=args.api_mutant,
-                  reasoning_end=args.reasoning_end, tool_call_tokens=args.tool_call_tokens)
-    return EXIT_OK
+    return serve_forever(impl, pair, host=args.host, port=args.port, max_requests=args.max_requests,
+                         speculative=not args.no_speculation, gamma=args.gamma, model_name=args.model_name,
+                         max_logprobs=args.max_logprobs, logprobs_mode=args.logprobs_mode,
+                         logprobs_mutant=args.logprobs_mutant, dialect=args.dialect,
+                         prompt_logprobs_mode=args.prompt_logprobs_mode, api_mutant=args.api_mutant,
+                         reasoning_end=args.reasoning_end, tool_call_tokens=args.tool_call_tokens)
 
 
 @dataclasses.dataclass

@@ -59,7 +59,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -85,6 +84,14 @@ class RequestError(Exception):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
+
+
+class ServerStopping(RequestError):
+    """The server is stopping (SIGTERM / SIGINT / `Served.stop`): a generation in flight aborts at its next forward
+    pass (harness.served.lifecycle) and its request is answered 503."""
+
+    def __init__(self):
+        super().__init__("specdec serve is stopping: the generation was aborted", 503)
 
 
 class Stream:
@@ -226,6 +233,9 @@ class GenerationBackend:
         self.eos = eos_set(default_eos(pair.target))
         self.lock = threading.Lock()
         self.counters = Counters()
+        self.stopping = threading.Event()  # set when the server stops: generations in flight abort (lifecycle)
+        self.in_flight = 0  # requests being handled (guarded by _flight)
+        self._flight = threading.Lock()
         from specdec_ref.runners import cache_capabilities
 
         cache_capabilities(pair.target)  # its probe forwards run now (cached on the model), not in a counted request
@@ -234,7 +244,27 @@ class GenerationBackend:
         self._target64 = target64(pair)  # float64 scoring copy: the logprobs a client tests against are exact
 
     def _count_call(self, module, args):
+        self.check_stopping()
         self.counters.target_calls += 1
+
+    def check_stopping(self, *hook_args) -> None:
+        """ServerStopping where the server is stopping (also a forward pre-hook: every target and draft pass of a
+        generation checks it, so any implementation aborts within one pass)."""
+        if self.stopping.is_set():
+            raise ServerStopping()
+
+    def handled(self, handler: Callable[[dict], object]) -> Callable[[dict], object]:
+        """`handler` counted in `in_flight` while it runs (what a stop waits for)."""
+        def counted(body: dict):
+            with self._flight:
+                self.in_flight += 1
+            try:
+                self.check_stopping()
+                return handler(body)
+            finally:
+                with self._flight:
+                    self.in_flight -= 1
+        return counted
 
     # ------------------------------------------------------------------ generation and scoring
 
@@ -268,17 +298,21 @@ class GenerationBackend:
         if masked and self.impl not in (adapters.generate, target_only_generate):  # CONTRACT §1b has no stop ids
             raise RequestError("stop_token_ids with min_tokens: the served implementation cannot mask them before "
                                "min_tokens (the reference adapter and --no-speculation can)")
+        self.check_stopping()
         with self.lock:
+            self.check_stopping()  # it may have waited for the lock while the server began to stop
             # A seeded request is reproducible whatever ran before it: torch's global RNG (what an implementation
             # that ignores its seed draws from) is seeded per call on its own stream of the request seed, never
             # with the seed itself (harness.check.streams: the implementation must not get its own draws twice).
             seed_global(seed, "serve")
             # The hook lives only for the call: targets can be shared between pairs (and deep-copied)
-            hook = self.pair.target.register_forward_pre_hook(self._count_call)
+            hooks = [self.pair.target.register_forward_pre_hook(self._count_call),
+                     self.pair.draft.register_forward_pre_hook(self.check_stopping)]
             try:
                 out, sizes = self._stepped(ids, max_tokens, sampling, seed, masked)
             finally:
-                hook.remove()
+                for hook in hooks:
+                    hook.remove()
             rows = [[t for t in row if t >= 0] for row in out.detach().cpu().tolist()]
             c = self.counters
             c.requests += 1
@@ -336,6 +370,7 @@ class GenerationBackend:
         step = max(1, min(SCORE_ROWS, SCORE_FLOATS // max(1, max(map(len, seqs), default=1) * self.pair.vocab_size)))
         with self.lock:
             for lo in range(0, len(seqs), step):
+                self.check_stopping()
                 chunk = seqs[lo : lo + step]
                 width = max(map(len, chunk))
                 full = torch.tensor([s + [0] * (width - len(s)) for s in chunk], dtype=torch.long)
@@ -745,7 +780,8 @@ def build_app(backend: GenerationBackend):
     app = FastAPI(title="specdec serve", docs_url=None, redoc_url=None)
 
     def error(message: str, status: int) -> JSONResponse:
-        kind = {404: "NotFoundError", 500: "server_error"}.get(status, "invalid_request_error")
+        kind = {404: "NotFoundError", 500: "server_error", 503: "service_unavailable"}.get(status,
+                                                                                      "invalid_request_error")
         return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
 
     def route(handler):
@@ -759,7 +795,7 @@ def build_app(backend: GenerationBackend):
             try:  # the model runs in a worker thread: the event loop keeps serving /health and /metrics
                 from starlette.concurrency import run_in_threadpool
 
-                reply = await run_in_threadpool(handler, body)
+                reply = await run_in_threadpool(backend.handled(handler), body)
                 if isinstance(reply, Stream):
                     return StreamingResponse(reply.lines(), media_type="text/event-stream")
                 return JSONResponse(reply)
@@ -768,6 +804,9 @@ def build_app(backend: GenerationBackend):
             except Exception as exc:  # noqa: BLE001 - the implementation under test raised: a 500, said plainly
                 from specdec_ref.errors import SpecDecInputError
 
+                if backend.stopping.is_set():  # the abort, however the implementation wrapped it
+                    stopping = ServerStopping()
+                    return error(str(stopping), stopping.status)
                 status = 400 if isinstance(exc, SpecDecInputError) else 500
                 return error(f"{type(exc).__name__}: {exc}", status)
         endpoint.__annotations__ = {"request": Request}  # postponed annotations would hide the local import
@@ -795,43 +834,33 @@ class Served:
 @contextlib.contextmanager
 def serving(impl: Callable, pair, *, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 30.0,
             **backend_options) -> Iterator[Served]:
-    """Serve `impl` on `pair` in a background thread; always stopped on exit. port 0: a free port."""
-    import uvicorn
+    """Serve `impl` on `pair` in a background thread; always stopped on exit (generations in flight aborted,
+    open connections not drained). port 0: a free port."""
+    from harness.served import lifecycle
 
     backend = GenerationBackend(impl, pair, **backend_options)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise HarnessError(f"cannot listen on {host}:{port}: {exc}; choose another --port") from exc
-    server = uvicorn.Server(uvicorn.Config(build_app(backend), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="specdec-serve")
-    thread.start()
+    running = lifecycle.start(build_app(backend), backend, lifecycle.bind(host, port))
 
     def stop():
-        server.should_exit = server.force_exit = True  # abrupt: open connections are not drained
-        thread.join(timeout=15)
+        running.server.force_exit = True  # abrupt: open connections are not drained
+        running.stop(join_s=15)
 
     try:
-        deadline = time.monotonic() + startup_timeout_s
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise HarnessError(f"the server did not start on {host}:{sock.getsockname()[1]}")
-            time.sleep(0.01)
-        yield Served(f"http://{host}:{sock.getsockname()[1]}", backend, stop)
+        running.wait_started(startup_timeout_s)
+        yield Served(f"http://{host}:{running.port}", backend, stop)
     finally:
         stop()
-        sock.close()
 
 
 def serve_forever(impl: Callable, pair, *, host: str, port: int, max_requests: int | None = None,
-                  **backend_options) -> None:
-    """Blocking server for the CLI: runs until interrupted (or after `max_requests` requests)."""
-    import uvicorn
+                  startup_timeout_s: float = 60.0, **backend_options) -> int:
+    """Blocking server for the CLI: runs until SIGTERM / SIGINT (or after `max_requests` requests), then stops
+    within seconds (harness.served.lifecycle); returns the exit code, 0."""
+    from harness.served import lifecycle
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise HarnessError(f"specdec serve listens on localhost only (got --host {host}): it runs untrusted code")
     backend = GenerationBackend(impl, pair, **backend_options)
-    uvicorn.run(build_app(backend), host=host, port=port, log_level="warning", limit_max_requests=max_requests)
+    running = lifecycle.start(build_app(backend), backend, lifecycle.bind(host, port), max_requests=max_requests)
+    running.wait_started(startup_timeout_s)
+    return lifecycle.run_until_stopped(running)

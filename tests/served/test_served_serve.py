@@ -153,3 +153,116 @@ def test_specdec_serve_refuses_non_local_hosts():
     from harness.cli import main
 
     assert main(["serve", "--pair", "toy", "--host", "0.0.0.0"]) == 2
+
+
+# A generate() of the §1b signature that is slow the way a real model is: every target pass takes 0.2 s (a
+# 300-token request stays in flight for tens of seconds), or one that is stuck outside the models altogether.
+SLOW_GENERATE = """
+import time
+
+from specdec_ref.adapters import generate as reference
+
+
+def generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+    hook = target.register_forward_pre_hook(lambda *args: time.sleep(0.2))
+    try:
+        return reference(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    finally:
+        hook.remove()
+
+
+def stuck(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+    time.sleep(3600)
+"""
+
+
+def _serve_and_stop(tmp_path, impl: str, sig, requests: int) -> tuple[float, int, list, int]:
+    """`specdec serve --impl impl` on toy as a subprocess, `requests` concurrent 300-token requests in flight,
+    then `sig`: (seconds from the signal to the exit, exit code, the replies (status or exception name), port)."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    (tmp_path / "slowgen.py").write_text(SLOW_GENERATE)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "serve", "--impl", impl, "--pair", "toy", "--port",
+                             str(port)], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    replies: list = []
+    try:
+        deadline = time.monotonic() + 120  # a fresh interpreter importing torch on a loaded machine
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, "specdec serve did not start"
+                time.sleep(0.2)
+
+        def ask(seed: int):
+            try:
+                replies.append(httpx.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120, json={
+                    "model": "toy", "prompt": [1, 2, 3], "max_tokens": 300, "seed": seed,
+                    "ignore_eos": True}).status_code)
+            except httpx.HTTPError as exc:
+                replies.append(type(exc).__name__)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(requests)]
+        for t in threads:
+            t.start()
+        time.sleep(3)  # all sent and in flight: the first alone needs >= 100 target passes of 0.2 s
+        assert not replies, f"answered before the signal: {replies}"
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        code = proc.wait(timeout=60)
+        seconds = time.monotonic() - sent
+        for t in threads:
+            t.join(timeout=30)
+        return seconds, code, replies, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+def _port_is_free(port: int) -> bool:
+    """Nothing listens on the port and a new server can listen there (SO_REUSEADDR, as uvicorn binds)."""
+    import socket
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            return False
+    with socket.socket() as again:
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("127.0.0.1", port))
+        again.listen()
+    return True
+
+
+@pytest.mark.statistical  # a fresh interpreter importing torch + transformers: ~5-60 s on a loaded 2-core machine
+def test_specdec_serve_stops_within_seconds_of_sigterm_under_load_and_answers_503(tmp_path):
+    """Four 300-token requests in flight (issue 55: it ignored SIGTERM for 150 s): the generation aborts at its
+    next target pass, every request is answered 503, the process exits 0 within 10 s and the port is free."""
+    import signal
+
+    seconds, code, replies, port = _serve_and_stop(tmp_path, "slowgen:generate", signal.SIGTERM, 4)
+    assert code == 0 and seconds < 10, (code, seconds)
+    assert replies == [503] * 4, replies
+    assert _port_is_free(port)
+
+
+@pytest.mark.statistical
+def test_specdec_serve_abandons_a_generation_stuck_outside_the_models_on_sigint(tmp_path):
+    """A generate() that never calls the models again cannot be aborted: the server stops accepting, gives up on
+    it after lifecycle.STOP_GRACE_S + ABANDON_S (5 s) and exits 0 without waiting for it."""
+    import signal
+
+    seconds, code, replies, port = _serve_and_stop(tmp_path, "slowgen:stuck", signal.SIGINT, 2)
+    assert code == 0 and seconds < 10, (code, seconds)
+    assert len(replies) == 2 and 200 not in replies, replies
+    assert _port_is_free(port)
