@@ -40,7 +40,10 @@ def collect(run) -> dict:
 
     peer: dict[tuple, list] = {}
     spec: dict[str, list] = {}
+    checks = [r for r in run.records if r["kind"] == "oracle_check"]
     for record in run.records:
+        if record["kind"] == "oracle_check":
+            continue
         if record["kind"] == "peer":
             test, name, _seed, mode = record["args"]
             peer.setdefault((test, name, mode), []).append(record)
@@ -75,7 +78,7 @@ def collect(run) -> dict:
         else:
             row["below_resolution"] = False
         rows.append(row)
-    return {"rows": rows}
+    return {"rows": rows, "oracle_checks": checks}
 
 
 def _caught(row: dict, key: str) -> bool:
@@ -138,8 +141,13 @@ def write_readme(run) -> dict:
           f"{run.seconds:.0f} s on {run.where.local_workers} worker processes (a shared 2-core machine, other "
           "agents' jobs running beside it).", "",
           f"Command: `{run.command}`", "",
-          "Seeds: cheap peer tests and specdec's sampler check " f"{cfg.seeds}; vLLM MRV2 {cfg.mrv2_seeds}; equal n "
-          f"{cfg.equal_n_seeds}{'' if cfg.mrv2_equal_n else ' (MRV2 at equal n not run)'}; one-prompt greedy tests "
+          *([f"**Partial run: {len(run.cells) - len(run.done)} of {len(run.cells)} planned cells were not made "
+             "(cut at --stop-at on a shared machine). Cells run in rounds of 5 seeds across every entry and test, so "
+             "each table cell shows k/n with n the seeds actually run; the same command resumes the rest.**", ""]
+            if len(run.done) < len(run.cells) else []),
+          "Planned seeds: cheap peer tests and specdec's sampler check " f"{cfg.seeds}; vLLM MRV2 {cfg.mrv2_seeds}; "
+          f"equal n {cfg.equal_n_seeds} ({cfg.equal_n_tests}{'' if cfg.mrv2_equal_n else '; MRV2 at equal n not run'}); "
+          "one-prompt greedy tests "
           f"{cfg.greedy_seeds}; vLLM 100-prompt greedy {cfg.vllm_greedy_seeds}; controls {cfg.control_seeds}; specdec "
           f"generation level {cfg.generation_seeds}; specdec on mutants below resolution {cfg.below_resolution_seeds}"
           + (f"; skipped: {cfg.skip}" if cfg.skip else "") + ". The full campaign is "
@@ -170,6 +178,14 @@ def write_readme(run) -> dict:
                       ("Law oracle (emitted tokens only)", law_ratios)):
         md += ["", f"{label} ratio, median over the {len(rs)} mutants above resolution: **{_ratio(_med(rs))}** "
                f"(range {_ratio(min(rs) if rs else None)} – {_ratio(max(rs) if rs else None)})."]
+    for c in result["oracle_checks"]:
+        md.append(f"Normal approximation checked by simulation (`{c['entry']}` on case {c['case']}, seed 0): the "
+                  f"oracle's n = {c['oracle_rows']:.0f} rows for power {c['power_target']:g}; the NP test on "
+                  f"{c['replicates']:,} Monte-Carlo replicates of n rows resampled from {c['rows']:,} rows drawn from "
+                  f"the mutant and from the reference (their exact LLRs) reaches power **{c['simulated_power']:.3f}**. "
+                  f"Exact vs empirical row LLR under the null: mean {c['null_mean_exact']:.5f} vs {c['null_mean']:.5f}, "
+                  f"variance {c['null_var_exact']:.5f} vs {c['null_var']:.5f}; share of the mutant's rows the null "
+                  f"can emit {c['alt_rho_exact']:.4f} (exact) vs {c['alt_finite_share']:.4f}.")
     md.append("")
     head = "| entry | kind | pair | " + " | ".join(SHORT[t] for t in GREEDY_TESTS) + " | specdec | median samples |"
     md += ["## Generation level (§1b): the greedy end-to-end tests", "", head, "|" + "---|" * (head.count("|") - 1)]

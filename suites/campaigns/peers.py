@@ -36,6 +36,7 @@ TARGET_TV = 0.02  # the sampler plan's default detectable TV
 CALIBRATION_TV = 0.1
 LOCAL_WORKERS = 2
 ROUND = 5  # seeds per round of the cell order
+ORACLE_CHECK = ("residual_from_p", "anti-logits", 0, 100_000, 20_000)  # entry, case, seed, rows drawn, NP replicates
 NO_ORACLE = ()  # entries whose exact law the oracle cannot use
 
 
@@ -53,6 +54,8 @@ class Config:
                              "N")
     equal_n_seeds: int = option(20, "--equal-n-seeds", "seeds of the sampler peer tests at specdec's sample size",
                                 int, "N")
+    equal_n_tests: str = option("vllm_v1_histogram,vllm_mrv2_chisq,trtllm_kl", "--equal-n-tests", "the sampler "
+                                "peer tests to run at equal n (comma-separated)", str, "NAMES")
     mrv2_equal_n: bool = option(True, "--no-mrv2-equal-n", "skip vLLM MRV2's χ² test at equal n (~5× its own "
                                 "cost)", action="store_false")
     greedy_seeds: int = option(20, "--greedy-seeds", "seeds of the one-prompt greedy tests", int, "N")
@@ -147,30 +150,41 @@ def cells(config: Config) -> dict[str, tuple]:
     specdec at the generation level; seeds in rounds across all of them."""
     from harness.peers import peer_tests
 
-    groups: list[list[tuple]] = [[], [], [], [], []]
+    groups: list[list[tuple]] = [[], [], [], [], [], []]  # mutants cheap, MRV2 on mutants, correct entries cheap,
+    # greedy tests, the other costly runs, specdec at the generation level
+    equal_n = names(config.equal_n_tests)
     for impl in entries(config):
         mutant = impl.kind == "mutant"
         control_cap = (lambda n: n) if mutant else (lambda n: min(n, config.control_seeds))
         if impl.contract == "sampler":
-            cheap = groups[0] if mutant else groups[1]
+            cheap = groups[0] if mutant else groups[2]
             below = mutant and below_resolution(impl.name)
             n = config.below_resolution_seeds if below else config.seeds if mutant else config.control_seeds
             cheap += [("specdec", impl.name, s) for s in range(n)]
             for test in peer_tests("sampler"):
                 costly = test.name == "vllm_mrv2_chisq"
                 own = control_cap(config.mrv2_seeds if costly else config.seeds)
-                (groups[3] if costly else cheap).extend(("peer", test.name, impl.name, s, "own") for s in range(own))
-                eq = 0 if costly and not config.mrv2_equal_n else control_cap(min(config.equal_n_seeds, own))
-                groups[3].extend(("peer", test.name, impl.name, s, "equal") for s in range(eq))
+                where = (groups[1] if mutant else groups[4]) if costly else cheap
+                where.extend(("peer", test.name, impl.name, s, "own") for s in range(own))
+                eq = 0 if test.name not in equal_n or (costly and not config.mrv2_equal_n) else \
+                    control_cap(min(config.equal_n_seeds, own))
+                groups[4].extend(("peer", test.name, impl.name, s, "equal") for s in range(eq))
         else:
             for test in peer_tests("generation"):
                 n = config.vllm_greedy_seeds if test.name == "vllm_greedy_66" else config.greedy_seeds
-                groups[2].extend(("peer", test.name, impl.name, s, "own") for s in range(control_cap(n)))
-            groups[4].extend(("specdec", impl.name, s) for s in range(control_cap(config.generation_seeds)))
+                groups[3].extend(("peer", test.name, impl.name, s, "own") for s in range(control_cap(n)))
+            groups[5].extend(("specdec", impl.name, s) for s in range(control_cap(config.generation_seeds)))
+    if "sampler" in names(config.levels) and config.seeds:
+        groups[0].insert(0, ("oracle_check", *ORACLE_CHECK))
     # seeds in rounds of ROUND across every group, so a run cut short covers every entry and test at fewer seeds
-    order = sorted(((args[-2] if args[0] == "peer" else args[-1]) // ROUND, g, i)
+    order = sorted((_seed(args) // ROUND, g, i)
                    for g, group in enumerate(groups) for i, args in enumerate(group))
     return {json.dumps(groups[g][i]): groups[g][i] for _, g, i in order}
+
+
+def _seed(args: tuple) -> int:
+    """The seed of a cell (its round in the cell order); the one-off oracle check runs first."""
+    return args[-2] if args[0] == "peer" else args[-1] if args[0] == "specdec" else 0
 
 
 # ------------------------------------------------------------------------------------------------ one cell
@@ -192,6 +206,9 @@ def run_cell(kind: str, *args) -> dict:
 
     torch.set_num_threads(1)
     started = time.perf_counter()
+    if kind == "oracle_check":
+        return {"kind": kind, "args": list(args), **oracle_check(*args), "seconds": time.perf_counter() - started,
+                "finished_at": time.time()}
     if kind == "peer":
         test_name, name, seed, mode = args
         record = _peer_cell(test_name, get(name), seed, mode)
@@ -245,7 +262,14 @@ def _oracle(impl, seed: int, report) -> dict:
     """The NP bounds with the rows split over the cases as this run's plan splits them: `rows` against the
     mutant's exact row law with Algorithm 1 as the null (Rule entries), `law_rows` on the emitted tokens alone."""
     from harness.check.sampler import default_cases
-    from harness.peers.oracle import case_moments, case_plans, law_moments, oracle_rows
+    from harness.peers.oracle import (
+        DENSE_LIMIT,
+        case_moments,
+        case_plans,
+        law_moments,
+        needs_dense,
+        oracle_rows,
+    )
 
     planned = {c["name"]: c.get("planned_rows", 0) for c in report.cases}
     total = sum(planned.values())
@@ -255,6 +279,9 @@ def _oracle(impl, seed: int, report) -> dict:
         plans = case_plans(case, seed)
         for plan in plans:
             weight = planned.get(case.name, 0) / total / len(plans)
+            if rule is not None and case.vocab > DENSE_LIMIT and needs_dense(rule):  # [V, V] tables: left out
+                skipped.append(case.name)
+                continue
             if rule is not None and rule.analytic:
                 moments = case_moments(rule, plan.p, plan.q)
                 if moments is None:
@@ -267,6 +294,38 @@ def _oracle(impl, seed: int, report) -> dict:
             law_parts.append((weight, *law_moments(impl.position_laws(p, q).double().numpy(), plan.p, reach)))
     return {"rows": oracle_rows(parts, alpha=GATE, power=DEFAULT_POWER) if parts else None,
             "law_rows": oracle_rows(law_parts, alpha=GATE, power=DEFAULT_POWER), "skipped_cases": sorted(set(skipped))}
+
+
+def oracle_check(name: str, case_name: str, seed: int, rows: int, reps: int) -> dict:
+    """The normal approximation checked by simulation on one case: rows drawn from the mutant and from the reference
+    (x ~ q drawn here), their exact LLRs, and the NP test's Monte-Carlo power at the oracle's n."""
+    from harness.check.sampler import default_cases
+    from harness.mutants.registry import get
+    from harness.mutants.rule import Rule
+    from harness.peers.oracle import case_moments, case_plans, oracle_rows, row_llr, rule_parts, simulate_np
+    from harness.peers.sampler import draw_rows
+
+    impl = get(name)
+    plan = case_plans(next(c for c in default_cases() if c.name == case_name), seed)[0]
+    alt, null = rule_parts(impl.fn.rule, plan.p, plan.q), rule_parts(Rule(), plan.p, plan.q)
+    m0, m1 = case_moments(impl.fn.rule, plan.p, plan.q)
+    n = oracle_rows([(1.0, m0, m1)], alpha=GATE, power=DEFAULT_POWER)
+    p, q = torch.from_numpy(plan.p).float(), torch.from_numpy(plan.q).float()
+    llrs = []
+    for fn, key in ((impl.fn, 1), (get("reference_verify").fn, 0)):
+        drafts = torch.Generator().manual_seed(seed * 10 + key)
+        tokens = draw_rows(fn, p, q, rows, drafts=drafts, generator=torch.Generator().manual_seed(seed * 10 + 5 + key),
+                           what="oracle check")
+        drafts = torch.Generator().manual_seed(seed * 10 + key)  # the same draws draw_rows made
+        x = torch.stack([torch.multinomial(q[j].double(), rows, replacement=True, generator=drafts)
+                         for j in range(q.shape[0])], 1).numpy()
+        llrs.append(row_llr(alt, null, x, tokens))
+    llr1, llr0 = llrs
+    finite0 = llr0[np.isfinite(llr0)]
+    return {"entry": name, "case": case_name, "oracle_rows": n, "power_target": DEFAULT_POWER,
+            "simulated_power": simulate_np(llr0, llr1, int(n), GATE, reps), "rows": rows, "replicates": reps,
+            "null_mean": float(finite0.mean()), "null_mean_exact": m0.mean, "null_var": float(finite0.var()),
+            "null_var_exact": m0.var, "alt_finite_share": float(np.isfinite(llr1).mean()), "alt_rho_exact": m1.rho}
 
 
 def _generation_specdec(impl, seed: int) -> dict:
