@@ -165,7 +165,8 @@ def check_cell(host: EngineHost, method: str, check: str, truth: str, *, samples
                                            false_alarm_rate=false_alarm_rate, inconclusive_tv=inconclusive_tv,
                                            **extra))
     tv = report.detectable_tv
-    return {"engine": host.cls.name, "version": host.cls.version(), "method": method, "check": check, "truth": truth,
+    return {"engine": host.cls.name, "version": host.cls.version(), "pair": host.pair,
+            "options": sorted(f"{k}={v}" for k, v in host.options.items()), "method": method, "check": check, "truth": truth,
             "verdict": report.verdict, "detectable_tv": None if tv is None or tv != tv else float(tv),
             "samples": int(report.samples), "family_p": _float(family_p(report)),
             "first_reject": next((t.name for t in report.tests if t.reject), None),

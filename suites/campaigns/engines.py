@@ -141,19 +141,34 @@ def _tv(x) -> str:
     return "–" if x is None else f"{x:.3f}"
 
 
+def identity(key: str) -> str:
+    """A cell's key without its size (samples, seed, TV bar): the same engine, options, pair, method, check, truth."""
+    return key.rsplit("/", 3)[0]
+
+
+def latest(journal: dict) -> dict[str, tuple[str, dict]]:
+    """identity -> (key, record) of the last journaled measurement of each cell (the journal keeps every size)."""
+    return {identity(k): (k, r) for k, r in journal.items()}
+
+
 def engine_rows(run) -> list[dict]:
-    """This engine's cells: measured (this run or the journal) or "not run: why"."""
+    """Every cell of this engine (every check and ground truth of its methods): this run's measurement, else the
+    journal's last of the same cell at another size, else "not run: why"."""
     from harness.engines.battery import not_run_record
     from harness.engines.registry import get
 
     c = run.config
     cls = get(c.engine)
+    last = latest(run.journal)
+    full = dataclasses.replace(c, checks=list(CHECKS), truths=list(TRUTHS))
     rows = []
-    for m, check, t, why in plan(c):
-        record = run.journal.get(_key(c, m, check, t))
+    for m, check, t, why in plan(full):
+        key = _key(c, m, check, t)
+        record = run.journal.get(key) or last.get(identity(key), (None, None))[1]
         if record is None:
-            record = not_run_record(cls, m, check, t, why or "not run yet (cut short; the same command resumes)")
-        rows.append({**record, "pair": c.pair, "samples_planned": c.samples})
+            record = not_run_record(cls, m, check, t, why or "not run yet (`--checks` / `--truths` left it out, "
+                                    "or cut short: the same command resumes)")
+        rows.append({**record, "pair": c.pair})
     return rows
 
 
@@ -165,7 +180,7 @@ def engine_md(run, rows: list[dict]) -> str:
     cls = get(c.engine)
     p = probe(cls)
     table = [[r["method"], r["check"], r["truth"], r["verdict"].upper() if r["verdict"] != "not run" else
-              f"not run: {r.get('why')}", _tv(r.get("detectable_tv")), str(r.get("samples", "–")),
+              f"not run: {r.get('why')}", _tv(r.get("detectable_tv")), str(r.get("samples") or "–"),
               f"{r['seconds']:.0f}" if "seconds" in r else "–", r.get("first_reject") or "–"] for r in rows]
     return "\n".join([
         f"# The generic engine battery on {c.engine} ({p.version or 'version unknown'})", "",

