@@ -74,3 +74,32 @@ def test_no_engine_regenerates_the_matrix_of_every_registered_engine(tmp_path, c
     assert run("engines", ["--out", str(tmp_path)]) == 0
     assert (tmp_path / "README.md").stat().st_mtime_ns == before  # unchanged: not rewritten
     capsys.readouterr()
+
+
+def test_the_runner_hands_the_session_object_to_run_cell_and_refuses_it_where_cells_leave_the_process(tmp_path):
+    import contextlib
+    import dataclasses
+    import types
+
+    from harness.errors import HarnessError
+
+    seen = []
+    module = types.ModuleType("ctx_campaign")
+
+    @dataclasses.dataclass
+    class Config:
+        pass
+
+    @contextlib.contextmanager
+    def session(config):
+        yield {"held": "engines"}
+
+    module.Config, module.session, module.CONTEXT, module.WHERE = Config, session, True, "local"
+    module.cells = lambda config: {"a": (1,), "b": (2,)}
+    module.run_cell = lambda ctx, x: seen.append((ctx["held"], x)) or {"x": x}
+    module.report = lambda run: 0
+    assert run("ctx", ["--out", str(tmp_path)], module) == 0
+    assert seen == [("engines", 1), ("engines", 2)]
+    module.WHERE = None
+    with pytest.raises(HarnessError, match="CONTEXT = True needs WHERE"):
+        run("ctx", ["--out", str(tmp_path / "2")], module)
