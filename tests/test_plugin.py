@@ -82,9 +82,9 @@ def test_generation(assert_lossless_generation):
 
 def test_fixtures_raise_assertion_error_naming_the_users_file_and_line(pytester):
     """Issue 55: a raising implementation made the fixtures throw an internal exception, not AssertionError.
-    Run as a user runs it: `pytest` in a folder of their own, the plugin loaded from its entry point."""
+    Run as a user runs it: `pytest` in a folder of their own, with the plugin its entry point registers."""
     pytester.makepyfile(test_user=RAISING_TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=3)
     out = result.stdout.str()
     assert "ImplementationError" not in out and "HarnessError" not in out, out
