@@ -22,6 +22,7 @@ Library code takes a plain `progress(n)` callable; a `Progress` is one (`__call_
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -220,7 +221,7 @@ class Progress:
             if self.steps:
                 unknown = sum(s.units is None for s in self.steps)
                 if unknown:
-                    done += f" + {unknown} cell{'s' if unknown > 1 else ''} counted whole"
+                    done += f" + {unknown} cell{'s' if unknown > 1 else ''} not in this count"
                 f = self.fraction()
                 done += f", {100 * (f or 0):.0f}% of the work"
             eta = self.eta(now)
@@ -269,6 +270,26 @@ class Progress:
 
     def __exit__(self, exc_type, *exc) -> None:
         self.close(failed=exc_type is not None)
+
+
+@contextlib.contextmanager
+def api_display(progress, level: str, stream=None):
+    """`specdec.verify`'s `progress=`: a callable as given; False: none; None (the default): this progress line on
+    stderr when stderr is a terminal (redrawn in place, closed with the run), nothing otherwise."""
+    if progress is False:
+        yield None
+        return
+    stream = stream if stream is not None else sys.stderr
+    if progress is not None or not getattr(stream, "isatty", lambda: False)():
+        yield progress
+        return
+    bar = Progress(None, f"verify {level}", stream=stream, terminal=True)
+    try:
+        yield bar
+    except BaseException:
+        bar.close(failed=True)
+        raise
+    bar.close()
 
 
 # -- what Ctrl-C leaves (harness.cli) -------------------------------------------------------------------------

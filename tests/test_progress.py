@@ -94,7 +94,7 @@ def test_the_line_gives_phase_total_work_and_eta():
 def test_steps_of_unknown_size_count_whole_and_top_ups_grow_the_total():
     bar = Progress(None, "verify engine", unit="requests", stream=io.StringIO(), terminal=False, interval_s=60)
     bar.plan([Step("api/T=1/prompt0", "API battery", None, cost=40.0), Step("T=1/prompt0", "law", 20, cost=3.0)])
-    assert bar.total == 20 and "+ 1 cell counted whole" in bar.line()
+    assert bar.total == 20 and "+ 1 cell not in this count" in bar.line()
     bar.enter("api/T=1/prompt0")
     bar.update(7)  # requests of a cell whose count was not known: shown, not credited until it is over
     assert bar.fraction() == 0
@@ -180,3 +180,30 @@ def test_generation_level_knows_its_total_and_ticks_rows():
     run_verify(CheckConfig(impl=broken.generate_one_row, level="generation", pair="toy", samples=10, contexts="none"), progress=rec)
     assert rec.total == 10 * 2 * 2  # samples × prompts × sampling settings (no contexts cell: --contexts none)
     assert sum(rec.updates) == rec.total and rec.rows >= rec.total
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_python_api_shows_progress_on_a_terminal_by_default(monkeypatch):
+    import sys
+
+    import specdec
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    report = specdec.verify("specdec_ref.adapters:verify", cases=["anti-logits"], samples=500)
+    assert report.verdict == "pass"
+    text = terminal.getvalue()
+    assert "\rverify sampler [case anti-logits, 1/1]" in text
+    assert re.search(r"\rverify sampler: 500/500 rows \(100%\), 100% of the work, \d\d:\d\d elapsed\x1b\[K\n$", text)
+    quiet = _Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    specdec.verify("specdec_ref.adapters:verify", cases=["anti-logits"], samples=500, progress=False)
+    assert quiet.getvalue() == ""
+    log = io.StringIO()  # not a terminal (a notebook, a log file): nothing by default
+    monkeypatch.setattr(sys, "stderr", log)
+    specdec.verify("specdec_ref.adapters:verify", cases=["anti-logits"], samples=500)
+    assert log.getvalue() == ""

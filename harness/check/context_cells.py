@@ -175,6 +175,30 @@ def contexts_pit_tests(values: dict, families, block_sizes, rate, power, prefix)
     return out
 
 
+# The progress line's cost of generation (harness.progress.Step), in target positions: a generate() call of B rows
+# with prompts of P tokens and L new tokens costs L·(CALL_POSITIONS + B·(P + L/2 + ROW_POSITIONS)) (one step per new
+# token, each over every row's sequence, plus a row's own work), and scoring a row for its tests
+# TEST_POSITIONS·(P + L + ROW_POSITIONS). Fitted to the default toy plan's per-cell times of the reference
+# (specdec_ref.adapters:generate, this 2-core CPU under load, 2026-12-07; draw and tests timed per cell): its prompt
+# cells (10 calls of 2,000 rows × 3 tokens, prompts of 4) took about 1/4 of a contexts cell (8 calls of ~137 rows ×
+# 40 tokens, prompts of 4 to 221), their tests about 1.6 × a contexts cell's; greedy's B = 1 calls 0.07 s per token.
+CALL_POSITIONS = 700
+ROW_POSITIONS = 8
+TEST_POSITIONS = 3
+
+
+def generation_cost(prompt_lengths, new_tokens: int, chunk: int) -> tuple[float, float]:
+    """(draw cost, test cost) of continuing one row per entry of `prompt_lengths` by `new_tokens`, in calls of at
+    most `chunk` rows per prompt length (as `sample_contexts` groups them)."""
+    draw = test = 0.0
+    sizes, counts = np.unique(np.asarray(prompt_lengths, dtype=np.int64), return_counts=True)
+    for size, count in zip(sizes.tolist(), counts.tolist(), strict=True):
+        calls = -(-count // chunk)
+        draw += new_tokens * (calls * CALL_POSITIONS + count * (size + new_tokens / 2 + ROW_POSITIONS))
+        test += count * TEST_POSITIONS * (size + new_tokens + ROW_POSITIONS)
+    return draw, test
+
+
 def sample_contexts(impl, pair, contexts, rows: np.ndarray, setting, gamma, length, seed, chunk, progress, deadline):
     """Continuations of contexts[rows[i]] for every i: one generate() call per prompt length (and chunk)."""
     lengths = np.array([len(contexts[c].tokens) for c in rows])

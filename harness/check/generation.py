@@ -32,6 +32,7 @@ from harness.check.context_cells import (
     check_generation_output,
     context_rows,
     default_rows,
+    generation_cost,
     sample_contexts,
 )
 from harness.check.conventions import consistent_conventions
@@ -61,6 +62,7 @@ from harness.contexts import slots
 from harness.errors import HarnessError
 from harness.pairs import ModelPair
 from harness.policy import catalogue
+from harness.progress import Step
 from harness.stats import TestResult
 from specdec_ref.generate import default_eos, eos_set
 from specdec_ref.processing import ORDERS
@@ -227,6 +229,7 @@ class GenerationSource(TrialSource):
     """Trials of a whole generate(): continuations of the pair's prompts, per sampling setting."""
 
     level = "generation"
+    progress_unit = "samples"
 
     def __init__(self, impl: Callable, pair: ModelPair, *, length: int | None = None, prompts: int = 2,
                  settings: tuple[Setting, ...] | None = None, chunk: int = 2_000,
@@ -325,6 +328,24 @@ class GenerationSource(TrialSource):
         if isinstance(trials, ContextTrials):
             return trials.extend(more)
         return super().extend(trials, more)
+
+    def progress_step(self, cell: Cell, n: int) -> Step:
+        """Calls × new tokens × rows' sequence lengths (context_cells.generation_cost): a contexts cell's 1,100 rows
+        of 40 tokens after prompts of up to 221 cost more than the prompt cells' 80,000 rows of 3."""
+        if cell.name.startswith("greedy"):  # the target alone and the implementation, one prompt at a time
+            data = cell.data
+            lengths = [s.length for s in (slots(data.contexts)[i] for i in data.picked)] \
+                if isinstance(data, ContextPrompts) else [len(p) for p in data]
+            new = cell.summary["max_new_tokens"]
+            cost = sum(2 * generation_cost([size], new, 1)[0] for size in lengths)
+            return Step(cell.name, "greedy cells", None, cost)
+        if isinstance(cell.data, ContextsCell):
+            lengths = np.array([s.length for s in slots(cell.data.contexts)])
+            rows = context_rows(n, len(lengths), cell.summary.get("_drawn", 0))
+            draw, test = generation_cost(lengths[rows], self.context_length, self.chunk)
+            return Step(cell.name, "context cells", n, draw / max(n, 1), test)
+        draw, test = generation_cost([len(cell.data.prompt)] * n, self.length, self.chunk)
+        return Step(cell.name, "generation cells", n, draw / max(n, 1), test)
 
     def _draw_contexts(self, cell: Cell, n: int, progress):
         data = cell.data
