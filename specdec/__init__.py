@@ -109,7 +109,7 @@ def _unknown_fields(cls, fields: dict) -> None:
 
 
 def verify(impl: Any = None, /, *, level: str | None = None, endpoint: str | None = None,
-           progress: Callable[[int], None] | None = None, **fields: Any) -> Report:
+           progress: Callable[[int], None] | bool | None = None, **fields: Any) -> Report:
     """Run one losslessness check and return its Report (a FAIL is a report, never an exception).
 
     `impl` is the implementation under test, a callable or "MODULE:CALLABLE", or a whole CheckConfig /
@@ -126,6 +126,11 @@ def verify(impl: Any = None, /, *, level: str | None = None, endpoint: str | Non
     An implementation that raises, hangs (`timeout_s=`) or returns something that is not an output is not
     lossless: the report's verdict is "fail" and `failure_summary()` names what it did and where (file:line of
     its own code). Bad settings raise HarnessError before any work; an unknown field raises TypeError.
+    Progress: by default (`progress=None`) one line on stderr, redrawn in place, while stderr is a terminal
+    (nothing otherwise: a notebook, a log file): the phase (the sampler case; generation, context or greedy
+    cells; the engine's law, API battery or logprobs cells), the plan's total and an ETA that weighs every
+    step by its cost. `progress=False` prints nothing; a callable is called with the number of trials (at the
+    engine level: replies) finished since its last call; a harness.progress.Progress also gets the plan.
     """
     from harness.check.config import CheckConfig
     from harness.check.raised import verify_reporting
@@ -153,4 +158,7 @@ def verify(impl: Any = None, /, *, level: str | None = None, endpoint: str | Non
     else:
         _unknown_fields(CheckConfig, fields)
         config = CheckConfig(impl=impl, level=level or "sampler", **fields)
-    return verify_reporting(config, progress=progress)
+    from harness.progress import api_display
+
+    with api_display(progress, config.level) as shown:
+        return verify_reporting(config, progress=shown)
