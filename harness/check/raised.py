@@ -31,11 +31,13 @@ class ImplementationFailure(CheckReport):
 
 def failure_report(config, exc: ImplementationError, seconds: float = 0.0) -> ImplementationFailure:
     """The FAIL report of `config`'s check whose implementation raised `exc`."""
-    from harness.check.api import REPORT_LEVEL, _name, contract_of
+    from harness.check.api import REPORT_LEVEL, contract_of
 
     level = REPORT_LEVEL.get(contract_of(config), config.level)
+    impl = getattr(config, "impl", None)
+    name = impl if isinstance(impl, str) else f"{getattr(impl, '__module__', '?')}:{getattr(impl, '__qualname__', impl)}"
     report = ImplementationFailure(
-        impl=_name(getattr(config, "impl", None)), level=level, false_alarm_rate=config.false_alarm_rate,
+        impl=name, level=level, false_alarm_rate=config.false_alarm_rate,
         target_tv=getattr(config, "tv", None) or 0.0, power=config.power, seed=config.seed,
         family=getattr(config, "family", "chain"), declared_tests=1, seconds=seconds, device=getattr(config, "device", "cpu"),
         inconclusive_tv=config.inconclusive_tv, config=config, error=str(exc),
