@@ -207,3 +207,28 @@ def test_the_python_api_shows_progress_on_a_terminal_by_default(monkeypatch):
     monkeypatch.setattr(sys, "stderr", log)
     specdec.verify("specdec_ref.adapters:verify", cases=["anti-logits"], samples=500)
     assert log.getvalue() == ""
+
+
+@pytest.mark.statistical
+def test_the_engine_level_line_names_its_phase_and_counts_requests():
+    from harness.check.settings import Setting
+    from harness.pairs import get_pair
+    from harness.served.check import run_engine_check
+    from harness.served.config import EngineConfig
+    from harness.served.serve import serving
+    from specdec_ref.adapters import generate
+
+    stream = io.StringIO()
+    with serving(generate, get_pair("toy-low")) as served, \
+            Progress(None, "verify engine", stream=stream, terminal=False, interval_s=0.05) as bar:
+        report = run_engine_check(EngineConfig(endpoint=served.url + "/v1", pair="toy-low", samples=600, prompts=1,
+                                               chunk=100, settings=(Setting(0.0), Setting(0.7, top_p=0.9)), seed=3),
+                                  progress=bar)
+    assert report.verdict == "pass"
+    lines = stream.getvalue().splitlines()
+    law = [line for line in lines if line.startswith("verify engine [law: T=0.7,top_p=0.9/prompt0, ")]
+    assert law, lines
+    assert all(re.search(r"\]: \d+/6 requests \(\d+%\) \+ \d cells? not in this count, \d+% of the work", line)
+               for line in law), law  # 600 rows in requests of 100; greedy (and the API battery) counted whole
+    assert any("ETA" in line for line in law), law
+    assert lines[-1].startswith("verify engine: ") and lines[-1].endswith("(done)")

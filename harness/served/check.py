@@ -28,6 +28,7 @@ from harness.check.report import CheckReport
 from harness.check.settings import Setting
 from harness.check.structured import setting_record
 from harness.errors import HarnessError
+from harness.progress import Step
 from harness.served import context_cells
 from harness.served.client import EngineClient, EngineUnreachable, ReplyNotWritten, ResponseStore, config_hash
 from harness.served.config import EngineConfig
@@ -158,6 +159,9 @@ def _prompts(run: EngineRun) -> list:
     return [p.text for p in load_prompts()[: run.config.prompts]]
 
 
+API_EXTRA_REQUESTS = 10  # the API battery's requests besides its seeded and unseeded ones (streams, chat, stops, ...)
+
+
 @dataclasses.dataclass
 class _SamplingCell:
     setting: Setting
@@ -169,6 +173,7 @@ class EngineSource(TrialSource):
     """Trials of a served engine: continuations returned over HTTP, per prompt and sampling setting."""
 
     level = "engine"
+    progress_unit = "requests"  # what the client's run_all counts: one per reply (a request asks for --chunk rows)
 
     def __init__(self, run: EngineRun):
         self.run = run
@@ -268,6 +273,28 @@ class EngineSource(TrialSource):
         from harness.check.context_cells import ContextTrials
 
         return len(trials) if isinstance(trials, ContextTrials) else len(trials[0])
+
+    def progress_step(self, cell: Cell, n: int) -> Step:
+        """Requests (what the progress line counts) and their cost in tokens asked of the server; a cell's tests
+        cost its tokens scored once (the local target's, or the scoring endpoint's). Not calibrated against a
+        measured run: the API battery's and greedy's requests are not known before they run (counted whole)."""
+        run, config = self.run, self.run.config
+        chunk, length = max(1, config.chunk), run.length
+        if cell.name == "greedy":
+            from harness.served.greedy import GREEDY_TOKENS
+
+            return Step(cell.name, "greedy", None, 2 * len(cell.data) * GREEDY_TOKENS)
+        if cell.name.startswith("api/"):
+            requests = config.api_seeds + config.api_unseeded + API_EXTRA_REQUESTS
+            return Step(cell.name, "API battery", None, requests * config.api_length)
+        if cell.name.startswith("logprobs/"):
+            rows = min(n, config.logprobs_samples)
+            return Step(cell.name, "logprobs", -(-rows // chunk), chunk * length, rows * length)
+        if cell.name.endswith("/contexts"):
+            requests = max(1, min(n, len(cell.data.contexts)))  # one request per context (its share of the rows)
+            return Step(cell.name, "law (contexts)", requests, n * length / requests, n * length)
+        endpoints = 2 if run.ground_truth == "two-sample" else 1
+        return Step(cell.name, "law", endpoints * -(-n // chunk), chunk * length, n * length)
 
     def extend(self, trials, more):
         from harness.check.context_cells import ContextTrials
