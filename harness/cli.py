@@ -207,7 +207,7 @@ def _cmd_run(args) -> int:
                 print(f"specdec run: would rerun the engine-level check of {config.endpoint} ({args.config})")
                 return EXIT_OK
             with _engine_progress(None, "rerun engine") as bar:
-                report = run_verify(config, progress=bar.update)
+                report = run_verify(config, progress=bar)
             return _report_and_exit(report, argparse.Namespace(json=args.out, verbose=False, allow_inconclusive=False))
         preflight.device(config.device)
         if config.level == "generation":
@@ -526,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage error (one line, exit 2) or --help (exit 0): a code, not an exception
         return int(exc.code or 0)
+    import time
+
+    started = time.time()  # what Ctrl-C kept: the files written since
     try:
         return args.func(args)
     except ImplementationError as exc:  # raised, hung or returned a non-output: a verdict, not a crash
@@ -539,7 +542,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specdec: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("specdec: interrupted (results written so far are kept)", file=sys.stderr)
+        from harness.progress import interrupted_line
+
+        print(interrupted_line(args, started), file=sys.stderr)  # a path, or "nothing was written"
         return 130
     except SystemExit as exc:  # a campaign's own argument parser (usage error, --help): a code, not an exception
         if exc.code is None or isinstance(exc.code, int):

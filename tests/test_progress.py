@@ -232,3 +232,13 @@ def test_the_engine_level_line_names_its_phase_and_counts_requests():
                for line in law), law  # 600 rows in requests of 100; greedy (and the API battery) counted whole
     assert any("ETA" in line for line in law), law
     assert lines[-1].startswith("verify engine: ") and lines[-1].endswith("(done)")
+
+
+def test_ctrl_c_in_a_run_says_nothing_was_written(tmp_path, capsys):
+    from harness.cli import main
+
+    report = tmp_path / "report.json"
+    assert main(["verify", "--impl", "tests.impls.slow:interrupt", "--json", str(report)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"specdec: interrupted: nothing was written (nothing new at {report})"
+    assert not report.exists()

@@ -76,7 +76,7 @@ def engine_report(args, progress_bar):
 
     config = engine_config(args)
     with progress_bar(None, "verify engine") as bar:
-        report = run_engine_check(config, progress=bar.update)
+        report = run_engine_check(config, progress=bar)  # the Progress itself: the driver gives it the plan
     return report
 
 

@@ -10,3 +10,8 @@ CALL_S = 0.03
 def verify(target_probs, draft_probs, draft_tokens, generator):
     time.sleep(CALL_S)
     return verify_step(target_probs, draft_probs, draft_tokens, generator).tokens
+
+
+def interrupt(target_probs, draft_probs, draft_tokens, generator):
+    """The user's Ctrl-C, arriving while the implementation runs."""
+    raise KeyboardInterrupt
