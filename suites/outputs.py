@@ -18,6 +18,8 @@ FOLDERS = {
     "campaign.invariance": "results/invariance",
     "campaign.llama_server": "results/findings/llama-server",
     "campaign.llamacpp": "results/findings/llamacpp",
+    "campaign.onnxruntime_genai": "results/findings/onnxruntime-genai",
+    "campaign.openvino_genai": "results/findings/openvino-genai",
     "campaign.params": "results/params",
     "campaign.peers": "results/peers",
     "campaign.sequential": "results/sequential",

@@ -11,8 +11,10 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 
-def write_f32_gguf(source: Path, dest: Path) -> Path:
-    """`source` with every tensor dequantized to float32 (metadata copied; file type ALL_F32). Cached."""
+def write_f32_gguf(source: Path, dest: Path, *, f16_matrices: bool = False) -> Path:
+    """`source` with every tensor dequantized to float32 (metadata copied; file type ALL_F32). Cached.
+    `f16_matrices`: the matrices (2-D and up) stored as float16 instead, the norms float32 (file type MOSTLY_F16;
+    for engines that take no F32 GGUF: OpenVINO GenAI 2026.4)."""
     import gguf
     import numpy as np
 
@@ -28,10 +30,11 @@ def write_f32_gguf(source: Path, dest: Path) -> Path:
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16_matrices else gguf.LlamaFileType.ALL_F32)
     for t in reader.tensors:
         data = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        writer.add_tensor(t.name, data.reshape(tuple(int(d) for d in reversed(t.shape.tolist()))))
+        data = data.reshape(tuple(int(d) for d in reversed(t.shape.tolist())))
+        writer.add_tensor(t.name, data.astype(np.float16) if f16_matrices and data.ndim > 1 else data)
     dest.parent.mkdir(parents=True, exist_ok=True)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
