@@ -36,6 +36,7 @@ TARGET_TV = 0.02  # the sampler plan's default detectable TV
 CALIBRATION_TV = 0.1
 LOCAL_WORKERS = 2
 ROUND = 5  # seeds per round of the cell order
+ORDER = (0, 2, 3, 1, 4, 5)  # within a round: mutants' cheap runs, correct entries', greedy tests, MRV2, the rest
 ORACLE_CHECK = ("residual_from_p", "anti-logits", 0, 100_000, 20_000)  # entry, case, seed, rows drawn, NP replicates
 NO_ORACLE = ()  # entries whose exact law the oracle cannot use
 
@@ -151,7 +152,7 @@ def cells(config: Config) -> dict[str, tuple]:
     from harness.peers import peer_tests
 
     groups: list[list[tuple]] = [[], [], [], [], [], []]  # mutants cheap, MRV2 on mutants, correct entries cheap,
-    # greedy tests, the other costly runs, specdec at the generation level
+    # greedy tests, the other costly runs, specdec at the generation level (run in the order ORDER)
     equal_n = names(config.equal_n_tests)
     for impl in entries(config):
         mutant = impl.kind == "mutant"
@@ -177,9 +178,9 @@ def cells(config: Config) -> dict[str, tuple]:
     if "sampler" in names(config.levels) and config.seeds:
         groups[0].insert(0, ("oracle_check", *ORACLE_CHECK))
     # seeds in rounds of ROUND across every group, so a run cut short covers every entry and test at fewer seeds
-    order = sorted((_seed(args) // ROUND, g, i)
+    order = sorted((_seed(args) // ROUND, ORDER.index(g), g, i)
                    for g, group in enumerate(groups) for i, args in enumerate(group))
-    return {json.dumps(groups[g][i]): groups[g][i] for _, g, i in order}
+    return {json.dumps(groups[g][i]): groups[g][i] for _, _, g, i in order}
 
 
 def _seed(args: tuple) -> int:
