@@ -1,8 +1,8 @@
 """Engines registered with their capabilities and installed() only: no adapter onto the interface runs them yet.
 
 Each says why (`not_runnable_why`); `start()` raises, so the battery lists their cells as "not run", never as run.
-vLLM CPU, llama-server and llama-cpp-python are run today by their own campaigns (suites/campaigns/vllm_cpu.py,
-llama_server.py, llamacpp.py), whose verdicts are in results/findings. OpenVINO GenAI and ONNX Runtime GenAI are
+vLLM CPU, llama-server and llama-cpp-python are run today by their own campaigns (`specdec campaign vllm_cpu`,
+`llama_server`, `llamacpp`), whose findings pages hold their verdicts. OpenVINO GenAI and ONNX Runtime GenAI are
 replaced by their adapter modules (harness.engines.openvino_genai / onnxruntime_genai) wherever those exist.
 """
 
@@ -95,7 +95,7 @@ class SGLang(Engine):
     kind = "server"
     runnable = False
     not_runnable_why = ("not installable on this CPU machine: SGLang's registry wheels (0.5.23) are CUDA only and "
-                        "its CPU kernels have no wheel; read, not run (results/findings/sglang)")
+                        "its CPU kernels have no wheel; read, not run (its findings page)")
     capabilities = Capabilities(methods=("draft", "ngram", "eagle", "mtp"), levels=("engine",),
                                 returns=("ids", "text", "logprobs"), n=True, streams=True,
                                 notes="on CPU its verification is greedy by design (_verify_uses_greedy): temperature "
