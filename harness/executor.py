@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from harness.configs import add_arguments, option
 from harness.errors import HarnessError
+from harness.records import cut_torn_tail
 
 
 class Executor(Protocol):
@@ -159,10 +160,7 @@ class Journal:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if fresh or not self.path.exists():
                 self.path.write_text("", encoding="utf-8")
-            text = self.path.read_bytes()
-            if text and not text.endswith(b"\n"):  # cut a torn last line, or the next append would join it
-                with open(self.path, "r+b") as f:
-                    f.truncate(text.rfind(b"\n") + 1)
+            cut_torn_tail(self.path)
         except OSError as exc:
             raise HarnessError(f"cannot write the cell journal {self.path}: {exc}") from exc
 

@@ -140,6 +140,16 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
+def cut_torn_tail(path: str | os.PathLike) -> None:
+    """Cut a torn last line (a writer killed mid-line) from an append-only JSON-lines file, so that the next append
+    starts a line of its own instead of joining it (and both being lost to the next reader)."""
+    path = Path(path)
+    data = path.read_bytes() if path.exists() else b""
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 

@@ -23,6 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.records import cut_torn_tail
 
 # Request fields that carry a structured-output constraint (OpenAI, vLLM, SGLang and llama.cpp names).
 CONSTRAINT_FIELDS = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_grammar",
@@ -64,6 +65,7 @@ class ResponseStore:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.path.touch()
+                cut_torn_tail(self.path)  # else the next put joins the torn line and is lost to the next resume
             except OSError as exc:
                 raise HarnessError(f"cannot write the engine record under {out_dir}: {exc}; choose another --out") \
                     from exc
