@@ -178,13 +178,15 @@ def contexts_pit_tests(values: dict, families, block_sizes, rate, power, prefix)
 # The progress line's cost of generation (harness.progress.Step), in target positions: a generate() call of B rows
 # with prompts of P tokens and L new tokens costs L·(CALL_POSITIONS + B·(P + L/2 + ROW_POSITIONS)) (one step per new
 # token, each over every row's sequence, plus a row's own work), and scoring a row for its tests
-# TEST_POSITIONS·(P + L + ROW_POSITIONS). Fitted to the default toy plan's per-cell times of the reference
-# (specdec_ref.adapters:generate, this 2-core CPU under load, 2026-12-07; draw and tests timed per cell): its prompt
-# cells (10 calls of 2,000 rows × 3 tokens, prompts of 4) took about 1/4 of a contexts cell (8 calls of ~137 rows ×
-# 40 tokens, prompts of 4 to 221), their tests about 1.6 × a contexts cell's; greedy's B = 1 calls 0.07 s per token.
-CALL_POSITIONS = 700
-ROW_POSITIONS = 8
-TEST_POSITIONS = 3
+# TEST_POSITIONS·(P + L + TEST_ROW_POSITIONS). Fitted to two timed runs of the default toy plan with the reference
+# (specdec_ref.adapters:generate, this 2-core CPU under load 6-12, 2026-12-07; results/progress/README.md): on the
+# same load a prompt cell (10 calls of 2,000 rows × 3 tokens, prompts of 4) draws in about 0.3 × a contexts cell's
+# time (8 calls of ~137 rows × 40 tokens, prompts of 4 to 221) and tests in 2.5 × its tests' time; greedy over four
+# long contexts about 0.18 ×.
+CALL_POSITIONS = 4600
+ROW_POSITIONS = 35
+TEST_POSITIONS = 4
+TEST_ROW_POSITIONS = 16
 
 
 def generation_cost(prompt_lengths, new_tokens: int, chunk: int) -> tuple[float, float]:
@@ -195,7 +197,7 @@ def generation_cost(prompt_lengths, new_tokens: int, chunk: int) -> tuple[float,
     for size, count in zip(sizes.tolist(), counts.tolist(), strict=True):
         calls = -(-count // chunk)
         draw += new_tokens * (calls * CALL_POSITIONS + count * (size + new_tokens / 2 + ROW_POSITIONS))
-        test += count * TEST_POSITIONS * (size + new_tokens + ROW_POSITIONS)
+        test += count * TEST_POSITIONS * (size + new_tokens + TEST_ROW_POSITIONS)
     return draw, test
 
 
