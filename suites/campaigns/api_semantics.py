@@ -334,7 +334,7 @@ def _speculative_config(side: str) -> dict | None:
         return None
     if side == "ngram":
         return NGRAM
-    from suites.campaigns.vllm_cpu import MODEL_DRAFTS, materialized_draft
+    from suites.campaigns._smollm2_drafts import MODEL_DRAFTS, materialized_draft
 
     return {**MODEL_DRAFTS[side][0], "model": str(materialized_draft(side))}
 

@@ -44,6 +44,7 @@ from harness.contexts import coverage, plan
 from harness.mutants import get
 from harness.pairs import get_pair
 from specdec_ref.adapters import generate as reference_generate
+from suites.campaigns._exact import HOOK_MUTANTS, exact_tvs, exact_tvs_at  # noqa: F401 - re-exported
 
 GATE = 1e-3  # the family-wise false-alarm rate of `specdec verify` (its default)
 MUTANT = "stale_page_at_block_boundary_sampling"
@@ -85,39 +86,6 @@ def one_run(impl, pair, seed: int, *, contexts: bool, samples: int | None = None
             "rejected": [t.name for t in report.tests if t.reject][:6], "declared_tests": report.declared_tests}
 
 
-HOOK_MUTANTS = ("penalties_count_rejected_drafts", "penalties_count_rejected_drafts_mild",
-                "min_new_tokens_counted_from_prompt")  # p/q-hook mutants: their output law is enumerable
-
-
-def exact_tvs_at(impl, settings, length: int = 3, gamma: int = 3) -> list[float]:
-    """Per toy prompt (the first two): the largest TV over `settings` between `impl`'s exact output law
-    (`exact_output_law`, float64) and the target's, 4-token prompts, `length` new tokens."""
-    from harness.check.exact_laws import continuation_law, total_variation
-    from harness.models.toy_pairs import toy_models, toy_prompts
-    from harness.mutants.generation import exact_output_law
-    from specdec_ref.generate import default_eos, eos_set
-
-    target, draft = toy_models({"toy": "0.7", "toy-eos": "eos"}[impl.pair or "toy"], torch.float64)
-    eos = eos_set(default_eos(target))
-    return [max(float(total_variation(exact_output_law(target, draft, p, length, gamma, s, impl.fn.hooks, eos),
-                                      continuation_law(target, p, length, s, 16, eos))) for s in settings)
-            for p in toy_prompts()[:2]]
-
-
-def exact_tvs(length: int = 3, gamma: int = 3) -> dict:
-    """Per hook mutant and toy prompt: TV between its exact output law and the target's, at the mutant's setting.
-    The runner mutants (block boundary, rollback after step k, prefix key) are exactly the reference there (no
-    index reaches 16, at most 3 steps, no shared 16-token prefix): TV 0 by construction; at 40-token continuations
-    nothing is enumerable (16^40)."""
-    out = {}
-    for name in HOOK_MUTANTS:
-        impl = get(name)
-        (setting,) = impl.fn.settings
-        out[name] = {"pair": impl.pair, "setting": setting.label,
-                     "tv_per_prompt": exact_tvs_at(impl, (setting,), length, gamma)}
-    return out
-
-
 PARTS = ("mutant", "timing", "control", "engine")
 OPT_IN_PARTS = ("demo",)  # named in --parts only: needs the embedded SmolLM2 pair
 
@@ -146,7 +114,7 @@ def demo_timing(threads: int = 2) -> dict:
     this process (the pair loaded once, before either clock starts): seconds, the headline detectable TV, the
     contexts cell's TV per family. The ratio comes from this one call."""
     from harness.check.api import run_verify
-    from suites.campaigns.demo import OLD_DEMO_PLAN, demo_generation_config
+    from suites.campaigns._demo_plan import OLD_DEMO_PLAN, demo_generation_config
 
     torch.set_num_threads(threads)
     get_pair("smollm2")  # load (and cache) the pair outside both clocks

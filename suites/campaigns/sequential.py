@@ -32,7 +32,8 @@ from harness.check.sampler import plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
-from suites.campaigns.zoo import TARGET_TV, below_resolution, clopper_pearson, exact_tvs_of
+from harness.stats.rates import clopper_pearson
+from suites.campaigns._zoo_tasks import TARGET_TV, below_resolution, exact_tvs_of
 from suites.catalogues.sampler import CASES
 
 GATE = DEFAULT_FALSE_ALARM_RATE

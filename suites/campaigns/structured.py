@@ -55,9 +55,10 @@ from harness.mutants.generation import exact_output_law
 from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED
 from harness.pairs import get_pair
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
-from suites.campaigns import zoo
+from suites.campaigns import _zoo_plan as zoo
 from suites.campaigns._commands import CampaignConfig
 from suites.campaigns._record import public_record
+from suites.campaigns._zoo_tasks import decode_record
 
 KINDS = {"toy": "0.7", "toy-eos": "eos"}  # registered pair -> its float64 toy models
 CONTROLS = ("reference_constrained", "mask_target_not_draft")
@@ -242,7 +243,7 @@ def vllm_side(out: Path, samples: int, python: str, side: str) -> dict:
     from harness.served.config import EngineConfig
     from harness.served.structured import stored_rows
     from harness.served.vllm_server import vllm_server
-    from suites.campaigns.vllm_cpu import NGRAM, materialized_smollm2
+    from suites.campaigns._smollm2_drafts import NGRAM, materialized_smollm2
 
     torch.set_num_threads(1)
     spec = ConstraintSpec("regex", VLLM_REGEX)
@@ -594,7 +595,7 @@ def _zoo_part(run, plan: CampaignConfig, where: Path, name: str) -> dict | None:
     planned = [k for k in zoo.plan_cells(plan) if k in run.cells]
     if not planned:
         return None
-    result = zoo.summarize(plan, [zoo.decode_record(run.done[k]) for k in planned if k in run.done])
+    result = zoo.summarize(plan, [decode_record(run.done[k]) for k in planned if k in run.done])
     result.update(seconds=run.seconds, total_runs=len(planned), runs_made=sum(k in run.done for k in planned),
                   resumed_runs=None, where=zoo.where_ran(run.where))
     summary = zoo.write_report(result, where, provenance=run.provenance, config=run.config,

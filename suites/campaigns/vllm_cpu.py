@@ -61,13 +61,19 @@ from suites.campaigns._servers import (
     not_run_lines,
     plain,
 )
+from suites.campaigns._smollm2_drafts import (  # noqa: F401 - re-exported
+    DRAFT_LAYERS,
+    MODEL_DRAFTS,
+    NGRAM,
+    materialized_draft,
+    materialized_smollm2,
+)
 
 SEEDS = (0, 1, 2)
 SAMPLER_VARIANTS = {"seeded": "verify", "unseeded": "verify_unseeded", "mixed": "verify_mixed", "ragged": "verify_ragged",
                     # RejectionSampler.forward (the engine's entry: it processes the logits), shipped and fixed
                     "forward": "verify_forward", "forward_fixed": "verify_forward_fixed",
                     "forward_top_k": "verify_forward_top_k", "forward_top_k_fixed": "verify_forward_top_k_fixed"}
-NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 ENGINE_SETTINGS = ("T=0.7,top_p=0.9", "T=1")  # plus the greedy cell (T=0)
 ENGINE_LENGTH = 16
 # ENGINE_TV_BAR (suites.campaigns._servers): the bar a passing local-target cell must reach; above it the run is
@@ -248,16 +254,6 @@ def control_cells(out: Path, log: list[dict], *, samples: int) -> dict[str, tupl
          *engine_plan(out, samples, (COPY_PROMPT, OPEN_PROMPT)), "--setting", "T=0", "--setting",
          ENGINE_SETTINGS[0], "--time-budget", "700",
          "--json", str(out / "engine_off_local.json")], log, out, "engine_off_local"),))}
-
-
-# Model drafts: vLLM's "draft_model" method, which its CPU runner loads, on the
-# target's first DRAFT_LAYERS layers + final norm + lm_head (`materialized_truncated_draft`); and its "eagle" method
-# on an offline EAGLE-1 head that passes the target's hidden state through (`materialized_eagle_head`: it proposes
-# from the target's law one position back). Both as HF safetensors next to the target's; γ = 3.
-# part -> (the speculative config but its "model", the pair whose target is the ground truth)
-DRAFT_LAYERS = 26
-MODEL_DRAFTS = {"draft": ({"method": "draft_model", "num_speculative_tokens": 3}, "smollm2-trunc"),
-                "eagle": ({"method": "eagle", "num_speculative_tokens": 3}, "smollm2")}
 
 
 @contextlib.contextmanager
@@ -826,18 +822,3 @@ def _g(x) -> str:
     return "–" if x is None or x != x else f"{x:.3g}"
 
 
-def materialized_draft(part: str) -> Path:
-    """The folder of the `part` draft (MODEL_DRAFTS) of the materialized target (built now if missing)."""
-    from harness.models.smollm2 import materialized_eagle_head, materialized_truncated_draft
-
-    return materialized_truncated_draft(DRAFT_LAYERS) if part == "draft" else materialized_eagle_head()
-
-
-def materialized_smollm2() -> Path:
-    """The float32 safetensors the project builds from the embedded GGUF (built now if missing)."""
-    from harness.models.smollm2 import default_cache_dir, load_smollm2
-
-    cache = default_cache_dir()
-    if not (cache / "specdec_source.json").exists():
-        load_smollm2()
-    return cache

@@ -103,7 +103,7 @@ def fake_vllm(monkeypatch, tmp_path):
     """A Python that finds a `vllm` package (a fake one on PYTHONPATH: the venv probe and the versions run in a
     subprocess), a fake server starter and a fake check: no vLLM is needed."""
     from harness.served import vllm_server as vllm_served
-    from suites.campaigns import vllm_cpu
+    from suites.campaigns import _smollm2_drafts
 
     site = tmp_path / "site"
     (site / "vllm").mkdir(parents=True)
@@ -122,7 +122,7 @@ def fake_vllm(monkeypatch, tmp_path):
 
     monkeypatch.setattr(vllm_served, "vllm_server", server)
     monkeypatch.setattr(served_check, "run_engine_check", check)
-    monkeypatch.setattr(vllm_cpu, "materialized_draft", lambda part: tmp_path / f"draft-{part}")
+    monkeypatch.setattr(_smollm2_drafts, "materialized_draft", lambda part: tmp_path / f"draft-{part}")
     def greedy(url, model):
         wrong = {"stop": "d", "inside_step": True, "problems": ["text"], "text": " blue, red", "want_text": " blue, re",
                  "finish_reason": "stop", "token_ids": [1, 2, 3], "want_token_ids": [1, 2, 3]}

@@ -184,7 +184,7 @@ def test_a_campaigns_fixed_generation_plan_runs_every_generation_entry_at_its_n(
     """params and structured run the zoo's generation entries at their own fixed n per prompt cell, without the
     contexts cells; without it a mutant runs the default plan and a control the declared control n."""
     from harness.mutants.registry import get
-    from suites.campaigns.zoo import _tasks
+    from suites.campaigns._zoo_plan import _tasks
 
     names = ("penalties_count_rejected_drafts", "reference_generate")
     fixed = _tasks(CampaignConfig(seeds=2, control_seeds=2, generation_samples=300, only=names), [get(n) for n in names])
