@@ -48,6 +48,7 @@ LOAD_TIMEOUT_S = 600.0
 REQUEST_TIMEOUT_S = 120.0  # per row of a request
 METHODS = {None: "off", "draft": "draft", "ngram": "ngram"}
 DEFAULT_NGRAM_SIZE = 2
+_RUN_WORKER = "import runpy, sys; sys.exit(runpy.run_path(sys.argv[1])['main']())"
 
 
 class EngineRequestFailed(RuntimeError):
@@ -77,7 +78,7 @@ class Worker:
 
     def __init__(self, python: Path, log: Path | None = None):
         self.log = open(log, "a") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([str(python), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([str(python), "-c", _RUN_WORKER, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, bufsize=1)
         self.replies: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
