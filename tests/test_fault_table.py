@@ -57,8 +57,8 @@ FAULTS = {
                                 True),
     "journal-torn": Fault("journal", "a campaign journal's last line is torn; the campaign is resumed", 0, "", True),
 }
-SERVER_ROW = ("server", "`specdec serve` gets SIGTERM with requests in flight",
-              "stops within 10 s, in-flight requests answered with an error (tests/served: test_serve_stops_on_sigterm*)")
+SERVER_ROW = ("server", "`specdec serve` gets SIGTERM (or SIGINT) with requests in flight",
+              "exit 0 within 10 s, each request in flight answered 503, the port free (tests/served/test_served_serve.py)")
 
 
 def render_table() -> str:
@@ -69,7 +69,7 @@ def render_table() -> str:
         rows.append(f"| {fault.layer} | {fault.fault} | {fault.exit} | {line} | "
                     f"{'resumed: same verdict and statistics' if fault.resumes else '—'} |")
     layer, fault, result = SERVER_ROW
-    rows.append(f"| {layer} | {fault} | — | {result} | — |")
+    rows.append(f"| {layer} | {fault} | 0 | {result} | — |")
     return "\n".join(rows)
 
 
