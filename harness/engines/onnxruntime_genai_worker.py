@@ -1,5 +1,5 @@
 """The ONNX Runtime GenAI worker: run by the Python of a venv that has `onnxruntime-genai` (with onnx, torch and
-transformers for its model builder), never imported by the harness. JSON lines on stdin / stdout, one reply each:
+transformers for its model builder) as `runpy.run_path(this file)["main"]()`, never imported by the harness. JSON lines on stdin / stdout, one reply each:
 
 - {"op": "finish", "folder": DIR, "eos": [ids], "threads": k} -> makes a folder the builder wrote ready to load:
   the logits get one extra column, id V (the vocabulary size), whose logit is -1e30 (probability exactly 0 in
@@ -15,7 +15,8 @@ transformers for its model builder), never imported by the harness. JSON lines o
   og.Generator per row (batch 1), seeded with `random_seed`; each row's tokens are the generator's next tokens
   step by step (EOS included: get_sequence drops it), and an exception is that row's error;
 - {"op": "versions"} -> the versions and the commit of the installed onnxruntime-genai; {"op": "quit"} -> exits.
-Every reply is {"ok": true, ...} or {"ok": false, "error": str}; stdout carries only replies.
+Every reply is {"ok": true, ...} or {"ok": false, "error": str}; stdout carries only replies. The worker exits when its
+parent is gone, even in the middle of a request.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import os
 import sys
 import time
 
-# Run as a script, this folder is sys.path[0], and it holds the adapter harness/engines/onnxruntime_genai.py, whose
+# Run from this folder, it would be sys.path[0], and it holds the adapter harness/engines/onnxruntime_genai.py, whose
 # name would shadow the engine's own package: take it off the path.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
@@ -211,7 +212,22 @@ HANDLERS = {"finish": _finish, "compose": _compose, "load": _load, "generate": _
             "versions": lambda req: _versions()}
 
 
+def _exit_with_parent() -> None:
+    """A daemon thread: the worker ends when the process that started it is gone (even mid-request)."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main() -> int:
+    _exit_with_parent()
     out = sys.stdout
     sys.stdout = sys.stderr  # anything the engine prints stays off the reply channel
     for line in sys.stdin:
@@ -234,5 +250,3 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -71,8 +71,9 @@ def _local_rows(records) -> list[list[str]]:
             rows.append([r["pair"], impl, "all", "ERROR", "–", "–", "–", r.get("message", "")[:120]])
             continue
         stats = r.get("stats") or {}
-        acc = (f"{stats.get('draft_tokens_accepted', 0)}/{stats.get('draft_tokens_proposed', 0)} drafts kept"
-               if stats.get("draft_tokens_proposed") else "no drafts (speculation off)")
+        acc = (f"{stats.get('draft_tokens_accepted', 0)}/{stats.get('draft_tokens_evaluated', 0)} judged drafts kept "
+               f"({stats.get('draft_tokens_proposed', 0)} proposed)" if stats.get("draft_tokens_proposed")
+               else "no drafts (speculation off)")
         for setting, s in r["settings"].items():
             verdict = "FAIL" if s["rejected"] else ("PASS (equal)" if setting == "greedy" else r["verdict"].upper())
             rows.append([r["pair"], impl, setting, verdict, _tv(s.get("detectable_tv")), str(s.get("samples", "–")),
@@ -89,7 +90,8 @@ def _two_rows(records) -> list[list[str]]:
             continue
         what = r["label"] if r["kind"] == "two" else f"control {r['repeat']}: off vs off"
         stats = r.get("stats") or {}
-        acc = f"{stats.get('draft_tokens_accepted', 0)}/{stats.get('draft_tokens_proposed', 0)}" if stats else "–"
+        acc = (f"{stats.get('draft_tokens_accepted', 0)}/{stats.get('draft_tokens_evaluated', 0)}"
+               f" ({stats.get('draft_tokens_proposed', 0)})" if stats else "–")
         rows.append([r["pair"], what, ", ".join(r["settings"]), r["verdict"].upper(), _tv(r["detectable_tv_positions"]),
                      _tv(r["detectable_tv"]), str(r["samples"]), f"{r['seconds']:.0f}", _p(r["family_p"]), acc])
     return rows
@@ -114,8 +116,7 @@ def _table(head, rows) -> str:
     return markdown_table(head, rows) if rows else "(no cells run yet)"
 
 
-def readme(run) -> str:
-    records = run.records
+def readme(run, records: list[dict]) -> str:
     spec_fail, semantics = speculation_failures(records), engine_semantics_failures(records)
     local_tv = [s.get("detectable_tv") for r in records if r["kind"] == "local" and r.get("settings")
                 and r["pair"] != "smollm2" and "off_generate" not in r["impl"] for s in r["settings"].values()
@@ -142,7 +143,9 @@ def readme(run) -> str:
         "engine's own generation with speculation off (two-sample).", "",
         f"Rerun: `SPECDEC_ORT_GENAI_PYTHON=V/bin/python {run.command}` "
         f"({run.seconds / 60:.1f} min in the last invocation; the journal keeps earlier cells). Timings are on a "
-        "shared 2-core machine with other agents' jobs running beside them.", "",
+        "shared 2-core machine with other agents' jobs running beside them. The engine venv V: "
+        "`python3 -m venv V && V/bin/pip install onnxruntime-genai==0.18.0 'onnxruntime>=1.31' numpy torch==2.13.0 "
+        "transformers onnx onnx_ir` (the builder's needs; `gguf` too for GGUF input).", "",
         "## Versions", "",
         f"onnxruntime-genai {versions.get('onnxruntime_genai', '0.18.0')} (wheel commit "
         f"{versions.get('commit') or INSTALLED_COMMIT}), onnxruntime {versions.get('onnxruntime', '?')}, "
@@ -158,12 +161,17 @@ def readme(run) -> str:
         "prompt's continuation law. `off_generate` is the control: the engine without speculation.", "",
         _table(["pair", "impl", "setting", "verdict", "detectable TV", "samples", "min p", "speculation"],
                _local_rows(records)), "",
+        *([("Not in this table: SmolLM2 at T = 1 (int8 draft, 100 samples per prompt) and SmolLM2's greedy cells, cut "
+             "short on the shared CPU (the T = 1 cell ran over 15 minutes); `specdec campaign onnxruntime_genai "
+             "--local-samples 20000` (without --no-smollm2) runs them."), ""]
+          if not any(r["kind"] == "local" and r["pair"] == "smollm2" and r.get("setting") == "T=1" for r in records)
+          else []),
         "## Against the engine with speculation off (two-sample)", "",
         "Per position (3 new tokens) and whole continuations, chi-square homogeneity "
         "(harness.served.battery.tests_for_two_sample), both arms from og.Generator with disjoint seeds, 2 prompts, "
         "Holm at family-wise 1e-3 over the cell. Detectable TV (power 0.99) is that of n_eff = n/2 draws.", "",
         _table(["pair", "arms", "setting", "verdict", "detectable TV per position", "… whole continuation",
-                "samples", "s", "family p", "drafts kept/proposed"], _two_rows(records)), "",
+                "samples", "s", "family p", "drafts kept/judged (proposed)"], _two_rows(records)), "",
         f"False alarms of this cell with speculation off in both arms: {sum(r['verdict'] == 'fail' for r in controls)}"
         f"/{len(controls)} (family-wise rate 1e-3 per cell). Planted fault (the speculative arm at "
         f"{planted[0]['scale'] if planted else '–'} × T): "
@@ -182,6 +190,15 @@ def readme(run) -> str:
         "prompt the exact nucleus at T = 0.7, top-p 0.9 is 2 tokens (0.899 + 0.033). Speculation keeps the engine's "
         "own (widened) law: the draft and target rows are both built by ComputeSampledCategorical, and the "
         "two-sample cells compare with it.", "",
+        "## Same seed, same rows?", "",
+        _table(["pair", "method", "rows", "identical at T = 1", "identical at T = 0.7 / top-p 0.9"],
+               [[r["pair"], r["method"], str(r["n"]), str(r["T=1"]), str(r["T=0.7,top_p=0.9"])]
+                for r in records if r["kind"] == "same_seed"]), "",
+        "n-gram verification draws the target's token with the round's generator and keeps the draft while they match "
+        "(`VerifyDeterministicProposal`), restoring the generator state of each emitted token "
+        "(speculative_decoding_strategy.cpp:764-775): where every row is identical, n-gram speculation is the plain "
+        "sampler seed for seed, and its law cannot differ. The draft model consumes uniforms for its own draws and "
+        "the acceptance test, so its rows differ and only the law can agree (the cells above).", "",
         "## The q = 0 edge (`ComputeAcceptProb`)", "",
         f"src/speculative_sampling.h:140-146 (at {SNAPSHOT[:10]}) returns acceptance probability 1 when the draft's "
         "probability of the drafted token is ≤ 0. On the draft-model path this branch is unreachable: the draft token "

@@ -16,6 +16,7 @@ Cells (harness.engines.onnxruntime_genai runs the engine in its own venv, on mod
                        the family-wise rate over the cell
 - control/PAIR/K       the same cell with speculation off in both arms (false-alarm rate of the two-sample cell)
 - planted/PAIR/METHOD  the same cell with the speculative arm at 0.85 × T (a known fault it must catch)
+- same-seed/PAIR/M     how many of 2,000 rows speculation reproduces token for token with the plain run's seeds
 - rule/IMPL            ONNX Runtime GenAI's acceptance rule transcribed (harness.engines.onnxruntime_genai_rule) at
                        the sampler level: as written, and with the q = 0 branch taken (the edge read in the code)
 """
@@ -35,7 +36,7 @@ ADAPTER = "harness.engines.onnxruntime_genai"
 RULE = "harness.engines.onnxruntime_genai_rule"
 SETTINGS = {"T=1": (1.0, None), "T=0.7,top_p=0.9": (0.7, 0.9)}
 PLANTED_SCALE = 0.85  # the planted fault: the speculative arm samples at 0.85 × T
-TWO_SAMPLE_LENGTH = 3
+TWO_SAMPLE_LENGTH = 3  # new tokens per row of the two-sample and same-seed cells
 # SmolLM2 at the generation level, per prompt: (impl, setting, samples). T = 0.7 / top-p 0.9 with speculation off too:
 # a token outside the target's nucleus is an exact support failure, decided by a few dozen samples
 SMOLLM2_LOCAL = (("off_generate", "T=0.7,top_p=0.9", 40), ("int8_draft_generate", "T=0.7,top_p=0.9", 40),
@@ -72,6 +73,8 @@ def cells(config: Config) -> dict[str, tuple]:
     for method in ("draft", "ngram"):
         for name in SETTINGS:
             out[f"two/{p}/{method}/{name}/{config.two_sample_n}"] = ("two", p, method, name, config.two_sample_n, 1.0)
+    for method in ("draft", "ngram"):
+        out[f"same-seed/{p}/{method}"] = ("same_seed", p, method, 2000)
     for k in range(config.controls):
         out[f"control/{p}/{k}/{config.two_sample_n}"] = ("control", p, k, config.two_sample_n)
     out[f"planted/{p}/draft/{config.two_sample_n}"] = ("two", p, "draft", "T=1", config.two_sample_n, PLANTED_SCALE)
@@ -123,7 +126,7 @@ def session(config: Config, out):
 def run_cell(ctx: Engines, kind: str, *args) -> dict:
     started = time.perf_counter()
     record = {"versions": _versions, "local": _local, "greedy": _greedy, "two": _two, "control": _control,
-              "rule": _rule}[kind](ctx, *args)
+              "rule": _rule, "same_seed": _same_seed}[kind](ctx, *args)
     return {"kind": kind, **record, "wall_s": round(time.perf_counter() - started, 1)}
 
 
@@ -270,6 +273,20 @@ def _two(ctx: Engines, pair: str, method: str, setting: str, n: int, scale: floa
     return {"method": method, "setting": setting, "scale": scale, **out}
 
 
+def _same_seed(ctx: Engines, pair_name: str, method: str, n: int) -> dict:
+    """How many rows speculation reproduces exactly with the seed of the plain run (3 new tokens, first prompt)."""
+    from harness.pairs import get_pair
+
+    prompt = (get_pair(pair_name).prompts or [])[0]
+    spec, off = ctx.get(pair_name, method), ctx.get(pair_name, None)
+    out = {"pair": pair_name, "method": method, "n": n}
+    for name, (temperature, top_p) in SETTINGS.items():
+        rows = [_rows(e, prompt, n, 0, temperature, top_p, m, ctx.config.gamma) for e, m in ((spec, method),
+                                                                                            (off, None))]
+        out[name] = sum(a == b for a, b in zip(*rows, strict=True))
+    return out
+
+
 def _control(ctx: Engines, pair: str, k: int, n: int) -> dict:
     off = ctx.get(pair, None)
     saved = ctx.config.seed
@@ -304,9 +321,10 @@ def report(run) -> int:
     failure the engine shows with speculation off too is a finding of its sampler, reported, not exit 1."""
     from suites.campaigns._ortgenai_report import expected_ok, readme, speculation_failures
 
-    records = run.records
+    records = run.records + [r for k, r in run.journal.items()  # SmolLM2 cells of an earlier invocation (slow ones)
+                             if k.split("/")[1:2] == ["smollm2"] and k not in run.done]
     run.write_result("campaign.json", "campaign.onnxruntime_genai", rows=records)
-    run.write_text("README.md", readme(run))
+    run.write_text("README.md", readme(run, records))
     if speculation_failures(records):
         return 1
     if not expected_ok(records) or any(r.get("verdict") == "error" for r in records):
