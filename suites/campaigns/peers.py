@@ -92,7 +92,8 @@ def provenance_fields(config: Config) -> dict:
 
 def chain_entry(impl) -> bool:
     """A §1a entry of the chain rule (the block family's law per position is not p: the peers' tests do not apply)."""
-    return impl.contract == "sampler" and not impl.spec.startswith("harness.mutants.families:")
+    return impl.contract == "sampler" and not impl.spec.startswith("harness.mutants.families:") \
+        and not impl.name.startswith("block_")  # the block family's controls are declared around specdec_ref
 
 
 def generation_entry(impl) -> bool:
