@@ -78,54 +78,67 @@ def eta_errors(lines: list[tuple[float, str]], total: float) -> list[dict]:
     return out
 
 
-def readme(runs: dict, commit: str) -> str:
-    rows = []
-    for name, run in runs.items():
-        cells = [f"{e['error_s']:+.0f} s ({100 * e['error_share']:+.0f} %)" if e["error_s"] is not None else "no ETA yet"
-                 for e in run["errors"]]
-        rows.append(f"| {name} | {run['seconds']:.0f} s | " + " | ".join(cells) +
-                    f" | {run['load_average_before'][0]:.1f} → {run['load_average_after'][0]:.1f} |")
-    return "\n".join([
+def _row(name: str, run: dict) -> str:
+    cells = [f"{e['error_s']:+.0f} s ({100 * e['error_share']:+.0f} %)" if e["error_s"] is not None else "no ETA yet"
+             for e in run["errors"]]
+    return (f"| {name} | {run.get('commit', '?')} | {run['seconds']:.0f} s | " + " | ".join(cells) +
+            f" | {run['load_average_before'][0]:.1f} → {run['load_average_after'][0]:.1f} |")
+
+
+def readme(runs: dict, earlier: list[dict]) -> str:
+    head = ["| plan | commit | duration | error at 25 % | at 50 % | at 75 % | load average (1 min) before → after |",
+            "|---|---|---|---|---|---|---|"]
+    lines = [
         "# The progress line's ETA error on the default plans",
         "",
-        f"Measured by `python -m suites.progress_eta` at commit {commit} (progress line every {INTERVAL_S} s, "
-        "`SPECDEC_PROGRESS_S`). Error = the end the last progress line predicted (its time + its ETA) − the actual "
-        "end (the process's exit), taken at 25 %, 50 % and 75 % of the run's elapsed time; negative: the run ended "
-        "later than predicted. The ETA is the time per unit of cost measured so far times the cost left in every "
-        "step of the plan (harness/progress.py; costs: sampler rows (2γ+1)·V + 240 input floats, generation calls × "
-        "new tokens × sequence length, harness/check/context_cells.py).",
+        f"Measured by `python -m suites.progress_eta` (progress line every {INTERVAL_S} s, `SPECDEC_PROGRESS_S`). "
+        "Error = the end the last progress line predicted (its time + its ETA) − the actual end (the process's exit), "
+        "taken at 25 %, 50 % and 75 % of the run's elapsed time; positive: the run ended earlier than predicted. The "
+        "ETA is the time per unit of cost measured so far times the cost left in every step of the plan "
+        "(harness/progress.py; costs: sampler rows (2γ+1)·V + 240 input floats, harness/check/sampler.py; generation "
+        "calls × new tokens × sequence length, harness/check/context_cells.py). The elapsed time includes the "
+        "start (imports, loading the pair: ~20 s under this load), which no ETA covers.",
         "",
-        "| plan | duration | error at 25 % | at 50 % | at 75 % | load average (1 min) before → after |",
-        "|---|---|---|---|---|---|",
-        *rows,
+        "## Latest",
+        "",
+        *head,
+        *(_row(name, run) for name, run in runs.items()),
         "",
         "Commands: " + "; ".join(f"`{run['command']}`" for run in runs.values()) + ".",
-        "Every stderr line with its time is in eta.json. The machine: 2 cores, shared with other jobs (the load "
-        "average column); a load that changes mid-run changes the time per unit of cost, which no ETA foresees.",
-        "",
-    ])
+    ]
+    if earlier:
+        lines += ["", "## Earlier measurements", "", *head,
+                  *(_row(e["name"] + (f" {e['note']}" if e.get("note") else ""), e) for e in earlier)]
+    lines += ["", "Every stderr line with its time is in eta.json. The machine: 2 cores, shared with other jobs (the load "
+              "average column); a load that changes mid-run changes the time per unit of cost, which no ETA foresees.",
+              ""]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suites.progress_eta", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/progress")
     parser.add_argument("--only", choices=list(PLANS), help="one plan (default: every plan)")
+    parser.add_argument("--readme-only", action="store_true", help="rewrite OUT/README.md from OUT/eta.json")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     path = out / "eta.json"
-    runs = json.loads(path.read_text())["runs"] if path.exists() else {}
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    runs, earlier = kept.get("runs", {}), kept.get("earlier", [])
     for name, plan in PLANS.items():
-        if args.only and name != args.only:
+        if args.readme_only or (args.only and name != args.only):
             continue
         print(f"progress_eta: {name}: specdec {' '.join(plan)}", file=sys.stderr, flush=True)
-        runs[name] = measure(plan)
-        path.write_text(json.dumps({"commit": commit, "interval_s": INTERVAL_S, "date": time.strftime(
-            "%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}, indent=1) + "\n")
-        for e in runs[name]["errors"]:
+        run = measure(plan)
+        if name in runs:  # the one it replaces stays, under "earlier"
+            earlier.append({"name": name, **runs[name]})
+        runs[name] = {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **run}
+        path.write_text(json.dumps({"interval_s": INTERVAL_S, "runs": runs, "earlier": earlier}, indent=1) + "\n")
+        for e in run["errors"]:
             print(f"  at {e['fraction']:.0%}: error {e['error_s']} s", file=sys.stderr, flush=True)
-    (out / "README.md").write_text(readme(runs, commit))
+    (out / "README.md").write_text(readme(runs, earlier))
     return 0
 
 
