@@ -48,9 +48,14 @@ RECORDS = {  # each engine's public record as its findings page's "Public record
                     "results/findings/llama-server/public-record.md",
     "llama-cpp-python": "llama-cpp-python #2362 / PR #2363 (pieces over 32 bytes; not speculation): "
                         "results/findings/llamacpp/public-record.md",
-    "transformers": "results/findings/architectures/README.md, Public record",
+    "transformers": "the one-token-back recurrent-state rollback: none found (new; nearest #49036): "
+                    "results/findings/architectures/README.md, Public record",
     "sglang": "none found for CPU; the CPU path is sglang PR #27862: results/findings/sglang/README.md",
-    "openvino-genai": "openvino.genai #4190, #4476, #4425, PR #2331 (as issue 57 names them)",
-    "onnxruntime-genai": "none public (issue 57: the code is new, PRs #2233, #2287, #2314)",
+    "openvino-genai": "openvino.genai #4190 (open; fix PR #4490, open) reports the late rejection and the prefix-caching "
+                      "crash; the acceptance ratio q(d)/p(fresh token) and the 101-level uniform: none found (new): "
+                      "results/findings/openvino-genai/README.md",
+    "onnxruntime-genai": "no correctness report found (searched: the issues corpus; PRs #2233, #2287, #2314/#2315, "
+                         "#2491, #2085 read); top-p's early-stopping nucleus bound (PR #2085) on V > 64: none found: "
+                         "results/findings/onnxruntime-genai/README.md",
     "specdec-serve": "the project's own server: none applies",
 }
