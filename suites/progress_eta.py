@@ -115,6 +115,25 @@ def readme(runs: dict, earlier: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _read(path: Path) -> dict:
+    """The measurements kept in OUT/eta.json (a result envelope of kind "progress_eta"; {} when there is none)."""
+    from harness.envelope import read_result
+
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if "schema_version" not in data else read_result(path).report
+
+
+def _write(path: Path, runs: dict, earlier: list, args) -> None:
+    from harness.envelope import write_result
+    from harness.records import provenance
+
+    write_result(path, "progress_eta", config={"out": args.out, "only": args.only, "interval_s": INTERVAL_S},
+                 provenance=provenance(seed=None), report={"interval_s": INTERVAL_S, "runs": runs, "earlier": earlier},
+                 summary={"plans": sorted(runs)})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suites.progress_eta", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/progress")
@@ -125,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     path = out / "eta.json"
-    kept = json.loads(path.read_text()) if path.exists() else {}
+    kept = _read(path)
     runs, earlier = kept.get("runs", {}), kept.get("earlier", [])
     for name, plan in PLANS.items():
         if args.readme_only or (args.only and name != args.only):
@@ -135,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in runs:  # the one it replaces stays, under "earlier"
             earlier.append({"name": name, **runs[name]})
         runs[name] = {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **run}
-        path.write_text(json.dumps({"interval_s": INTERVAL_S, "runs": runs, "earlier": earlier}, indent=1) + "\n")
+        _write(path, runs, earlier, args)
         for e in run["errors"]:
             print(f"  at {e['fraction']:.0%}: error {e['error_s']} s", file=sys.stderr, flush=True)
     (out / "README.md").write_text(readme(runs, earlier))
