@@ -31,12 +31,11 @@ import atexit
 import hashlib
 import json
 import os
-import queue
 import subprocess
-import threading
 from pathlib import Path
 
 from harness.engines.base import Capabilities, Completion, Engine, Probe, Request, register_engine
+from harness.engines.venv_worker import EngineRequestFailed, VenvWorker, dist_version, venv_python  # noqa: F401 - EngineRequestFailed: this module's name of it
 from harness.errors import HarnessError
 
 PYTHON_ENV = "SPECDEC_ORT_GENAI_PYTHON"
@@ -48,85 +47,23 @@ LOAD_TIMEOUT_S = 600.0
 REQUEST_TIMEOUT_S = 120.0  # per row of a request
 METHODS = {None: "off", "draft": "draft", "ngram": "ngram"}
 DEFAULT_NGRAM_SIZE = 2
-_RUN_WORKER = "import runpy, sys; sys.exit(runpy.run_path(sys.argv[1])['main']())"
-
-
-class EngineRequestFailed(RuntimeError):
-    """The engine refused or aborted a request (an exception inside ONNX Runtime GenAI): the implementation broke."""
 
 
 def worker_python() -> Path:
-    value = os.environ.get(PYTHON_ENV)
-    if not value:
-        raise HarnessError(f"ONNX Runtime GenAI runs in its own venv: set ${PYTHON_ENV} to its python ({INSTALL})")
-    path = Path(value)
-    if not path.exists():
-        raise HarnessError(f"${PYTHON_ENV} names {path}, which does not exist")
-    return path
+    return venv_python(PYTHON_ENV, "ONNX Runtime GenAI", INSTALL)
 
 
 def installed_version(python: Path) -> str | None:
-    """onnxruntime-genai's version from the venv's dist-info folder (nothing is run)."""
-    for site in sorted(python.parent.parent.glob("lib/python3*/site-packages")):
-        for info in site.glob("onnxruntime_genai-*.dist-info"):
-            return info.name[len("onnxruntime_genai-"):-len(".dist-info")]
-    return None
+    return dist_version(python, "onnxruntime_genai")
 
 
-class Worker:
-    """One worker process: `call(request) -> reply`, bounded; `close()` always ends it and says how."""
+class Worker(VenvWorker):
+    """One ONNX Runtime GenAI worker process (harness.engines.venv_worker)."""
+
+    label = "ONNX Runtime GenAI"
 
     def __init__(self, python: Path, log: Path | None = None):
-        self.log = open(log, "a") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([str(python), "-c", _RUN_WORKER, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True, bufsize=1)
-        self.replies: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.replies.put(line)
-        self.replies.put(None)
-
-    def call(self, request: dict, timeout_s: float) -> dict:
-        if self.proc.poll() is not None:
-            raise HarnessError(f"the ONNX Runtime GenAI worker has exited (code {self.proc.returncode})")
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        try:
-            line = self.replies.get(timeout=timeout_s)
-        except queue.Empty:
-            self.close()
-            raise EngineRequestFailed(f"ONNX Runtime GenAI did not answer {request.get('op')} in {timeout_s:.0f} s "
-                                      "(worker stopped)") from None
-        if line is None:
-            raise HarnessError(f"the ONNX Runtime GenAI worker exited during {request.get('op')} "
-                               f"(code {self.proc.wait()})")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise HarnessError(f"ONNX Runtime GenAI {request.get('op')}: {reply.get('error')}")
-        return reply
-
-    def close(self) -> str:
-        """Quit, else terminate, else kill; returns which."""
-        how = "quit"
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=10)
-            except (OSError, ValueError, subprocess.TimeoutExpired):
-                how = "terminated"
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    how = "killed"
-                    self.proc.kill()
-                    self.proc.wait()
-        if self.log is not subprocess.DEVNULL:
-            self.log.close()
-        return how
+        super().__init__(python, WORKER, log)
 
 
 # ------------------------------------------------------------------------------------------------- models

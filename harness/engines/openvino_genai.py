@@ -23,20 +23,16 @@ prefix caching on, `weak_draft_generate` with the bf16 draft) run one worker per
 from __future__ import annotations
 
 import atexit
-import json
 import os
-import queue
 import shutil
-import subprocess
-import threading
 from pathlib import Path
 
 from harness.engines.base import Capabilities, Completion, Engine, Probe, Request, register_engine
+from harness.engines.venv_worker import EngineRequestFailed, VenvWorker, dist_version, venv_python  # noqa: F401 - EngineRequestFailed: this module's name of it
 from harness.errors import HarnessError
 
 PYTHON_ENV = "SPECDEC_OPENVINO_PYTHON"
 WORKER = Path(__file__).with_name("openvino_worker.py")
-LAUNCH = "import runpy, sys; sys.exit(runpy.run_path(sys.argv[1])['main']())"  # the worker has no __main__ block
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "INFERENCE_NUM_THREADS": 1,
        "NUM_STREAMS": 1}
 CPU_DEFAULTS = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1}  # bf16 inference and u8 KV cache (its defaults)
@@ -45,82 +41,21 @@ REQUEST_TIMEOUT_S = 300.0  # per continuation of a request
 METHOD_NAMES = {None: "off", "draft": "draft", "ngram": "lookup"}
 
 
-class EngineRequestFailed(RuntimeError):
-    """The engine refused or aborted a request (an exception inside OpenVINO GenAI): the implementation broke."""
-
-
 def worker_python() -> Path:
-    value = os.environ.get(PYTHON_ENV)
-    if not value:
-        raise HarnessError(f"OpenVINO GenAI runs in its own venv: set ${PYTHON_ENV} to its python (python3 -m venv V "
-                           "&& V/bin/pip install openvino-genai==2026.4.1.0 numpy)")
-    path = Path(value)
-    if not path.exists():
-        raise HarnessError(f"${PYTHON_ENV} names {path}, which does not exist")
-    return path
+    return venv_python(PYTHON_ENV, "OpenVINO GenAI", "python3 -m venv V && V/bin/pip install openvino-genai==2026.4.1.0 numpy")
 
 
 def installed_version(python: Path) -> str | None:
-    """openvino-genai's version from the venv's dist-info folder (nothing is run)."""
-    for site in sorted(python.parent.parent.glob("lib/python3*/site-packages")):
-        for info in site.glob("openvino_genai-*.dist-info"):
-            return info.name[len("openvino_genai-"):-len(".dist-info")]
-    return None
+    return dist_version(python, "openvino_genai")
 
 
-class Worker:
-    """One worker process: `call(request) -> reply`, bounded; `close()` always ends it."""
+class Worker(VenvWorker):
+    """One OpenVINO GenAI worker process (harness.engines.venv_worker)."""
+
+    label = "OpenVINO GenAI"
 
     def __init__(self, python: Path, log: Path | None = None):
-        self.log = open(log, "a") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([str(python), "-c", LAUNCH, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True, bufsize=1)
-        self.replies: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.replies.put(line)
-        self.replies.put(None)
-
-    def call(self, request: dict, timeout_s: float) -> dict:
-        if self.proc.poll() is not None:
-            raise HarnessError(f"the OpenVINO worker has exited (code {self.proc.returncode})")
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        try:
-            line = self.replies.get(timeout=timeout_s)
-        except queue.Empty:
-            self.close()
-            raise EngineRequestFailed(f"OpenVINO GenAI did not answer {request.get('op')} in {timeout_s:.0f} s "
-                                      "(worker killed)") from None
-        if line is None:
-            raise HarnessError(f"the OpenVINO worker exited during {request.get('op')} (code {self.proc.wait()})")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise HarnessError(f"OpenVINO GenAI {request.get('op')}: {reply.get('error')}")
-        return reply
-
-    def close(self) -> str:
-        """Quit, else terminate, else kill; returns which."""
-        how = "quit"
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=10)
-            except (OSError, ValueError, subprocess.TimeoutExpired):
-                how = "terminated"
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    how = "killed"
-                    self.proc.kill()
-                    self.proc.wait()
-        if self.log is not subprocess.DEVNULL:
-            self.log.close()
-        return how
+        super().__init__(python, WORKER, log)
 
 
 WEIGHTS = ("f16", "q4_1")
