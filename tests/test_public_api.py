@@ -157,8 +157,8 @@ def test_python_dash_m_specdec_is_the_command_line():
 
 
 def test_the_installed_top_level_names_are_pinned():
-    """docs/DESIGN.md, "Installed top-level names": harness and suites are to move under specdec; no new
-    bare top-level name may be added meanwhile."""
+    """docs/DESIGN.md, "Installed top-level names": exactly these four; no new bare top-level name may be added
+    (tests/test_wheel.py pins the built wheel's members)."""
     tomllib = pytest.importorskip("tomllib")
     from setuptools import find_packages
 
