@@ -346,9 +346,11 @@ def _generation_specdec(impl, seed: int) -> dict:
 
 
 def report(run) -> int:
+    import sys
+
     from suites.campaigns._peers_report import write_readme
 
-    result = write_readme(run)
+    result = write_readme(run, sys.modules[__name__])
     print(f"wrote {run.out / 'README.md'}")
     for line in result["summary_lines"]:
         print(f"  {line}")
