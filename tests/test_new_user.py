@@ -67,7 +67,7 @@ PLAN = {
         Step(0, "", buggy=("mypkg.spec:generate", "mypkg.spec:generate_ignoring_top_p")),
     "specdec verify --impl mypkg.spec:generate --level generation --target ./my-target --draft ./my-draft":
         Step(0, ""),
-    "specdec verify --impl mypkg.spec:generate --level generation --setting 'T=0.8,top_p=0.95,min_p=0.05'":
+    "specdec verify --impl mypkg.spec:generate --level generation --setting 'T=0.8,top_p=0.95'":
         Step(0, ""),
     "specdec numerics --impl mypkg.spec:generate --pair smollm2 --dtype bfloat16": Step(0, ""),
     "specdec pairs": Step(0, "toy "),
@@ -75,8 +75,10 @@ PLAN = {
     "specdec verify --level engine --endpoint URL --pair smollm2": Step(0, "", servers=("spec",)),
     "specdec verify --level engine --endpoint URL --reference-endpoint URL_NO_SPEC --ground-truth score":
         Step(0, "", servers=("spec", "no_spec")),
+    # INCONCLUSIVE (3), measured: the default plan's 8,000 samples are too few for the two-sample tests at 16 new
+    # tokens (issue 55's follow-up: size the two-sample plan); the run states it, never PASS
     "specdec verify --level engine --endpoint URL --reference-endpoint URL_NO_SPEC --ground-truth two-sample":
-        Step(0, "", servers=("spec", "no_spec")),
+        Step(3, "", servers=("spec", "no_spec")),
     "specdec serve --impl mypkg.spec:generate --pair toy --port 8000": Step(0, "", how="serve"),
     "specdec serve --impl mypkg.spec:generate --pair toy --port 8001 --no-speculation --prompt-logprobs-mode "
     "processed_logprobs": Step(0, "", how="serve"),
@@ -229,7 +231,7 @@ USER_NAMES = ("from mypkg.spec import generate as my_generate, tree_verify as my
               "from mypkg.spec import verify as my_verify, verify as my_block_verify\n")
 EXPECTED_OUTPUT = {  # a script block's first words -> what its stdout must start with, line by line
     "import specdec\n\nreport = specdec.verify(my_verify)              #": ["pass "],
-    "import specdec\n\nreport = specdec.verify(my_verify)\nprint(report.verdict_line())": ["verdict: PASS"],
+    "import specdec\n\nreport = specdec.verify(my_verify)\nprint(report.verdict_line())": ["PASS"],
     "import torch\n\nimport specdec\n\n\ndef always_accept(": ["pass", "fail"],
 }
 

@@ -37,6 +37,7 @@ from harness.check.config import (  # noqa: F401 - re-exported: the driver's pub
     CheckConfig,
 )
 from harness.check.report import CheckReport, deterministic_result
+from harness.errors import HarnessError
 from harness.progress import Step
 from harness.stats import TestResult
 from harness.stats.sequential import eprocess_result
@@ -222,6 +223,10 @@ def run_battery(source: TrialSource, config: CheckConfig, *, impl_name: str,
     are e-processes watched after every chunk; the first crossing of log(M / α) stops the run)."""
     started = time.perf_counter()
     cells = source.cells(config)
+    if not cells:
+        raise HarnessError(f"{impl_name}: the plan has no cell this implementation can run at these settings (a "
+                           "sampling parameter its signature does not take, e.g. min_p for a generate() of the "
+                           "contract's §1b signature, leaves none): see docs/CHECKING.md")
     runs = [_CellRun(cell, 0) for cell in cells]
     if config.sequential:
         for run in runs:

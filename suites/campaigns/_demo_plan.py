@@ -19,7 +19,7 @@ DEMO_REAL_LENGTH = 16  # new tokens per sample on the real pair
 OLD_DEMO_PLAN = {"samples": 480, "length": 4, "contexts": "none", "settings": None}  # the plan before, default settings (the timing)
 
 
-def _sizes(quick: bool) -> dict:
+def demo_sizes(quick: bool) -> dict:
     """The demo's sizes: suites/profiles.py DEMO (quick or full)."""
     from suites.profiles import settings
 
@@ -32,8 +32,8 @@ def demo_generation_config(pair: str, *, quick: bool = False, **override) -> Che
     (no real model installed) runs `specdec verify`'s default plan. `override`: e.g. OLD_DEMO_PLAN."""
     if pair == "toy":  # the default plan (the catalogue: pooled TV ~0.02 per setting, ~1 minute)
         return CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair,
-                           samples=_sizes(quick)["toy_generation_samples"], **override)
-    fields = {"samples": _sizes(quick)["real_generation_samples"], "length": DEMO_REAL_LENGTH, "contexts": "catalogue",
+                           samples=demo_sizes(quick)["toy_generation_samples"], **override)
+    fields = {"samples": demo_sizes(quick)["real_generation_samples"], "length": DEMO_REAL_LENGTH, "contexts": "catalogue",
               "settings": list(DEMO_REAL_SETTINGS), **override}
     return CheckConfig(impl="specdec_ref.adapters:generate", level="generation", pair=pair, score_dtype="model",
                        **fields)

@@ -200,7 +200,7 @@ def write_report(result: dict, out_dir, *, provenance: dict | None = None, confi
     return {"ok": ok, "problems": problems, "out": str(out)}
 
 
-def _where(cfg: dict) -> str:
+def where_of_config(cfg: dict) -> str:
     if cfg.get("scheduler"):
         return f"the workers of the dask scheduler {cfg['scheduler']}"
     if cfg.get("dask_workers"):
@@ -230,7 +230,7 @@ def _markdown(result, meta, ok, problems, command: str | None = None) -> str:
         f"Profile: {cfg.get('profile', 'full')}"
         + (" (a smoke run for CI: fewer seeds, no curve; the calibration is the full profile, "
            "`specdec mutants`)" if cfg.get("profile") == "quick" else "")
-        + f". Wall time {result.get('seconds', 0):.0f} s on {result.get('where') or _where(cfg)}"
+        + f". Wall time {result.get('seconds', 0):.0f} s on {result.get('where') or where_of_config(cfg)}"
         + (f" for {result['total_runs'] - result['resumed_runs']} runs; {result['resumed_runs']} of "
            f"{result['total_runs']} were resumed from journal.jsonl (finished by an earlier invocation into this "
            f"folder: their CPU seconds are in the worker s column)" if result.get("resumed_runs") else "") + ".", "",

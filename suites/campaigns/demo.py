@@ -37,8 +37,8 @@ from suites.campaigns._demo_plan import (  # noqa: F401 - re-exported
     DEMO_REAL_LENGTH,
     DEMO_REAL_SETTINGS,
     OLD_DEMO_PLAN,
-    _sizes,
     demo_generation_config,
+    demo_sizes,
 )
 
 __all__ = ["Config", "WHERE", "cells", "provenance_fields", "report", "run_cell", "session"]
@@ -80,7 +80,7 @@ def demo_regime_configs(pair: str, out: Path, *, quick: bool) -> list[tuple[str,
     from harness.bench.config import BenchConfig
 
     runs = []
-    sizes = _sizes(quick)
+    sizes = demo_sizes(quick)
     if pair == "smollm2":
         runs.append(("a prompt-lookup (n-gram) draft (`smollm2-ngram`, c ≈ 0.01) with the SmolLM2 target, on the "
                      f"copy-heavy catalogue categories ({', '.join(COPY_HEAVY_CATEGORIES)}: the first "
@@ -101,7 +101,7 @@ def demo_regime_configs(pair: str, out: Path, *, quick: bool) -> list[tuple[str,
 
 def sampler_config(*, quick: bool) -> CheckConfig:
     """The demo's sampler level: `specdec verify`'s default plan (quick: a fixed number of rows)."""
-    return CheckConfig(impl="specdec_ref.adapters:verify", level="sampler", samples=_sizes(quick)["sampler_samples"])
+    return CheckConfig(impl="specdec_ref.adapters:verify", level="sampler", samples=demo_sizes(quick)["sampler_samples"])
 
 
 def provenance_fields(config: Config) -> dict:

@@ -55,9 +55,10 @@ from harness.mutants.generation import exact_output_law
 from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED
 from harness.pairs import get_pair
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
-from suites.campaigns import _zoo_plan as zoo
 from suites.campaigns._commands import CampaignConfig
 from suites.campaigns._record import public_record
+from suites.campaigns._zoo_plan import plan_cells, summarize, where_ran, write_report
+from suites.campaigns._zoo_plan import run_cell as zoo_run_cell
 from suites.campaigns._zoo_tasks import decode_record
 
 KINDS = {"toy": "0.7", "toy-eos": "eos"}  # registered pair -> its float64 toy models
@@ -555,7 +556,7 @@ def cells(config: Config) -> dict[str, tuple]:
             found.update({f"step/{name}/{s}": ("step", name, s)
                           for s in range(STEP_FIRST_SEED, STEP_FIRST_SEED + n)})
     if "zoo" in parts:
-        found.update({k: ("zoo", *args) for k, args in zoo.plan_cells(zoo_plan(config)).items()})
+        found.update({k: ("zoo", *args) for k, args in plan_cells(zoo_plan(config)).items()})
     if "real" in parts and config.real_samples:
         found.update({f"real/{who}/{config.real_samples}": ("real", who, config.real_samples)
                       for who in ("reference", "transformers")})
@@ -566,14 +567,14 @@ def cells(config: Config) -> dict[str, tuple]:
         found.update({f"vllm/{side}/{config.vllm_samples}": ("vllm", side, config.vllm_samples, config.vllm_python, out)
                       for side in _sides(config.vllm_sides)})
     if "reference" in parts:
-        found.update({k: ("zoo", *args) for k, args in zoo.plan_cells(reference_plan(config)).items() if k not in found})
+        found.update({k: ("zoo", *args) for k, args in plan_cells(reference_plan(config)).items() if k not in found})
     return found
 
 
 def run_cell(part: str, *args) -> dict:
     """One run of a part (a JSON record)."""
     if part == "zoo":
-        return zoo.run_cell(*args)
+        return zoo_run_cell(*args)
     if part == "step":
         return step_run(*args)
     torch.set_num_threads(1)
@@ -592,13 +593,13 @@ def run_cell(part: str, *args) -> dict:
 
 def _zoo_part(run, plan: CampaignConfig, where: Path, name: str) -> dict | None:
     """The zoo's report of `plan`'s runs that finished (None: none of its runs is planned in this run)."""
-    planned = [k for k in zoo.plan_cells(plan) if k in run.cells]
+    planned = [k for k in plan_cells(plan) if k in run.cells]
     if not planned:
         return None
-    result = zoo.summarize(plan, [decode_record(run.done[k]) for k in planned if k in run.done])
+    result = summarize(plan, [decode_record(run.done[k]) for k in planned if k in run.done])
     result.update(seconds=run.seconds, total_runs=len(planned), runs_made=sum(k in run.done for k in planned),
-                  resumed_runs=None, where=zoo.where_ran(run.where))
-    summary = zoo.write_report(result, where, provenance=run.provenance, config=run.config,
+                  resumed_runs=None, where=where_ran(run.where))
+    summary = write_report(result, where, provenance=run.provenance, config=run.config,
                                kind=f"campaign.structured.{name}", command=run.command)
     print(f"{name}: {summary['out']}/report.md: " + ("ok" if summary["ok"] else "PROBLEMS: " + "; ".join(summary["problems"])),
           flush=True)

@@ -27,11 +27,11 @@ from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.stats.rates import clopper_pearson, family_p  # noqa: F401 - family_p: public here too
 from suites.campaigns._commands import ZOO_LOCAL_WORKERS, CampaignConfig, ZooConfig
 from suites.campaigns._zoo_plan import (  # noqa: F401 - re-exported
-    _where,
     plan_cells,
     run_cell,
     selected,
     summarize,
+    where_of_config,
     where_ran,
     write_report,
 )
@@ -40,7 +40,6 @@ from suites.campaigns._zoo_tasks import (  # noqa: F401 - re-exported: the zoo's
     STEP_CHECKS,
     TARGET_TV,
     Task,
-    _pair,
     below_resolution,
     campaign_ok,
     decode_record,
@@ -76,7 +75,7 @@ def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | 
                          progress=progress)
     result = summarize(config, [done[k] for k in cells if k in done])  # task order, whoever ran them
     return {**result, "seconds": time.perf_counter() - started, "resumed_runs": resumed, "total_runs": len(cells),
-            "where": _where(result["config"])}
+            "where": where_of_config(result["config"])}
 
 
 # --- the campaign runner's hooks (harness.runner): `specdec mutants` / `specdec campaign zoo` ---------------------
