@@ -30,12 +30,11 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
-import os
 import subprocess
 from pathlib import Path
 
 from harness.engines.base import Capabilities, Completion, Engine, Probe, Request, register_engine
-from harness.engines.venv_worker import EngineRequestFailed, VenvWorker, dist_version, venv_python  # noqa: F401 - EngineRequestFailed: this module's name of it
+from harness.engines.venv_worker import EngineRequestFailed, VenvWorker, dist_version, venv_probe, venv_python  # noqa: F401 - EngineRequestFailed: this module's name of it
 from harness.errors import HarnessError
 
 PYTHON_ENV = "SPECDEC_ORT_GENAI_PYTHON"
@@ -204,13 +203,7 @@ class OnnxRuntimeGenAI(Engine):
 
     @classmethod
     def installed(cls) -> Probe:
-        value = os.environ.get(PYTHON_ENV)
-        if not value or not Path(value).exists():
-            return Probe(False, f"set ${PYTHON_ENV} to the python of a venv with onnxruntime-genai==0.18.0")
-        version = installed_version(Path(value))
-        if version is None:
-            return Probe(False, f"${PYTHON_ENV} ({value}) has no onnxruntime-genai installed")
-        return Probe(True, value, version)
+        return venv_probe(PYTHON_ENV, "onnxruntime_genai", "onnxruntime-genai==0.18.0")
 
     def start(self) -> None:
         from harness.adapters.hf import eos_list

@@ -23,12 +23,11 @@ prefix caching on, `weak_draft_generate` with the bf16 draft) run one worker per
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 from pathlib import Path
 
 from harness.engines.base import Capabilities, Completion, Engine, Probe, Request, register_engine
-from harness.engines.venv_worker import EngineRequestFailed, VenvWorker, dist_version, venv_python  # noqa: F401 - EngineRequestFailed: this module's name of it
+from harness.engines.venv_worker import EngineRequestFailed, VenvWorker, dist_version, venv_probe, venv_python  # noqa: F401 - EngineRequestFailed: this module's name of it
 from harness.errors import HarnessError
 
 PYTHON_ENV = "SPECDEC_OPENVINO_PYTHON"
@@ -110,13 +109,7 @@ class OpenVinoGenAI(Engine):
 
     @classmethod
     def installed(cls) -> Probe:
-        value = os.environ.get(PYTHON_ENV)
-        if not value or not Path(value).exists():
-            return Probe(False, f"set ${PYTHON_ENV} to the python of a venv with openvino-genai==2026.4.1.0")
-        version = installed_version(Path(value))
-        if version is None:
-            return Probe(False, f"${PYTHON_ENV} ({value}) has no openvino-genai installed")
-        return Probe(True, value, version)
+        return venv_probe(PYTHON_ENV, "openvino_genai", "openvino-genai==2026.4.1.0")
 
     def start(self) -> None:
         if self.setup.pair not in ("smollm2", "smollm2-ngram"):

@@ -43,6 +43,19 @@ def dist_version(python: Path, dist: str) -> str | None:
     return None
 
 
+def venv_probe(env: str, dist: str, requirement: str):
+    """The `installed()` probe of an engine in its own venv: $env names a python whose venv holds `dist`."""
+    from harness.engines.base import Probe
+
+    value = os.environ.get(env)
+    if not value or not Path(value).exists():
+        return Probe(False, f"set ${env} to the python of a venv with {requirement}")
+    version = dist_version(Path(value), dist)
+    if version is None:
+        return Probe(False, f"${env} ({value}) has no {requirement.split('==')[0]} installed")
+    return Probe(True, value, version)
+
+
 class VenvWorker:
     """One worker process of the engine `label` running `worker` (a path) under `python`."""
 
