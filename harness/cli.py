@@ -389,8 +389,8 @@ def add_threads(p: argparse.ArgumentParser) -> None:
 
 
 def command_config(name: str):
-    """suites/campaigns/_commands.py: the configs of the campaigns that are `specdec` commands (mutants, demo),
-    loaded by name like every policy module (light: their flags are built when the parser is)."""
+    """The policy's "campaigns._commands": the configs of the campaigns that are `specdec` commands (mutants, demo),
+    taken from the installed policy like every policy module (light: their flags are built when the parser is)."""
     from harness.policy import load
 
     return load("campaigns._commands", "policy module")
@@ -400,8 +400,8 @@ _Parser = Parser  # argparse, but a usage error is one line on stderr (exit 2)
 
 
 def policy(name: str):
-    """A campaign of the policy layer (suites/campaigns/NAME.py), loaded by name: the mechanism (harness)
-    never imports the policy statically (an import-linter contract)."""
+    """A campaign of the installed policy (harness.policy: "campaigns.NAME"): the mechanism (harness) imports
+    nothing of the policy's (an import-linter contract); the composition layer hands it over."""
     from harness.policy import load
 
     if name not in campaign_names():
@@ -410,13 +410,10 @@ def policy(name: str):
 
 
 def campaign_names() -> list[str]:
-    import importlib.util
-    import pkgutil
+    """The installed policy's campaigns (its helpers, "_NAME", are not campaigns)."""
+    from harness.policy import names
 
-    spec = importlib.util.find_spec("suites.campaigns")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    return sorted(m.name for m in pkgutil.iter_modules(spec.submodule_search_locations) if not m.name.startswith("_"))
+    return [n for n in names("campaigns") if not n.startswith("_")]
 
 
 def _cmd_campaign(args) -> int:
@@ -521,7 +518,11 @@ def main(argv: list[str] | None = None) -> int:
     from harness.allocator import return_large_blocks
 
     return_large_blocks()  # long runs: freed tensors go back to the system (harness/allocator.py)
-    parser = build_parser()
+    try:
+        parser = build_parser()  # it lists the policy's campaigns: none installed is exit 2, one line
+    except HarnessError as exc:
+        print(f"specdec: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage error (one line, exit 2) or --help (exit 0): a code, not an exception

@@ -36,6 +36,10 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from specdec import _policy
+
+_policy.install()  # the default policy (suites/) handed to the mechanism: issue 56, item 2
+
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
     from harness.check.config import CheckConfig
     from harness.check.report import CheckReport as Report
