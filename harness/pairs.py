@@ -22,7 +22,7 @@ __all__ = ["ModelPair", "PairSpec", "get_pair", "list_pairs", "pair_specs", "reg
 # Modules that declare built-in pairs (a module-level `PAIRS: list[PairSpec]`), read on first use. They
 # import only harness.models.pair, never this module: the catalogue is a declaration, not an import side effect.
 PROVIDERS = ("harness.models.toy_pairs", "harness.models.smollm2")
-# Policy modules (suites/, loaded by name through harness.policy) that declare pairs the same way: the tiny
+# Modules of the installed policy (harness.policy, e.g. the default one's suites/) that declare pairs the same way: the tiny
 # architecture pairs, one per cache family (suites/catalogues/architectures.py).
 POLICY_PROVIDERS = ("catalogues.architectures",)
 _USER: dict[str, PairSpec] = {}  # pairs users add with `register_pair`

@@ -75,8 +75,8 @@ def _catalogues_and_folders(package: str) -> list[str]:
 
 
 def test_the_harness_names_no_case_catalogue_and_no_results_folder():
-    """Cases, settings, sweeps, prompts and results/ folders are policy: suites/ holds them, harness/ loads
-    them by name (harness.policy)."""
+    """Cases, settings, sweeps, prompts and results/ folders are policy: suites/ holds them, harness/ gets
+    them from the installed policy (harness.policy)."""
     assert _catalogues_and_folders("harness") == []
     assert _catalogues_and_folders("suites/catalogues")  # the check can see a catalogue
 

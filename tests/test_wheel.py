@@ -55,7 +55,22 @@ def test_the_data_the_installed_code_reads_ships(members):
     vLLM servers at vllm_site/sitecustomize.py; the engine workers are started by file path."""
     for needed in ("suites/prompts/prompts.jsonl", "suites/prompts/bench.jsonl",
                    "harness/adapters/vllm_site/sitecustomize.py", "harness/engines/openvino_worker.py",
-                   "harness/engines/onnxruntime_genai_worker.py", "specdec/__init__.py", "harness/pytest_plugin.py"):
+                   "harness/engines/onnxruntime_genai_worker.py", "specdec/__init__.py", "harness/pytest_plugin.py",
+                   "specdec/_policy.py", "specdec/cli.py"):
         assert needed in members, needed
     non_python = {m for m in members if not m.endswith(".py") and ".dist-info/" not in m}
     assert non_python == {"suites/prompts/README.md", "suites/prompts/prompts.jsonl", "suites/prompts/bench.jsonl"}
+
+
+def test_the_entry_points_install_the_default_policy(wheel, members):
+    """The console script installs the default policy (specdec.cli), and the entry-point group that harness.policy
+    reads when nothing installed one (`python -m harness`, the pytest plugin) names the same object."""
+    import configparser
+
+    with zipfile.ZipFile(wheel) as z:
+        text = z.read(next(m for m in members if m.endswith(".dist-info/entry_points.txt"))).decode()
+    declared = configparser.ConfigParser()
+    declared.read_string(text)
+    assert dict(declared["console_scripts"]) == {"specdec": "specdec.cli:main"}
+    assert dict(declared["pytest11"]) == {"specdec": "harness.pytest_plugin"}
+    assert dict(declared["specdec.policy"]) == {"default": "specdec._policy:POLICY"}
