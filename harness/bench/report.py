@@ -10,6 +10,7 @@ from harness.bench import plots
 from harness.bench.summarize import COST_MODEL_BAND, LOAD_DRIFT_R, SPEEDUP_FLOOR, TOKEN_TOLERANCE, best_gammas
 from harness.envelope import write_result
 from harness.records import atomic_write_text, provenance, save_figure
+from harness.reporting import markdown_table
 
 
 def fmt(value, digits: int = 3) -> str:
@@ -18,12 +19,6 @@ def fmt(value, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
-
-
-def markdown_table(header: list[str], body: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(v) if not isinstance(v, str) else v for v in row) + " |" for row in body]
-    return "\n".join(lines)
 
 
 def run_provenance(rows: list[dict]) -> dict:
