@@ -67,8 +67,8 @@ def _declared(asked: str) -> Policy:
     found = list(entry_points(group=ENTRY_POINT_GROUP))
     if not found:
         raise HarnessError(f"no policy installed, so no {asked}: run `specdec` (or `python -m specdec`, or `import "
-                           f"specdec` first), or install one with harness.policy.install(Policy(...)) "
-                           f"(no entry point in group {ENTRY_POINT_GROUP!r} here)")
+                           f"specdec` first), or install one with harness.policy.install(Policy(...)) (no entry "
+                           f"point in group {ENTRY_POINT_GROUP!r} here: is the project installed? `pip install -e .`)")
     if len(found) > 1:
         raise HarnessError(f"{len(found)} policies declared in entry-point group {ENTRY_POINT_GROUP!r} "
                            f"({', '.join(sorted(e.value for e in found))}): install one with harness.policy.install")
