@@ -95,7 +95,7 @@ def readme(runs: dict, earlier: list[dict]) -> str:
         "Error = the end the last progress line predicted (its time + its ETA) − the actual end (the process's exit), "
         "taken at 25 %, 50 % and 75 % of the run's elapsed time; positive: the run ended earlier than predicted. The "
         "ETA is the time per unit of cost measured so far times the cost left in every step of the plan "
-        "(harness/progress.py; costs: sampler rows (2γ+1)·V + 240 input floats, harness/check/sampler.py; generation "
+        "(harness/progress.py; costs: sampler rows (2γ+1)·V + 240 input floats, harness/check/sampler_source.py; generation "
         "calls × new tokens × sequence length, harness/check/context_cells.py). The elapsed time includes the "
         "start (imports, loading the pair: ~20 s under this load), which no ETA covers.",
         "",

@@ -45,7 +45,7 @@ def _implementation(config: CheckConfig, contract: str):
 
 
 def _sampler_source(config: CheckConfig, notes: list[str], progress, stack):
-    from harness.check.sampler import SamplerSource
+    from harness.check.sampler_source import SamplerSource
 
     fn = batched_sampler(_implementation(config, "sampler"), notes, getattr(progress, "row", None))
     return SamplerSource(fn, device=config.device), config, _name(config.impl)
@@ -145,7 +145,7 @@ def planned_rows(config: CheckConfig) -> int | None:
     if config.level != "sampler":
         return None
     from harness.check.driver import plan_cell
-    from harness.check.sampler import SamplerSource
+    from harness.check.sampler_source import SamplerSource
 
     if contract_of(config) in ("tree", "masked_step"):
         return None

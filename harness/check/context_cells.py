@@ -11,6 +11,7 @@ import time
 import numpy as np
 import torch
 
+from harness.adapters.calling import call_impl
 from harness.check.conventions import order_matters
 from harness.check.driver import Cell, Check
 from harness.check.exact_laws import SupportCount
@@ -22,7 +23,7 @@ from harness.check.pit import (
     support_message,
 )
 from harness.check.report import deterministic_result
-from harness.check.sampler import GATE_MIN_EXPECTED, call_impl
+from harness.check.sampler_tests import GATE_MIN_EXPECTED
 from harness.check.scoring import score_continuations
 from harness.check.settings import Setting
 from harness.policy import catalogue

@@ -23,23 +23,19 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from harness.adapters.calling import call_impl
 from harness.check.config import CheckConfig
 from harness.check.driver import Cell, Check, MalformedTrials, run_battery
 from harness.check.report import CheckReport
-from harness.check.sampler import (
+from harness.check.sampler_cases import MAX_CELLS, SamplerTrials, coarsen, law_rows, subplans
+from harness.check.sampler_source import (
     CHUNK_FLOATS,
-    GATE_MIN_EXPECTED,
-    MAX_CELLS,
     SamplerSource,
-    SamplerTrials,
-    call_impl,
-    coarsen,
     draw_mixed_inputs,
     format_problems,
     law_cycle,
-    law_rows,
-    subplans,
 )
+from harness.check.sampler_tests import GATE_MIN_EXPECTED
 from harness.stats import TestResult, pooled_gtest, pooled_pearson, support_check
 
 DRAFT_TESTS_PER_POSITION = 3  # support, pooled Pearson, pooled G

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from harness.check.sampler import GATE_MIN_EXPECTED
+from harness.check.sampler_tests import GATE_MIN_EXPECTED
 from harness.check.settings import Setting
 from harness.pairs import ModelPair
 from harness.stats import TestResult, pooled_gtest, pooled_pearson, support_check

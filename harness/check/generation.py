@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from harness.adapters.calling import call_impl
 from harness.check.context_cells import (
     CONTEXT_ROWS,
     CONTEXTS_CONVENTIONS,
@@ -54,7 +55,6 @@ from harness.check.exact_laws import (
 from harness.check.greedy import greedy_tests
 from harness.check.pit import NO_OP_TV, pit_tests, pit_values, static_no_ops
 from harness.check.report import CheckReport
-from harness.check.sampler import call_impl
 from harness.check.settings import Setting, default_settings, supported_settings
 from harness.check.streams import numpy_rng, seed_global
 from harness.check.structured import bind_constraints, checks_for, setting_record

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.adapters.calling import MalformedOutput
+from harness.adapters.calling import MalformedOutput, call_impl
 from harness.check.exact_laws import target64
 from harness.check.report import deterministic_result
-from harness.check.sampler import call_impl
 from harness.pairs import ModelPair
 from harness.stats import TestResult
 from specdec_ref.generate import autoregressive_generate, default_eos

@@ -17,7 +17,7 @@ import torch
 from harness.check.exact_laws import SupportCount, coarsen
 from harness.check.greedy import NEAR_TIE
 from harness.check.report import deterministic_result
-from harness.check.sampler import GATE_MIN_EXPECTED
+from harness.check.sampler_tests import GATE_MIN_EXPECTED
 from harness.check.scoring import score_continuations
 from harness.check.settings import Setting
 from harness.stats import (

@@ -28,7 +28,8 @@ import torch
 from harness.check.config import CheckConfig
 from harness.check.driver import look_schedule, run_battery
 from harness.check.report import CheckReport
-from harness.check.sampler import SamplerSource, law_processes, mass_above  # noqa: F401 - public names
+from harness.check.sampler_sequential import law_processes, mass_above  # noqa: F401 - public names
+from harness.check.sampler_source import SamplerSource
 
 _schedule = look_schedule  # the old private name
 

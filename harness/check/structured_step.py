@@ -26,9 +26,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from harness.adapters.calling import call_impl
 from harness.check.driver import Cell, Check, CheckConfig, MalformedTrials, TrialSource, run_battery
 from harness.check.report import CheckReport, deterministic_result
-from harness.check.sampler import GATE_MIN_EXPECTED, call_impl, padded_rows_problems
+from harness.check.sampler_source import padded_rows_problems
+from harness.check.sampler_tests import GATE_MIN_EXPECTED
 from harness.policy import catalogue
 from harness.stats import mass_above_descending, per_position_uniformity, pit_from_masses, uniformity_test
 

@@ -12,7 +12,7 @@ tests it emits:
   whose tokens match: with equal siblings, a rule that removes rejected tokens from its working law can
   only accept the first of them);
 - `tests_for_node_laws`: per node v reached with probability ≥ MIN_NODE_REACH, among the rows whose path
-  reached v the next emitted token ~ p_v (the per-position battery of `harness.check.sampler`);
+  reached v the next emitted token ~ p_v (the per-position battery of `harness.check.sampler_tests`);
 - `tests_for_reach_bounds`: per node v, P(path reaches v) ≤ Σ_x min(Π p, Π m) along v's path, with m
   the marginal law of each path node's token (the universal coupling bound: the emitted prefix has the
   target's law and the drafted one the draft's, and reaching v needs them equal; no lossless rule beats
@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from harness.adapters.calling import call_impl
 from harness.check.config import DEFAULT_TREE_TV, MIN_NODE_REACH  # noqa: F401 - DEFAULT_TREE_TV: public
 from harness.check.driver import (
     Cell,
@@ -47,16 +48,9 @@ from harness.check.driver import (
     select,
 )
 from harness.check.report import CheckReport, deterministic_result
-from harness.check.sampler import (
-    CHUNK_FLOATS,
-    MAX_CELLS,
-    Streams,
-    call_impl,
-    padded_rows_problems,
-    position_tests,
-    row_independence,
-    tests_per_position,
-)
+from harness.check.sampler_cases import MAX_CELLS, tests_per_position
+from harness.check.sampler_source import CHUNK_FLOATS, Streams, padded_rows_problems
+from harness.check.sampler_tests import position_tests, row_independence
 from harness.errors import HarnessError
 from harness.policy import catalogue
 from harness.stats import TestResult, binomial_event_test, samples_needed

@@ -276,7 +276,7 @@ def law_moments(laws: np.ndarray, p: np.ndarray, reach: np.ndarray) -> tuple[Mom
 
 def case_plans(case, seed: int) -> list:
     """The (p, q) of every law a sampler case holds for this seed, as the check builds them: one CasePlan, or one
-    per law for a case whose rows hold different laws (harness.check.sampler.plan_cases builds the first only)."""
+    per law for a case whose rows hold different laws (harness.check.sampler_cases.plan_cases builds the first only)."""
     import zlib
 
     from harness.check.sampler import SamplerCase, plan_cases

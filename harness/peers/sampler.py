@@ -23,7 +23,7 @@ Written from the published sources (statistic, sample size, threshold; no code c
   |KL(p‖h_spec) − KL(p‖h_direct)| < 0.01 (scipy's entropy: a token of p never emitted makes a KL infinite: fail).
 
 The published tests call the sampler on one row at a time (TRT-LLM) or on one batch; here rows are i.i.d. in
-chunks of the harness's call size (harness.check.sampler.CHUNK_FLOATS, contiguous inputs as the sampler check
+chunks of the harness's call size (harness.check.sampler_source.CHUNK_FLOATS, contiguous inputs as the sampler check
 passes them), which leaves each row's law unchanged. `samples` (the equal-n comparison) replaces the total rows:
 vLLM V1's last sample size grows so the five sizes sum to it; the others draw that many rows in all.
 """
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from harness.adapters.calling import ImplementationError, call_impl
-from harness.check.sampler import CHUNK_FLOATS
+from harness.check.sampler_source import CHUNK_FLOATS
 from harness.check.streams import torch_generator
 from harness.peers import PeerTest, PeerVerdict
 

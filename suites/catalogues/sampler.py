@@ -1,5 +1,5 @@
 """The sampler-level case catalogue: the fixed (p_j, q_j) configurations `specdec verify --level sampler`
-runs when no `--cases` are named (harness.check.sampler loads `CASES` through harness.policy).
+runs when no `--cases` are named (harness.check.sampler_cases loads `CASES` through harness.policy).
 
 Each case builds its laws from a generator the harness seeds per run and case; `laws > 1` cases hold a
 different law in every row (row b holds law b mod laws), the configuration batch-index slips need.
@@ -155,7 +155,7 @@ def _case_tail(rng):
 
 
 OPT_IN_CASES: list[SamplerCase] = [  # selectable by name (--cases), never in the default plan
-    # Planned by its deep-tail test (harness.check.sampler.TAIL_PROBE); the omnibus tests at TV 0.1 only,
+    # Planned by its deep-tail test (harness.check.sampler_tail.TAIL_PROBE); the omnibus tests at TV 0.1 only,
     # so that they do not ask for more rows than the tail test (the tail is what this case is for).
     SamplerCase("tail-v131072", 1, TAIL_VOCAB, _case_tail,
                 f"V = 131,072, one head + a flat tail ({TAIL_MASS:g} of the bonus law, tail tokens ≈ 0.32·2^-24 "

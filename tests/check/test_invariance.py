@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import harness.check.sampler as sampler_module
+import harness.check.sampler_source as sampler_source
 from harness.check.api import run_verify
 from harness.check.config import CheckConfig
 from harness.check.draft_step import run_draft_step_check
@@ -109,7 +109,7 @@ def test_the_tree_source_passes_a_generated_rule_as_a_single_chain():
 @pytest.mark.parametrize("floats", [2e4, 1e5, 4e6])
 @pytest.mark.statistical
 def test_chunk_size_does_not_change_the_verdict(monkeypatch, floats):
-    monkeypatch.setattr(sampler_module, "CHUNK_FLOATS", floats)
+    monkeypatch.setattr(sampler_source, "CHUNK_FLOATS", floats)  # where the source looks it up
     assert _check(LosslessRule(scales=(0.5,)), "planned", 2).verdict == "pass"
     assert _check(LosslessRule(slip="target_row"), "planned", 2).verdict == "fail"
 

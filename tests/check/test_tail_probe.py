@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from harness.check.sampler import (
-    _tail_tests,
     case_names,
     deep_tail,
     plan_cases,
@@ -14,6 +13,7 @@ from harness.check.sampler import (
     select_cases,
     tail_positions,
 )
+from harness.check.sampler_tail import _tail_tests
 from harness.mutants.registry import get
 
 TAIL = "tail-v131072"

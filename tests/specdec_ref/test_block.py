@@ -279,7 +279,8 @@ def test_accepting_above_the_universal_bound_is_failed_by_the_gate():
 
 @pytest.mark.statistical
 def test_acceptance_test_count_matches_what_is_emitted():
-    from harness.check.sampler import _acceptance_tests, count_acceptance_tests, plan_cases
+    from harness.check.sampler import count_acceptance_tests, plan_cases
+    from harness.check.sampler_tests import _acceptance_tests
     from suites.catalogues.sampler import CASES
 
     rng = np.random.default_rng(0)

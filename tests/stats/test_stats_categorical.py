@@ -196,7 +196,7 @@ def test_pearson_mc_false_alarm_rate_is_at_most_nominal():
 
 
 def _sampler_battery(counts, p, alpha=1e-3, power=0.95):
-    """The sampler check's per-position tests (harness.check.sampler): support, pooled X² and G, top-1 and
+    """The sampler check's per-position tests (harness.check.sampler_tests.position_tests): support, pooled X² and G, top-1 and
     the mass outside the 99 % nucleus, each planned at alpha / 5."""
     n, top, outside = int(counts.sum()), int(np.argmax(p)), ~nucleus_mask_top_p(p)
     plan = {"rate": alpha / 5, "power": power}
