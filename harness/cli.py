@@ -417,12 +417,9 @@ def campaign_names() -> list[str]:
 
 
 def _cmd_campaign(args) -> int:
-    from harness.runner import is_campaign, run
+    from harness.runner import run
 
-    module = policy(args.name)
-    if is_campaign(module):  # built on the campaign runner (harness.runner)
-        return run(args.name, args.args, module)
-    return int(module.main(args.args) or 0)
+    return run(args.name, args.args, policy(args.name))
 
 
 def build_parser() -> argparse.ArgumentParser:

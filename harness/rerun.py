@@ -115,8 +115,7 @@ def campaign_argv(name: str, config: dict[str, Any], out: str | None) -> list[st
 
     module = load_policy(f"campaigns.{name}", "campaign")
     if not is_campaign(module):
-        raise HarnessError(f"campaign {name} is not built on the campaign runner: its results do not rerun from "
-                           "their config; run its command line (in its report)")
+        raise HarnessError(f"campaign {name} is not a campaign (its Config, cells, run_cell and report)")
     argv = shlex.split(command_line(name, _build(module.Config, config)))[3:]
     return argv + (["--out", out] if out else [])
 
@@ -124,12 +123,11 @@ def campaign_argv(name: str, config: dict[str, Any], out: str | None) -> list[st
 def campaign_dry_run(name: str, argv: list[str]) -> str:
     """What `specdec campaign NAME ARGV` would run, after the checks the runner makes before its first cell (the
     flags parse, the campaign's `validate`); HarnessError where they fail."""
-    from harness.configs import from_args
     from harness.policy import load as load_policy
-    from harness.runner import parser_for
+    from harness.runner import campaign_config, parser_for
 
     module = load_policy(f"campaigns.{name}", "campaign")
-    config = from_args(module.Config, parser_for(name, module).parse_args(argv))
+    config = campaign_config(name, module, parser_for(name, module).parse_args(argv))
     if hasattr(module, "validate"):
         module.validate(config)
     return shlex.join(["specdec", "campaign", name, *argv])

@@ -25,7 +25,15 @@ and, where it needs them,
                                   check's responses): --fresh removes them with the journal
     LOCAL_WORKERS = N             the default of --local-workers
     CONTEXT = True                run_cell(ctx, *args): ctx is what `session` yields (the engines or servers it
-                                  holds, its output folder), never a module global; needs WHERE = "local"
+                                  holds, its output folder), never a module global; needs WHERE = "local". The
+                                  report finds it as `run.context` (with or without CONTEXT)
+    cells(config, out)            the cells, given the output folder (cells that run elsewhere and write there: the
+                                  folder is one of their arguments)
+    PARTS = ("a", "b", ...)       the campaign's parts, in the order they run, with a plain field `parts` on its
+    OPT_IN_PARTS = ("c",)         Config (default PARTS, no flag of its own): the runner gives it `--parts a,b`
+                                  (default: every part of PARTS; OPT_IN_PARTS run only when named), validates it and
+                                  sets `parts` to the parts chosen, in that order. `--only` is never a part: it
+                                  names entries
 
 The runner owns the rest, once for every campaign (`RunnerConfig`, `WhereConfig`): the output folder (default:
 suites/outputs.py, "campaign.NAME"), fresh/resume (one rule: OUT/journal.jsonl is resumed unless --fresh),
@@ -42,6 +50,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import os
 import shlex
 import shutil
 import sys
@@ -83,6 +92,8 @@ class Run:
     where: WhereConfig = dataclasses.field(default_factory=WhereConfig)  # where the cells ran
     journal: dict[str, Any] = dataclasses.field(default_factory=dict)  # every record of OUT/journal.jsonl (key ->
     #   record), also cells of other configurations: a report may cover runs split over several processes
+    context: Any = None  # what the campaign's `session` yielded (None without one)
+    load: tuple[float, ...] | None = None  # the load average (1, 5, 15 min) when the run started
 
     @property
     def records(self) -> list[Any]:
@@ -124,11 +135,58 @@ def never_journaled(config_class: type) -> bool:
     return getattr(config_class, "JOURNALED", True) is False
 
 
+@dataclasses.dataclass
+class PartsConfig:
+    """--parts, for a campaign that declares PARTS (its Config's `parts` field holds the parts chosen)."""
+
+    parts: str | None = option(None, "--parts", "comma-separated: the parts to run", metavar="PART,...")
+
+
+def parts_of(module: ModuleType) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The campaign's (PARTS, OPT_IN_PARTS) where its Config has the plain field `parts` (no flag of its own) that
+    --parts sets; ((), ()) for a campaign without parts."""
+    fields = {f.name: f for f in dataclasses.fields(module.Config)}
+    if "parts" not in fields or fields["parts"].metadata.get("flag"):
+        return (), ()
+    return tuple(getattr(module, "PARTS", ())), tuple(getattr(module, "OPT_IN_PARTS", ()))
+
+
+def chosen_parts(name: str, module: ModuleType, text: str | None) -> tuple[str, ...]:
+    """The parts `--parts text` names, in the campaign's order (PARTS, then OPT_IN_PARTS); None: PARTS. An unknown
+    or an empty list is a HarnessError (exit 2) naming the campaign's parts."""
+    parts, opt_in = parts_of(module)
+    if text is None:
+        return parts
+    named = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in named if p not in parts + opt_in]
+    if unknown or not named:
+        known = ", ".join(parts) + (f" (opt-in: {', '.join(opt_in)})" if opt_in else "")
+        what = f"unknown part {', '.join(map(repr, unknown))}" if unknown else "no part named"
+        raise HarnessError(f"--parts {text!r}: {what} of campaign {name}; its parts: {known}")
+    return tuple(p for p in parts + opt_in if p in named)
+
+
+def campaign_config(name: str, module: ModuleType, args: argparse.Namespace) -> Any:
+    """The campaign's Config from flags parsed by `parser_for(name, module)`: its own flags, and the parts --parts
+    chose (a campaign with PARTS)."""
+    config = from_args(module.Config, args)
+    if parts_of(module)[0]:
+        config = dataclasses.replace(config, parts=chosen_parts(name, module, getattr(args, "parts", None)))
+    return config
+
+
 def parser_for(name: str, module: ModuleType) -> argparse.ArgumentParser:
-    """`specdec campaign NAME`'s parser: the campaign's Config, then the runner's options."""
+    """`specdec campaign NAME`'s parser: the campaign's Config (and --parts, where it declares PARTS), then the
+    runner's options."""
     doc = (module.__doc__ or name).strip()
     parser = Parser(prog=f"specdec campaign {name}", description=doc.split("\n\n")[0].replace("\n", " "),
                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parts, opt_in = parts_of(module)
+    if parts:
+        add_arguments(parser, PartsConfig)
+        action = next(a for a in parser._actions if a.dest == "parts")
+        action.help = (f"comma-separated, the parts to run, of {', '.join(parts)} (default: all of them)"
+                       + (f"; opt-in, run only when named: {', '.join(opt_in)}" if opt_in else ""))
     add_campaign_arguments(parser, module.Config, where=getattr(module, "WHERE", None) != "local",
                            local_workers=getattr(module, "LOCAL_WORKERS", 1))
     return parser
@@ -148,18 +206,18 @@ def add_campaign_arguments(parser: argparse.ArgumentParser, config_class: type, 
 
 
 def campaign_parser(name: str) -> argparse.ArgumentParser:
-    """The parser of `specdec campaign NAME`: the runner's for a campaign built on it, else the campaign's own
-    `argument_parser()` (every flag declared by a config either way: tests/test_cli_flags.py)."""
-    module = _load(name)
-    if is_campaign(module):
-        return parser_for(name, module)
-    return module.argument_parser()
+    """The parser of `specdec campaign NAME` (every flag declared by a config: tests/test_cli_flags.py)."""
+    return parser_for(name, _load(name))
 
 
 def command_line(name: str, *configs: Any) -> str:
     """`specdec campaign NAME` with every flag whose value differs from its field's default."""
     words = ["specdec", "campaign", name]
     for config in configs:
+        parts = {f.name: f for f in dataclasses.fields(config)}.get("parts")
+        if parts is not None and not parts.metadata.get("flag") and \
+                tuple(config.parts) != tuple(field_default(parts)):  # the runner's --parts
+            words += ["--parts", ",".join(config.parts)]
         for field in cli_fields(type(config)):
             value, meta = getattr(config, field.name), field.metadata
             if value == field_default(field) or meta.get("hidden"):
@@ -181,13 +239,16 @@ def _progress(name: str):
     return report
 
 
+def _with_out(fn, config: Any, out: Path):
+    """`fn(config)`, or `fn(config, out)` where it takes two parameters (a campaign's `session`, `cells`)."""
+    return fn(config, out) if len(inspect.signature(fn).parameters) > 1 else fn(config)
+
+
 def _session(module: ModuleType, config: Any, out: Path):
     """The campaign's `session(config)` or `session(config, out)`; none: a context that does nothing."""
     if not hasattr(module, "session"):
         return contextlib.nullcontext()
-    if len(inspect.signature(module.session).parameters) > 1:
-        return module.session(config, out)
-    return module.session(config)
+    return _with_out(module.session, config, out)
 
 
 def run(name: str, argv: list[str] | None = None, module: ModuleType | None = None) -> int:
@@ -203,7 +264,7 @@ def run_parsed(name: str, args: argparse.Namespace, module: ModuleType | None = 
     from harness.records import provenance
 
     module = module or _load(name)
-    config = from_args(module.Config, args)
+    config = campaign_config(name, module, args)
     runner = from_args(RunnerConfig, args)
     where = from_args(WhereConfig, args) if getattr(module, "WHERE", None) != "local" else WhereConfig()
     if hasattr(module, "validate"):
@@ -227,8 +288,9 @@ def run_parsed(name: str, args: argparse.Namespace, module: ModuleType | None = 
             shutil.rmtree(out / kept, ignore_errors=True)
     if getattr(module, "CONTEXT", False) and getattr(module, "WHERE", None) != "local":
         raise HarnessError(f"campaign {name}: CONTEXT = True needs WHERE = \"local\" (the context is not sent away)")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
     with _session(module, config, out) as ctx:
-        cells = module.cells(config)
+        cells = _with_out(module.cells, config, out)
         started = time.perf_counter()
         run_cell = functools.partial(module.run_cell, ctx) if getattr(module, "CONTEXT", False) else module.run_cell
         with make_executor(where.scheduler, where.workers, local_workers=where.local_workers) as executor:
@@ -241,7 +303,7 @@ def run_parsed(name: str, args: argparse.Namespace, module: ModuleType | None = 
         result = Run(name=name, config=config, runner=runner, out=out, cells=cells, done=done,
                      provenance=provenance(**fields), seconds=time.perf_counter() - started,
                      command=command_line(name, config, dataclasses.replace(runner, fresh=False, report_only=False)),
-                     where=where, journal=journal.load() if journal else dict(done))
+                     where=where, journal=journal.load() if journal else dict(done), context=ctx, load=load)
         return _exit_code(name, result, int(module.report(result) or 0))
 
 

@@ -41,8 +41,8 @@ def test_every_campaign_is_reachable_from_specdec(capsys):
 
     for name in names:
         module = policy(name)
-        assert is_campaign(module) or callable(module.main), name
-        assert main(["campaign", name, "--help"]) == 0, name  # built on the runner or not, its --help works
+        assert is_campaign(module), name  # built on the runner (harness.runner)
+        assert main(["campaign", name, "--help"]) == 0, name
     capsys.readouterr()
     assert main(["campaign", "no-such-campaign"]) == 2
     assert "unknown campaign" in capsys.readouterr().err

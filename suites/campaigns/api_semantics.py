@@ -45,7 +45,8 @@ SMALL = dict(prompts=1, api_seeds=2, api_length=16)  # the false-alarm and detec
 PLAN = dict(prompts=1, api_seeds=2, api_length=16, seed=0, stop_on_fail=False)  # the real engines'
 FIRST_SEED = 100
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-PARTS = ("default", "false_alarms", "detection", "llama_server", "vllm")
+PARTS = ("default", "false_alarms", "detection", "llama_server")
+OPT_IN_PARTS = ("vllm",)  # run inside the vLLM venv (`nox -s vllm`)
 LLAMA_SIDES = ("off", "draft")
 VLLM_SIDES = ("off", "ngram", "draft", "eagle")
 CASE_FIELDS = ("name", "requests", "stop_requests", "stops_placed", "stops_inside_step", "stops_across_steps",
@@ -63,8 +64,7 @@ def _mutants() -> str:
 
 @dataclasses.dataclass
 class Config:
-    parts: str = option("default,false_alarms,detection,llama_server", "--parts",
-                        f"comma-separated, of {', '.join(PARTS)} (vllm: run inside the vLLM venv, `nox -s vllm`)")
+    parts: tuple[str, ...] = PARTS  # the runner's --parts (vllm: opt-in)
     seeds: int = option(10, "--seeds", "run seeds of the false_alarms and detection parts (from 100)", int)
     mutants: str = option("", "--mutants", "the planted bugs of the detection part (default: all of "
                           "harness.mutants.api)")
@@ -88,9 +88,6 @@ def _list(text: str) -> list[str]:
 def validate(config: Config) -> None:
     from harness.mutants.api import API_MUTANTS
 
-    bad = [p for p in _list(config.parts) if p not in PARTS]
-    if bad or not _list(config.parts):
-        raise HarnessError(f"--parts takes {', '.join(PARTS)}, got {config.parts!r}")
     if config.seeds < 1:
         raise HarnessError(f"--seeds must be >= 1, got {config.seeds}")
     unknown = [m for m in _list(config.mutants) if m not in API_MUTANTS]
@@ -102,7 +99,7 @@ def validate(config: Config) -> None:
                                ("--vllm-sides", config.vllm_sides, VLLM_SIDES)):
         if not _list(value) or any(v not in known for v in _list(value)):
             raise HarnessError(f"{flag} takes {', '.join(known)}, got {value!r}")
-    if "vllm" in _list(config.parts):
+    if "vllm" in config.parts:
         _require_vllm(config.vllm_python or sys.executable)
 
 
@@ -124,7 +121,7 @@ def provenance_fields(config: Config) -> dict:
 
 def cells(config: Config) -> dict[str, tuple]:
     """Keys name the part (with --tag), the server and the run seed; the pair is in the key too."""
-    parts, tag, pair, out = _list(config.parts), config.tag, config.pair, {}
+    parts, tag, pair, out = config.parts, config.tag, config.pair, {}
     if "default" in parts:
         for server in ({}, {"speculative": False}, *({"api_mutant": m} for m in _list(_mutants()))):
             out[f"default{tag}/{pair}/{_label(server)}"] = ("toy", server, pair, {})

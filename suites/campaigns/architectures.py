@@ -1,13 +1,13 @@
 """The architectures campaign (issue 44): hybrid, recurrent and sliding-window models end to end, on the tiny
 offline pairs of suites/catalogues/architectures.py (one per cache family).
 
-    specdec campaign architectures [--only shape mutants reference transformers engine] [--pairs arch-ssm ...]
+    specdec campaign architectures [--parts shape,mutants,reference,transformers,engine] [--pairs arch-ssm ...]
                                    [--seeds 1] [--time-budget 300] [--samples N] [--out results/findings/architectures]
 
 Every run is a cell of the campaign runner (harness.runner), one row journaled in OUT/journal.jsonl (a rerun resumes:
 a run already journaled is not run again; --first-seed / --seeds add seeds on top). The report covers every row of
 the journal, whichever command ran it: OUT/campaign.json (the rows, a result envelope) and OUT/README.md's tables.
-Parts (--only):
+Parts (--parts, default: all):
 - shape: per pair, the draft's acceptance per position and the target's entropy (the reference's own counters,
   T = 1, γ = 3);
 - mutants: every mutant of harness.mutants.architectures at the default plan of `specdec verify --level generation`
@@ -412,7 +412,7 @@ def readme(rows: list[dict], out: Path) -> str:
 
 @dataclasses.dataclass
 class Config:
-    only: list[str] = option(list(PARTS), "--only", "the parts to run", choices=PARTS, nargs="+")
+    parts: tuple[str, ...] = PARTS  # the runner's --parts
     pairs: list[str] | None = option(None, "--pairs", "arch-* pairs (default: all)", metavar="PAIR", nargs="+")
     seeds: int = option(1, "--seeds", "seeds per mutant and per reference run", int, "N")
     first_seed: int = option(0, "--first-seed", "seeds run: first-seed … first-seed + seeds − 1 (more seeds on top of "
@@ -457,23 +457,23 @@ def cells(config: Config) -> dict[str, tuple]:
     seeds = range(config.first_seed, config.first_seed + config.seeds)
     plan = (config.samples, config.time_budget or None, config.setting, config.contexts)
     out: dict[str, tuple] = {}
-    if "shape" in config.only:
+    if "shape" in config.parts:
         out.update({cell_key("shape", p): ("shape", p, "", 0, None, None, None, None) for p in pairs})
-    if "mutants" in config.only:
+    if "mutants" in config.parts:
         for impl in _mutants(pairs, config.mutants):
             mplan = plan if (config.samples or config.setting or config.contexts) else (None, None, None, None)
             out.update({cell_key("mutants", impl.pair, name=impl.name, seed=s, samples=mplan[0], budget=mplan[1],
                                  settings=mplan[2], contexts=mplan[3]): ("mutants", impl.pair, impl.name, s, *mplan)
                         for s in seeds})
-    if "reference" in config.only:
+    if "reference" in config.parts:
         for p in pairs:
             out.update({cell_key("reference", p, seed=s, samples=plan[0], budget=plan[1], settings=plan[2],
                                  contexts=plan[3]): ("reference", p, "", s, *plan) for s in seeds})
-    if "transformers" in config.only:
+    if "transformers" in config.parts:
         for p in pairs:
             out.update({cell_key("transformers", p, name=impl, samples=plan[0], budget=plan[1], settings=plan[2],
                                  contexts=plan[3]): ("transformers", p, impl, 0, *plan) for impl in TRANSFORMERS})
-    if "engine" in config.only:
+    if "engine" in config.parts:
         if _engine_binary() is None:
             print(f"engine: not run: {NO_LLAMA_SERVER}", flush=True)
         else:
@@ -587,7 +587,7 @@ def _engine_lines(rows: list[dict], families) -> list[str]:
     engine = {(r["pair"], r["side"]): r for r in rows if r.get("part") == "engine"}  # the last run per pair and side
     if not engine and _engine_binary() is not None:
         return []
-    lines = ["", "## An engine: llama.cpp's llama-server on the tiny pairs (`--only engine`)", ""]
+    lines = ["", "## An engine: llama.cpp's llama-server on the tiny pairs (`--parts engine`)", ""]
     if _engine_binary() is None:
         lines += [f"Not run here: {NO_LLAMA_SERVER}.", ""]
     if not engine:

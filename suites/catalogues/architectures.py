@@ -5,7 +5,7 @@ weights (same vocabulary). Windows (8) and SSM chunks (8) are far shorter than t
 (4 … 221 tokens, harness/contexts.py), so every context straddles them many times.
 
 Measured acceptance per draft position and the target's entropy are written in each pair's description
-(suites/campaigns/architectures.py measures them again: `specdec campaign architectures --only shape`)."""
+(suites/campaigns/architectures.py measures them again: `specdec campaign architectures --parts shape`)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ PROMPTS = [[1, 2, 3, 4], [5, 9, 7, 30, 11, 2, 40, 17, 8, 3, 21, 6]]  # the secon
 
 # Measured (float64, 16 random 40-token contexts, every position): mean α = Σ min(p, q) with its 10–90% range, and
 # the target's mean entropy in nats (ln 48 = 3.87 is flat). Per-position acceptance of the reference's own steps:
-# `specdec campaign architectures --only shape` (results/findings/architectures).
+# `specdec campaign architectures --parts shape` (results/findings/architectures).
 MEASURED = {"arch-swa": (0.685, "0.56–0.79", 2.76), "arch-linear": (0.538, "0.27–0.76", 2.72),
             "arch-ssm-hybrid": (0.510, "0.25–0.75", 2.67), "arch-mamba2-hybrid": (0.574, "0.36–0.76", 2.71),
             "arch-ssm": (0.734, "0.58–0.86", 2.71), "arch-conv": (0.640, "0.45–0.80", 2.74),

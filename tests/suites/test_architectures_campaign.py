@@ -71,7 +71,7 @@ def test_runs_are_journaled_a_rerun_adds_seeds_and_the_exit_code_is_this_command
     calls: list = []
     monkeypatch.setattr(architectures, "_verify", _stub_verify({architectures.REFERENCE: "pass"}, calls))
     mutant = "recurrent_state_not_rolled_back"
-    argv = ["--only", "mutants", "reference", "--pairs", "arch-ssm", "--mutants", mutant, "--setting", "T=1",
+    argv = ["--parts", "mutants,reference", "--pairs", "arch-ssm", "--mutants", mutant, "--setting", "T=1",
             "--samples", "300", "--out", str(tmp_path)]
     assert run("architectures", argv) == 0  # the stub passes the mutant: at a T = 1 plan measured, not gated
     assert len(calls) == 2
@@ -90,7 +90,7 @@ def test_runs_are_journaled_a_rerun_adds_seeds_and_the_exit_code_is_this_command
 
     calls.clear()
     monkeypatch.setattr(architectures, "_verify", _stub_verify({architectures.REFERENCE: "fail"}, calls))
-    caught = ["--only", "reference", "--pairs", "arch-ssm", "--first-seed", "5", "--samples", "300"]
+    caught = ["--parts", "reference", "--pairs", "arch-ssm", "--first-seed", "5", "--samples", "300"]
     assert run("architectures", [*caught, "--out", str(tmp_path / "b")]) == 1  # a reference FAIL: a false alarm
     monkeypatch.setattr(architectures, "_verify", _stub_verify({}, calls))
     assert run("architectures", [*caught, "--out", str(tmp_path / "c")]) == 0
@@ -103,14 +103,14 @@ def test_bad_settings_exit_2_before_any_run(tmp_path):
     for bad in (["--mutants", "no_such_mutant"], ["--seeds", "-1"], ["--time-budget", "-1"], ["--threads", "0"]):
         with pytest.raises(HarnessError):
             run("architectures", [*bad, "--out", str(tmp_path)])
-    with pytest.raises(SystemExit):
-        run("architectures", ["--only", "nope", "--out", str(tmp_path)])
+    with pytest.raises(HarnessError, match="unknown part 'nope'"):
+        run("architectures", ["--parts", "nope", "--out", str(tmp_path)])
     assert not (tmp_path / JOURNAL).exists()
 
 
 @pytest.mark.statistical
 def test_a_real_greedy_reference_run_is_journaled_and_a_rerun_resumes_it(tmp_path):
-    argv = ["--only", "reference", "--pairs", "arch-ssm", "--samples", "50", "--setting", "T=0", "--contexts", "none",
+    argv = ["--parts", "reference", "--pairs", "arch-ssm", "--samples", "50", "--setting", "T=0", "--contexts", "none",
             "--time-budget", "0", "--out", str(tmp_path)]
     assert run("architectures", argv) == 0
     (row,) = json.loads((tmp_path / "campaign.json").read_text())["rows"]
@@ -167,7 +167,7 @@ def engine(monkeypatch, tmp_path):
 
 
 def test_engine_part_checks_each_pair_with_speculation_off_and_on_and_a_rerun_resumes(tmp_path, engine):
-    argv = ["--only", "engine", "--pairs", "arch-ssm-hybrid", "--out", str(tmp_path)]
+    argv = ["--parts", "engine", "--pairs", "arch-ssm-hybrid", "--out", str(tmp_path)]
     assert run("architectures", argv) == 0
     assert engine["started"] == ["off", "draft"]
     greedy = [c for c in engine["checks"] if c[1] == "T=0"]
@@ -188,7 +188,7 @@ def test_engine_part_checks_each_pair_with_speculation_off_and_on_and_a_rerun_re
 
 def test_an_engine_that_fails_is_a_finding_and_one_that_cannot_be_checked_exits_2(tmp_path, engine):
     engine["verdicts"][("draft", "T=1")] = "fail"
-    argv = ["--only", "engine", "--pairs", "arch-conv", "--out", str(tmp_path / "a")]
+    argv = ["--parts", "engine", "--pairs", "arch-conv", "--out", str(tmp_path / "a")]
     assert run("architectures", argv) == 0  # the engine's verdicts are findings, not gates
     text = (tmp_path / "a" / "README.md").read_text()
     assert "| arch-conv | conv hybrid, short conv + attention (LFM2) | draft model | PASS (2 s) | FAIL (2 s, TV 0.077): " \
@@ -202,7 +202,7 @@ def test_an_engine_that_fails_is_a_finding_and_one_that_cannot_be_checked_exits_
 def test_a_pair_whose_config_the_converter_drops_is_also_run_as_converted(tmp_path, engine):
     """arch-swa: the catalogue's config (llama-server differs from transformers with speculation off) and
     arch-swa@gguf, the same weights with the fields llama.cpp's converter assumes, for both sides."""
-    assert run("architectures", ["--only", "engine", "--pairs", "arch-swa", "arch-conv", "--out", str(tmp_path)]) == 0
+    assert run("architectures", ["--parts", "engine", "--pairs", "arch-swa", "arch-conv", "--out", str(tmp_path)]) == 0
     assert engine["started"] == ["off", "draft"] * 3  # arch-swa, arch-swa@gguf, arch-conv (no variant)
     rows = json.loads((tmp_path / "campaign.json").read_text())["rows"]
     assert [(r["pair"], r["side"]) for r in rows] == [(p, s) for p in ("arch-swa", "arch-swa@gguf", "arch-conv")
@@ -237,7 +237,7 @@ def test_the_variant_sets_the_saved_config_fields_for_converter_and_ground_truth
 
 def test_engine_part_without_llama_server_is_not_run_and_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(architectures, "_engine_binary", lambda: None)
-    assert run("architectures", ["--only", "engine", "--out", str(tmp_path)]) == 0
+    assert run("architectures", ["--parts", "engine", "--out", str(tmp_path)]) == 0
     assert "engine: not run: no llama-server" in capsys.readouterr().out
     assert "Not run here: no llama-server" in (tmp_path / "README.md").read_text()
     assert not (tmp_path / JOURNAL).read_text()
@@ -256,13 +256,13 @@ def test_mutants_at_a_sampling_plan_are_measured_not_gated_and_keep_their_own_ke
     calls: list = []
     monkeypatch.setattr(architectures, "_verify", _stub_verify({}, calls))  # the stub passes every mutant
     mutant = "rotating_cache_trim_keeps_stale_keys"
-    argv = ["--only", "mutants", "--mutants", mutant, "--setting", "T=1", "--samples", "300", "--contexts", "none",
+    argv = ["--parts", "mutants", "--mutants", mutant, "--setting", "T=1", "--samples", "300", "--contexts", "none",
             "--time-budget", "0", "--seeds", "2", "--out", str(tmp_path)]
     assert run("architectures", argv) == 0  # not caught by sampling alone: a finding about the class, not a gate
     assert [c[2] for c in calls] == [0, 1]
     text = (tmp_path / "README.md").read_text()
     assert f"| {mutant} | arch-swa | ['T=1'], 300, contexts none | 0/2 | 0.5 | 1 | 0.1 |" in text
-    assert run("architectures", ["--only", "mutants", "--mutants", mutant, "--out", str(tmp_path)]) == 1  # default
+    assert run("architectures", ["--parts", "mutants", "--mutants", mutant, "--out", str(tmp_path)]) == 1  # default
     keys = [json.loads(line)["key"] for line in (tmp_path / JOURNAL).read_text().splitlines()]
     assert f"mutants/{mutant}/arch-swa/0" in keys and len(keys) == 3  # the default plan's key is unchanged
 

@@ -3,6 +3,7 @@ folder and the exit code, shown on a small campaign defined here and on the tree
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import types
@@ -11,7 +12,7 @@ import pytest
 
 from harness.configs import option
 from harness.errors import HarnessError
-from harness.runner import JOURNAL, campaign_parser, command_line, run
+from harness.runner import JOURNAL, campaign_parser, command_line, parser_for, run
 
 CALLS: list[int] = []
 
@@ -115,6 +116,72 @@ def test_command_line_lists_the_flags_that_differ_from_their_defaults():
     assert command_line("small", _Config(n=5)) == "specdec campaign small --n 5"
 
 
+@dataclasses.dataclass
+class _PartsConfig:
+    parts: tuple[str, ...] = ("a", "b")  # the runner's --parts sets it
+    n: int = option(2, "--n", "cells per part", int, "N")
+
+
+def _parts_campaign(seen: list) -> types.ModuleType:
+    module = types.ModuleType("parted")
+    module.PARTS, module.OPT_IN_PARTS, module.Config = ("a", "b"), ("c",), _PartsConfig
+    module.cells = lambda c, out: {f"{p}{i}": (p, i, str(out)) for p in c.parts for i in range(c.n)}
+    module.run_cell = lambda p, i, out: {"part": p, "i": i, "out": out}
+
+    def session(config):
+        yield "held"
+
+    module.session = contextlib.contextmanager(session)
+
+    def report(run_):
+        seen.append(run_)
+        return 0
+
+    module.report = report
+    return module
+
+
+def test_parts_are_one_runner_flag_validated_in_one_place(tmp_path):
+    seen: list = []
+    assert run("parted", ["--out", str(tmp_path)], _parts_campaign(seen)) == 0
+    assert seen[-1].config.parts == ("a", "b") and list(seen[-1].done) == ["a0", "a1", "b0", "b1"]
+    assert seen[-1].done["a0"]["out"] == str(tmp_path)  # cells(config, out): the folder is a cell's argument
+    assert seen[-1].context == "held" and len(seen[-1].load) == 3  # what the session yielded, the load at start
+    assert run("parted", ["--out", str(tmp_path), "--parts", "c,a"], _parts_campaign(seen)) == 0
+    assert seen[-1].config.parts == ("a", "c")  # the campaign's order; an opt-in part runs when named
+    assert seen[-1].command == f"specdec campaign parted --parts a,c --out {tmp_path}"
+    for bad, message in (("a,x", "unknown part 'x' of campaign parted; its parts: a, b [(]opt-in: c[)]"),
+                         (",", "no part named")):
+        with pytest.raises(HarnessError, match=message):
+            run("parted", ["--out", str(tmp_path), "--parts", bad], _parts_campaign(seen))
+    help_text = parser_for("parted", _parts_campaign(seen)).format_help()
+    assert "--parts PART,..." in help_text and "opt-in, run only when named: c" in help_text
+
+
+def test_parts_need_the_plain_parts_field(tmp_path):
+    module = _parts_campaign([])
+    module.Config = _Config  # PARTS, but no `parts` field to set: no --parts either
+    assert "--parts" not in parser_for("parted", module).format_help()
+
+
+PENDING = {"vllm_cpu"}  # moving onto the engine interface (issue 56, another change): its --only still names parts
+
+
+def test_no_campaign_spells_its_own_parts_flag():
+    """--parts is the runner's (PARTS and a plain `parts` field); a campaign's --only names entries, never parts."""
+    from harness.cli import campaign_names, policy
+    from harness.configs import cli_fields
+    from harness.runner import parts_of
+
+    for name in sorted(set(campaign_names()) - PENDING):
+        module = policy(name)
+        flags = {f.metadata["flag"]: f for f in cli_fields(module.Config)}
+        assert "--parts" not in flags, name
+        assert parts_of(module)[0] == getattr(module, "PARTS", ()), name
+        only = flags.get("--only")
+        assert only is None or not set(only.metadata.get("choices") or ()) & set(getattr(module, "PARTS", ())), name
+
+
 @pytest.mark.statistical
 def test_the_tree_campaign_on_the_command_line_resumes(tmp_path, capsys):
     from harness.cli import main
@@ -140,14 +207,14 @@ def test_every_campaign_on_the_runner_records_a_config_that_reruns():
     """The config an envelope records (the campaign's Config) gives back the same Config through `specdec run`'s
     command line (harness.rerun.campaign_argv); the tree campaign's test reruns a real result file."""
     from harness.cli import campaign_names, policy
-    from harness.configs import cli_fields, from_args
+    from harness.configs import cli_fields
     from harness.envelope import config_dict
     from harness.rerun import campaign_argv
-    from harness.runner import is_campaign, parser_for
+    from harness.runner import campaign_config, is_campaign
 
     for name in [n for n in campaign_names() if is_campaign(policy(n))]:
         module = policy(name)
         config = module.Config()
         argv = campaign_argv(name, config_dict(config), None)
-        assert from_args(module.Config, parser_for(name, module).parse_args(argv)) == config, name
+        assert campaign_config(name, module, parser_for(name, module).parse_args(argv)) == config, name
         assert all(f.metadata["flag"] for f in cli_fields(module.Config)), name

@@ -54,7 +54,7 @@ def test_campaign_readme_is_written_from_the_records_present_only(tmp_path, caps
         in text and "| 40 / 30 |" in text
 
 
-@pytest.mark.parametrize("argv,needle", [(["--parts", "exact,bogus"], "--parts: unknown bogus"),
+@pytest.mark.parametrize("argv,needle", [(["--parts", "exact,bogus"], "unknown part 'bogus'"),
                                          (["--engine-sides", "on,maybe"], "--engine-sides 'on,maybe'"),
                                          (["--samples", "0"], "--samples")])
 def test_campaign_bad_setting_is_exit_2_with_one_line(argv, needle, tmp_path, capsys):
@@ -77,7 +77,7 @@ def test_the_step_part_runs_on_the_runner_and_a_rerun_resumes(tmp_path, capsys):
     total = int(progress[-1].split("/")[1].split()[0])
     assert progress[-1] == f"campaign structured: {total}/{total} cells" and total >= 3
     record = json.loads((tmp_path / "step.json").read_text())
-    assert record["kind"] == "campaign.structured.step" and record["config"]["parts"] == "step"
+    assert record["kind"] == "campaign.structured.step" and record["config"]["parts"] == ["step"]
     step = record["report"]
     assert step["verify_masked"] == {**step["verify_masked"], "kind": "control", "seeds": 1, "fail": 0}
     assert all(r["fail"] == r["seeds"] == 1 for r in step.values() if r["kind"] == "mutant") and len(step) == total
@@ -108,7 +108,7 @@ def test_the_zoo_part_runs_the_controls_over_the_first_seeds_and_the_reference_p
 
     from suites.campaigns import structured
 
-    cells = structured.cells(structured.Config(parts="zoo,reference", seeds=2, control_seeds=30))
+    cells = structured.cells(structured.Config(parts=("zoo", "reference"), seeds=2, control_seeds=30))
     runs = Counter(args[1].name for args in cells.values())
     assert runs == {name: 30 if name == "reference_constrained" else 20 if name in structured.CONTROLS else 2
                     for name in structured.structured_names()}
