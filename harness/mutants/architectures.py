@@ -3,7 +3,7 @@ table; issue 44), planted in the reference's stateful runner (specdec_ref.runner
 (a corrupted draft state only changes q, and Algorithm 1 verifies whatever q the drafts came from: such a bug is
 wasteful, not lossy).
 
-Each runs the reference's loop (`harness.mutants.generation.hooked_generate`) with one runner swapped:
+Each runs the reference's loop (`harness.mutants.hooked.hooked_generate`) with one runner swapped:
 - recurrent state not rolled back (mlx-lm #846: `trim()` a no-op on `ArraysCache`);
 - conv state not rolled back (vLLM #39273 and PRs #40738 / #55504; llama.cpp #20075);
 - state rolled back only on a partial rejection, never when every draft was rejected (ik_llama.cpp #1754);
@@ -24,7 +24,7 @@ import copy
 import torch
 
 from harness.mutants.base import register
-from harness.mutants.generation import Hooks, hooked_generate
+from harness.mutants.hooked import Hooks, hooked_generate
 from specdec_ref.runners import CachedRunner, RecomputeRunner, StatefulRunner
 
 Tensor = torch.Tensor

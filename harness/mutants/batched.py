@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from harness.mutants.base import register
-from harness.mutants.generation import Hooks, hooked_generate
+from harness.mutants.hooked import Hooks, hooked_generate
 from specdec_ref.batched import BatchedCache
 from specdec_ref.runners import BatchedRunner, make_runner
 

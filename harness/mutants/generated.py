@@ -134,7 +134,7 @@ def as_generate(rule: LosslessRule):
     (the greedy rule at temperature 0). The rule's generator is seeded afresh at every step from the loop's
     own final uniform, so its draws stay independent of everything the harness draws; a row slip now reads
     another row of the batch (another continuation, or another context)."""
-    from harness.mutants.generation import Hooks, hooked_generate
+    from harness.mutants.hooked import Hooks, hooked_generate
     from specdec_ref.verify import VerifyOutput, greedy_verify
 
     def verify(p, q, x, u_accept, u_final, temperature):

@@ -1,14 +1,22 @@
 """Generation-level zoo (§1b `generate`): whole speculative generation with one part swapped.
 
-`hooked_generate` is the reference step loop (`specdec_ref.generate.speculative_generate`) rebuilt
-from the reference's pieces (processing, runners, streams, verify, and its private `Rows` row
-bookkeeping) with its replaceable parts collected in `Hooks`; with the default
-hooks it reproduces `specdec_ref.adapters:generate` token for token (tests/mutants/test_mutants_generation.py
-checks it), so each mutant below differs from a lossless loop by exactly one hook. The loop is
-rebuilt rather than patched because `speculative_generate` has no injection points: a `hooks=`
-argument (or runner / emit factories) there would let this module shrink to the hook definitions.
+The mutants, and the equivalent and wasteful entries, run `hooked_generate` (harness.mutants.hooked: the reference's
+loop, `specdec_ref.generate.speculative_generate`, called with `hooks=`) with a part of the step swapped for one
+defined here (target or draft processing, the draft token, verify, a lifted sampler rule among them, emit) or for a
+faulty cache runner (harness.mutants.cache_runners). Each swaps one hook, or the target and the draft laws together
+where the fault is in both (`min_new_tokens_counted_from_prompt`, `top_p_before_temperature`), so it differs from a
+lossless loop by exactly that part. The controls: the reference (`reference_generate`; `reference_kv_cache`, its
+per-row caches forced; `reference_all_parameters`, under every optional sampling parameter), the loop with no hook
+changed (`hooked_reference`) and plain target sampling (`target_only`).
 
-Names are importable as `harness.mutants.generation:NAME`.
+The sections: the step's parts; the sampling parameters beyond T / top-k / top-p (each entry carries the `settings`
+under which it shows); position- and context-dependent faults (`CONTEXT_MUTANTS`, run with the context catalogue).
+An entry made by `_zoo` whose swapped parts are p/q hooks or an integrable lifted rule carries
+`exact_continuation_law` (harness.mutants.hooked.exact_output_law).
+
+Names are importable as `harness.mutants.generation:NAME`; the loop's names (`Hooks`, `hooked_generate`,
+`exact_output_law`) and the cache runners (`PAGE`, `BoundaryStaleRunner`, `PrefixKeyedRunner`) are re-exported for
+the modules that take them from here.
 """
 
 from __future__ import annotations
@@ -20,57 +28,21 @@ import torch
 
 from harness.adapters.control import target_only_generate
 from harness.mutants.base import declare, register
-from harness.mutants.rule import INVERSE_CDF, Rule, normalized
+from harness.mutants.cache_runners import (
+    PAGE,  # noqa: F401 - re-exported
+    BoundaryStaleRunner,
+    LateStaleCacheRunner,
+    PrefixKeyedRunner,
+    StaleCacheRunner,
+)
+from harness.mutants.hooked import Hooks, exact_output_law, hooked_generate, integrable, lifted, lifted_rule
 from harness.mutants.sampler import relaxed_acceptance, scaled_acceptance
-from specdec_ref.adapters import cache_strategy
 from specdec_ref.adapters import generate as _reference_generate
-from specdec_ref.generate import (
-    REFERENCE_HOOKS,
-    GenerationResult,
-    Rows,
-    StepHooks,
-    default_eos,
-    processed,
-    speculative_generate,
-)
-from specdec_ref.processing import (
-    History,
-    SamplingParams,
-    check_finite_logits,
-    extend_history,
-    history_of,
-    process,
-)
-from specdec_ref.runners import RecomputeRunner
+from specdec_ref.generate import REFERENCE_HOOKS, Rows, default_eos, processed, speculative_generate
+from specdec_ref.processing import History, SamplingParams, check_finite_logits, process
 from specdec_ref.verify import greedy_verify
 
 Tensor = torch.Tensor
-
-
-Hooks = StepHooks  # the reference's swappable parts; each mutant below replaces one
-
-
-def hooked_generate(
-    target,
-    draft,
-    input_ids: Tensor,  # [B, T] int64
-    *,
-    max_new_tokens: int,
-    gamma: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    seed: int,
-    hooks: StepHooks = REFERENCE_HOOKS,
-    cache: str | None = None,  # None: the reference adapter's choice (cache_strategy)
-    **extra,  # the optional sampling parameters (min_p, logit_bias, ...)
-) -> GenerationResult:
-    """The reference's speculative loop (same random streams, same order of draws) with `hooks`."""
-    return speculative_generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
-                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                eos_token_id=default_eos(target), hooks=hooks,
-                                cache=cache or cache_strategy(input_ids, max_new_tokens, target), **extra)
-
 
 # ---------------------------------------------------------------- swapped parts
 
@@ -128,63 +100,8 @@ def _emit_dropping_accepted_eos(rows: Rows, row: int, tokens: list[int]) -> int:
     return rows.emit(row, [t for t in tokens[:-1] if t not in rows.eos] + tokens[-1:])
 
 
-class StaleCacheRunner(RecomputeRunner):
-    """A per-row "KV cache" that is never cropped after a rejection.
-
-    Each row keeps the token content its cache would hold: tokens are appended as they are fed and
-    rejected drafts are never removed, so later positions attend to them (and are shifted by them).
-    A causal model's keys/values for that content equal a recomputation over it, so this is computed
-    batched with the reference's RecomputeRunner over the stale content.
-    """
-
-    def __init__(self, model, name: str, n_rows: int):
-        super().__init__(model, name)
-        self.fed: list[Tensor | None] = [None] * n_rows  # the logical sequence last fed, per row
-        self.content: list[Tensor | None] = [None] * n_rows  # what the stale cache holds, per row
-
-    def _logits(self, rows, seqs, n_last):
-        contents = []
-        for row, seq in zip(rows, seqs, strict=True):
-            fed, content = self.fed[row], self.content[row]
-            common = _common_prefix(fed, seq) if fed is not None else 0
-            if content is None or common > len(seq) - n_last:
-                content = seq  # first call (or positions to re-score): a fresh fill
-            else:
-                content = torch.cat([content, seq[common:]])  # the bug: entries past `common` stay
-            self.fed[row], self.content[row] = seq, content
-            contents.append(content)
-        return super()._logits(rows, contents, n_last)
-
-
-def _common_prefix(a: Tensor, b: Tensor) -> int:
-    n = min(len(a), len(b))
-    differ = (a[:n] != b[:n]).nonzero()
-    return int(differ[0]) if len(differ) else n
-
-
 def _stale_runner(model, name, n_rows, strategy):
     return StaleCacheRunner(model, name, n_rows)
-
-
-def lifted(rule: Rule) -> Callable:
-    """A sampler-level `Rule` as the verify hook (the greedy rule is kept at temperature 0); the hook carries the
-    rule (`verify.rule`), so `exact_output_law` integrates it where the rule has a closed form (`integrable`)."""
-    def verify(p, q, x, u_accept, u_final, temperature):
-        if temperature == 0:
-            return greedy_verify(p, x)
-        return rule.from_uniforms(p, q, x, u_accept, u_final)
-    verify.rule = rule
-    return verify
-
-
-def integrable(rule: Rule | None) -> bool:
-    """Whether `exact_output_law` integrates a lifted rule: per-position uniforms (no shared one), the drafts tested
-    as drawn (no greedy drafter) and the final token drawn from its law by the inverse CDF."""
-    return rule is not None and rule.analytic and not rule.greedy_draft and rule.draw is INVERSE_CDF
-
-
-def _lifted_rule(hooks: Hooks) -> Rule | None:
-    return getattr(hooks.verify, "rule", None)
 
 
 # ---------------------------------------------------------------- registration
@@ -200,7 +117,7 @@ def _zoo(hooks: Hooks, *, kind: str, models: str, needs: tuple[str, ...] = (), p
         generate.__name__, generate.__qualname__, generate.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         generate.hooks = hooks
         # a p/q-hook entry, or one whose verify hook is an integrable lifted rule: its law is enumerable
-        swapped = {"target_probs", "draft_probs"} | ({"verify"} if integrable(_lifted_rule(hooks)) else set())
+        swapped = {"target_probs", "draft_probs"} | ({"verify"} if integrable(lifted_rule(hooks)) else set())
         if all(getattr(hooks, f.name) is getattr(REFERENCE_HOOKS, f.name) for f in dataclasses.fields(hooks)
                if f.name not in swapped):
             generate.exact_continuation_law = lambda *args: exact_output_law(*args[:5], args[5], hooks, args[6])
@@ -449,124 +366,6 @@ def top_p_before_temperature(target, draft, input_ids, *, max_new_tokens, gamma,
     for the target under that convention, lossy against the documented order."""
 
 
-# ---------------------------------------------------------------- exact output law of a hooked loop
-
-def exact_output_law(target, draft, prompt: list[int], length: int, gamma: int, params: SamplingParams,
-                     hooks: Hooks = REFERENCE_HOOKS, eos=()) -> dict[tuple[int, ...], float]:
-    """Law of the `length` tokens (cut after EOS) a many-row run of `hooked_generate` emits, by enumeration.
-
-    Algorithm 1 over the hooks' p and q, or, where the verify hook is a lifted sampler `Rule` (`lifted`,
-    `integrable`), that rule's acceptance probabilities and final law (any other verify hook is not used: for
-    p/q-hook and lifted-rule mutants only).
-    Block sizes follow a batched run: step k drafts min(γ, length − k − 1) tokens (the slowest row
-    decides, and in thousands of rows one row emits a single token per step), rows that need fewer
-    tokens keep a prefix of the block. Exact in float64 for small vocabularies (toy pairs)."""
-    eos, law, frontier = frozenset(eos), {}, {(): 1.0}
-    for step in range(length):
-        g = max(0, min(gamma, length - step - 1))
-        nxt: dict[tuple[int, ...], float] = {}
-        for prefix, mass in frontier.items():
-            for tokens, w in _block_law(target, draft, prompt, prefix, g, params, hooks, eos).items():
-                kept = _cut(tokens, length - len(prefix), eos)
-                done = len(prefix) + len(kept) == length or (kept and kept[-1] in eos)
-                bucket = law if done else nxt
-                key = prefix + kept
-                bucket[key] = bucket.get(key, 0.0) + mass * w
-        frontier = nxt
-        if not frontier:
-            break
-    return law
-
-
-def _cut(tokens: tuple[int, ...], room: int, eos) -> tuple[int, ...]:
-    out = []
-    for t in tokens[:room]:
-        out.append(t)
-        if t in eos:
-            break
-    return tuple(out)
-
-
-def _logits(model, seqs: Tensor, n_last: int) -> Tensor:  # seqs [N, L] -> [N, n_last, V] float64
-    with torch.inference_mode():
-        return model(input_ids=seqs, attention_mask=torch.ones_like(seqs)).logits[:, -n_last:].double()
-
-
-def _block_law(target, draft, prompt, prefix, g, params, hooks, eos) -> dict[tuple[int, ...], float]:
-    """Law of the tokens one step emits (before truncation) after prompt + prefix, drafting g tokens."""
-    base = torch.tensor(list(prompt) + list(prefix), dtype=torch.long)
-    V = target.config.vocab_size
-    before = history_of([base], [len(prefix)], sorted(eos)) if params.needs_history else None
-    paths, weight, q_rows = torch.zeros(1, 0, dtype=torch.long), torch.ones(1, dtype=torch.float64), []
-    for _ in range(g):  # every draft path d[:i] with its probability; q at each position
-        seqs = torch.cat([base.expand(len(paths), -1), paths], 1)
-        hist = None if before is None else _expand_history(before, paths)
-        q_sample, q_verify = hooks.draft_probs(_logits(draft, seqs, 1)[:, -1], params, hist)
-        q_rows = [r.repeat_interleave(V, 0) for r in q_rows] + [q_verify.double().repeat_interleave(V, 0)]
-        weight = (weight.unsqueeze(1) * q_sample.double()).reshape(-1)
-        paths = torch.cat([paths.repeat_interleave(V, 0), torch.arange(V).repeat(len(paths)).unsqueeze(1)], 1)
-    seqs = torch.cat([base.expand(len(paths), -1), paths], 1)
-    block = None if before is None else extend_history(_expand_history(before, paths[:, :0]), paths)
-    p = hooks.target_probs(_logits(target, seqs, g + 1), params, block).double()  # [N, g+1, V]
-    rule = _lifted_rule(hooks)
-    step = _rule_step(rule, p, q_rows, paths, g) if integrable(rule) and g > 0 else None
-    out: dict[tuple[int, ...], float] = {}
-    reach = weight.clone()  # P(draft path, and its first i drafts accepted)
-    for i in range(g + 1):
-        if step is not None:
-            accept, final = step(i)
-        elif i == g:
-            final = p[:, g]
-        else:
-            x = paths[:, i]
-            q = q_rows[i]
-            px, qx = p[torch.arange(len(x)), i, x], q[torch.arange(len(x)), x]
-            accept = torch.where(qx > 0, torch.clamp(px / qx.clamp_min(1e-300), max=1.0), torch.ones_like(px))
-            residual = (p[:, i] - q).clamp_min(0)
-            total = residual.sum(-1, keepdim=True)
-            final = torch.where(total > 0, residual / total.clamp_min(1e-300), p[:, i])
-        rejected = reach * (1 - accept) if i < g else reach
-        for n in torch.nonzero(rejected > 0).flatten().tolist():
-            head = tuple(paths[n, :i].tolist())
-            for y in torch.nonzero(final[n] > 0).flatten().tolist():
-                key = head + (y,)
-                out[key] = out.get(key, 0.0) + float(rejected[n] * final[n, y])
-        if i < g:
-            reach = reach * accept
-    return out
-
-
-def _rule_step(rule: Rule, p: Tensor, q_rows: list[Tensor], paths: Tensor, g: int) -> Callable:
-    """For a lifted rule: i -> (P(draft i of each path accepted) [N] (None at i = g), the law of the final token
-    after a rejection at i, or of the bonus at i = g [N, V]), from the rule's own views, acceptance and final law
-    (as `Rule.from_uniforms` computes them; the same closed forms `Rule.position_laws` integrates)."""
-    N = len(paths)
-    pv = rule.p_view(normalized(p))  # [N, g+1, V]
-    q = torch.stack(q_rows, 1)  # [N, g, V]
-    qv = rule.q_view(normalized(q))
-    rows = torch.arange(N)
-
-    def step(i: int):
-        x_i = paths[:, i] if i < g else torch.zeros(N, dtype=torch.long)
-        final = normalized(rule.final(pv, qv, torch.full((N,), i, dtype=torch.long), x_i))
-        if i == g:
-            return None, final
-        if rule.accept_table is None:
-            accept = rule.accept.prob(pv[rows, i, x_i], qv[rows, i, x_i])
-        else:
-            accept = rule.accept_table(pv[:, i], qv[:, i])[rows, x_i]
-        return accept, final
-
-    return step
-
-
-def _expand_history(history: History, paths: Tensor) -> History:
-    """A one-row history repeated for every draft path, with the path's tokens appended."""
-    n = len(paths)
-    return History(torch.cat([history.seq.expand(n, -1), paths], 1), history.n_generated.expand(n) + paths.shape[1],
-                   history.eos)
-
-
 # A correct control under the new parameters: the reference with every one of them set at once (one
 # cell per prompt keeps 200 calibration seeds affordable); its false-alarm rate is the claim the parameters campaign measures.
 ALL_PARAMETERS = dict(temperature=0.8, top_p=0.95, min_p=0.05, repetition_penalty=1.2, logit_bias=((5, 1.0),),
@@ -587,65 +386,8 @@ reference_all_parameters.settings = (_setting(**ALL_PARAMETERS),)
 
 # ---------------------------------------------------------------- position- and context-dependent faults
 # Bugs that a 4-token prompt and 3 new tokens never reach: they act at a cache-block boundary, after the
-# first steps, across prompts that share a prefix, or only once a token repeats. The runner mutants
-# recompute every call (RecomputeRunner) and edit what a paged / prefix cache would have served.
-
-PAGE = 16  # the cache-block size the boundary mutants model
-
-
-class BoundaryStaleRunner(RecomputeRunner):
-    """At every verified position whose token lands on absolute index t ≡ 0 (mod PAGE) the logits are the
-    previous position's (the law of index t − 1): a stale page entry at the block boundary."""
-
-    def _logits(self, rows, seqs, n_last):
-        extra = int(min(len(s) for s in seqs) > n_last)  # one more position on the left when there is one
-        full = super()._logits(rows, seqs, n_last + extra)  # [A, n_last + extra, V]
-        out = full[:, extra:].clone()
-        for a, seq in enumerate(seqs):
-            for i in range(n_last):
-                index = len(seq) - n_last + i + 1  # the absolute index of the token these logits predict
-                if index % PAGE == 0 and (extra or i > 0):
-                    out[a, i] = full[a, i + extra - 1]
-        return out
-
-
-class LateStaleCacheRunner(StaleCacheRunner):
-    """StaleCacheRunner whose rows crop correctly for their first `after` calls, then stop cropping."""
-
-    after = 4
-
-    def __init__(self, model, name: str, n_rows: int):
-        super().__init__(model, name, n_rows)
-        self.row_calls = [0] * n_rows
-
-    def _logits(self, rows, seqs, n_last):
-        for row in rows:
-            self.row_calls[row] += 1
-            if self.row_calls[row] <= self.after:  # still correct: the cache holds exactly the sequence
-                self.fed[row], self.content[row] = None, None
-        return super()._logits(rows, seqs, n_last)
-
-
-class PrefixKeyedRunner(RecomputeRunner):
-    """A prefix cache keyed by the first PAGE tokens only: a prompt whose first block equals an earlier
-    row's (same length, different later tokens) is served that row's cached prompt."""
-
-    def __init__(self, model, name: str, n_rows: int):
-        super().__init__(model, name)
-        self.prompt: list[Tensor | None] = [None] * n_rows  # what each row's prompt is served as
-        self.length: list[int] = [0] * n_rows
-        self.by_key: dict = {}
-
-    def _logits(self, rows, seqs, n_last):
-        served = []
-        for row, seq in zip(rows, seqs, strict=True):
-            if self.prompt[row] is None:  # first call: the prompt is the whole sequence
-                key = (len(seq), tuple(seq[:PAGE].tolist())) if len(seq) > PAGE else None
-                self.prompt[row] = self.by_key.setdefault(key, seq) if key else seq
-                self.length[row] = len(seq)
-            served.append(torch.cat([self.prompt[row], seq[self.length[row]:]]))
-        return super()._logits(rows, served, n_last)
-
+# first steps, across prompts that share a prefix, or only once a token repeats. The runner mutants'
+# runners (harness.mutants.cache_runners) recompute every call and edit what a paged / prefix cache would have served.
 
 def _boundary_runner(model, name, n_rows, strategy):
     return BoundaryStaleRunner(model, name)
@@ -789,7 +531,7 @@ def _garbage_temperature_at_drafts(logits, params, history):
              "uninitialized at the draft positions, a per-slot garbage value")
 def temperature_garbage_at_draft_positions(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k,
                                            top_p, seed, **extra):
-    """The target law at the drafts' positions of each block uses a per-row temperature (0.8 or 1.25 times the
+    """The target law at the drafts' positions of each block uses a per-row temperature (0.85 or 1.15 times the
     request's, alternating over the rows of the call); the bonus position uses the request's."""
 
 

@@ -2,7 +2,7 @@
 
 On a toy pair (V = 16) a prompt's next `length` tokens have an enumerable law, for the target
 (`harness.check.exact_laws.continuation_law`) and for a mutant that changes only the p or q a step sees
-(`harness.mutants.generation.exact_output_law`). `known_joint_laws` gives them as aligned vectors — the whole
+(`harness.mutants.hooked.exact_output_law`). `known_joint_laws` gives them as aligned vectors — the whole
 continuation and the token at each position — in the shape `specdec campaign estimate` simulates from.
 """
 
@@ -21,7 +21,7 @@ def exact_laws(name: str, prompt_index: int, length: int = 3, gamma: int = 3) ->
 
     from harness.check.exact_laws import continuation_law
     from harness.models.toy_pairs import TOY_VOCAB, toy_models, toy_prompts
-    from harness.mutants.generation import exact_output_law
+    from harness.mutants.hooked import exact_output_law
     from harness.mutants.registry import get
     from specdec_ref.generate import default_eos, eos_set
 

@@ -1,6 +1,6 @@
 """Structured-output zoo: the reference's speculative loop with the constraint mask misapplied.
 
-Each entry runs `harness.mutants.generation.hooked_generate` with one hook changed (the constraint sits in
+Each entry runs `harness.mutants.hooked.hooked_generate` with one hook changed (the constraint sits in
 the sampling parameters: specdec_ref.processing masks p and q with the automaton state after the tokens
 before each position). The bugs they stand for are public: vLLM #34650 / #48228 (fixing #44297, #44993,
 #48516) — drafted positions without a grammar mask, the grammar one token behind when its state changes
@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import torch
 
 from harness.mutants.base import register
-from harness.mutants.generation import hooked_generate, target_history_before_block
+from harness.mutants.generation import target_history_before_block
+from harness.mutants.hooked import hooked_generate
 from specdec_ref.generate import REFERENCE_HOOKS, Rows, StepHooks, processed
 
 # The automata of the campaign, as regexes over the toy vocabulary (token i = the letter 'a' + i; the
