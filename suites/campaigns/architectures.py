@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from harness.configs import option
+from harness.reporting import header, num, rate, rerun, table
 
 PARTS = ("shape", "mutants", "reference", "transformers", "engine")
 REFERENCE = "harness.mutants.generation:reference_kv_cache"
@@ -356,8 +357,7 @@ def run_cell(part: str, pair: str, name: str, seed: int, samples: int | None, bu
 
 
 def _tv(row) -> str:
-    tv = row.get("detectable_tv")
-    return "-" if tv is None or tv != tv else f"{tv:.3g}"
+    return num(row.get("detectable_tv"), missing="-")
 
 
 def _cell(rows: list[dict]) -> str:
@@ -373,40 +373,58 @@ def _cell(rows: list[dict]) -> str:
     return "; ".join(texts).replace("|", "/")
 
 
-def readme(rows: list[dict], out: Path) -> str:
-    """OUT/README.md: one table row per family, then the mutants and the rerun command."""
-    families = _pairs()
+def family_rows(rows: list[dict]) -> list[list[str]]:
+    """README's first table: per family its shape, the reference's runs and transformers' two entries."""
+    out = []
+    for name, (family, model_type, _config, _noise) in _pairs().items():
+        mine = [r for r in rows if r.get("pair") == name]
+        sh = [r for r in mine if r["part"] == "shape"]
+        ref = list({(r["seed"], _plan_text(r)): r for r in mine if r["part"] == "reference"}.values())
+        out.append([name, f"{family} ({model_type})",
+                    f"{sh[-1]['acceptance_per_position']} / {sh[-1]['entropy_nats']}" if sh else "not measured",
+                    (f"{len(ref)} runs, {sum(r['verdict'] == 'fail' for r in ref)} FAIL; " + _cell(ref)) if ref
+                    else "not run",
+                    *(_cell([r for r in mine if r["part"] == "transformers" and r["impl"] == impl])
+                      for impl in TRANSFORMERS)])
+    return out
+
+
+def mutant_rows(rows: list[dict]) -> list[list[str]]:
+    """The mutants at the default plan: the seeds FAILed (the last run per seed) and the median seconds."""
+    default = [r for r in rows if r["part"] == "mutants" and r.get("settings", "default") == "default"]
+    out = []
+    for name in sorted({r["name"] for r in default}):
+        mine = list({r["seed"]: r for r in default if r["name"] == name}.values())
+        secs = sorted(r["seconds"] for r in mine)
+        out.append([name, mine[-1]["pair"], rate(sum(r["verdict"] == "fail" for r in mine), len(mine), ci=False),
+                    f"{secs[len(secs) // 2]:.0f}"])
+    return out
+
+
+def readme(rows: list[dict], out: Path, lead: tuple[str, ...] = ()) -> str:
+    """OUT/README.md: `lead` (the header line and the command), one table row per family, then the mutants, the
+    reference's false alarms, the engine part and OUT/notes.md."""
     versions = next((r["versions"] for r in reversed(rows) if r.get("versions")), {})
-    lines = ["# Architectures: hybrid, recurrent and sliding-window models end to end (issue 44)", "",
+    lines = ["# Architectures: hybrid, recurrent and sliding-window models end to end (issue 44)", "", *lead,
              "Regenerated from journal.jsonl by `specdec campaign architectures` (suites/campaigns/architectures.py); "
              "every number below is a row there, with its seed, time and versions.", "",
              f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items()) or 'see journal.jsonl'}; CPU, pure-PyTorch "
              "fallback kernels; models float32, ground truth float64 (MoE experts run eager so float64 works).", "",
-             "| pair | family | acceptance per position / entropy (nats of ln 48 = 3.87) | reference (stateful path) "
-             "| transformers assisted | transformers prompt lookup |", "|---|---|---|---|---|---|"]
-    for name, (family, model_type, _config, _noise) in families.items():
-        mine = [r for r in rows if r.get("pair") == name]
-        sh = [r for r in mine if r["part"] == "shape"]
-        shape_text = (f"{sh[-1]['acceptance_per_position']} / {sh[-1]['entropy_nats']}" if sh else "not measured")
-        ref = list({(r["seed"], _plan_text(r)): r for r in mine if r["part"] == "reference"}.values())
-        ref_text = (f"{len(ref)} runs, {sum(r['verdict'] == 'fail' for r in ref)} FAIL; " + _cell(ref)) if ref else "not run"
-        cells = [_cell([r for r in mine if r["part"] == "transformers" and r["impl"] == impl]) for impl in TRANSFORMERS]
-        lines.append(f"| {name} | {family} ({model_type}) | {shape_text} | {ref_text} | {cells[0]} | {cells[1]} |")
-    lines += ["", "## Mutants (each must FAIL at the default plan)", "", "| mutant | pair | seeds FAILed | median s |",
-              "|---|---|---|---|"]
-    default = [r for r in rows if r["part"] == "mutants" and r.get("settings", "default") == "default"]
-    for name in sorted({r["name"] for r in default}):
-        mine = list({r["seed"]: r for r in default if r["name"] == name}.values())  # the last run per seed
-        secs = sorted(r["seconds"] for r in mine)
-        lines.append(f"| {name} | {mine[-1]['pair']} | {sum(r['verdict'] == 'fail' for r in mine)}/{len(mine)} "
-                     f"| {secs[len(secs) // 2]:.0f} |")
-    lines += _mutants_other_plans([r for r in rows if r["part"] == "mutants" and r not in default])
-    lines += _false_alarms(rows, families)
-    lines += _engine_lines(rows, families)
-    lines += ["", "## Rerun", "", "```", f"specdec campaign architectures --out {out}", "```", ""]
+             table(["pair", "family", "acceptance per position / entropy (nats of ln 48 = 3.87)",
+                    "reference (stateful path)", "transformers assisted", "transformers prompt lookup"],
+                   family_rows(rows)),
+             "", "## Mutants (each must FAIL at the default plan)", "",
+             table(["mutant", "pair", "seeds FAILed", "median s"], mutant_rows(rows))]
+    other = other_plan_rows(rows)
+    if other:
+        lines += ["", "### Mutants at other plans (greedy cells off: what the sampling law catches alone)", "",
+                  table(["mutant", "pair", "plan (settings, samples per cell, time budget)", "seeds FAILed",
+                         "median family p (m · min p)", "median s", "median detectable TV"], other)]
+    lines += _false_alarms(rows)
+    lines += _engine_lines(rows)
     notes = out / "notes.md"  # the hand-written part: what the rows mean, what is missing and why
     if notes.exists():
-        lines += [notes.read_text()]
+        lines += ["", notes.read_text()]
     return "\n".join(lines)
 
 
@@ -451,53 +469,49 @@ def validate(config: Config) -> None:
                            f"known: {', '.join(sorted(known))}")
 
 
-def cells(config: Config) -> dict[str, tuple]:
-    """In the order they run: the shapes, the mutants' seeds, the reference's seeds, the transformers runs."""
+def cells(config: Config, out: Path) -> dict[str, tuple]:
+    """In the order they run: the shapes, the mutants' seeds, the reference's seeds, the transformers runs, the
+    engine's (their logs go under `out`, the output folder)."""
     pairs = config.pairs or list(_pairs())
     seeds = range(config.first_seed, config.first_seed + config.seeds)
     plan = (config.samples, config.time_budget or None, config.setting, config.contexts)
-    out: dict[str, tuple] = {}
+    found: dict[str, tuple] = {}
     if "shape" in config.parts:
-        out.update({cell_key("shape", p): ("shape", p, "", 0, None, None, None, None) for p in pairs})
+        found.update({cell_key("shape", p): ("shape", p, "", 0, None, None, None, None) for p in pairs})
     if "mutants" in config.parts:
         for impl in _mutants(pairs, config.mutants):
             mplan = plan if (config.samples or config.setting or config.contexts) else (None, None, None, None)
-            out.update({cell_key("mutants", impl.pair, name=impl.name, seed=s, samples=mplan[0], budget=mplan[1],
+            found.update({cell_key("mutants", impl.pair, name=impl.name, seed=s, samples=mplan[0], budget=mplan[1],
                                  settings=mplan[2], contexts=mplan[3]): ("mutants", impl.pair, impl.name, s, *mplan)
                         for s in seeds})
     if "reference" in config.parts:
         for p in pairs:
-            out.update({cell_key("reference", p, seed=s, samples=plan[0], budget=plan[1], settings=plan[2],
+            found.update({cell_key("reference", p, seed=s, samples=plan[0], budget=plan[1], settings=plan[2],
                                  contexts=plan[3]): ("reference", p, "", s, *plan) for s in seeds})
     if "transformers" in config.parts:
         for p in pairs:
-            out.update({cell_key("transformers", p, name=impl, samples=plan[0], budget=plan[1], settings=plan[2],
+            found.update({cell_key("transformers", p, name=impl, samples=plan[0], budget=plan[1], settings=plan[2],
                                  contexts=plan[3]): ("transformers", p, impl, 0, *plan) for impl in TRANSFORMERS})
     if "engine" in config.parts:
         if _engine_binary() is None:
             print(f"engine: not run: {NO_LLAMA_SERVER}", flush=True)
         else:
             samples = config.samples or ENGINE_SAMPLES
-            out.update({cell_key("engine", p, name=side, samples=samples):
-                        ("engine", p, side, 0, samples, None, None, str(_HELD["out"]))
+            found.update({cell_key("engine", p, name=side, samples=samples):
+                        ("engine", p, side, 0, samples, None, None, str(out))
                         for pair in pairs for p in _engine_labels(pair) for side in ENGINE_SIDES})
-    return out
-
-
-_HELD: dict = {}  # while the session lasts: "out", the output folder (the engine cells write their logs there)
+    return found
 
 
 @contextlib.contextmanager
-def session(config: Config, out):
+def session(config: Config):
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
-    _HELD["out"] = Path(out)
     try:
         yield
     finally:
-        _HELD.clear()
         torch.set_num_threads(threads)
 
 
@@ -513,48 +527,52 @@ def report(run) -> int:
                      summary={"rows": len(rows), "this_command": {"runs": len(mine), "mutants_not_caught": len(
                          bad_mutants), "reference_failed": len(false_alarms), "errors": len(errors)},
                          "command": run.command})
-    run.write_text("README.md", readme(rows, run.out))
+    run.write_text("README.md", readme(rows, run.out, (header(run), "", rerun(run), "")))
     if errors:
         return 2
     return 1 if bad_mutants or false_alarms else 0
 
 
-def _false_alarms(rows: list[dict], families) -> list[str]:
+def false_alarm_rows(rows: list[dict]) -> list[list[str]]:
     """Every reference run is one trial of a false alarm (the reference is lossless): per family and plan, the
-    runs (one per seed, the last), the FAILs at the gate, their Clopper–Pearson 95% interval, and the runs whose
-    family p-value m · min p is ≤ 0.05 (a nominal level where a few runs already say something)."""
+    runs (one per seed, the last), the FAILs at the gate with their Clopper–Pearson 95% interval, the runs whose
+    family p-value m · min p is ≤ 0.05 (a nominal level where a few runs already say something), m and the per-test
+    rate at Holm's first step; then each plan run on more than one family, pooled."""
     from harness.defaults import DEFAULT_FALSE_ALARM_RATE
-    from harness.stats.rates import clopper_pearson
 
-    lines = ["", "## Reference false alarms (each reference run is one trial; the reference is lossless)", "",
-             f"Gate: family-wise {DEFAULT_FALSE_ALARM_RATE:g} (Holm over the run's m gating tests: the first "
-             "step rejects a test at p ≤ gate / m).", "",
-             "| pair | plan (settings, samples per cell, time budget) | runs (seeds) | FAIL at the gate (95% CI) "
-             "| family p ≤ 0.05 | m (declared tests) | per-test rate at Holm's first step |",
-             "|---|---|---|---|---|---|---|"]
+    out = []
     pooled: dict[str, list[dict]] = {}
-    for name in [*families, "all families"]:
+    for name in [*_pairs(), "all families"]:
         plans: dict[str, dict] = {}
         for r in rows:
             if r.get("part") == "reference" and r.get("pair") == name:
                 plans.setdefault(_plan_text(r), {})[r["seed"]] = r
-        if name == "all families":  # every family's runs of a plan together (plans run on more than one family)
+        if name == "all families":
             plans = {plan: dict(enumerate(runs)) for plan, runs in pooled.items()
                      if len({r["pair"] for r in runs}) > 1}
         for plan, by_seed in plans.items():
             runs = list(by_seed.values())
             if name != "all families":
                 pooled.setdefault(plan, []).extend(runs)
-            k = sum(r["verdict"] == "fail" for r in runs)
-            low, high = clopper_pearson(k, len(runs))
             with_p = [r["family_p"] for r in runs if r.get("family_p") is not None]
             m = max((r.get("declared_tests") or 0) for r in runs)
             seeds = sorted(r["seed"] for r in runs)
-            rate = f"{DEFAULT_FALSE_ALARM_RATE / m:.1e}" if m else "-"
-            lines.append(f"| {name} | {plan} | {len(runs)} ({seeds[0]}–{seeds[-1]}) "
-                         f"| {k}/{len(runs)} ({low:.1%}–{high:.1%}) | {sum(p <= 0.05 for p in with_p)}/{len(with_p)} "
-                         f"| {m or '-'} | {rate} |")
-    return lines
+            out.append([name, plan, f"{len(runs)} ({seeds[0]}–{seeds[-1]})",
+                        rate(sum(r["verdict"] == "fail" for r in runs), len(runs)),
+                        rate(sum(p <= 0.05 for p in with_p), len(with_p), ci=False), str(m or "-"),
+                        f"{DEFAULT_FALSE_ALARM_RATE / m:.1e}" if m else "-"])
+    return out
+
+
+def _false_alarms(rows: list[dict]) -> list[str]:
+    from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+
+    return ["", "## Reference false alarms (each reference run is one trial; the reference is lossless)", "",
+            f"Gate: family-wise {DEFAULT_FALSE_ALARM_RATE:g} (Holm over the run's m gating tests: the first "
+            "step rejects a test at p ≤ gate / m).", "",
+            table(["pair", "plan (settings, samples per cell, time budget)", "runs (seeds)", "FAIL at the gate (95% CI)",
+                   "family p ≤ 0.05", "m (declared tests)", "per-test rate at Holm's first step"],
+                  false_alarm_rows(rows))]
 
 
 def _engine_text(row: dict | None) -> tuple[str, str, str]:
@@ -582,35 +600,38 @@ def _engine_text(row: dict | None) -> tuple[str, str, str]:
     return texts[0], texts[1] if len(texts) > 1 else "-", rep
 
 
-def _engine_lines(rows: list[dict], families) -> list[str]:
-    """The engine part's table: per pair and server, greedy equality, the T = 1 law and the greedy repeats."""
-    engine = {(r["pair"], r["side"]): r for r in rows if r.get("part") == "engine"}  # the last run per pair and side
+def engine_rows(rows: list[dict]) -> list[list[str]]:
+    """The engine part's table: per pair and server (the last run of each), greedy equality, the T = 1 law, the
+    greedy repeats and the seconds."""
+    engine = {(r["pair"], r["side"]): r for r in rows if r.get("part") == "engine"}
+    out = []
+    for name, (family, *_rest) in _pairs().items():
+        for label in _engine_labels(name):
+            for side in ENGINE_SIDES:
+                row = engine.get((label, side))
+                if row is not None:
+                    what = family if label == name else f"{family}; config as converted: {ENGINE_FAITHFUL[name][0]}"
+                    out.append([label, what, "speculation off" if side == "off" else "draft model",
+                                *_engine_text(row), f"{row['seconds']:.0f}"])
+    return out
+
+
+def _engine_lines(rows: list[dict]) -> list[str]:
+    engine = [r for r in rows if r.get("part") == "engine"]
     if not engine and _engine_binary() is not None:
         return []
     lines = ["", "## An engine: llama.cpp's llama-server on the tiny pairs (`--parts engine`)", ""]
-    if _engine_binary() is None:
-        lines += [f"Not run here: {NO_LLAMA_SERVER}.", ""]
-    if not engine:
-        return lines
-    last = list(engine.values())[-1]
+    if not engine:  # no binary here, and no row of an earlier run
+        return [*lines, f"Not run here: {NO_LLAMA_SERVER}.", ""]
+    last = engine[-1]
     lines += [f"llama-server `{last['engine']['version']}` ({last['engine']['llama.cpp']}); models converted by its "
               "vendored convert_hf_to_gguf.py (F32, WordPiece vocabulary t0 … t47: harness.models.gguf_convert); "
               "ground truth the local float64 transformers target; greedy: 16 tokens per prompt; T = 1: llama-server's "
               f"truncation off, 3 tokens, {last['samples_requested']:,} continuations per prompt; the pair's two "
               "prompts; speculation: `--spec-type draft-simple -md DRAFT --spec-draft-n-max 4`.", "",
-              "| pair | family | llama-server | greedy (T=0) | T=1 | the same greedy request ([1, 2, 3, 4], 12 tokens); "
-              "drafts accepted | s |", "|---|---|---|---|---|---|---|"]
-    for name, (family, *_rest) in families.items():
-        for label in _engine_labels(name):
-            for side in ENGINE_SIDES:
-                row = engine.get((label, side))
-                if row is None:
-                    continue
-                greedy, law, rep = _engine_text(row)
-                what = family if label == name else f"{family}; config as converted: {ENGINE_FAITHFUL[name][0]}"
-                lines.append(f"| {label} | {what} | {'speculation off' if side == 'off' else 'draft model'} | "
-                             f"{greedy} | {law} | {rep} | {row['seconds']:.0f} |")
-    if any(name in ENGINE_FAITHFUL for name in families):
+              table(["pair", "family", "llama-server", "greedy (T=0)", "T=1", "the same greedy request ([1, 2, 3, 4], "
+                     "12 tokens); drafts accepted", "s"], engine_rows(rows))]
+    if any(name in ENGINE_FAITHFUL for name in _pairs()):
         lines += ["", f"`PAIR{FAITHFUL}`: the pair with the config fields llama.cpp's converter does not carry over set "
                   "to what it assumes, for llama-server and its ground truth alike (the same weights; "
                   "repro/conversion_mismatch.txt): only there does speculation off agree with transformers, so only "
@@ -624,27 +645,19 @@ def _plan_text(row: dict) -> str:
             + (f", contexts {row['contexts']}" if row.get("contexts") else ""))
 
 
-def _mutants_other_plans(rows: list[dict]) -> list[str]:
+def other_plan_rows(rows: list[dict]) -> list[list[str]]:
     """The mutants at plans other than the default (e.g. `--setting T=1`, greedy off): which the sampling law
-    catches on its own. Findings about the class, not gates."""
-    if not rows:
-        return []
-    lines = ["", "### Mutants at other plans (greedy cells off: what the sampling law catches alone)", "",
-             "| mutant | pair | plan (settings, samples per cell, time budget) | seeds FAILed | median family p (m · min p) "
-             "| median s | median detectable TV |", "|---|---|---|---|---|---|---|"]
+    catches on its own. Findings about the class, not gates. The last run per seed."""
     groups: dict[tuple, dict] = {}
     for r in rows:
-        groups.setdefault((r["name"], _plan_text(r)), {})[r["seed"]] = r  # the last run per seed
-    for (name, plan), by_seed in sorted(groups.items()):
-        mine = list(by_seed.values())
+        if r["part"] == "mutants" and r.get("settings", "default") != "default":
+            groups.setdefault((r["name"], _plan_text(r)), {})[r["seed"]] = r
 
-        def median(values):
-            values = sorted(v for v in values if v is not None and v == v)
-            return values[len(values) // 2] if values else None
+    def median(values):
+        values = sorted(v for v in values if v is not None and v == v)
+        return values[len(values) // 2] if values else None
 
-        p = median(r.get("family_p") for r in mine)
-        tv = median(r.get("detectable_tv") for r in mine)
-        lines.append(f"| {name} | {mine[-1]['pair']} | {plan} | {sum(r['verdict'] == 'fail' for r in mine)}/"
-                     f"{len(mine)} | {'-' if p is None else f'{p:.2g}'} | {median(r['seconds'] for r in mine):.0f} "
-                     f"| {'-' if tv is None else f'{tv:.3g}'} |")
-    return lines
+    return [[name, mine[-1]["pair"], plan, rate(sum(r["verdict"] == "fail" for r in mine), len(mine), ci=False),
+             num(median(r.get("family_p") for r in mine), ".2g", "-"), f"{median(r['seconds'] for r in mine):.0f}",
+             num(median(r.get("detectable_tv") for r in mine), ".3g", "-")]
+            for (name, plan), mine in ((k, list(v.values())) for k, v in sorted(groups.items()))]

@@ -25,8 +25,10 @@ def test_readme_has_one_row_per_family_and_counts_seeds_once(tmp_path: Path):
     text = readme(rows, tmp_path)
     for name in FAMILIES:
         assert sum(line.startswith(f"| {name} |") for line in text.splitlines()) == 1
-    assert "| m | arch-ssm | 1/2 |" in text
-    assert "['T=0'], planned: FAIL (9 s, TV -): greedy / diverges" in text
+    assert [r[0] for r in architectures.family_rows(rows)] == list(FAMILIES)
+    assert architectures.mutant_rows(rows) == [["m", "arch-ssm", "1/2", "5"]]  # seed 0's last run, seed 1
+    swa = next(r for r in architectures.family_rows(rows) if r[0] == "arch-swa")
+    assert swa[4] == "['T=0'], planned: FAIL (9 s, TV -): greedy / diverges"  # a bar in a message: not a cell end
 
 
 def test_the_reference_column_keeps_one_run_per_seed_and_plan(tmp_path: Path):
@@ -35,8 +37,9 @@ def test_the_reference_column_keeps_one_run_per_seed_and_plan(tmp_path: Path):
     ref = dict(part="reference", pair="arch-ssm", seed=0, verdict="pass", seconds=1.0, time_budget_s=None)
     rows = [{**ref, "settings": "default", "samples_requested": None, "seconds": 2877.0},
             {**ref, "settings": ["T=1"], "samples_requested": 3000, "contexts": "none"}]
-    row = next(line for line in readme(rows, tmp_path).splitlines() if line.startswith("| arch-ssm |"))
-    assert "2 runs, 0 FAIL; default, planned: PASS (2877 s" in row and "['T=1'], 3000, contexts none: PASS" in row
+    reference = next(r for r in architectures.family_rows(rows) if r[0] == "arch-ssm")[3]
+    assert reference == ("2 runs, 0 FAIL; default, planned: PASS (2877 s, TV -); ['T=1'], 3000, contexts none: PASS "
+                         "(1 s, TV -)")
 
 
 def test_reference_runs_are_counted_as_false_alarm_trials_per_plan(tmp_path: Path):
@@ -46,12 +49,14 @@ def test_reference_runs_are_counted_as_false_alarm_trials_per_plan(tmp_path: Pat
             {**ref, "seed": 1, "verdict": "pass", "family_p": 0.01},
             {**ref, "seed": 1, "verdict": "fail", "family_p": 1e-4},  # a rerun of seed 1: the last counts
             {**ref, "seed": 2, "verdict": "pass", "family_p": 1.0, "samples_requested": None}]  # another plan
-    text = readme(rows, tmp_path)
-    assert "| arch-ssm | ['T=1'], 300 | 2 (0–1) | 1/2 (1.3%–98.7%) | 1/2 | 40 | 2.5e-05 |" in text
-    assert "| arch-ssm | ['T=1'], planned | 1 (2–2) | 0/1 (0.0%–97.5%) | 0/1 | 40 | 2.5e-05 |" in text
-    text = readme(rows + [{**ref, "pair": "arch-swa", "seed": 0, "verdict": "pass", "family_p": 0.9}], tmp_path)
-    assert "| all families | ['T=1'], 300 | 3 (0–1) | 1/3 (0.8%–90.6%) | 1/3 | 40 | 2.5e-05 |" in text
-    assert "| all families | ['T=1'], planned |" not in text  # one family only: nothing to pool
+    assert architectures.false_alarm_rows(rows) == [
+        ["arch-ssm", "['T=1'], 300", "2 (0–1)", "1/2 (1.3%–98.7%)", "1/2", "40", "2.5e-05"],
+        ["arch-ssm", "['T=1'], planned", "1 (2–2)", "0/1 (0.0%–97.5%)", "0/1", "40", "2.5e-05"]]
+    more = rows + [{**ref, "pair": "arch-swa", "seed": 0, "verdict": "pass", "family_p": 0.9}]
+    pooled = [r for r in architectures.false_alarm_rows(more) if r[0] == "all families"]
+    assert pooled == [["all families", "['T=1'], 300", "3 (0–1)", "1/3 (0.8%–90.6%)", "1/3", "40", "2.5e-05"]]  # one
+    #   family only at the planned plan: nothing to pool
+    assert "| all families | ['T=1'], 300 | 3 (0–1) |" in readme(more, tmp_path)
 
 
 def _stub_verify(verdicts: dict, calls: list):
@@ -82,9 +87,11 @@ def test_runs_are_journaled_a_rerun_adds_seeds_and_the_exit_code_is_this_command
     record = json.loads((tmp_path / "campaign.json").read_text())
     assert record["kind"] == "campaign.architectures" and len(record["rows"]) == 4
     assert all(r["versions"]["torch"] for r in record["rows"])
-    text = (tmp_path / "README.md").read_text()
-    assert f"| {mutant} | arch-ssm | ['T=1'], 300, ≤ 300 s | 0/2 |" in text
-    assert "| arch-ssm | ['T=1'], 300, ≤ 300 s | 2 (0–1) | 0/2" in text
+    rows = json.loads((tmp_path / "campaign.json").read_text())["rows"]
+    assert architectures.other_plan_rows(rows)[0][:4] == [mutant, "arch-ssm", "['T=1'], 300, ≤ 300 s", "0/2"]
+    assert architectures.false_alarm_rows(rows)[0][:4] == ["arch-ssm", "['T=1'], 300, ≤ 300 s", "2 (0–1)",
+                                                            "0/2 (0.0%–84.2%)"]
+    assert f"| {mutant} | arch-ssm |" in (tmp_path / "README.md").read_text()
     keys = [json.loads(line)["key"] for line in (tmp_path / JOURNAL).read_text().splitlines()]
     assert len(keys) == len(set(keys)) == 4
 
@@ -179,9 +186,10 @@ def test_engine_part_checks_each_pair_with_speculation_off_and_on_and_a_rerun_re
     draft = next(r for r in rows if r["side"] == "draft")
     assert draft["drafts"] == {"requests": 2, "drafted": 24, "accepted": 12}  # from the server's log
     assert draft["engine"]["version"] == "fake 1" and draft["samples_requested"] == architectures.ENGINE_SAMPLES
-    text = (tmp_path / "README.md").read_text()
-    assert "| arch-ssm-hybrid | hybrid SSM, Mamba + attention + MoE (Jamba) | draft model | PASS (2 s) " in text
-    assert "12 of 24 drafted tokens accepted" in text and "one answer ×3: 7 23 16" in text
+    (off, on) = architectures.engine_rows(rows)
+    assert on[:4] == ["arch-ssm-hybrid", "hybrid SSM, Mamba + attention + MoE (Jamba)", "draft model", "PASS (2 s)"]
+    assert "12 of 24 drafted tokens accepted" in on[5] and "one answer ×3: 7 23 16" in on[5]
+    assert "| arch-ssm-hybrid |" in (tmp_path / "README.md").read_text()
     assert run("architectures", argv) == 0
     assert engine["started"] == ["off", "draft"]  # resumed: no server started again
 
@@ -190,13 +198,13 @@ def test_an_engine_that_fails_is_a_finding_and_one_that_cannot_be_checked_exits_
     engine["verdicts"][("draft", "T=1")] = "fail"
     argv = ["--parts", "engine", "--pairs", "arch-conv", "--out", str(tmp_path / "a")]
     assert run("architectures", argv) == 0  # the engine's verdicts are findings, not gates
-    text = (tmp_path / "a" / "README.md").read_text()
-    assert "| arch-conv | conv hybrid, short conv + attention (LFM2) | draft model | PASS (2 s) | FAIL (2 s, TV 0.077): " \
-           "T=1 / prompt 1: TV 0.3 |" in text
+    on = architectures.engine_rows(json.loads((tmp_path / "a" / "campaign.json").read_text())["rows"])[1]
+    assert on[:5] == ["arch-conv", "conv hybrid, short conv + attention (LFM2)", "draft model", "PASS (2 s)",
+                      "FAIL (2 s, TV 0.077): T=1 / prompt 1: TV 0.3"]
     engine["no_start"].add("draft")
     assert run("architectures", [*argv[:-1], str(tmp_path / "b")]) == 2
-    text = (tmp_path / "b" / "README.md").read_text()
-    assert "| draft model | ERROR: server: " in text and "while starting" in text
+    on = architectures.engine_rows(json.loads((tmp_path / "b" / "campaign.json").read_text())["rows"])[1]
+    assert on[3].startswith("ERROR: server: ") and "while starting" in on[3]
 
 
 def test_a_pair_whose_config_the_converter_drops_is_also_run_as_converted(tmp_path, engine):
@@ -207,9 +215,10 @@ def test_a_pair_whose_config_the_converter_drops_is_also_run_as_converted(tmp_pa
     rows = json.loads((tmp_path / "campaign.json").read_text())["rows"]
     assert [(r["pair"], r["side"]) for r in rows] == [(p, s) for p in ("arch-swa", "arch-swa@gguf", "arch-conv")
                                                       for s in ("off", "draft")]
-    text = (tmp_path / "README.md").read_text()
-    assert "| arch-swa@gguf | sliding window (Gemma 3); config as converted: query_pre_attn_scalar = head_dim = 8, " \
-           "both layers sliding (window 8) | draft model | PASS (2 s) " in text
+    gguf = [r for r in architectures.engine_rows(rows) if r[0] == "arch-swa@gguf"]
+    assert [r[1:4] for r in gguf] == [["sliding window (Gemma 3); config as converted: query_pre_attn_scalar = "
+                                       "head_dim = 8, both layers sliding (window 8)", side, "PASS (2 s)"]
+                                      for side in ("speculation off", "draft model")]
 
 
 def test_the_variant_sets_the_saved_config_fields_for_converter_and_ground_truth(tmp_path, monkeypatch):
@@ -260,8 +269,9 @@ def test_mutants_at_a_sampling_plan_are_measured_not_gated_and_keep_their_own_ke
             "--time-budget", "0", "--seeds", "2", "--out", str(tmp_path)]
     assert run("architectures", argv) == 0  # not caught by sampling alone: a finding about the class, not a gate
     assert [c[2] for c in calls] == [0, 1]
-    text = (tmp_path / "README.md").read_text()
-    assert f"| {mutant} | arch-swa | ['T=1'], 300, contexts none | 0/2 | 0.5 | 1 | 0.1 |" in text
+    rows = json.loads((tmp_path / "campaign.json").read_text())["rows"]
+    assert architectures.other_plan_rows(rows) == [[mutant, "arch-swa", "['T=1'], 300, contexts none", "0/2", "0.5",
+                                                    "1", "0.1"]]
     assert run("architectures", ["--parts", "mutants", "--mutants", mutant, "--out", str(tmp_path)]) == 1  # default
     keys = [json.loads(line)["key"] for line in (tmp_path / JOURNAL).read_text().splitlines()]
     assert f"mutants/{mutant}/arch-swa/0" in keys and len(keys) == 3  # the default plan's key is unchanged
