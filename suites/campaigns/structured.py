@@ -36,7 +36,6 @@ reference passes and every step mutant fails, and the zoo's and the reference's 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -55,6 +54,7 @@ from harness.mutants import get, implementations
 from harness.mutants.generation import exact_output_law
 from harness.mutants.structured import ALTERNATION, FORCED_EOS, FREE_THEN_CONSTRAINED
 from harness.pairs import get_pair
+from harness.reporting import escape, header, num, rate, table
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
 from suites.campaigns._commands import CampaignConfig
 from suites.campaigns._record import public_record
@@ -339,42 +339,44 @@ def _report(path: Path):
     return None if record is None else record["report"]
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")  # a regex alternation inside a table cell
+def exact_rows(tvs: dict) -> list[list[str]]:
+    """exact_tv.json as table rows: the reference under each automaton, then every structured mutant / control."""
+    rows = [["reference", row["pair"], f"`{row['setting']}`", " / ".join(f"{t:.2g}" for t in row["tv_per_prompt"])]
+            for row in tvs["reference"]]
+    return rows + [[f"`{name}` ({row['kind']})", row["pair"], f"`{row['setting']}`",
+                    " / ".join(f"{t:.3g}" for t in row["tv_per_prompt"]) if row["tv_per_prompt"] else row["note"]]
+                   for name, row in tvs.items() if name != "reference"]
 
 
-def readme(out: Path) -> str:
-    """OUT/README.md from the records present in OUT (a part that did not run says so)."""
-    lines = ["# Structured outputs under speculation", "",
+def entry_rows(entries: dict) -> list[list[str]]:
+    """The zoo part's campaign.json as table rows: failed / runs at the gate and its 95% interval per entry."""
+    return [[f"`{row['name']}`", row["kind"], rate(row["failed_runs"], row["runs"], ci=False),
+             f"{100 * row['ci_gate_low']:.1f}–{100 * row['ci_gate_high']:.1f}%"] for row in entries["rows"]]
+
+
+def step_table(step: dict) -> list[list[str]]:
+    """step.json as table rows: failed / seeds per masked step."""
+    return [[f"`{name}`", row["kind"], rate(row["fail"], row["seeds"], ci=False)] for name, row in step.items()]
+
+
+def readme(out: Path, lead: tuple[str, ...] = ()) -> str:
+    """OUT/README.md from the records present in OUT (a part that did not run says so); `lead`: the header line."""
+    lines = ["# Structured outputs under speculation", "", *lead,
              "Produced by `specdec campaign structured --out results/structured` (suites/campaigns/structured.py; "
              "the parts and their options are in its docstring). Every number below is read from the records in "
              "this folder; a part that has no record did not run.", ""]
     tvs = _report(out / "exact_tv.json")
     lines += ["## Exact output laws (`exact_tv.json`)", ""]
-    if tvs:
-        lines += ["TV between the exact output law (3 new tokens, γ = 3, float64 enumeration of the batched loop with "
-                  "its hooks) and the constrained target law, toy prompts 0 / 1.", "",
-                  "| implementation | pair | setting | TV (prompt 0 / 1) |", "|---|---|---|---|"]
-        for row in tvs["reference"]:
-            lines.append(f"| reference | {row['pair']} | `{_cell(row['setting'])}` | "
-                         + " / ".join(f"{t:.2g}" for t in row["tv_per_prompt"]) + " |")
-        for name, row in tvs.items():
-            if name != "reference":
-                tv = row["tv_per_prompt"]
-                lines.append(f"| `{name}` ({row['kind']}) | {row['pair']} | `{_cell(row['setting'])}` | "
-                             + (" / ".join(f"{t:.3g}" for t in tv) if tv else row["note"]) + " |")
-    else:
-        lines.append("not run")
+    lines += ["TV between the exact output law (3 new tokens, γ = 3, float64 enumeration of the batched loop with "
+              "its hooks) and the constrained target law, toy prompts 0 / 1.", "",
+              table(["implementation", "pair", "setting", "TV (prompt 0 / 1)"], exact_rows(tvs))] if tvs else ["not run"]
     lines += ["", "## Mutants and controls at the generation level (`report.md`, `campaign.{csv,json}`)", ""]
     entries = _load(out / "campaign.json")
     if entries:
         plan = entries["summary"]["plan"]  # the zoo's plan (the envelope's config: the campaign's options)
         lines += [f"{plan['generation_samples']} samples per prompt × setting, gate {plan['gate']}; "
                   "each entry on its own pair and constrained setting.", "",
-                  "| entry | kind | failed / runs at the gate | 95% CI |", "|---|---|---|---|"]
-        for row in entries["rows"]:
-            lines.append(f"| `{row['name']}` | {row['kind']} | {row['failed_runs']}/{row['runs']} | "
-                         f"{100 * row['ci_gate_low']:.1f}–{100 * row['ci_gate_high']:.1f}% |")
+                  table(["entry", "kind", "failed / runs at the gate", "95% CI"], entry_rows(entries))]
     else:
         lines.append("not run")
     ref = _load(out / "reference" / "campaign.json")
@@ -388,11 +390,7 @@ def readme(out: Path) -> str:
                   f"setting, pair `{get(row['name']).pair}`."]
     lines += ["", "## Sampler level: the masked step (`step.json`)", ""]
     step = _report(out / "step.json")
-    if step:
-        lines += ["| implementation | kind | failed / seeds |", "|---|---|---|"]
-        lines += [f"| `{name}` | {row['kind']} | {row['fail']}/{row['seeds']} |" for name, row in step.items()]
-    else:
-        lines.append("not run")
+    lines += [table(["implementation", "kind", "failed / seeds"], step_table(step))] if step else ["not run"]
     lines += ["", "## Third-party: transformers assisted generation with `prefix_allowed_tokens_fn`", ""]
     for name, label in (("transformers_assisted.json", "toy"), ("smollm2.json", "SmolLM2")):
         rec = _report(out / name)
@@ -403,20 +401,19 @@ def readme(out: Path) -> str:
             tv = (r.get("report") or {}).get("detectable_tv")
             lines.append(f"- {label}, {who} (`{r['setting']}`, {r['samples_per_prompt']} samples per prompt): "
                          f"**{r['verdict']}**, smallest p {r['min_p_value']:.3g}, outputs the constraint does not "
-                         f"allow per prompt {r['constraint_violations']}, detectable TV "
-                         f"{'–' if tv is None else f'{tv:.3g}'}, {r['seconds']:.0f} s")
+                         f"allow per prompt {r['constraint_violations']}, detectable TV {num(tv)}, {r['seconds']:.0f} s")
     lines += ["", "## Third-party: llama.cpp's llama-server under a GBNF grammar (`llama_server.json`)", ""]
     engine = _report(out / "llama_server.json")
     lines += _engine_lines(engine, lambda e: (
         f"`{e['version']}`; SmolLM2-135M-Instruct F32 target, its Q4_1 GGUF as the draft when speculation is on; "
-        f"grammar `{_cell(e['grammar_gbnf'])}` sent as `grammar` to `/completion` (ground truth: llguidance's Lark "
+        f"grammar `{escape(e['grammar_gbnf'])}` sent as `grammar` to `/completion` (ground truth: llguidance's Lark "
         "translation of the same text, the local float64 target, PIT of the masked law); T = 1 with llama-server's "
         f"truncation off; {e['samples_per_prompt']} continuations per prompt, {len(e['prompts'])} prompts, "
         f"{e['length']} new tokens."))
     lines += ["", "## Third-party: vLLM (CPU build) with n-gram speculation under a regex (`vllm.json`)", ""]
     lines += _engine_lines(_report(out / "vllm.json"), lambda e: (
         f"vLLM's OpenAI server on SmolLM2-135M-Instruct (float32), `--speculative-config "
-        f"{json.dumps(e['speculative_config'])}` on the `ngram` side; regex `{_cell(e['regex'])}` sent as "
+        f"{json.dumps(e['speculative_config'])}` on the `ngram` side; regex `{escape(e['regex'])}` sent as "
         "`structured_outputs.regex` (ground truth: llguidance's compile of the same regex, the local float64 target, "
         f"PIT of the masked law); T = 1; {e['samples_per_prompt']} continuations per prompt, {len(e['prompts'])} "
         f"prompts, {e['length']} new tokens."))
@@ -429,23 +426,29 @@ def readme(out: Path) -> str:
     return "\n".join(lines) + "\n" + public_record(out)
 
 
+def engine_rows(engine: dict) -> list[list[str]]:
+    """An engine part's record as table rows, one per side: the law verdict, samples, detectable TV, the smallest p,
+    the format test, EOS stops, the engine's own drafted / accepted counters, seconds and the load at start."""
+    keys = [("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total"),
+            ("spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens")]
+    rows = []
+    for side, row in engine["sides"].items():
+        c, f, m = row["check"], row["format"], row.get("metrics") or {}
+        drafted = next((f"{m[a]:.0f} / {m[b]:.0f}" for a, b in keys if a in m and b in m), "–")
+        fmt = "pass" if f["pass"] else f"FAIL ({f['violations']} of {f['outputs']}: {f['message'][:200]})"
+        rows.append([side, f"**{c['verdict']}**", str(c["samples"]), num(c.get("detectable_tv")),
+                     f"{c['min_p_value']:.3g}", f"{fmt} ({f['outputs']} outputs)", str(row["stopped_on_eos"]), drafted,
+                     f"{row['seconds']:.0f} ({row['load_at_start'][0]:.1f})"])
+    return rows
+
+
 def _engine_lines(engine: dict | None, intro) -> list[str]:
     if not engine:
         return ["not run"]
-    lines = [intro(engine) + " Drafted / accepted: the engine's own speculative-decoding counters (/metrics) over "
-             "the run.", "", "| side | law verdict | samples | detectable TV | smallest p | format test | stopped on EOS "
-             "| drafted / accepted | seconds (load at start) |", "|---|---|---|---|---|---|---|---|---|"]
-    for side, row in engine["sides"].items():
-        c, f, m = row["check"], row["format"], row.get("metrics") or {}
-        tv = c.get("detectable_tv")
-        keys = [("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total"),
-                ("spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens")]
-        drafted = next((f"{m[a]:.0f} / {m[b]:.0f}" for a, b in keys if a in m and b in m), "–")
-        fmt = "pass" if f["pass"] else f"FAIL ({f['violations']} of {f['outputs']}: {f['message'][:200]})"
-        lines.append(f"| {side} | **{c['verdict']}** | {c['samples']} | {'–' if tv is None else f'{tv:.3g}'} | "
-                     f"{c['min_p_value']:.3g} | {_cell(fmt)} ({f['outputs']} outputs) | {row['stopped_on_eos']} | "
-                     f"{drafted} | {row['seconds']:.0f} ({row['load_at_start'][0]:.1f}) |")
-    return lines
+    return [intro(engine) + " Drafted / accepted: the engine's own speculative-decoding counters (/metrics) over "
+            "the run.", "", table(["side", "law verdict", "samples", "detectable TV", "smallest p", "format test",
+                                   "stopped on EOS", "drafted / accepted", "seconds (load at start)"],
+                                  engine_rows(engine))]
 
 
 @dataclasses.dataclass
@@ -501,18 +504,6 @@ def provenance_fields(config: Config) -> dict:
     return {"seed": 0, "dtype": "float64"}
 
 
-_OUT: dict[str, Path] = {}  # the output folder, while the campaign runs (the engine parts write their logs there)
-
-
-@contextlib.contextmanager
-def session(config: Config, out: Path):
-    _OUT["out"] = Path(out)
-    try:
-        yield
-    finally:
-        _OUT.pop("out", None)
-
-
 def zoo_plan(config: Config) -> CampaignConfig:
     """The zoo part: every structured entry on its own pair at `--samples` per prompt cell (no contexts cells),
     mutants over --seeds, both controls over the first CONTROL_CHUNK seeds."""
@@ -528,9 +519,10 @@ def reference_plan(config: Config) -> CampaignConfig:
                           only=("reference_constrained",), curve_seeds=0)
 
 
-def cells(config: Config) -> dict[str, tuple]:
-    """Every part's runs, in the order of PARTS (the reference part's runs beyond the zoo part's last)."""
-    parts, out = chosen_parts(config), str(_OUT.get("out", "."))
+def cells(config: Config, out: Path | str = ".") -> dict[str, tuple]:
+    """Every part's runs, in the order of PARTS (the reference part's runs beyond the zoo part's last); the engine
+    parts write their logs and responses under `out` (the output folder)."""
+    parts, out = chosen_parts(config), str(out)
     given = tuple(config.parts) != PARTS  # --parts named them: llama-server is built, a missing venv is an error
     if "llama-server" in parts and not given:
         from harness.served.llama_server import find_binary
@@ -663,6 +655,6 @@ def report(run) -> int:
     if "reference" in chosen_parts(c) and c.control_seeds > CONTROL_CHUNK:
         summary = _zoo_part(run, reference_plan(c), out / "reference", "reference")
         ok &= summary is None or summary["ok"]
-    run.write_text("README.md", readme(out))
+    run.write_text("README.md", readme(out, (header(run), "")))
     print(f"structured campaign -> {out}/README.md ({len(done)} of {len(run.cells)} runs)")
     return 0 if ok else 1

@@ -49,9 +49,11 @@ def test_campaign_readme_is_written_from_the_records_present_only(tmp_path, caps
     write_result(tmp_path / "llama_server.json", "campaign.structured.llama_server", config={},
                  provenance=provenance(seed=0), report=engine, summary={})
     assert main(["campaign", "structured", "--out", str(tmp_path), "--parts", "readme"]) == 0
-    text = (tmp_path / "README.md").read_text()
-    assert "| on | **fail** | 5 | 0.5 | 0 | FAIL (1 of 5: 1 of 5 outputs break the constraint; first: row 3: token 7)" \
-        in text and "| 40 / 30 |" in text
+    from suites.campaigns.structured import engine_rows
+
+    assert engine_rows(engine) == [["on", "**fail**", "5", "0.5", "0", "FAIL (1 of 5: 1 of 5 outputs break the "
+                                    "constraint; first: row 3: token 7) (5 outputs)", "2", "40 / 30", "12 (1.5)"]]
+    assert "| on | **fail** |" in (tmp_path / "README.md").read_text()
 
 
 @pytest.mark.parametrize("argv,needle", [(["--parts", "exact,bogus"], "unknown part 'bogus'"),
@@ -81,7 +83,10 @@ def test_the_step_part_runs_on_the_runner_and_a_rerun_resumes(tmp_path, capsys):
     step = record["report"]
     assert step["verify_masked"] == {**step["verify_masked"], "kind": "control", "seeds": 1, "fail": 0}
     assert all(r["fail"] == r["seeds"] == 1 for r in step.values() if r["kind"] == "mutant") and len(step) == total
-    assert "| `verify_masked` | control | 0/1 |" in (tmp_path / "README.md").read_text()
+    from suites.campaigns.structured import step_table
+
+    assert ["`verify_masked`", "control", "0/1"] in step_table(step)
+    assert "| `verify_masked` | control |" in (tmp_path / "README.md").read_text()
     assert main(argv) == 0
     assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("campaign structured:")] == \
         [f"campaign structured: {total}/{total} cells"]  # every run from the journal
@@ -101,14 +106,14 @@ def test_the_nox_session_runs_the_structured_tests_and_the_campaign():
     assert any("'specdec', 'campaign', 'structured'" in c and "'results/structured'" in c for c in calls), calls
 
 
-def test_the_zoo_part_runs_the_controls_over_the_first_seeds_and_the_reference_part_the_rest():
+def test_the_zoo_part_runs_the_controls_over_the_first_seeds_and_the_reference_part_the_rest(tmp_path):
     """How many runs each entry gets: every structured mutant --seeds, both controls the first 20 seeds (the zoo
     part), the reference control the rest up to --control-seeds (the reference part, last)."""
     from collections import Counter
 
     from suites.campaigns import structured
 
-    cells = structured.cells(structured.Config(parts=("zoo", "reference"), seeds=2, control_seeds=30))
+    cells = structured.cells(structured.Config(parts=("zoo", "reference"), seeds=2, control_seeds=30), tmp_path)
     runs = Counter(args[1].name for args in cells.values())
     assert runs == {name: 30 if name == "reference_constrained" else 20 if name in structured.CONTROLS else 2
                     for name in structured.structured_names()}
