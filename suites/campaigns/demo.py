@@ -32,6 +32,7 @@ from pathlib import Path
 
 from harness.check.config import CheckConfig
 from harness.errors import HarnessError
+from harness.reporting import header, rerun, table, versions
 from suites.campaigns._commands import DemoConfig as Config
 from suites.campaigns._demo_plan import (  # noqa: F401 - re-exported
     DEMO_REAL_LENGTH,
@@ -41,7 +42,7 @@ from suites.campaigns._demo_plan import (  # noqa: F401 - re-exported
     demo_sizes,
 )
 
-__all__ = ["Config", "WHERE", "cells", "provenance_fields", "report", "run_cell", "session"]
+__all__ = ["CONTEXT", "Config", "WHERE", "cells", "provenance_fields", "report", "run_cell", "session"]
 
 WHERE = "local"  # the parts run in this process, in order: progress bars, and timings never share the machine
 
@@ -108,16 +109,12 @@ def provenance_fields(config: Config) -> dict:
     return {"seed": 0, "device": "cpu", "dtype": "float32"}
 
 
-_HELD: dict = {}  # while the session lasts: "out", the output folder (every part writes there)
+CONTEXT = True  # run_cell(out, ...): the output folder the session hands each part (every part writes there)
 
 
 @contextlib.contextmanager
 def session(config: Config, out):
-    _HELD["out"] = Path(out)
-    try:
-        yield
-    finally:
-        _HELD.clear()
+    yield Path(out)
 
 
 def cells(config: Config) -> dict[str, tuple]:
@@ -133,12 +130,11 @@ def cells(config: Config) -> dict[str, tuple]:
     return out
 
 
-def run_cell(kind: str, which, pair: str, reason: str, quick: bool) -> dict:
+def run_cell(out: Path, kind: str, which, pair: str, reason: str, quick: bool) -> dict:
     """One part: a check (its report printed and written to OUT/verify_WHICH.json) or a sweep (its report under
     OUT/bench*); the record is what the demo's report needs."""
     from harness.progress import Progress
 
-    out = _HELD.get("out", Path("."))
     if kind == "verify":
         from harness.check.api import planned_rows, run_verify
         from harness.cli import print_check_report
@@ -183,7 +179,8 @@ def report(run) -> int:
                      summary={"parts": len(run.cells), "ran": len(records), "not_run": missing,
                               "verdicts": {r["which"]: r["verdict"] for r in records.values() if r["kind"] == "verify"},
                               "command": run.command})
-    run.write_text("report.md", _markdown(records, run.out, run.provenance, missing))
+    run.write_text("report.md", _markdown(records, missing, (header(run, versions(run, "torch", "transformers")),
+                                                             "", rerun(run) + " (`python3 -m nox -s demo` runs it)")))
     bench = records.get("bench")
     if bench:
         print("\nspeedup (reference, next to the Leviathan prediction and transformers assisted generation):")
@@ -197,29 +194,25 @@ def report(run) -> int:
     return EXIT_FAIL if failed else EXIT_OK
 
 
-def _markdown(records: dict, out: Path, meta: dict, missing: list[str]) -> str:
+def verify_rows(records: dict) -> list[list[str]]:
+    """The losslessness table: per level that ran, its verdict, tests, samples, gate, detectable TV and seconds."""
+    return [[f"[{rep['level']}](verify_{rep['which']}.json)", f"**{rep['verdict'].upper()}**", str(rep["tests"]),
+             str(rep["samples"]), f"{rep['false_alarm_rate']:g}",
+             "PIT only" if rep["detectable_tv"] is None else f"{rep['detectable_tv']:.3f}", f"{rep['seconds']:.0f}"]
+            for rep in (records.get(k) for k in ("verify/sampler", "verify/generation")) if rep is not None]
+
+
+def _markdown(records: dict, missing: list[str], lead: tuple[str, ...]) -> str:
     from harness.bench.cli import regime_lines, summary_lines
 
     first = next(iter(records.values()), {})
-    lines = [
-        "# specdec demo", "",
-        f"{meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · torch {meta['versions']['torch']} "
-        f"· transformers {meta['versions']['transformers']}", "",
-        f"Pair: **{first.get('pair', '?')}** — {first.get('pair_reason', 'no part ran')}.", "",
-    ]
+    lines = ["# specdec demo", "", *lead, "",
+             f"Pair: **{first.get('pair', '?')}** — {first.get('pair_reason', 'no part ran')}.", ""]
     if missing:
         lines += [f"> Stopped by --stop-at / --budget-s before: {', '.join(missing)}.", ""]
     lines += ["## Losslessness of the reference", "",
-              "| level | verdict | tests | samples | family-wise false-alarm rate | detectable TV | seconds |",
-              "|---|---|---|---|---|---|---|"]
-    for key in ("verify/sampler", "verify/generation"):
-        rep = records.get(key)
-        if rep is None:
-            continue
-        tv = rep["detectable_tv"]
-        lines.append(f"| [{rep['level']}](verify_{rep['which']}.json) | **{rep['verdict'].upper()}** | {rep['tests']} | "
-                     f"{rep['samples']} | {rep['false_alarm_rate']:g} | {'PIT only' if tv is None else f'{tv:.3f}'} | "
-                     f"{rep['seconds']:.0f} |")
+              table(["level", "verdict", "tests", "samples", "family-wise false-alarm rate", "detectable TV", "seconds"],
+                    verify_rows(records))]
     bench = records.get("bench")
     if bench is None:
         return "\n".join(lines + [""])
@@ -234,11 +227,10 @@ def _markdown(records: dict, out: Path, meta: dict, missing: list[str]) -> str:
               "## Where speculation pays on this machine, and why", ""]
     lines += [f"- {line}" for line in regime_lines(bench["rows"])]
     for key in (k for k in records if k.startswith("regime/")):
-        run = records[key]
-        label, link = run["label"], run["files"].get("report.md")
+        part = records[key]
+        label, link = part["label"], part["files"].get("report.md")
         lines += ["", f"### {label[0].upper()}{label[1:]}", "",
                   f"Full report: [{link}]({link})" if link else "No report was written.", ""]
-        lines += [f"> {note}" for note in run["notes"]] + ([""] if run["notes"] else [])
-        lines += [f"- {line}" for line in regime_lines(run["rows"])]
-    lines += ["", "Reproduce: `python3 -m nox -s demo` (or `specdec demo`).", ""]
-    return "\n".join(lines)
+        lines += [f"> {note}" for note in part["notes"]] + ([""] if part["notes"] else [])
+        lines += [f"- {line}" for line in regime_lines(part["rows"])]
+    return "\n".join(lines + [""])

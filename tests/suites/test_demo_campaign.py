@@ -47,8 +47,10 @@ def test_the_demo_runs_its_parts_in_order_and_writes_its_report_and_records(tiny
     assert "specdec demo: using the toy pair (test)" in printed.out and "demo report:" in printed.out
     report = (out / "report.md").read_text()
     assert "Pair: **toy** — the toy pair (test)." in report
-    assert "| [sampler](verify_sampler.json) | **PASS** |" in report
-    assert "| [generation](verify_generation.json) | **PASS** |" in report
+    parts = {r["part"]: r for r in json.loads((out / "demo.json").read_text())["rows"]}
+    assert [row[:2] for row in demo.verify_rows(parts)] == [["[sampler](verify_sampler.json)", "**PASS**"],
+                                                            ["[generation](verify_generation.json)", "**PASS**"]]
+    assert "| [sampler](verify_sampler.json) |" in report and report.splitlines()[2].startswith("Generated ")
     assert "## Speedup of the reference" in report and "Full report: [bench/report.md](bench/report.md)" in report
     assert "### A second toy sweep (test)" in report and "bench-regime/report.md" in report
     for name in ("verify_sampler.json", "verify_generation.json", "demo.json"):
@@ -64,7 +66,8 @@ def test_the_demo_runs_its_parts_in_order_and_writes_its_report_and_records(tiny
 def test_a_failing_verdict_is_exit_1_and_the_report_says_fail(tiny, tmp_path):
     tiny["sampler_impl"] = "harness.mutants.sampler:always_accept"
     assert main(["demo", "--out", str(tmp_path)]) == 1
-    assert "| [sampler](verify_sampler.json) | **FAIL** |" in (tmp_path / "report.md").read_text()
+    parts = {r["part"]: r for r in json.loads((tmp_path / "demo.json").read_text())["rows"]}
+    assert demo.verify_rows(parts)[0][1] == "**FAIL**"
 
 
 def test_a_budget_that_ends_before_a_part_is_exit_2_in_one_line_and_the_report_lists_the_rest(tiny, tmp_path,
