@@ -18,10 +18,8 @@ so a rerun resumes; the report is written once the runs are made or the time is 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,6 +30,7 @@ from harness.check.sampler import plan_cases, plan_rows
 from harness.check.sequential import family_size, run_sampler_check_sequential
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE, DEFAULT_POWER
+from harness.reporting import header, rerun, table, versions
 from harness.stats.rates import clopper_pearson
 from suites.campaigns._zoo_tasks import TARGET_TV, below_resolution, exact_tvs_of
 from suites.catalogues.sampler import CASES
@@ -156,34 +155,27 @@ def power_ok(power_rows: list[dict]) -> list[str]:
             and (r["failed"] < r["runs"] or r["median_fraction"] > TARGET_FRACTION)]
 
 
-def write_report(result: dict, out_dir: str | Path, command: str, meta: dict | None = None, config=None) -> Path:
-    """runs.json (its config: the campaign's Config when given, which `specdec run --config` reruns; else the
-    command), the csv tables and report.md."""
-    import pandas as pd
-
-    from harness.envelope import write_result
-    from harness.records import atomic_write_text, provenance
-
-    out = Path(out_dir)
-    meta = meta or provenance(seed=None, dtype="float32")
-    write_result(out / "runs.json", "campaign.sequential", config=config or {"command": command}, provenance=meta,
-                 rows=result["runs"], summary={k: v for k, v in result.items() if k != "runs"})
-    for key in ("calibration", "power"):
-        if result["summary"][key]:
-            atomic_write_text(out / f"{key}.csv", pd.DataFrame(result["summary"][key]).to_csv(index=False))
-    return atomic_write_text(out / "report.md", _markdown(result, meta, command))
+def calibration_rows(calibration: list[dict]) -> list[list[str]]:
+    """The calibration table: per implementation its runs, failures at the gate (95% CI), the tests that failed,
+    the family anytime p-values below 0.05 / 0.01, the early stops, median rows and seconds."""
+    return [[f"`{r['name']}`", r["kind"], str(r["runs"]), f"{r['failed']} ({r['ci_low']:.1%}–{r['ci_high']:.1%})",
+             ", ".join(r["failed_tests"]) or "-", str(r["below_0.05"]), str(r["below_0.01"]), str(r["stopped_early"]),
+             f"{r['median_samples']:.0f}", f"{r['median_seconds']:.1f}"] for r in calibration]
 
 
-def _markdown(result: dict, meta: dict, command: str) -> str:
+def power_rows(power: list[dict]) -> list[list[str]]:
+    """The power table: per mutant its exact TV, runs, catches, median samples against the fixed-n plan's."""
+    return [[f"`{r['name']}`" + (" (below resolution)" if r["below_resolution"] else ""), r["exact_tv"], str(r["runs"]),
+             str(r["failed"]), f"{r['median_samples']:.0f}", f"{r['median_fixed_plan']:.0f}",
+             f"{r['median_fraction']:.2%}", f"{r['max_fraction']:.2%}", f"{r['median_seconds']:.1f}"] for r in power]
+
+
+def _markdown(result: dict, lead: tuple[str, ...]) -> str:
     s = result["summary"]
-    lines = ["# Sequential (anytime-valid) sampler check: calibration and power", "",
-             f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · torch "
-             f"{meta['versions']['torch']} · wall {result['seconds']:.0f} s on {result['workers']} worker processes "
-             f"(load average {result.get('load_before', '?')} when it started)", "",
+    lines = ["# Sequential (anytime-valid) sampler check: calibration and power", "", *lead,
              *([f"**{result['planned_runs'] - len(result['runs'])} of {result['planned_runs']} planned runs not made "
                 "(out of time): rerun the command to resume from the journal.**", ""]
                if result.get("planned_runs", 0) > len(result["runs"]) else []),
-             f"Command: `{command}`", "",
              "Method: harness.check.sequential. Every case advances in rounds to the same growing fraction of "
              "its plan (1/1000, then ×1.15); after every chunk the e-processes are updated; a run stops at the "
              "first e-process with log e ≥ log(M/α) (M = e-processes + fixed-n tests, α = 0.001), at a format "
@@ -199,29 +191,17 @@ def _markdown(result: dict, meta: dict, command: str) -> str:
                   f"Criterion: false alarms at the gate consistent with ≤ {GATE:g} (one-sided binomial p ≥ 0.01). **"
                   + ("MET" if not calibration_ok(s["calibration"]) else "NOT MET: " + "; ".join(
                       calibration_ok(s["calibration"]))) + "**", "",
-                  "| implementation | kind | runs | failed at gate 0.001 (95% CI) | tests that failed | "
-                  "family anytime p ≤ 0.05 | ≤ 0.01 | stopped early (crossing) | median rows | median s |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in s["calibration"]:
-            lines.append(f"| `{r['name']}` | {r['kind']} | {r['runs']} | {r['failed']} ({r['ci_low']:.1%}–"
-                         f"{r['ci_high']:.1%}) | {', '.join(r['failed_tests']) or '-'} | {r['below_0.05']} | "
-                         f"{r['below_0.01']} | {r['stopped_early']} | "
-                         f"{r['median_samples']:.0f} | {r['median_seconds']:.1f} |")
-        lines.append("")
+                  table(["implementation", "kind", "runs", "failed at gate 0.001 (95% CI)", "tests that failed",
+                         "family anytime p ≤ 0.05", "≤ 0.01", "stopped early (crossing)", "median rows", "median s"],
+                        calibration_rows(s["calibration"])), ""]
     if s["power"]:
         problems = power_ok(s["power"])
         lines += ["## Power: samples to verdict vs the fixed-n plan (default plan, TV 0.02, power 0.99)", "",
                   f"Target: every mutant above resolution caught in every seed with a median ≤ "
                   f"{TARGET_FRACTION:.0%} of the fixed-n plan's samples. **"
                   + ("MET" if not problems else "NOT MET: " + "; ".join(problems)) + "**", "",
-                  "| mutant | exact TV (high α / low α) | runs | caught | median samples | fixed-n plan | "
-                  "median fraction | max fraction | median s |", "|---|---|---|---|---|---|---|---|---|"]
-        for r in s["power"]:
-            below = " (below resolution)" if r["below_resolution"] else ""
-            lines.append(f"| `{r['name']}`{below} | {r['exact_tv']} | {r['runs']} | {r['failed']} | "
-                         f"{r['median_samples']:.0f} | {r['median_fixed_plan']:.0f} | {r['median_fraction']:.2%} | "
-                         f"{r['max_fraction']:.2%} | {r['median_seconds']:.1f} |")
-        lines.append("")
+                  table(["mutant", "exact TV (high α / low α)", "runs", "caught", "median samples", "fixed-n plan",
+                         "median fraction", "max fraction", "median s"], power_rows(s["power"])), ""]
     return "\n".join(lines)
 
 
@@ -270,17 +250,6 @@ def provenance_fields(config: Config) -> dict:
     return {"seed": None, "dtype": "float32"}
 
 
-_LOAD: dict[str, str] = {}
-
-
-@contextlib.contextmanager
-def session(config: Config):
-    import os
-
-    _LOAD["before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    yield
-
-
 def cells(config: Config) -> dict[str, tuple]:
     """The power runs first (short), then the calibration runs."""
     chosen = [t for t in tasks(config.calibration_seeds, config.variant_seeds, config.power_seeds,
@@ -295,11 +264,18 @@ run_cell = run_task
 def report(run) -> int:
     """runs.json, the csv tables and report.md; exit 1 if a control is miscalibrated or a mutant above resolution is
     slow or missed. Planned runs not made (out of time): the rates are not judged, exit 2 (the runner's rule)."""
+    import pandas as pd
+
     runs = run.records
     result = {"runs": runs, "summary": summarise(runs), "seconds": run.seconds,
               "workers": run.where.workers or run.where.local_workers, "calibration_tv": run.config.calibration_tv,
-              "load_before": _LOAD.get("before", ""), "planned_runs": len(run.cells)}
-    path = write_report(result, run.out, run.command, run.provenance, run.config)
+              "load_before": " ".join(f"{x:.2f}" for x in run.load or ()), "planned_runs": len(run.cells)}
+    run.write_result("runs.json", "campaign.sequential", rows=runs, summary={k: v for k, v in result.items()
+                                                                             if k != "runs"})
+    for key in ("calibration", "power"):
+        if result["summary"][key]:
+            run.write_text(f"{key}.csv", pd.DataFrame(result["summary"][key]).to_csv(index=False))
+    path = run.write_text("report.md", _markdown(result, (header(run, versions(run, "torch")), "", rerun(run), "")))
     print(f"wrote {path}")
     if len(runs) < len(run.cells):
         return 0  # judged once complete: harness.runner._exit_code makes it exit 2 and says how many are missing
