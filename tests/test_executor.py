@@ -13,7 +13,6 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.executor import DaskExecutor, Journal, LocalExecutor, run_cells
-from suites.campaigns.zoo import CampaignConfig, run_campaign
 from tests.impls.cells import logged_run_task, seeded_cell, starts
 
 
@@ -41,7 +40,7 @@ def test_journal_skips_finished_cells_and_ignores_a_torn_line(tmp_path):
     assert Journal(journal.path, fresh=True).load() == {}
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_unreachable_scheduler_is_a_usage_error():
     with pytest.raises(HarnessError, match="cannot reach the dask scheduler"), \
             DaskExecutor(scheduler="tcp://127.0.0.1:9", timeout_s=2):
@@ -94,34 +93,46 @@ def test_killed_worker_loses_nothing_and_nothing_finished_is_recomputed(tmp_path
     assert sum(len(p) for p in runs.values()) == len(cells) + len(retried)
 
 
-CAMPAIGN = dict(seeds=3, control_seeds=4, curve_seeds=0, below_resolution_seeds=1,
-                only=("always_accept", "reference_verify", "always_reject"))
+ZOO = ["--quick", "--seeds", "3", "--control-seeds", "4", "--only", "always_accept", "reference_verify",
+       "always_reject"]
 
 
-def _verdicts(result: dict) -> list[dict]:
-    return [_strip(r, "worker_seconds") for r in result["rows"]]
+def _verdicts(rows: list[dict]) -> list[dict]:
+    return [_strip(r, "worker_seconds") for r in rows]
+
+
+def _zoo_rows(out, *where: str) -> list[dict]:
+    """The zoo (`specdec mutants`) on the campaign runner, its cells where `where` says; its rows."""
+    from harness.runner import run
+
+    assert run("zoo", [*ZOO, "--out", str(out), *where]) in (0, 1)
+    return json.loads((out / "campaign.json").read_text())["rows"]
 
 
 @pytest.fixture(scope="module")
-def in_process_campaign():
-    return run_campaign(CampaignConfig(workers=1, **CAMPAIGN))
+def in_process_campaign(tmp_path_factory):
+    return _zoo_rows(tmp_path_factory.mktemp("in-process"), "--local-workers", "1")
 
 
 @pytest.mark.slow
 def test_campaign_on_two_dask_workers_gives_the_in_process_verdicts(in_process_campaign, tmp_path):
-    result = run_campaign(CampaignConfig(dask_workers=2, **CAMPAIGN), journal=Journal(tmp_path / "cells.jsonl"))
-    assert _verdicts(result) == _verdicts(in_process_campaign)
-    rows = {r["name"]: r for r in result["rows"]}
-    assert rows["always_accept"]["rate_at_gate"] == 1.0 and rows["reference_verify"]["failed_runs"] == 0
-    assert len(Journal(tmp_path / "cells.jsonl").load()) == sum(r["runs"] for r in result["rows"])
+    rows = _zoo_rows(tmp_path, "--workers", "2")
+    assert _verdicts(rows) == _verdicts(in_process_campaign)
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["always_accept"]["rate_at_gate"] == 1.0 and by_name["reference_verify"]["failed_runs"] == 0
+    assert len(Journal(tmp_path / "journal.jsonl").load()) == sum(r["runs"] for r in rows)
 
 
 @pytest.mark.slow
 def test_campaign_completes_after_a_worker_is_killed_and_recomputes_nothing_finished(in_process_campaign, tmp_path):
+    """The zoo's cells (its plan, as the runner hands them out) on two dask workers, one killed mid-run."""
+    from harness.cli import policy
+
+    zoo = policy("zoo")
+    plan = zoo.ZooConfig(quick=True, seeds=3, control_seeds=4, only=ZOO[6:]).plan()
     logs = tmp_path / "log"
     logs.mkdir()
     journal = Journal(tmp_path / "cells.jsonl")
-    config = CampaignConfig(**CAMPAIGN)
     finished_before_kill, victim = {}, []
     with DaskExecutor(workers=2) as ex:
         def progress(done, total):
@@ -129,10 +140,12 @@ def test_campaign_completes_after_a_worker_is_killed_and_recomputes_nothing_fini
                 finished_before_kill.update(journal.load())
                 victim.append(_kill_other_worker(ex, list(finished_before_kill.values())[-1]["pid"]))
 
-        result = run_campaign(config, progress, journal=journal, executor=ex,
-                              run=functools.partial(logged_run_task, log_dir=str(logs)))
+        cells = zoo.plan_cells(plan)
+        done = run_cells(ex, functools.partial(logged_run_task, log_dir=str(logs)), cells, journal=journal,
+                         encode=zoo.encode_record, decode=zoo.decode_record, progress=progress)
+    result = zoo.summarize(plan, [done[k] for k in cells if k in done])
     assert victim and len(finished_before_kill) == 3
-    assert _verdicts(result) == _verdicts(in_process_campaign)
+    assert _verdicts(json.loads(json.dumps(result["rows"]))) == _verdicts(in_process_campaign)
     runs = starts(logs)
     for key in finished_before_kill:
         assert len(runs[zlib.crc32(key.encode())]) == 1, f"{key} was finished before the kill and ran again"
@@ -217,20 +230,3 @@ def test_run_cells_past_its_deadline_runs_nothing_but_returns_the_journal(tmp_pa
     with LocalExecutor(1) as ex:
         done = run_cells(ex, seeded_cell, _cells(3, logs), journal=journal, stop=lambda: True)
     assert sorted(done) == ["cell-0"] and starts(logs) == {}
-
-
-@pytest.mark.statistical
-def test_tree_campaign_runs_on_the_cell_runner_and_resumes(tmp_path):
-    from suites.campaigns.tree import run_tree_campaign, tree_cells
-
-    journal = Journal(tmp_path / "journal.jsonl")
-    kwargs = {"mutant_seeds": 1, "control_seeds": 1, "control_rows": 2_000,
-              "names": ["residual_wrong_sibling", "tree_single_coin"]}
-    first = run_tree_campaign(**kwargs, journal=journal)
-    assert first["cells_run"] == first["cells"] == len(tree_cells(kwargs["names"], mutant_seeds=1, control_seeds=1,
-                                                                  control_rows=2_000, gate=1e-3)) == 2
-    rows = {r["name"]: r for r in first["rows"]}
-    assert rows["residual_wrong_sibling"]["fails_at_gate"] == 1 and rows["tree_single_coin"]["fails_at_gate"] == 0
-    # A rerun past its deadline starts nothing and reports the journaled runs as they were.
-    again = run_tree_campaign(**kwargs, journal=Journal(journal.path), stop=lambda: True)
-    assert [r["family_p"] for r in again["rows"]] == [r["family_p"] for r in first["rows"]]

@@ -21,8 +21,8 @@ def _names(values) -> tuple[str, ...]:
 @dataclasses.dataclass
 class CampaignConfig:
     """The mutant zoo's plan: every size of a run (defaults: the full profile); `ZooConfig.plan()` builds it from
-    `specdec mutants`' flags, `quick()` is suites/profiles.py's quick profile. `workers` / `scheduler` /
-    `dask_workers`: where `suites.campaigns.zoo.run_campaign` runs the cells (the CLI: the runner's flags)."""
+    `specdec mutants`' flags, `quick()` is suites/profiles.py's quick profile (where the cells run is the runner's:
+    --local-workers / --workers / --scheduler)."""
 
     seeds: int = 20  # seeds per mutant (detection rate)
     control_seeds: int = 200  # seeds per correct control (false-alarm rate)
@@ -48,9 +48,6 @@ class CampaignConfig:
     step_control_seeds: int = 20
     generation_pair: str = "toy-low"
     curve_seeds: int = 10  # seeds per point of the detection-vs-samples curve
-    workers: int = 2  # processes on this machine (runs are independent); with `dask_workers`, ignored
-    scheduler: str | None = None  # the workers of this dask scheduler
-    dask_workers: int | None = None  # a local dask cluster of N worker processes
     only: tuple[str, ...] = ()  # only these implementations
     contracts: tuple[str, ...] = ()  # only the implementations of these contracts (harness.mutants.base.CONTRACTS)
     profile: str = "full"  # the named sizes of suites/profiles.py this plan was built from

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from harness.reporting import pct, table
 from harness.stats.rates import clopper_pearson
 from suites.campaigns._commands import CampaignConfig
 from suites.campaigns._zoo_tasks import (
@@ -116,15 +117,6 @@ def run_cell(task: Task, gate: float) -> dict:
     return {**encode_record(run_task(task, gate)), "finished_at": time.time()}
 
 
-def where_ran(where) -> str:
-    """The report's words for where the runner ran the cells (its WhereConfig)."""
-    if where.scheduler:
-        return f"the workers of the dask scheduler {where.scheduler}"
-    if where.workers:
-        return f"a local dask cluster of {where.workers} worker processes"
-    return f"{where.local_workers} worker processes"
-
-
 def _summarise(impl, runs: list[dict], *, gate: float, nominal: float) -> dict:
     fam = [r["family_p"] for r in runs]
     k_gate = sum(p <= gate for p in fam)
@@ -150,10 +142,10 @@ def _plan_label(task: Task) -> str:
     return "default plan" + (" (contexts)" if task.plan == "default" and task.pair else "")
 
 
-def write_report(result: dict, out_dir, *, provenance: dict | None = None, config=None, kind: str = "mutants",
-                 command: str | None = None) -> dict:
-    """OUT/: campaign.csv, campaign.json (a result envelope of `kind`: `config`, or the plan, as its config; the plan
-    in its summary), detection_vs_samples.png, report.md (atomic writes). `provenance`: the run's (default: now's)."""
+def write_report(result: dict, out_dir, run, *, kind: str = "mutants") -> dict:
+    """OUT/: campaign.csv, campaign.json (a result envelope of `kind`: the run's config; the plan in its summary),
+    detection_vs_samples.png, report.md (harness.reporting: left alone when only its header line would change), for
+    the runner's `run` (its provenance, config and command)."""
     from pathlib import Path
 
     import matplotlib
@@ -164,21 +156,21 @@ def write_report(result: dict, out_dir, *, provenance: dict | None = None, confi
 
     from harness.envelope import write_result
     from harness.records import atomic_write_text, save_figure
-    from harness.records import provenance as now
+    from harness.reporting import header, rerun, versions, write
 
     out = Path(out_dir)
-    meta = provenance or now(seed=list(range(result["config"]["seeds"])), dtype="float32")
+    meta = run.provenance
     rows = pd.DataFrame(result["rows"])
     for key, value in meta.items():
         rows[key] = str(value) if isinstance(value, (dict, list)) else value
     atomic_write_text(out / "campaign.csv", rows.to_csv(index=False))
     ok, problems = campaign_ok(result["rows"])
-    write_result(out / "campaign.json", kind, config=result["config"] if config is None else config, provenance=meta,
+    write_result(out / "campaign.json", kind, config=run.config, provenance=meta,
                  rows=result["rows"], summary={"ok": ok, "problems": problems, "curve": result["curve"],
                                                "seconds": result.get("seconds"), "resumed_runs": result.get("resumed_runs"),
                                                "total_runs": result.get("total_runs"),
                                                "runs_made": result.get("runs_made", result.get("total_runs")),
-                                               "plan": result["config"], "command": command})
+                                               "plan": result["config"], "command": run.command})
     fig, ax = plt.subplots(figsize=(8, 5))
     curve = pd.DataFrame(result["curve"])
     if not curve.empty:
@@ -196,28 +188,40 @@ def write_report(result: dict, out_dir, *, provenance: dict | None = None, confi
     ax.set_title("Sampler-level mutants: detection vs samples")
     save_figure(fig, out / "detection_vs_samples.png")
     plt.close(fig)
-    atomic_write_text(out / "report.md", _markdown(result, meta, ok, problems, command))
+    write(out / "report.md", _markdown(result, ok, problems, (header(run, versions(run, "torch", "transformers")), ""),
+                                       rerun(run)))
     return {"ok": ok, "problems": problems, "out": str(out)}
 
 
-def where_of_config(cfg: dict) -> str:
-    if cfg.get("scheduler"):
-        return f"the workers of the dask scheduler {cfg['scheduler']}"
-    if cfg.get("dask_workers"):
-        return f"a local dask cluster of {cfg['dask_workers']} worker processes"
-    return f"{cfg['workers']} worker processes"
+def zoo_rows(result: dict) -> list[list[str]]:
+    """report.md's table: per entry its contract, kind, models, runs, the rates at the gate and at the nominal rate
+    (95% CI), median samples, plan, exact TVs, wasteful runs and worker seconds."""
+    rows = []
+    for r in result["rows"]:
+        tv = " / ".join(_fmt_tv(r.get(f"exact_tv_{c}")) for c in (("prompt0", "prompt1") if "exact_tv_prompt0" in r
+                                                                   else ("zipf1000-high-alpha", "anti-logits")))
+        rows.append([f"`{r['name']}`", r["contract"], r["kind"], r["models"], str(r["runs"]),
+                     f"{_pct(r['rate_at_gate'])} ({_pct(r['ci_gate_low'])}–{_pct(r['ci_gate_high'])})",
+                     f"{_pct(r['rate_at_nominal'])} ({_pct(r['ci_nominal_low'])}–{_pct(r['ci_nominal_high'])})",
+                     f"{r['median_samples']:.0f}", r["plan"], tv,
+                     "-" if r["wasteful_runs"] is None else str(r["wasteful_runs"]), f"{r.get('worker_seconds', 0):.0f}"])
+    return rows
+
+
+def compare_rows(result: dict) -> list[list[str]]:
+    """The generation level's default plan beside the previous one (`--compare-plans`)."""
+    return [[f"`{r['name']}`", _pct(r["rate_at_gate"]), f"{r['median_s']:.1f}", _pct(r["previous_plan_rate"]),
+             f"{r['previous_plan_median_s']:.1f}"] for r in result["rows"] if "previous_plan_rate" in r]
 
 
 def _pct(x) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+    return pct(x, missing="-")
 
 
-def _markdown(result, meta, ok, problems, command: str | None = None) -> str:
+def _markdown(result, ok, problems, lead: tuple[str, ...], command: str) -> str:
     cfg = result["config"]
     lines = [
-        "# Mutant zoo: detection and false-alarm rates", "",
-        f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · torch "
-        f"{meta['versions']['torch']} · transformers {meta['versions']['transformers']}", "",
+        "# Mutant zoo: detection and false-alarm rates", "", *lead,
         f"Gate: family-wise false-alarm rate {cfg['gate']:g} (Holm). Mutants: {cfg['seeds']} seeds at the "
         "default plan (a run stops once its verdict is decided). Controls: "
         f"{cfg['control_seeds']} seeds on the calibration battery ({cfg['calibration_rows']} rows per "
@@ -229,34 +233,22 @@ def _markdown(result, meta, ok, problems, command: str | None = None) -> str:
         f"**Overall: {'PASS' if ok else 'FAIL'}**" + ("" if ok else " — " + "; ".join(problems)), "",
         f"Profile: {cfg.get('profile', 'full')}"
         + (" (a smoke run for CI: fewer seeds, no curve; the calibration is the full profile, "
-           "`specdec mutants`)" if cfg.get("profile") == "quick" else "")
-        + f". Wall time {result.get('seconds', 0):.0f} s on {result.get('where') or where_of_config(cfg)}"
-        + (f" for {result['total_runs'] - result['resumed_runs']} runs; {result['resumed_runs']} of "
-           f"{result['total_runs']} were resumed from journal.jsonl (finished by an earlier invocation into this "
-           f"folder: their CPU seconds are in the worker s column)" if result.get("resumed_runs") else "") + ".", "",
+           "`specdec mutants`)" if cfg.get("profile") == "quick" else "") + "."
+        + (f" {result['resumed_runs']} of {result['total_runs']} runs were resumed from journal.jsonl (finished by an "
+           "earlier invocation into this folder: their CPU seconds are in the worker s column)."
+           if result.get("resumed_runs") else ""), "",
         *([f"**Partial: {result['total_runs'] - result['runs_made']} of {result['total_runs']} planned runs not made "
            "(--budget-s / --stop-at); the rates are those of the runs made, and the same command resumes.**", ""]
           if result.get("runs_made", result.get("total_runs")) != result.get("total_runs") else []),
-        "| implementation | contract | kind | models | runs | rate at gate (95% CI) | rate at 0.05 (95% CI) | "
-        "median samples | plan | exact TV (high α / low α) | wasteful runs | worker s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        table(["implementation", "contract", "kind", "models", "runs", "rate at gate (95% CI)", "rate at 0.05 (95% CI)",
+               "median samples", "plan", "exact TV (high α / low α)", "wasteful runs", "worker s"], zoo_rows(result)),
     ]
-    for r in result["rows"]:
-        tv = " / ".join(_fmt_tv(r.get(f"exact_tv_{c}")) for c in (("prompt0", "prompt1") if "exact_tv_prompt0" in r
-                                                                   else ("zipf1000-high-alpha", "anti-logits")))
-        lines.append(
-            f"| `{r['name']}` | {r['contract']} | {r['kind']} | {r['models']} | {r['runs']} | {_pct(r['rate_at_gate'])} "
-            f"({_pct(r['ci_gate_low'])}–{_pct(r['ci_gate_high'])}) | {_pct(r['rate_at_nominal'])} "
-            f"({_pct(r['ci_nominal_low'])}–{_pct(r['ci_nominal_high'])}) | {r['median_samples']:.0f} | {r['plan']} | "
-            f"{tv} | {'-' if r['wasteful_runs'] is None else r['wasteful_runs']} | {r.get('worker_seconds', 0):.0f} |")
-    compared = [r for r in result["rows"] if "previous_plan_rate" in r]
+    compared = compare_rows(result)
     if compared:
         lines += ["", "Generation level, the default plan beside the previous default (`--contexts none`: prompt cells "
                   "only; the same seeds):", "",
-                  "| implementation | rate, default plan | median s, default plan | rate, previous plan | "
-                  "median s, previous plan |", "|---|---|---|---|---|"]
-        lines += [f"| `{r['name']}` | {_pct(r['rate_at_gate'])} | {r['median_s']:.1f} | {_pct(r['previous_plan_rate'])} | "
-                  f"{r['previous_plan_median_s']:.1f} |" for r in compared]
+                  table(["implementation", "rate, default plan", "median s, default plan", "rate, previous plan",
+                         "median s, previous plan"], compared)]
     below = [r["name"] for r in result["rows"] if r["kind"] == "mutant" and below_resolution(r, TARGET_TV)
              and r["contract"] == "sampler"]
     below_gen = [f"{r['name']} (exact TV {max(v for k, v in r.items() if k.startswith('exact_tv_')):.3f} < "
@@ -272,7 +264,7 @@ def _markdown(result, meta, ok, problems, command: str | None = None) -> str:
               "columns exact TV prompt 0 / prompt 1, below the smallest joint-law TV any prompt cell of its runs "
               f"promised; reported, not gated): {', '.join(below_gen) or 'none'}.",
               "", "![detection vs samples](detection_vs_samples.png)", "",
-              f"Reproduce: `{command or 'specdec mutants --out results/lossless'}` (see `specdec mutants --help`).", ""]
+              f"{command} (see `specdec mutants --help`).", ""]
     return "\n".join(lines)
 
 

@@ -58,7 +58,7 @@ from harness.reporting import escape, header, num, rate, table
 from specdec_ref.generate import REFERENCE_HOOKS, default_eos, eos_set
 from suites.campaigns._commands import CampaignConfig
 from suites.campaigns._record import public_record
-from suites.campaigns._zoo_plan import plan_cells, summarize, where_ran, write_report
+from suites.campaigns._zoo_plan import plan_cells, summarize, write_report
 from suites.campaigns._zoo_plan import run_cell as zoo_run_cell
 from suites.campaigns._zoo_tasks import decode_record
 
@@ -586,9 +586,8 @@ def _zoo_part(run, plan: CampaignConfig, where: Path, name: str) -> dict | None:
         return None
     result = summarize(plan, [decode_record(run.done[k]) for k in planned if k in run.done])
     result.update(seconds=run.seconds, total_runs=len(planned), runs_made=sum(k in run.done for k in planned),
-                  resumed_runs=None, where=where_ran(run.where))
-    summary = write_report(result, where, provenance=run.provenance, config=run.config,
-                               kind=f"campaign.structured.{name}", command=run.command)
+                  resumed_runs=None)
+    summary = write_report(result, where, run, kind=f"campaign.structured.{name}")
     print(f"{name}: {summary['out']}/report.md: " + ("ok" if summary["ok"] else "PROBLEMS: " + "; ".join(summary["problems"])),
           flush=True)
     return summary

@@ -21,18 +21,14 @@ seeds (unless below resolution) and every control passes; 1: not so; 2: runs not
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
-from harness.executor import Executor, Journal, make_executor, run_cells
 from harness.stats.rates import clopper_pearson, family_p  # noqa: F401 - family_p: public here too
-from suites.campaigns._commands import ZOO_LOCAL_WORKERS, CampaignConfig, ZooConfig
+from suites.campaigns._commands import ZOO_LOCAL_WORKERS, CampaignConfig, ZooConfig  # noqa: F401 - CampaignConfig: public here
 from suites.campaigns._zoo_plan import (  # noqa: F401 - re-exported
     plan_cells,
     run_cell,
     selected,
     summarize,
-    where_of_config,
-    where_ran,
     write_report,
 )
 from suites.campaigns._zoo_tasks import (  # noqa: F401 - re-exported: the zoo's names of old
@@ -53,29 +49,6 @@ from suites.campaigns._zoo_tasks import (  # noqa: F401 - re-exported: the zoo's
 
 Config = ZooConfig  # the campaign runner's name for the flags (harness.runner)
 LOCAL_WORKERS = ZOO_LOCAL_WORKERS  # the runs are independent processes
-
-
-def run_campaign(config: CampaignConfig, progress: Callable[[int, int], None] | None = None, *,
-                 journal: Journal | None = None, executor: Executor | None = None,
-                 run: Callable = run_task) -> dict:
-    """The zoo from Python: `summarize`'s result of every run of `config`, plus its seconds; nothing is printed
-    (`specdec mutants` runs the same cells on the campaign runner).
-
-    Runs are independent cells: spread over `config.workers` local processes, or a dask cluster
-    (`config.scheduler` / `config.dask_workers`, or an explicit `executor`). With a `journal`, each
-    finished run is persisted as it arrives and runs already in it are not repeated (harness.executor).
-    `run(task, gate)` is the cell function (tests wrap it to count executions)."""
-    cells = plan_cells(config)
-    started = time.perf_counter()
-    if executor is None:
-        executor = make_executor(config.scheduler, config.dask_workers, local_workers=config.workers)
-    resumed = len(set(journal.load()) & set(cells)) if journal else 0
-    with executor:
-        done = run_cells(executor, run, cells, journal=journal, encode=encode_record, decode=decode_record,
-                         progress=progress)
-    result = summarize(config, [done[k] for k in cells if k in done])  # task order, whoever ran them
-    return {**result, "seconds": time.perf_counter() - started, "resumed_runs": resumed, "total_runs": len(cells),
-            "where": where_of_config(result["config"])}
 
 
 # --- the campaign runner's hooks (harness.runner): `specdec mutants` / `specdec campaign zoo` ---------------------
@@ -115,9 +88,8 @@ def report(run) -> int:
     plan = run.config.plan()
     result = summarize(plan, [decode_record(r) for r in run.records])
     result.update(seconds=run.seconds, total_runs=len(run.cells), runs_made=len(run.done),
-                  resumed_runs=sum(r.get("finished_at", 0) < began for r in run.records), where=where_ran(run.where))
-    summary = write_report(result, run.out, provenance=run.provenance, config=run.config, kind="campaign.zoo",
-                           command=run.command)
+                  resumed_runs=sum(r.get("finished_at", 0) < began for r in run.records))
+    summary = write_report(result, run.out, run, kind="campaign.zoo")
     for r in result["rows"]:
         print(f"  {r['name']:<34} {r['contract']:<10} {r['kind']:<10} rate at gate {100 * r['rate_at_gate']:5.1f}% "
               f"({r['runs']} runs)")
