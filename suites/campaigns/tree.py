@@ -11,10 +11,10 @@ import time
 from harness.check.config import DEFAULT_FALSE_ALARM_RATE
 from harness.check.tree import run_tree_check
 from harness.configs import option
-from harness.executor import Executor, Journal, LocalExecutor, deadline, run_cells
 from harness.mutants.registry import get, implementations
 from harness.mutants.tree import TREE_RULES, exact_tree_tv_table
-from harness.stats.rates import family_p, rate_text
+from harness.reporting import header, rate, rerun, table
+from harness.stats.rates import family_p
 from suites.catalogues.tree import EXACT_CASES
 
 MUTANT_FIRST_SEED, CONTROL_FIRST_SEED = 0, 1000
@@ -100,7 +100,7 @@ def report(run) -> int:
     run.write_result("campaign.json", "campaign.tree", rows=result["rows"],  # its config: the Config (reruns)
                      summary={"cells": result["cells"], "cells_run": result["cells_run"],
                               "time_budget_s": run.runner.budget_s})
-    run.write_text("report.md", tree_campaign_markdown(result, run.provenance))
+    run.write_text("report.md", tree_campaign_markdown(result, (header(run), "", rerun(run), "")))
     bad = [r["name"] for r in result["rows"]
            if (r["kind"] == "mutant" and r["fails_at_gate"] < 0.95 * r["runs"])  # a mutant caught in < 95 % of seeds
            or (r["kind"] != "mutant" and r["fails_at_gate"] > max(1, 0.01 * r["runs"]))]  # a control failing often
@@ -108,41 +108,23 @@ def report(run) -> int:
     return 1 if bad else 0
 
 
-def run_tree_campaign(*, mutant_seeds: int = 20, control_seeds: int = 200, control_rows: int = 20_000,
-                      gate: float = DEFAULT_FALSE_ALARM_RATE, names: list[str] | None = None,
-                      time_budget_s: float | None = None, executor: Executor | None = None,
-                      journal: Journal | None = None, stop=None) -> dict:
-    """Every tree entry through `run_tree_check`: mutants at the default plan over `mutant_seeds` seeds (a run
-    stops once decided), then controls over `control_seeds` seeds with `control_rows` rows per case (whole
-    runs, no early stop). With `time_budget_s` (or `stop`), no run starts once it says so (the runs made are
-    what is reported). Returns {"rows": [...], "config": {...}}: per entry the runs, failures at the gate, and
-    each run's family p (smallest Holm-adjusted p-value)."""
-    names = names or [i.name for i in implementations(contract="tree")]
-    cells = tree_cells(names, mutant_seeds=mutant_seeds, control_seeds=control_seeds, control_rows=control_rows,
-                       gate=gate)
-    stop = stop or deadline(budget_s=time_budget_s)
-    with executor or LocalExecutor() as ex:
-        done = run_cells(ex, tree_run, cells, journal=journal, stop=stop)
-    return summarize(names, cells, done, {"mutant_seeds": mutant_seeds, "control_seeds": control_seeds,
-                                          "control_rows": control_rows, "gate": gate, "time_budget_s": time_budget_s})
+def tree_rows(result: dict) -> list[list[str]]:
+    """report.md's table: per entry its runs, failures at the gate (95% CI), runs with family p ≤ 0.05, exact TVs."""
+    return [[f"`{r['name']}`", r["kind"], r["models"], str(r["runs"]), rate(r["fails_at_gate"], r["runs"]),
+             rate(sum(p <= 0.05 for p in r["family_p"]), r["runs"], ci=False),
+             " / ".join(f"{r['exact_tv'][s]:.3f}" for s in EXACT_CASES) if r["exact_tv"] else "n/a",
+             f"{r['seconds']:.0f}"] for r in result["rows"]]
 
 
-def tree_campaign_markdown(result: dict, meta: dict) -> str:
-    """The campaign as a report.md table (rates with Clopper–Pearson 95 % intervals)."""
+def tree_campaign_markdown(result: dict, lead: tuple[str, ...] = ()) -> str:
+    """The campaign as a report.md table (rates with Clopper–Pearson 95 % intervals); `lead`: the header line."""
     cfg = result["config"]
-    lines = ["# Tree-level zoo: detection and false-alarm rates", "",
-             f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
+    lines = ["# Tree-level zoo: detection and false-alarm rates", "", *lead,
              f"Gate: family-wise false-alarm rate {cfg['gate']:g} (Holm). Mutants: {cfg['mutant_seeds']} seeds at the "
              f"default plan (stops once decided). Controls: up to {cfg['control_seeds']} seeds (column runs), "
              f"{cfg['control_rows']} rows per case, every case. Exact TV: worst node on small enumerable trees (V = 4), per sibling scheme.", "",
-             "| implementation | kind | models | runs | failed at gate (95% CI) | family p ≤ 0.05 | exact TV iid / wr / topk | s |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        n = r["runs"]
-        at05 = sum(p <= 0.05 for p in r["family_p"])
-        tvs = " / ".join(f"{r['exact_tv'][s]:.3f}" for s in EXACT_CASES) if r["exact_tv"] else "n/a"
-        lines.append(f"| `{r['name']}` | {r['kind']} | {r['models']} | {n} | {rate_text(r['fails_at_gate'], n)} "
-                     f"| {at05}/{n} | {tvs} | {r['seconds']:.0f} |")
+             table(["implementation", "kind", "models", "runs", "failed at gate (95% CI)", "family p ≤ 0.05",
+                    "exact TV iid / wr / topk", "s"], tree_rows(result))]
     if result.get("cells_run", result.get("cells")) != result.get("cells"):
         lines += ["", f"{result['cells_run']} of {result['cells']} planned runs made (the time budget ran out)."]
     return "\n".join(lines) + "\n"
