@@ -12,7 +12,6 @@ import time
 
 from harness.check.config import DEFAULT_FALSE_ALARM_RATE
 from harness.configs import option
-from harness.executor import Executor, Journal, LocalExecutor, run_cells
 
 CALIBRATION_CASES = ["anti-logits", "q-zero-where-p-positive", "binary-gamma8"]
 
@@ -58,18 +57,6 @@ def family_run(name: str, seed: int, cases: list, false_alarm_rate: float, rows:
     report = check(impl.fn, impl_name=name, false_alarm_rate=false_alarm_rate, seed=seed, cases=cases, samples=rows,
                    stop_on_fail=impl.kind == "mutant")
     return {"name": name, "seed": seed, "fail": report.verdict == "fail", "seconds": time.perf_counter() - started}
-
-
-def calibrate(names: list[str], seeds: int, *, cases=None, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
-              rows: int | None = None, first_seed: int = 0, executor: Executor | None = None,
-              journal: Journal | None = None, stop=None) -> dict[str, dict]:
-    """{name: {"runs", "failed", "rate", "seconds"}} over `seeds` seeds of the registered implementations
-    `names` (draft-step or sampler level), each run on `cases` at `false_alarm_rate`."""
-    cells = calibration_cells(names, seeds, cases=cases, false_alarm_rate=false_alarm_rate, rows=rows,
-                              first_seed=first_seed)
-    with executor or LocalExecutor() as ex:
-        done = run_cells(ex, family_run, cells, journal=journal, stop=stop)
-    return rates(names, cells, done)
 
 
 def calibration_cells(names: list[str], seeds: int, *, cases=None, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
