@@ -24,7 +24,6 @@ run again elsewhere. A rerun with the same journal skips every finished cell.
 
 from __future__ import annotations
 
-import argparse
 import calendar
 import dataclasses
 import json
@@ -34,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.configs import add_arguments, option
+from harness.configs import option
 from harness.errors import HarnessError
 from harness.records import cut_torn_tail
 
@@ -239,15 +238,6 @@ class WhereConfig:
                                    metavar="ADDRESS", group=_WHERE)
     workers: int | None = option(None, "--workers", "run the cells on a local dask cluster of N processes", int, "N",
                                  group=_WHERE)
-
-
-def add_runner_arguments(parser: argparse.ArgumentParser, *, local_workers: int = 1, where: bool = True) -> None:
-    """The ScheduleConfig flags (--stop-at / --budget-s: when no new cell starts, --fresh: ignore the journal) and,
-    unless `where=False` (campaigns whose cells must run in this process, e.g. against a server it holds), the
-    WhereConfig flags (--local-workers / --scheduler / --workers), for a campaign not yet on harness.runner."""
-    add_arguments(parser, ScheduleConfig)
-    if where:
-        add_arguments(parser, WhereConfig, defaults={"local_workers": local_workers})
 
 
 def parse_stop_at(value: str | float | None, now: float | None = None) -> float | None:
