@@ -37,12 +37,15 @@ def where_text(where) -> str:
 def header(run, *more: str) -> str:
     """The report's provenance line, from a runner `Run`: when and at which commit it was written, the device, the
     cells made of those planned, the wall time and where the cells ran (a --report-only run made none: it says it
-    was written from the journal), the load average when the run started; then `more`."""
+    was written from the journal: the seconds its cells record, summed), the load average when the run started; then
+    `more`."""
     p = run.provenance
     items = [f"{GENERATED}{p.get('utc_time', '?')}", f"commit `{p.get('git_commit', '?')}`", str(p.get("device", "?")),
              f"{len(run.done)} of {len(run.cells)} planned cells made"]
-    if getattr(run.runner, "report_only", False):
-        items.append("written from the journal (--report-only)")
+    if getattr(run.runner, "report_only", False):  # no cell ran: the cells' own seconds, where they record them
+        took = sum(r["seconds"] for r in run.done.values()
+                   if isinstance(r, dict) and isinstance(r.get("seconds"), (int, float)))
+        items.append("written from the journal (--report-only)" + (f", the cells took {took:.0f} s" if took else ""))
     else:
         items.append(f"wall {run.seconds:.0f} s {where_text(run.where)}")
     load = getattr(run, "load", None)

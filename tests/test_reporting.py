@@ -25,6 +25,8 @@ def test_the_header_line_names_date_commit_device_cells_wall_where_and_load():
         "on 2 worker processes · load average 1.50 at start · torch 2.13.0")
     from_journal = header(_run(runner=types.SimpleNamespace(report_only=True), load=None))
     assert from_journal.endswith("2 of 3 planned cells made · written from the journal (--report-only)")
+    timed = header(_run(runner=types.SimpleNamespace(report_only=True), done={"a": {"seconds": 2.5}, "b": {}}))
+    assert "written from the journal (--report-only), the cells took 2 s · load average" in timed
 
 
 def test_where_the_cells_ran():
