@@ -29,7 +29,8 @@ from harness.check.sampler import run_sampler_check
 from harness.check.tree import chain_as_tree, custom_tree_case, run_tree_check
 from harness.configs import option
 from harness.mutants.generated import DTYPES, ORDERS, RNG_SOURCES, LosslessRule, as_draft_step, as_generate
-from harness.stats.rates import clopper_pearson, rate_text
+from harness.reporting import header, rate, rerun, table
+from harness.stats.rates import clopper_pearson
 
 CASES = ["rows-differ", "anti-logits", "binary-gamma8"]
 MODES = {"planned": {}, "planned-no-early-stop": {"stop_on_fail": False}, "fixed-n": {"samples": 4_003},
@@ -240,35 +241,41 @@ def cells(config: Config) -> dict[str, tuple]:
 run_cell = invariance_run
 
 
+def source_rows(runs: list[dict], sources: list[str]) -> list[list]:
+    """Per source: its lossless rules, failures at the gate (95% CI), inconclusive runs, and runs whose declared
+    tests differ from the emitted ones (a sequential run, or a failed one, may stop before emitting them all)."""
+    rows = []
+    for source in sources:
+        mine = [r for r in runs if r["source"] == source]
+        rows.append([source, len(mine), rate(sum(r["verdict"] == "fail" for r in mine), len(mine)),
+                     sum(r["verdict"] == "inconclusive" for r in mine),
+                     sum(r["mode"] != "sequential" and r["verdict"] != "fail" and r["declared"] != r["emitted"]
+                         for r in mine)])
+    return rows
+
+
 def report(run) -> int:
     """runs.json and report.md; exit 1 unless no lossless rule fails (beyond its interval), every planted slip
     fails, no run's declared tests differ from its emitted ones and every planned run was made."""
-    config, out, meta, done = run.config, run.out, run.provenance, run.done
+    config, done = run.config, run.done
     sources = config.source_list
     cells, slip_cells = invariance_cells(sources, config.rules, config.gate, config.real_rules)
     runs = [done[k] for k in cells if k in done]
     slips = [{"source": r["source"], "slip": a[0].slip, "mode": r["mode"], "verdict": r["verdict"]}
              for k, a in slip_cells.items() if k in done for r in (done[k],)]
     unrun = len(cells) + len(slip_cells) - len(runs) - len(slips)
-    rows, ok = [], True
-    for source in sources:
-        mine = [r for r in runs if r["source"] == source]
-        fails = sum(r["verdict"] == "fail" for r in mine)
-        mismatched = sum(r["mode"] != "sequential" and r["verdict"] != "fail" and r["declared"] != r["emitted"]
-                         for r in mine)
-        hi = clopper_pearson(fails, len(mine))[1]
-        rows.append((source, len(mine), fails, sum(r["verdict"] == "inconclusive" for r in mine), mismatched))
-        ok &= mismatched == 0 and (fails == 0 or hi < 0.05)  # a few rules (the real pair): none may fail
+    rows = source_rows(runs, sources)
+    ok = True
+    for source, n, _, _, mismatched in rows:
+        fails = sum(r["verdict"] == "fail" for r in runs if r["source"] == source)
+        ok &= mismatched == 0 and (fails == 0 or clopper_pearson(fails, n)[1] < 0.05)  # a few rules: none may fail
     missed = [s for s in slips if s["verdict"] != "fail"]
     ok &= not missed
     shown = ok  # what the runs made show: 1 only when they break the rule
     ok &= unrun == 0  # a run cut short by --stop-at / --budget-s is not "as expected" (exit 2: the runner's rule)
     run.write_result("runs.json", "campaign.invariance", rows=runs, summary={"ok": ok, "slips": slips})
     lines = ["# Verdicts invariant to the path: generated lossless rules and planted slips", "",
-             f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {run.seconds:.0f} s "
-             f"on {meta['device']}", "",
-             f"Command: `specdec campaign invariance --rules {config.rules} --real-rules {config.real_rules} --out {out} "
-             f"--sources {','.join(sources)}`", "",
+             header(run), "", rerun(run), "",
              f"Each rule: acceptance scale per position in (0, 1] with the residual corrected (lossless), uniforms "
              f"from the generator or the global RNG ([B, γ], [B·γ]), acceptance or residual first, per-row or "
              f"vectorized, float16/32/64; plan TV {TV} on {', '.join(CASES)} (the tree source: a single-chain "
@@ -281,12 +288,11 @@ def report(run) -> int:
              f"{PIECES_MODES['fixed-n']['samples']} rows, slip {', '.join(PIECES_SLIPS)}); modes in "
              f"turn: {', '.join(sorted(MODES))} (generation: {', '.join(sorted(GENERATION_MODES))}, contexts every "
              f"{CONTEXTS_EVERY}th rule; engine: {', '.join(sorted(ENGINE_MODES))}, contexts every {CONTEXTS_EVERY}th rule). Gate: family-wise {config.gate:g}.", "",
-             "| source | lossless rules | failed at the gate (95% CI) | inconclusive | declared ≠ emitted |",
-             "|---|---|---|---|---|"]
-    for source, n, fails, inc, mism in rows:
-        lines.append(f"| {source} | {n} | {rate_text(fails, n)} | {inc} | {mism} |")
-    lines += ["", "Planted slips (must fail in every mode):", "", "| source | slip | mode | verdict |", "|---|---|---|---|"]
-    lines += [f"| {s['source']} | {s['slip']} | {s['mode']} | {s['verdict']} |" for s in slips]
+             table(["source", "lossless rules", "failed at the gate (95% CI)", "inconclusive", "declared ≠ emitted"],
+                   rows),
+             "", "Planted slips (must fail in every mode):", "",
+             table(["source", "slip", "mode", "verdict"], [[s["source"], s["slip"], s["mode"], s["verdict"]]
+                                                            for s in slips])]
     if unrun:
         lines += ["", f"{unrun} planned runs not made (out of time): rerun the command to resume from the journal."]
     lines += ["", "VERDICT: " + ("as expected" if ok else "NOT as expected")]
