@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from harness.configs import option
+from harness.reporting import header, rate, rerun, table
 from harness.stats import (
     probit_mean_test,
     probit_per_stratum_test,
@@ -163,26 +164,30 @@ def run(sims: int, seed: int, progress=None) -> dict:
             "sims": sims, "seed": seed, "seconds": time.perf_counter() - started}
 
 
-def markdown(result: dict, meta: dict, out: str = "results/headline") -> str:
+def power_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """The power table's tests (its columns after class, ε, f, runs) and rows: per (class, ε, f) each test's power."""
     rows = result["rows"]
     names = list(dict.fromkeys(r["test"] for r in rows))
+    keyed = {(r["class"], r["tv"], r["fraction"], r["test"]): r for r in rows}
+    body = []
+    for cls, tv, f in dict.fromkeys((r["class"], r["tv"], r["fraction"]) for r in rows):
+        cells = [keyed[(cls, tv, f, name)] for name in names]
+        body.append([cls, f"{tv:g}", f"{f:g}", str(cells[0]["runs"]), *(f"{c['power']:.2f}" for c in cells)])
+    return names, body
+
+
+def markdown(result: dict, lead: tuple[str, ...] = ()) -> str:
+    rows = result["rows"]
     shape = result["shape"]
-    lines = ["# The contexts cell's tests: detection power per (class, TV ε, fraction f of contexts)", "",
-             f"Producer: `suites/campaigns/headline.py`. Command: `specdec campaign headline --sims {result['sims']} "
-             f"--seed {result['seed']} --out {out}` ({result['seconds']:.0f} s; commit "
-             f"`{meta['git_commit']}`, {meta['utc_time']}).", "",
+    names, body = power_rows(result)
+    lines = ["# The contexts cell's tests: detection power per (class, TV ε, fraction f of contexts)", "", *lead,
+             f"Producer: `suites/campaigns/headline.py` (the simulation took {result['seconds']:.0f} s).", "",
              f"Shape of the toy pair's default contexts cell: {shape['rows']} rows × {shape['length']} tokens over "
              f"{shape['contexts']} contexts, V = {shape['vocab']}; synthetic per-token laws (softmax of N(0, "
              f"{shape['sigma']}²) logits, mean entropy {result['entropy_nats']:.2f} nats). Per-test rate "
              f"{result['rate']:.3g} (the default plan's Holm rate at 45 gating tests). A deviation of TV ε replaces "
              "the law of every token of a fraction f of the contexts. Power = rejections / runs.", "",
-             "| class | TV ε | fraction f | runs | " + " | ".join(names) + " |",
-             "|---|---|---|---|" + "---|" * len(names)]
-    keyed = {(r["class"], r["tv"], r["fraction"], r["test"]): r for r in rows}
-    for cls, tv, f in dict.fromkeys((r["class"], r["tv"], r["fraction"]) for r in rows):
-        cells = [keyed[(cls, tv, f, name)] for name in names]
-        lines.append(f"| {cls} | {tv:g} | {f:g} | {cells[0]['runs']} | "
-                     + " | ".join(f"{c['power']:.2f}" for c in cells) + " |")
+             table(["class", "TV ε", "fraction f", "runs", *names], body)]
     null = [r for r in rows if r["class"] == "none (H0)"]
     lines += ["", "False alarms under H0 (same runs): " + "; ".join(
         f"{r['test']} {r['rejections']} / {r['runs']} at that rate, {r['rejections_at_0.01']} / {r['runs']} at 0.01"
@@ -250,26 +255,30 @@ def engine_run(name: str, plan: str, seed: int) -> dict:
             "cells_run": len(report.cases), "seconds": round(time.perf_counter() - started, 2)}
 
 
-def engine_markdown(rows: list[dict], command: str) -> str:
-    names = list(dict.fromkeys(r["name"] for r in rows))
-    lines = ["# The engine level with a local target: contexts catalogue vs none on served mutants", "",
-             f"Command: `{command}`. Each mutant is served by `specdec serve`'s app on 127.0.0.1 and checked by "
-             "`run_engine_check` (ground truth: the local target); `catalogue` adds the contexts cells after the "
-             "cells of the plan without contexts (same rows, same order), so a run that stops at its first decided "
-             "cell decides what `none` decides, at the same cell; the catalogue is built only when a contexts cell reads it. "
-             "Seconds are wall-clock on a shared 2-core machine; the plans alternate between seeds (catalogue first at "
-             "even seeds), so with one seed the catalogue run also pays the first server start.",
-             "", "| mutant | pair | plan | FAIL / runs | first rejecting test | median s |", "|---|---|---|---|---|---|"]
-    for name in names:
+def engine_rows(rows: list[dict]) -> list[list[str]]:
+    """engine.md's table: per served mutant and plan, FAIL / runs, the first rejecting test, the median seconds."""
+    out = []
+    for name in dict.fromkeys(r["name"] for r in rows):
         for plan in ("none", "catalogue"):
             got = [r for r in rows if r["name"] == name and r["plan"] == plan]
-            if not got:
-                continue
-            secs = sorted(r["seconds"] for r in got)
-            first = next((r["first_reject"] for r in got if r["first_reject"]), "-")
-            lines.append(f"| `{name}` | {got[0]['pair']} | {plan} | {sum(r['fail'] for r in got)}/{len(got)} | "
-                         f"{first} | {secs[len(secs) // 2]:.0f} |")
-    return "\n".join(lines + [""])
+            if got:
+                secs = sorted(r["seconds"] for r in got)
+                out.append([f"`{name}`", got[0]["pair"], plan, rate(sum(r["fail"] for r in got), len(got), ci=False),
+                            next((r["first_reject"] for r in got if r["first_reject"]), "-"),
+                            f"{secs[len(secs) // 2]:.0f}"])
+    return out
+
+
+def engine_markdown(rows: list[dict], lead: tuple[str, ...] = ()) -> str:
+    return "\n".join([
+        "# The engine level with a local target: contexts catalogue vs none on served mutants", "", *lead,
+        "Each mutant is served by `specdec serve`'s app on 127.0.0.1 and checked by "
+        "`run_engine_check` (ground truth: the local target); `catalogue` adds the contexts cells after the "
+        "cells of the plan without contexts (same rows, same order), so a run that stops at its first decided "
+        "cell decides what `none` decides, at the same cell; the catalogue is built only when a contexts cell reads it. "
+        "Seconds are wall-clock on a shared 2-core machine; the plans alternate between seeds (catalogue first at "
+        "even seeds), so with one seed the catalogue run also pays the first server start.", "",
+        table(["mutant", "pair", "plan", "FAIL / runs", "first rejecting test", "median s"], engine_rows(rows)), ""])
 
 
 def timing(names: list[str], seed: int = TIMING_SEED, rounds: int = TIMING_ROUNDS) -> list[dict]:
@@ -324,8 +333,9 @@ def report(run_) -> int:
         rows = run_.records
         run_.write_result("engine.json", "campaign.headline.engine", rows=rows,
                           summary={"runs": len(rows), "fail": sum(r["fail"] for r in rows)})
-        run_.write_text("engine.md", engine_markdown(rows, run_.command))
-        print(engine_markdown(rows, run_.command))
+        text = engine_markdown(rows, (header(run_), "", rerun(run_), ""))
+        run_.write_text("engine.md", text)
+        print(text)
         return 0
     if run_.config.timing:
         rows = run_.records
@@ -339,6 +349,6 @@ def report(run_) -> int:
     result = run_.records[0]
     run_.write_result("power.json", "campaign.headline", rows=result["rows"],
                       summary={k: v for k, v in result.items() if k != "rows"})
-    run_.write_text("README.md", markdown(result, run_.provenance, str(run_.out)))
+    run_.write_text("README.md", markdown(result, (header(run_), "", rerun(run_), "")))
     print(f"wrote {run_.out / 'README.md'}")
     return 0
