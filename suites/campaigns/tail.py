@@ -22,13 +22,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
 from harness.configs import option
-from harness.envelope import write_result
-from harness.records import atomic_write_text
+from harness.reporting import header, rerun, table
 
 CASE = "tail-v131072"
 MUTANTS = ("fp32_exponential_race", "floored_uniform_race", "fp32_cumsum_inverse_cdf")
@@ -147,7 +145,21 @@ def retention() -> dict:
     return out
 
 
-def write_report(out: Path, done: dict, config: Config, meta: dict) -> None:
+def run_rows(records: list[dict]) -> list[list[str]]:
+    """report.md's first table: every run (the reference's last), its verdict, rows, deep-tail hits per position."""
+    return [[f"`{r['name']}`", r["plan"], str(r["seed"]), r["verdict"].upper(), f"{r['samples']:,}",
+             "; ".join(f"{t['hits']}/{t['expected']:.1f} (p {t['p_value']:.1e})" for t in r["deep_tail"]) or "-",
+             ", ".join(r["rejected_kinds"]) or "-", f"{r['seconds']:.1f}"]
+            for r in sorted(records, key=lambda r: (r["name"] == REFERENCE, r["name"], r["plan"], r["seed"]))]
+
+
+def power_rows(exact: list[dict]) -> list[list[str]]:
+    """The deep-tail test's exact power at the plan, per position and deficit."""
+    return [[str(p["position"]), f"{p['reached_rows']:,}", f"{p['tail_mass']:.3g}", f"{p['expected_hits']:.1f}",
+             f"{p['false_alarm']:.1e}", *(f"{p[f'power_deficit_{d:g}']:.3f}" for d in DEFICITS)] for p in exact]
+
+
+def write_report(run, done: dict) -> None:
     records = list(done.values())
     ref = [r for r in records if r["name"] == REFERENCE and r["plan"] == "tail"]
     rows = next((r["tail_rows"] for r in ref + records if r["plan"] == "tail" and r["tail_rows"]), None)
@@ -155,7 +167,6 @@ def write_report(out: Path, done: dict, config: Config, meta: dict) -> None:
                "reference_deep_tail_rejections": sum(any(t["reject"] for t in r["deep_tail"]) for r in ref)}
     rate = None
     if rows:
-        from harness.check.api import planned_rows  # noqa: F401 - the plan's per-test rate comes from the check
         from harness.check.config import DEFAULT_FALSE_ALARM_RATE
         from harness.check.driver import CheckConfig
         from harness.check.sampler import SamplerSource
@@ -166,32 +177,22 @@ def write_report(out: Path, done: dict, config: Config, meta: dict) -> None:
         summary["exact_power"] = exact_power(rows, rate)
         summary["plan_rate"] = rate
     summary["retention"] = retention()
-    write_result(out / "campaign.json", "campaign.tail", config=config, provenance=meta, rows=records, summary=summary)
-    lines = ["# Deep-tail probes: RNG-resolution bugs (issue 46)", "",
-             f"Measured {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
-             f"Command: `specdec campaign tail --reference-seeds {config.reference_seeds} --mutant-seeds "
-             f"{config.mutant_seeds}{' --timing' if config.timing else ''} --out {out}`", "",
-             "| implementation | plan | seed | verdict | rows | deep-tail hits / expected (per position) | "
-             "rejected kinds | seconds |", "|---|---|---|---|---|---|---|---|"]
-    for r in sorted(records, key=lambda r: (r["name"] == REFERENCE, r["name"], r["plan"], r["seed"])):
-        tails = "; ".join(f"{t['hits']}/{t['expected']:.1f} (p {t['p_value']:.1e})" for t in r["deep_tail"]) or "-"
-        lines.append(f"| `{r['name']}` | {r['plan']} | {r['seed']} | {r['verdict'].upper()} | {r['samples']:,} | "
-                     f"{tails} | {', '.join(r['rejected_kinds']) or '-'} | {r['seconds']:.1f} |")
-    lines += ["", f"Reference on `{CASE}`: {summary['reference_false_alarms']} of {summary['reference_runs']} runs "
-              f"FAIL; deep-tail test rejects in {summary['reference_deep_tail_rejections']} of them."]
+    run.write_result("campaign.json", "campaign.tail", rows=records, summary=summary)
+    lines = ["# Deep-tail probes: RNG-resolution bugs (issue 46)", "", header(run), "", rerun(run), "",
+             table(["implementation", "plan", "seed", "verdict", "rows", "deep-tail hits / expected (per position)",
+                    "rejected kinds", "seconds"], run_rows(records)),
+             "", f"Reference on `{CASE}`: {summary['reference_false_alarms']} of {summary['reference_runs']} runs "
+             f"FAIL; deep-tail test rejects in {summary['reference_deep_tail_rejections']} of them."]
     if rate:
         lines += ["", f"Exact power of the deep-tail test at the plan ({rows:,} rows, per-test rate {rate:.2g}):", "",
-                  "| position | reached rows | tail mass | expected hits | exact false-alarm | deficit 0.3 | 0.5 | "
-                  "0.6 | 0.7 | 0.75 | 0.8 | 0.85 | 0.9 | 1.0 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for p in summary["exact_power"]:
-            lines.append(f"| {p['position']} | {p['reached_rows']:,} | {p['tail_mass']:.3g} | {p['expected_hits']:.1f} "
-                         f"| {p['false_alarm']:.1e} | " + " | ".join(
-                             f"{p[f'power_deficit_{d:g}']:.3f}" for d in DEFICITS) + " |")
+                  table(["position", "reached rows", "tail mass", "expected hits", "exact false-alarm",
+                         *(f"deficit {d}" if i == 0 else f"{d}" for i, d in enumerate(DEFICITS))],
+                        power_rows(summary["exact_power"]))]
     lines += ["", "Fraction of the deep-tail mass each planted bug keeps (1 − its deficit), per final draw (`retention()`):",
-              "", "| draw | tail mass | " + " | ".join(f"`{m}`" for m in MUTANTS) + " |", "|---|---|---|---|---|"]
-    for where, r in summary["retention"].items():
-        lines.append(f"| {where} | {r['tail_mass']:.3g} | " + " | ".join(f"{r[m]:.3f}" for m in MUTANTS) + " |")
-    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+              "", table(["draw", "tail mass", *(f"`{m}`" for m in MUTANTS)],
+                        [[where, f"{r['tail_mass']:.3g}", *(f"{r[m]:.3f}" for m in MUTANTS)]
+                         for where, r in summary["retention"].items()])]
+    run.write_text("report.md", "\n".join(lines) + "\n")
 
 
 def cells(config: Config) -> dict[str, tuple]:
@@ -219,7 +220,7 @@ def report(run) -> int:
     mutant fails the tail case and everything else (controls, reference, mutants on the default plan) passes."""
     every = tail_cells(run.config.reference_seeds, run.config.mutant_seeds, run.config.timing)
     done = {k: run.journal[k] for k in every if k in run.journal}
-    write_report(run.out, done, run.config, run.provenance)
+    write_report(run, done)
     print(json.dumps({k: v["verdict"] for k, v in done.items()}))
     mutants_caught = all(v["verdict"] == "fail" for v in done.values() if v["name"] in MUTANTS and v["plan"] == "tail")
     must_pass = all(v["verdict"] != "fail" for v in done.values()

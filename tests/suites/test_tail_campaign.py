@@ -7,6 +7,7 @@ import json
 
 from harness.cli import main
 from harness.executor import JOURNAL, Journal
+from suites.campaigns import tail
 from suites.campaigns.tail import MUTANTS, tail_cells
 
 
@@ -32,6 +33,8 @@ def test_the_report_is_rebuilt_from_the_journal_and_exits_0_when_every_mutant_is
     envelope = json.loads((tmp_path / "campaign.json").read_text())
     assert envelope["kind"] == "campaign.tail" and envelope["summary"]["reference_false_alarms"] == 0
     assert "Reference on `tail-v131072`: 0 of 1 runs FAIL" in (tmp_path / "report.md").read_text()
+    rows = tail.run_rows(envelope["rows"])  # report.md's first table, from the rows it is rendered from
+    assert len(rows) == len(verdicts) and {r[3] for r in rows if r[0] == f"`{tail.REFERENCE}`"} == {"PASS"}
 
 
 def test_a_mutant_that_passes_the_tail_case_exits_1(tmp_path, capsys):
