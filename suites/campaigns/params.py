@@ -22,6 +22,7 @@ import dataclasses
 
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
+from harness.reporting import header, pct, rerun, table
 
 MUTANTS = ("min_p_first_position_only", "logit_bias_draft_only", "penalties_from_prefix_before_block",
            "penalty_draft_only", "min_new_tokens_bonus_only", "bad_words_bonus_only", "top_p_before_temperature")
@@ -142,25 +143,27 @@ def rows(config: Config, done: dict, tvs: dict) -> list[dict]:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+    return pct(x, missing="-")
 
 
-def markdown(table: list[dict], ok: bool, problems: list[str], run) -> str:
-    meta = run.provenance
+def table_rows(table: list[dict]) -> list[list[str]]:
+    """report.md's table: per entry its exact TVs, runs, FAILs at the gate and runs with family p ≤ NOMINAL (95% CI)."""
+    return [[f"`{r['name']}`", r["kind"], r["pair"], r.get("setting", "-"),
+             " / ".join(f"{r[k]:.3f}" for k in ("exact_tv_prompt0", "exact_tv_prompt1") if k in r) or "-",
+             str(r["runs"]),
+             f"{r['failed_runs']} = {_pct(r['rate_at_gate'])} ({_pct(r['ci_gate_low'])}–{_pct(r['ci_gate_high'])})",
+             f"{_pct(r['rate_at_nominal'])} ({_pct(r['ci_nominal_low'])}–{_pct(r['ci_nominal_high'])})",
+             f"{r['seconds']:.0f}"] for r in table]
+
+
+def markdown(rows_: list[dict], ok: bool, problems: list[str], run) -> str:
     lines = ["# The sampling parameters beyond temperature / top-k / top-p", "",
-             f"Measured {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · gate (family-wise "
-             f"false-alarm rate) {GATE:g} · {run.config.samples} samples per prompt cell, no contexts cells", "",
+             header(run, f"gate (family-wise false-alarm rate) {GATE:g}",
+                    f"{run.config.samples} samples per prompt cell, no contexts cells"), "", rerun(run), "",
              f"**Overall: {'PASS' if ok else 'FAIL'}**" + ("" if ok else " — " + "; ".join(problems)), "",
-             "| entry | kind | pair | setting | exact TV (prompt 0 / 1) | runs | FAIL at the gate (95% CI) | "
-             f"family p ≤ {NOMINAL:g} (95% CI) | seconds |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in table:
-        tv = " / ".join(f"{r[k]:.3f}" for k in ("exact_tv_prompt0", "exact_tv_prompt1") if k in r) or "-"
-        lines.append(f"| `{r['name']}` | {r['kind']} | {r['pair']} | {r.get('setting', '-')} | {tv} | {r['runs']} | "
-                     f"{r['failed_runs']} = {_pct(r['rate_at_gate'])} ({_pct(r['ci_gate_low'])}–"
-                     f"{_pct(r['ci_gate_high'])}) | {_pct(r['rate_at_nominal'])} ({_pct(r['ci_nominal_low'])}–"
-                     f"{_pct(r['ci_nominal_high'])}) | {r['seconds']:.0f} |")
-    lines += ["", "For a mutant the rate is its detection rate; for the control, its false-alarm rate.", "",
-              f"Reproduce: `{run.command}`.", ""]
+             table(["entry", "kind", "pair", "setting", "exact TV (prompt 0 / 1)", "runs", "FAIL at the gate (95% CI)",
+                    f"family p ≤ {NOMINAL:g} (95% CI)", "seconds"], table_rows(rows_)),
+             "", "For a mutant the rate is its detection rate; for the control, its false-alarm rate.", ""]
     return "\n".join(lines)
 
 
@@ -174,10 +177,10 @@ def report(run) -> int:
         run.write_result("exact_tv.json", "campaign.params.exact_tv", report=tvs, summary={"entries": len(tvs)})
         for name, row in tvs.items():
             print(f"{name:36s} {row['pair']:8s} exact TV {', '.join(f'{t:.4f}' for t in row['tv_per_prompt'])}")
-    table = rows(run.config, run.done, tvs)
-    ok, problems = campaign_ok([r for r in table if r["runs"]])  # an entry with no run yet (--stop-at): not judged
-    run.write_result("campaign.json", "campaign.params", rows=table,
+    found = rows(run.config, run.done, tvs)
+    ok, problems = campaign_ok([r for r in found if r["runs"]])  # an entry with no run yet (--stop-at): not judged
+    run.write_result("campaign.json", "campaign.params", rows=found,
                      summary={"ok": ok, "problems": problems, "complete": run.complete, "command": run.command})
-    run.write_text("report.md", markdown(table, ok, problems, run))
+    run.write_text("report.md", markdown(found, ok, problems, run))
     print("ok" if ok else "PROBLEMS: " + "; ".join(problems))
     return 0 if ok else 1
