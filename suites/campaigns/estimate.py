@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.configs import option
+from harness.reporting import header, rerun, table
 
 CASES = ("anti-logits", "zipf1000-high-alpha", "gamma8-v100")
 ENTRIES = ("reference_verify", "residual_from_p", "residual_from_q", "inverted_ratio", "residual_temperature",
@@ -139,6 +140,26 @@ def run_cell(entry: dict, n: int, seeds: int, rows_path: str | None) -> dict:
     return row
 
 
+def coverage_rows(rows: list[dict]) -> list[list[str]]:
+    """Per (law, n): the exact TV, the interval's coverage and mean width, width·√n, the estimate's mean, bias, RMSE."""
+    return [[r["case"], f"`{r['entry']}`", str(r["position"]), f"{r['n']:,}",
+             f"{r['exact_tv']:.4f} / {r['exact_tv_full']:.4f}", f"{r['coverage']:.3f}", f"{r['mean_width']:.4f}",
+             f"{r['width_sqrt_n']:.2f}", f"{r['mean_estimate']:.4f}", f"{r['bias']:+.4f}", f"{r['rmse']:.4f}"]
+            for r in rows]
+
+
+def kl_rows(rows: list[dict]) -> list[list[str]]:
+    """The same for KL(emitted ‖ p), where the emitted support lies inside p's."""
+    return [[r["case"], f"`{r['entry']}`", str(r["position"]), f"{r['n']:,}", f"{r['kl_exact']:.4f}",
+             f"{r['kl_coverage']:.3f}", f"{r['kl_mean_width']:.4f}", f"{r['kl_bias']:+.4f}"] for r in rows]
+
+
+def profile_rows(profiles: list[dict]) -> list[list[str]]:
+    """Per lossy-by-design entry, per position: estimate [95% interval] (exact TV)."""
+    return [[f"`{prof['entry']}`", *(f"{r['estimate']:.3f} [{r['low']:.3f}, {r['high']:.3f}] ({r['exact_tv']:.3f})"
+                                     for r in prof["positions"])] for prof in profiles]
+
+
 def report(run) -> int:
     """coverage.json, positions.png and report.md; exit 1 unless every interval covers in >= 95 % of its runs."""
     args, out = run.config, run.out
@@ -149,7 +170,6 @@ def report(run) -> int:
     if not rows:
         print("estimate: no row measured (out of time before the first cell); nothing written")
         return 1
-    meta = run.provenance
     from harness.mutants.profile import PROFILE_ENTRIES, position_profile, profile_figure
     from harness.records import save_figure
 
@@ -159,40 +179,29 @@ def report(run) -> int:
                      summary={"position_profiles": profiles, "seconds": run.seconds})
     lossy = [r for r in rows if r["exact_tv"] > 0]
     lines = ["# Coverage of the TV estimate's 95% interval on laws with a known exact TV (issue 46)", "",
-             f"Measured {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']}", "",
-             f"Command: `specdec campaign estimate --seeds {args.seeds} --n {' '.join(map(str, args.n))} --out "
-             f"{out}` (suites/campaigns/estimate.py; rows measured by runs over the case subsets, "
-             f"`--cases ... --rows FILE`, are joined with `--report-from FILE ...`)", "",
+             header(run), "",
+             rerun(run) + " (suites/campaigns/estimate.py; rows measured by runs over the case subsets, "
+             "`--cases ... --rows FILE`, are joined with `--report-from FILE ...`)", "",
              f"Coverage ≥ 95%: {sum(r['coverage'] >= 0.95 for r in rows)} of {len(rows)} (law, n) rows; lowest "
              f"{min(r['coverage'] for r in rows):.3f}. Lossy laws (exact TV > 0): {len(lossy)} rows, lowest coverage "
              f"{min((r['coverage'] for r in lossy), default=math.nan):.3f}.", "",
-             "| case | entry | position | n | exact TV (partition / full) | coverage | mean width | width·√n | "
-             "mean estimate | bias | RMSE |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['case']} | `{r['entry']}` | {r['position']} | {r['n']:,} | {r['exact_tv']:.4f} / "
-                     f"{r['exact_tv_full']:.4f} | {r['coverage']:.3f} | {r['mean_width']:.4f} | {r['width_sqrt_n']:.2f} | "
-                     f"{r['mean_estimate']:.4f} | {r['bias']:+.4f} | {r['rmse']:.4f} |")
+             table(["case", "entry", "position", "n", "exact TV (partition / full)", "coverage", "mean width",
+                    "width·√n", "mean estimate", "bias", "RMSE"], coverage_rows(rows))]
     spread = max(r["width_sqrt_n"] for r in rows)
     lines += ["", f"Width·√n is at most {spread:.2f} over these laws: an interval of width w needs n ≈ "
               f"({spread:.2f} / w)² draws at a position (w = 0.02: {math.ceil((spread / 0.02) ** 2):,}; w = 0.01: "
               f"{math.ceil((spread / 0.01) ** 2):,})."]
-    kl_rows = [r for r in rows if "kl_coverage" in r]
-    if kl_rows:
-        lines += ["", f"KL(emitted ‖ p) in nats, same laws where the emitted support lies inside p's ({len(kl_rows)} "
-                  f"rows): coverage ≥ 95% in {sum(r['kl_coverage'] >= 0.95 for r in kl_rows)}; lowest "
-                  f"{min(r['kl_coverage'] for r in kl_rows):.3f}.", "",
-                  "| case | entry | position | n | exact KL (partition) | coverage | mean width | bias |",
-                  "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['case']} | `{r['entry']}` | {r['position']} | {r['n']:,} | {r['kl_exact']:.4f} | "
-                  f"{r['kl_coverage']:.3f} | {r['kl_mean_width']:.4f} | {r['kl_bias']:+.4f} |" for r in kl_rows]
+    kl = [r for r in rows if "kl_coverage" in r]
+    if kl:
+        lines += ["", f"KL(emitted ‖ p) in nats, same laws where the emitted support lies inside p's ({len(kl)} "
+                  f"rows): coverage ≥ 95% in {sum(r['kl_coverage'] >= 0.95 for r in kl)}; lowest "
+                  f"{min(r['kl_coverage'] for r in kl):.3f}.", "",
+                  table(["case", "entry", "position", "n", "exact KL (partition)", "coverage", "mean width", "bias"],
+                        kl_rows(kl))]
     lines += ["", f"Per position, one run of {profiles[0]['rows']:,} rows on {profiles[0]['case']} (seed 0; the "
               "rows reaching position j follow the entry's own acceptance): estimate, 95% interval, exact TV "
               "(`harness.mutants.profile`; numbers under `position_profiles` in coverage.json).", "",
               "![per-position TV estimate and band](positions.png)", "",
-              "| entry | " + " | ".join(f"j = {r['position']}" for r in profiles[0]["positions"]) + " |",
-              "|---|" + "---|" * len(profiles[0]["positions"])]
-    lines += ["| `{}` | ".format(prof["entry"]) + " | ".join(
-        f"{r['estimate']:.3f} [{r['low']:.3f}, {r['high']:.3f}] ({r['exact_tv']:.3f})" for r in prof["positions"]) + " |"
-        for prof in profiles]
+              table(["entry", *(f"j = {r['position']}" for r in profiles[0]["positions"])], profile_rows(profiles))]
     run.write_text("report.md", "\n".join(lines) + "\n")
     return 0 if all(r["coverage"] >= 0.95 for r in rows) else 1
