@@ -32,6 +32,7 @@ import torch
 from harness.bench.theory import expected_tokens_per_call
 from harness.configs import option
 from harness.errors import HarnessError
+from harness.reporting import header, num, rerun, table
 from specdec_ref.runners import make_runner
 
 GAMMAS = (1, 2, 3, 4, 6, 8)
@@ -87,25 +88,27 @@ def cost_table(target_seconds: dict[int, float], draft_seconds: dict[str, float]
     return rows
 
 
-def _markdown(result: dict, pair: str, meta: dict, command: str) -> str:
+def pass_rows(result: dict) -> list[list[str]]:
+    """The target's pass over k new positions: ms and r(k) = T(k)/T(1)."""
     t1 = result["target_seconds"]["1"]
-    lines = [f"# Cost model on this machine: `{pair}`", "",
-             f"Generated {meta['utc_time']} · commit `{meta['git_commit']}` · {meta['device']} · "
-             f"{result['threads']} threads · prompt {result['prompt_tokens']} tokens · median of repeats", "",
-             "Target pass over k new positions (KV-cached, B = 1):", "",
-             "| k | ms | r(k) = T(k)/T(1) |", "|---|---|---|"]
-    lines += [f"| {k} | {1e3 * v:.1f} | {v / t1:.2f} |" for k, v in result["target_seconds"].items()]
-    lines += ["", "Break-even acceptance α* (speedup S = E[tokens](α, γ) / (r(γ+1) + γc) reaches 1; "
-              "'never' = not even at α = 1):", "",
-              "| draft | c | γ | r(γ+1) | α* | measured α | S at measured α |", "|---|---|---|---|---|---|---|"]
-    for row in result["rows"]:
-        a = row["break_even_alpha"]
-        measured, speedup = row["measured_alpha"], row["speedup_at_measured_alpha"]
-        lines.append(f"| {row['draft']} | {row['c']:.3f} | {row['gamma']} | {row['r']:.2f} | "
-                     f"{'never' if a is None else f'{a:.3f}'} | {'-' if measured is None else f'{measured:.2f}'} | "
-                     f"{'-' if speedup is None else f'{speedup:.2f}'} |")
-    lines += ["", f"Reproduce: `{command}`.", ""]
-    return "\n".join(lines)
+    return [[str(k), f"{1e3 * v:.1f}", f"{v / t1:.2f}"] for k, v in result["target_seconds"].items()]
+
+
+def break_even_rows(result: dict) -> list[list[str]]:
+    """Per draft and γ: its cost c, r(γ+1), the break-even α*, the measured α and the speedup there."""
+    return [[row["draft"], f"{row['c']:.3f}", str(row["gamma"]), f"{row['r']:.2f}",
+             num(row["break_even_alpha"], ".3f", "never"), num(row["measured_alpha"], ".2f", "-"),
+             num(row["speedup_at_measured_alpha"], ".2f", "-")] for row in result["rows"]]
+
+
+def _markdown(result: dict, pair: str, lead: tuple[str, ...]) -> str:
+    return "\n".join([f"# Cost model on this machine: `{pair}`", "", *lead,
+                      "Target pass over k new positions (KV-cached, B = 1):", "",
+                      table(["k", "ms", "r(k) = T(k)/T(1)"], pass_rows(result)),
+                      "", "Break-even acceptance α* (speedup S = E[tokens](α, γ) / (r(γ+1) + γc) reaches 1; "
+                      "'never' = not even at α = 1):", "",
+                      table(["draft", "c", "γ", "r(γ+1)", "α*", "measured α", "S at measured α"],
+                            break_even_rows(result)), ""])
 
 
 @dataclasses.dataclass
@@ -192,7 +195,9 @@ def report(run) -> int:
               "prompt_tokens": len(LOADED["prompt"]), "threads": torch.get_num_threads()}
     run.write_result("costs.json", "campaign.bench_costs", rows=result["rows"],
                      summary={k: v for k, v in result.items() if k != "rows"})
-    text = _markdown(result, run.config.pair, run.provenance, run.command)
+    text = _markdown(result, run.config.pair, (header(run, f"{result['threads']} threads",
+                                                      f"prompt {result['prompt_tokens']} tokens", "median of repeats"),
+                                               "", rerun(run), ""))
     run.write_text("report.md", text)
     print(text)
     return 0
