@@ -32,32 +32,40 @@ def install(session: nox.Session, extras: str = "test,gguf", real_model: bool = 
 
 
 # Both test layers run on every core (pytest-xdist; --dist worksteal balances the minute-long statistical tests) and list
-# their 25 slowest tests. CI runs the two layers one after the other (.ci/run).
+# their 25 slowest tests. CI runs the two layers one after the other (.ci/run). A test's layer is its marker
+# (tests/layers.py, docs/RUNNING.md "Test layers"): none (unit), stochastic or end_to_end (statistical), lint (lint).
 PARALLEL = ("-n", "auto", "--dist", "worksteal", "--durations=25")
+UNIT = "not slow and not stochastic and not end_to_end and not lint"
+STATISTICAL = "(stochastic or end_to_end) and not slow"
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The unit layer: fast tests, no whole check at production size (pass pytest options after --). The README's test
-    command runs it and then the statistical layer: `nox -s tests statistical`."""
+    """The unit layer: fast tests, no whole check at production size, every test without a layer marker (pass pytest
+    options after --). The README's test command runs it and then the statistical layer: `nox -s tests statistical`."""
     install(session)
-    session.run("pytest", "-m", "not slow and not statistical", *PARALLEL, *session.posargs)
+    session.run("pytest", "-m", UNIT, *PARALLEL, *session.posargs)
 
 
 @nox.session
 def statistical(session: nox.Session) -> None:
-    """The statistical layer: whole checks at production size, false-alarm and power measurements, and the served /
-    campaign end-to-end runs they rest on (marker `statistical`)."""
+    """The statistical layer: the `stochastic` tests (whole checks at production size, false-alarm and power
+    measurements: a failure may be chance, and prints its seed and false-alarm rate) and the `end_to_end` ones (the
+    served / campaign / new-user runs: deterministic, a failure is a defect)."""
     install(session)
-    session.run("pytest", "-m", "statistical and not slow", *PARALLEL, *session.posargs)
+    session.run("pytest", "-m", STATISTICAL, *PARALLEL, *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the whole tree, then the import-layer contracts of pyproject.toml (import-linter)."""
+    """ruff over the whole tree, the import-layer contracts of pyproject.toml (import-linter), then the `lint` tests:
+    the AST and text scans of the sources, docs and configuration (pass pytest options after --). pytest collects
+    tests/, whose modules import the project: it is installed as for `tests`, without the model wheel."""
     session.install(NO_COMPILE, "ruff", "import-linter")
     session.run("ruff", "check", ".")
     session.run("lint-imports")
+    install(session, real_model=False)
+    session.run("pytest", "-m", "lint", *session.posargs)
 
 
 @nox.session(default=False)

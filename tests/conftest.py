@@ -4,6 +4,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+# the layer markers (stochastic, end_to_end, lint): registered, checked at collection, a stochastic failure's seed
+# and false-alarm rate added to its report
+from tests.layers import pytest_collection_modifyitems, pytest_configure, pytest_runtest_makereport  # noqa: F401
+
 # Hypothesis profiles, chosen with $HYPOTHESIS_PROFILE. "ci" (the default, what `nox -s tests` runs): each
 # property's own example count (tests/check/test_invariance.py keeps its few, derandomized). "thorough": many
 # random examples of every property whose count is not fixed by its test (the invariance properties included).

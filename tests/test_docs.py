@@ -4,11 +4,14 @@ public API, links that resolve, and generated reference pages that match the cod
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 USER_PAGES = ["README.md", "docs/index.md", "docs/getting-started.md", "docs/CHECKING.md", "docs/ENGINES.md"]
 TEST_COMMAND = "python3 -m pip install nox && python3 -m nox -s tests statistical"  # both test layers
 
 
+@pytest.mark.lint
 def test_readme_is_short_and_ci_runs_its_test_command():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 170
@@ -18,6 +21,7 @@ def test_readme_is_short_and_ci_runs_its_test_command():
     assert ci.index(TEST_COMMAND) < ci.index("python3 -m nox -s docs")  # the README's command runs first
 
 
+@pytest.mark.lint
 def test_user_docs_import_only_the_public_api():
     """Nothing the README or any docs page tells a user to import lives under harness. or suites (DESIGN.md,
     which describes the internals, and ENGINES-INTERFACE.md, for adapter authors writing inside harness/engines,
@@ -36,6 +40,7 @@ def _markdown_pages():
     yield from sorted((ROOT / "docs").rglob("*.md"))
 
 
+@pytest.mark.lint
 def test_relative_links_resolve_in_the_repository():
     """Every relative link of the README, the changelog, the results digest and docs/ names a file that exists,
     or a reference page the site build generates (the site build checks the site's own links: `nox -s docs`)."""
@@ -55,6 +60,7 @@ def test_relative_links_resolve_in_the_repository():
     assert broken == []
 
 
+@pytest.mark.lint
 def test_every_docs_page_is_in_the_site_nav():
     nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:", 1)[1]
     listed = set(re.findall(r":\s*([\w./-]+\.md)\s*$", nav, re.MULTILINE))

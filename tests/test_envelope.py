@@ -112,6 +112,7 @@ def test_no_result_file_uses_alpha_for_two_things():
             assert "false_alarm_rate" in data["report"], rel
 
 
+@pytest.mark.lint
 def test_every_json_file_a_command_writes_goes_through_write_result():
     """One writer: no module of harness/ or suites/ writes a JSON file past harness.envelope.write_result."""
     import re

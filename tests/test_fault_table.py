@@ -287,7 +287,7 @@ def test_http_down(capsys):
     _one_line(err, COULD_NOT)
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("name", ["http-5xx", "http-reset", "http-malformed", "http-timeout", "http-late"])
 def test_http_faults_mid_run_are_findings_and_resume_loses_nothing(name, served_reference, uninterrupted, tmp_path,
                                                                    monkeypatch, capsys):
@@ -307,7 +307,7 @@ def test_http_faults_mid_run_are_findings_and_resume_loses_nothing(name, served_
     assert resumed == uninterrupted
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_truncated_sse_is_a_finding(served_reference, capsys):
     proxy = FaultyProxy(served_reference.removesuffix("/v1"), "sse-truncated")
     try:
@@ -319,7 +319,7 @@ def test_truncated_sse_is_a_finding(served_reference, capsys):
     _one_line(err, FAULTS["sse-truncated"].line)
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_a_torn_engine_record_loses_nothing(served_reference, uninterrupted, tmp_path):
     """A killed run leaves a torn last line; the next run's first new record must not be glued to it."""
     argv = [*ENGINE, "--endpoint", served_reference, "--out", str(tmp_path)]

@@ -9,6 +9,8 @@ import ast
 import pathlib
 import re
 
+import pytest
+
 from harness.cli import campaign_names, main, policy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -30,6 +32,7 @@ def _main_blocks(package: str) -> list[str]:
     return found
 
 
+@pytest.mark.lint
 def test_no_hidden_python_m_producers_in_the_harness():
     assert _main_blocks("harness") == []
 
@@ -74,6 +77,7 @@ def _catalogues_and_folders(package: str) -> list[str]:
     return found
 
 
+@pytest.mark.lint
 def test_the_harness_names_no_case_catalogue_and_no_results_folder():
     """Cases, settings, sweeps, prompts and results/ folders are policy: suites/ holds them, harness/ gets
     them from the installed policy (harness.policy)."""
@@ -101,6 +105,7 @@ def test_the_catalogues_load_through_the_policy_layer():
     assert contexts.BLOCK_SIZES == context_sizes.BLOCK_SIZES and contexts.LENGTHS == context_sizes.LENGTHS
 
 
+@pytest.mark.lint
 def test_tests_mirror_the_packages():
     """tests/X/ holds the tests of harness/X/ (or of the top-level package X); helpers live in tests/impls."""
     dirs = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "_"))} - {"impls"}

@@ -73,19 +73,20 @@ def private_imports(root: Path) -> list[tuple[str, int, str, str]]:
     return found
 
 
-@pytest.mark.statistical
+@pytest.mark.lint
 def test_no_library_module_imports_another_modules_private_name():
     found = [f"{file}:{line}: {module}.{name}" for file, line, module, name in private_imports(ROOT)
              if (file, module, name) not in EXCEPTIONS]
     assert found == []  # give the helper a public name in its home module (no leading underscore)
 
 
-@pytest.mark.statistical
+@pytest.mark.lint
 def test_the_exceptions_are_still_needed():
     used = {(file, module, name) for file, _, module, name in private_imports(ROOT)}
     assert set(EXCEPTIONS) - used == set()
 
 
+@pytest.mark.lint
 def test_the_scan_finds_each_form_of_private_import(tmp_path):
     pkg = tmp_path / "harness"
     (pkg / "sub").mkdir(parents=True)

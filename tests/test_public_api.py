@@ -150,12 +150,13 @@ def test_verify_engine_level_builds_an_engine_config_and_validates_before_any_re
 
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_python_dash_m_specdec_is_the_command_line():
     run = subprocess.run([sys.executable, "-m", "specdec", "pairs"], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0 and "toy" in run.stdout
 
 
+@pytest.mark.lint
 def test_the_installed_top_level_names_are_pinned():
     """docs/DESIGN.md, "Installed top-level names": exactly these four; no new bare top-level name may be added
     (tests/test_wheel.py pins the built wheel's members)."""

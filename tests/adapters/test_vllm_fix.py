@@ -50,7 +50,7 @@ def test_server_env_prepends_the_site_folder_and_switches_the_fix_on():
     assert (vllm_fix.SITE_DIR / "sitecustomize.py").is_file()
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_a_process_started_with_server_env_replaces_the_shipped_expand_override(tmp_path):
     """A Python process with server_env loads sitecustomize, which replaces
     vllm.utils.cpu_triton_utils._expand_kernel_impl (here a stand-in package) and says so on stderr; without

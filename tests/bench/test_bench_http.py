@@ -16,7 +16,7 @@ from harness.served.serve import serving
 from specdec_ref.adapters import generate
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_tiny_bench_against_specdec_serve_writes_the_report_with_plots(tmp_path, capsys):
     with serving(generate, get_pair("toy")) as on, serving(generate, get_pair("toy"), speculative=False) as off:
         rc = main(["bench", "--endpoint", on.url + "/v1", "--reference-endpoint", off.url + "/v1", "--quick",
@@ -44,14 +44,14 @@ def test_tiny_bench_against_specdec_serve_writes_the_report_with_plots(tmp_path,
     assert "report.md" in capsys.readouterr().out
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_endpoint_without_reference_is_exit_2():
     out = subprocess.run([sys.executable, "-m", "harness", "bench", "--endpoint", "http://127.0.0.1:9/v1"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "--reference-endpoint" in out.stderr and "Traceback" not in out.stderr
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_unknown_category_is_exit_2():
     out = subprocess.run([sys.executable, "-m", "harness", "bench", "--endpoint", "http://127.0.0.1:9/v1",
                           "--reference-endpoint", "http://127.0.0.1:9/v1", "--categories", "poetry"],

@@ -48,7 +48,7 @@ def recorder(monkeypatch):
     return rec
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_tiny_sweep_writes_rows_report_and_figures(tmp_path, tiny_suite):
     result = run_bench(BenchConfig(suite=tiny_suite, out=str(tmp_path)))
     out = tmp_path / "tiny"
@@ -79,7 +79,7 @@ def test_tiny_sweep_writes_rows_report_and_figures(tmp_path, tiny_suite):
     assert "specdec bench --suite tiny" in report
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_rerun_skips_finished_cells_and_resumes_after_interruption(tmp_path, tiny_suite, recorder):
     config = BenchConfig(suite=tiny_suite, out=str(tmp_path))
     cells = bench_plan.make_plan(config).cells

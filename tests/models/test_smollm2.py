@@ -90,7 +90,7 @@ def test_the_target_is_loaded_once_per_process(pair):
     pytest.param(lambda t: smollm2.truncated_draft(t, TRUNC_LAYERS), id="truncated"),
     pytest.param(lambda t: smollm2.ngram_draft(t), id="ngram"),
 ])
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_each_draft_returns_logits_of_the_vocabulary_width(target, tok, make):
     ids = encode(tok, "def add(a, b):\n    return a + b")
     before = forward_logits(target, ids)
@@ -103,7 +103,7 @@ def test_each_draft_returns_logits_of_the_vocabulary_width(target, tok, make):
 
 
 @real_model
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_int8_weight_only_draft_agrees_with_the_target(target, tok):
     ids = encode(tok, "The capital of France is Paris. The capital of Germany is")
     p = torch.softmax(forward_logits(target, ids)[0], -1)  # [L, V]

@@ -79,7 +79,7 @@ def marginal_p_values(tokens: torch.Tensor, law: torch.Tensor) -> list[float]:
     return out
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_hooked_loop_reproduces_the_reference_token_for_token(pairs):
     ids = torch.randint(0, V, (6, 4), generator=torch.Generator().manual_seed(0))
     for temperature, top_k, top_p in [(1.0, None, None), (0.7, 5, 0.9), (0.0, None, None)]:
@@ -171,7 +171,7 @@ _BASELINE = {"zero_draft_step_reads_wrong_state": _zero_draft_schedule_alone}
 
 
 @pytest.mark.parametrize("name", sorted(set(BLIND) - _NOT_TOKEN_EQUAL))
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_mutant_is_blind_without_what_it_needs(pairs, name):
     config = BLIND[name]
     pair = pairs[config["pair"]]
@@ -237,7 +237,7 @@ def test_mutant_is_caught_with_what_it_needs(p_values, name):
 
 
 @pytest.mark.parametrize("name,pair,temperature", MUST_PASS)
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.0001, seed=1)  # 3 p-values, each > 1e-4 / 3
 def test_controls_equivalent_and_wasteful_pass_the_same_check(p_values, name, pair, temperature):
     assert min(p_values(name, pair, temperature)) > 1e-4 / 3
 
@@ -259,7 +259,7 @@ def test_tie_mutant_differs_from_plain_greedy_on_tied_logits(pairs):
     assert not torch.equal(_run(get("greedy_tie_last_index"), pairs["tied"], ids=ids, temperature=0.0), greedy)
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=2e-08, seed=3)  # measured over 20 seeds: gap 0.476, sd 0.037; 0.2 is 5.5 sd below at the sd's 95 % upper bound
 def test_wasteful_variant_accepts_fewer_drafts():
     pair = toy_models("0.7", torch.float32)
     ids = torch.tensor([PROMPT] * 200)

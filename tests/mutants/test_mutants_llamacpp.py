@@ -48,10 +48,12 @@ def _planted_outside_mutants() -> list[str]:
     return found
 
 
+@pytest.mark.lint
 def test_every_planted_bug_lives_in_harness_mutants():
     assert _planted_outside_mutants() == []
 
 
+@pytest.mark.lint
 def test_the_scan_finds_a_planted_bug_outside_the_mutants(tmp_path, monkeypatch):
     """The scan is not vacuous: a planted bug written into the mechanism is found."""
     fake = tmp_path / "harness" / "adapters"

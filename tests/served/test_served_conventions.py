@@ -32,7 +32,7 @@ def test_llama_cpp_order_applies_its_defaults_then_temperature():
     assert torch.count_nonzero(process(logits, SamplingParams(0.5, top_p=1.0, min_p=0.0), order="llama_cpp")) == 5
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.011, seed=2)  # FAIL 0.01 + PASS 0.001
 def test_undeclared_llama_cpp_sampling_is_named_by_the_diagnosis_and_passes_when_declared():
     with serving(llama_cpp_like, get_pair("toy")) as s:
         undeclared = run_engine_check(EngineConfig(endpoint=s.url + "/v1", **KW))

@@ -64,7 +64,7 @@ def test_a_row_ends_at_its_first_shared_piece_on_its_class_representative():
     assert isinstance(UnresolvedPieces("x"), HarnessError)  # exit 2: the run cannot be done
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_the_real_tokenizer_table_matches_its_own_decoding():
     from harness.models.smollm2 import smollm2_available
 
@@ -189,7 +189,7 @@ def test_coarsen_moves_each_class_mass_onto_its_representative():
     assert coarsen(probs, None) is probs
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.001, seed=1)  # the correct scoring's p > 1e-3 (the shortcuts' p < 1e-6: gross errors, not counted)
 def test_cut_rows_scored_under_the_coarsened_law_are_uniform_and_the_two_shortcuts_are_rejected():
     pair, model = _toy()
     vocab, classes = pair.vocab_size, _classes(pair.vocab_size)
@@ -208,7 +208,7 @@ def test_cut_rows_scored_under_the_coarsened_law_are_uniform_and_the_two_shortcu
     assert p_drop < 1e-6
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.003, seed='100..119')  # P(Binomial(20, 0.05) > 4)
 def test_the_coarsened_pit_false_alarm_rate_is_at_its_level():
     """20 independent runs of 600 rows at rate 0.05: the number rejected is what a correct test gives."""
     pair, model = _toy()
@@ -267,7 +267,7 @@ def _openai_row(url: str, prompt: list[int], seed: int) -> list[int]:
     return reply.json()["choices"][0]["token_ids"]
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_the_dialect_read_back_gives_the_served_ids_cut_at_their_first_shared_piece():
     """The same generate() and seed behind both dialects: the ids PiecesClient recovers from the text pieces are
     the ids the openai dialect returns, cut at their first shared piece, which holds its class's representative."""

@@ -60,7 +60,7 @@ def test_prompt_scores_are_raw_by_default_whatever_the_logprobs_mode(vllm_like, 
     assert first_score(processing_scorer, 1.0) != first_score(processing_scorer, 0.5)
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_the_probe_reports_the_scoring_mode_apart_from_the_sampled_token_mode(vllm_like, processing_scorer):
     like, proc = probe(vllm_like), probe(processing_scorer)
     assert like["logprobs_mode"] == proc["logprobs_mode"] == "processed"
@@ -86,7 +86,7 @@ def test_a_raw_scorer_at_temperature_is_refused_exit_2_not_a_false_fail(engine_o
     assert code == 2 and "prompt scores are raw" in err and "\n" not in err and "Traceback" not in err
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.011, seed=3)  # PASS 0.001 + FAIL 0.01
 def test_a_raw_scorer_scores_the_raw_law_and_catches_a_mutant(engine_on, vllm_like):
     from harness.mutants import get
 
@@ -110,7 +110,7 @@ def test_auto_picks_two_sample_where_a_raw_scorer_cannot_score(vllm_like, proces
         assert pick(NOT_PLAIN, processed) == "score"
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_logprobs_against_a_raw_scorer(vllm_like):
     """Processed engine logprobs against raw prompt scores at T = 0.7: refused (before: a false FAIL); raw engine
     logprobs against the same scorer: compared, and PASS."""
@@ -123,7 +123,7 @@ def test_logprobs_against_a_raw_scorer(vllm_like):
     assert ok.verdict == "pass" and {c.get("truth") for c in ok.cases} == {"score"}
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.002, seed=3)  # a PASS and an INCONCLUSIVE that rejects nothing, 0.001 each
 def test_a_scorer_listing_little_of_the_law_cannot_make_a_pass(engine_on, vllm_like):
     """TV(p, p') <= TV_coarse + p(rest): every detectable TV of (b) carries the mass outside the listed top k, so a
     scorer that lists 1 token of the toy law (16 tokens) leaves a run INCONCLUSIVE where listing them all PASSes."""
@@ -155,7 +155,7 @@ def test_charge_hidden_mass_adds_the_rest_mass_each_test_saw():
     assert tests[2].detectable_tv is None
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.001, seed=3)  # PASS 0.001
 def test_scoring_in_small_requests_gives_the_same_test(engine_on, vllm_like, monkeypatch):
     """A wide top k is scored a few rows per request (SCORE_ENTRIES listed values at most), a few requests at a
     time: the same p-values as one request per chunk."""
@@ -174,7 +174,7 @@ def test_scoring_in_small_requests_gives_the_same_test(engine_on, vllm_like, mon
     assert len(posted) > 10 and max(posted[1:]) <= 4  # the sampling request, then scoring groups of ≤ concurrency
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_the_scorer_record_keeps_three_numbers_per_token_not_the_reply(engine_on, vllm_like, tmp_path):
     """--out keeps what the test reads (a scorer's top 1000 at every prompt position is ~3 MB of JSON per sequence;
     kept whole in memory it killed a run): a rerun resumes from those numbers to the same p-values."""

@@ -244,7 +244,7 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-@pytest.mark.statistical  # a fresh interpreter importing torch + transformers: ~5-60 s on a loaded 2-core machine
+@pytest.mark.end_to_end  # a fresh interpreter importing torch + transformers: ~5-60 s on a loaded 2-core machine
 def test_specdec_serve_stops_within_seconds_of_sigterm_under_load_and_answers_503(tmp_path):
     """Four 300-token requests in flight (issue 55: it ignored SIGTERM for 150 s): the generation aborts at its
     next target pass, every request is answered 503, the process exits 0 within 10 s and the port is free."""
@@ -256,7 +256,7 @@ def test_specdec_serve_stops_within_seconds_of_sigterm_under_load_and_answers_50
     assert _port_is_free(port)
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_specdec_serve_abandons_a_generation_stuck_outside_the_models_on_sigint(tmp_path):
     """A generate() that never calls the models again cannot be aborted: the server stops accepting, gives up on
     it after lifecycle.STOP_GRACE_S + ABANDON_S (5 s) and exits 0 without waiting for it."""

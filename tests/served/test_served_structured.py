@@ -85,7 +85,7 @@ def test_gbnf_is_the_same_language_as_the_regex_it_spells():
         assert torch.equal(a.allowed(prefix), b.allowed(prefix)), prefix
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.001, seed=1)  # PASS 0.001
 def test_the_client_sends_the_grammar_under_llama_servers_name_only_with_a_constrained_request(tmp_path):
     bodies = []
     report, fmt = _check(_fake_llama_server(reference_generate, bodies), tmp_path / "honest")
@@ -109,7 +109,7 @@ def test_the_client_sends_the_grammar_under_llama_servers_name_only_with_a_const
         ConstrainedLlamaServerClient("http://x", spec=spec, native={"regex": "a"})
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_a_server_that_drops_the_grammar_fails_the_format_test_naming_the_position(tmp_path):
     report, fmt = _check(_fake_llama_server(reference_generate, [], honour_grammar=False), tmp_path / "dropped")
     assert fmt.p_value == 0.0 and fmt.details["violations"] > 0
@@ -117,7 +117,7 @@ def test_a_server_that_drops_the_grammar_fails_the_format_test_naming_the_positi
     assert report.verdict == "fail"  # the PIT of a masked-out token: off the constrained support
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_a_server_with_the_grammar_state_one_token_behind_fails(tmp_path):
     report, fmt = _check(_fake_llama_server(get("grammar_state_one_behind").fn, []), tmp_path / "behind")
     assert report.verdict == "fail" and fmt.p_value == 0.0
@@ -141,7 +141,7 @@ def test_stored_rows_reads_the_sampling_cells_only(tmp_path):
 
 
 @pytest.mark.parametrize("which", ["llama-server", "vllm"])
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_the_engine_constraints_mask_every_tokenization_on_smollm2(which):
     """The campaign's grammar and regex (suites/campaigns/structured.py) force no byte, so llguidance's masks are
     the naive ones (every token whose text extends a prefix of the language), which is what llama.cpp's grammar

@@ -42,7 +42,7 @@ def _both(target, draft, prompts, **kwargs):
 
 @pytest.mark.parametrize("name", list(PAIRS))
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_batched_equals_per_row_cache(name, temperature):
     target, draft = PAIRS[name]
     V = target.config.vocab_size
@@ -57,7 +57,7 @@ def test_batched_equals_per_row_cache(name, temperature):
 
 @pytest.mark.parametrize("batch", [2, 5, 33])
 @pytest.mark.parametrize("max_new", [1, 2, 4, 13])
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_batch_sizes_and_length_boundaries(batch, max_new):
     target, draft = PAIRS["toy"]
     prompts = torch.randint(0, 16, (batch, 3), generator=torch.Generator().manual_seed(batch))
@@ -78,7 +78,7 @@ def test_eos_rows_finish_at_different_steps():
     assert torch.equal(per_row.tokens, together.tokens)
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_shared_prompt_prefilled_once():
     """Rows with one prompt (the harness's case): the common prefix is computed once and copied."""
     target, draft = PAIRS["toy"]

@@ -233,7 +233,7 @@ def _acceptance(report, suffix):
     return [t for t in report.tests + report.advisories if t.name.endswith(suffix)]
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.001, seed=0)  # PASS 0.001; the acceptance readings and the old gate's rejections at this seed are not counted
 def test_block_verifier_is_not_failed_for_accepting_more_than_the_chain():
     from harness.check.sampler import run_sampler_check
     from harness.stats import binomial_event_test
@@ -251,7 +251,7 @@ def test_block_verifier_is_not_failed_for_accepting_more_than_the_chain():
     assert sum(t.p_value < rate for t in old) >= 5
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.001, seed=1)  # PASS 0.001; the acceptance readings at this seed are not counted
 def test_chain_reference_passes_and_reads_token_level_optimal():
     from harness.check.sampler import run_sampler_check
     from specdec_ref.adapters import verify
@@ -277,7 +277,7 @@ def test_accepting_above_the_universal_bound_is_failed_by_the_gate():
     assert {a["outcome"] for c in report.cases for a in c["acceptance"]} <= {"above block level", "optimal"}
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_acceptance_test_count_matches_what_is_emitted():
     from harness.check.sampler import count_acceptance_tests, plan_cases
     from harness.check.sampler_tests import _acceptance_tests
@@ -312,7 +312,7 @@ def test_block_position_integrator_gives_p_for_the_reference_residual():
         assert torch.allclose(laws, p, atol=1e-12)
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.01, seed=0)  # FAIL 0.01
 def test_block_residual_from_p_has_exact_tv_and_is_caught():
     from harness.check.sampler import run_sampler_check
     from harness.mutants.laws import exact_tvs
@@ -342,7 +342,7 @@ def test_block_token_level_accept_is_caught_by_the_universal_gate():
 
 
 @pytest.mark.parametrize("name", ["block_reference", "block_exponential_clocks"])
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.001, seed=2)  # PASS 0.001
 def test_block_controls_pass(name):
     from harness.check.sampler import run_sampler_check
     from harness.mutants.registry import get

@@ -30,7 +30,7 @@ def greedy_pairs():
 
 
 @pytest.mark.parametrize("name", list(_greedy_pairs()))
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_greedy_equals_target_greedy(greedy_pairs, name):
     target, draft = greedy_pairs[name]
     V = target.config.vocab_size
@@ -56,7 +56,7 @@ def test_greedy_acceptance_extremes(greedy_pairs):
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, None, None), (0.7, 5, 0.9), (0, None, None)])
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_cache_equals_recompute(toy64, temperature, top_k, top_p):
     """Same random draws, KV-cached vs recomputed from scratch: identical tokens (float64 models)."""
     target, draft = toy64
@@ -93,7 +93,7 @@ def test_max_new_tokens_boundaries(toy64, gamma, max_new):
     assert sum(out.stats.emitted_per_step) == 3 * max_new
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_eos_inside_draft_block():
     """Rows stop at EOS (inclusive), pad with -1, and finish at different steps; greedy still matches."""
     target = toy.tiny_llama(16, seed=0, eos_token_id=3)

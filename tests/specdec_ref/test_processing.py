@@ -72,7 +72,7 @@ def test_nan_and_inf_logits_are_refused(bad):
         logits_to_probs(logits, 1.0)
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_wide_top_p_takes_the_candidates_path_and_matches_the_exact_nucleus():
     """V > 1024: the nucleus is found among torch.topk candidates (a sort only for rows whose nucleus is
     wider); the kept set equals the float64 full-sort nucleus, peaked and flat rows alike."""

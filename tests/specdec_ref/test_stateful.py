@@ -33,7 +33,7 @@ def test_the_runner_is_chosen_by_what_the_cache_can_do(name):
 
 
 @pytest.mark.parametrize("name", FAST + tuple(pytest.param(n, marks=pytest.mark.slow) for n in SLOW))
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_stateful_reference_is_plain_greedy_token_for_token(name):
     """Greedy speculative decoding through the stateful path (snapshots, restores after rejections, multi-token
     verify across the window / chunk) returns exactly plain greedy decoding without any cache (float64)."""
@@ -50,7 +50,7 @@ MUTANTS = {"arch-conv": "conv_state_not_rolled_back", "arch-swa": "rotating_cach
 
 
 @pytest.mark.parametrize("name", FAST)
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_a_planted_state_bug_breaks_greedy_equality(name):
     """The planted bug of the family (harness.mutants.architectures) on the same prompts: greedy differs."""
     from harness.mutants.registry import get
@@ -63,7 +63,7 @@ def test_a_planted_state_bug_breaks_greedy_equality(name):
 
 
 @pytest.mark.parametrize("name", FAST)
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_generation_check_at_greedy_passes_the_stateful_reference_and_fails_the_mutant(name):
     """The CI profile of the check itself (`specdec verify --level generation --setting T=0 --contexts none`): the
     reference with the stateful path forced passes, the family's planted bug fails (exit 1's verdict)."""
@@ -97,7 +97,7 @@ def test_generation_check_at_t1_passes_the_stateful_reference_and_fails_the_muta
 
 
 @pytest.mark.slow
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_the_rollback_one_token_too_far_breaks_greedy_equality_on_qwen3_next():
     """transformers 5.25's off-by-one (γ states recorded for a verify of γ + 1 tokens: a fully rejected block
     restores the state from before the block), planted in the stateful reference on its own pair: greedy differs
@@ -111,7 +111,7 @@ def test_the_rollback_one_token_too_far_breaks_greedy_equality_on_qwen3_next():
     assert not torch.equal(mutant, plain.tokens)
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_zero_draft_schedule_alone_is_plain_greedy_and_its_stale_state_bug_is_not():
     """The zero-draft mutant's draft schedule (every other step drafts nothing, as an n-gram drafter's misses) is
     lossless on its own: greedy, token for token plain decoding. With the zero-draft step reading the previous
@@ -132,7 +132,7 @@ def test_zero_draft_schedule_alone_is_plain_greedy_and_its_stale_state_bug_is_no
     assert not torch.equal(mutant, plain.tokens)
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_shared_passes_change_no_number(monkeypatch):
     """Rows that share a prompt (or a prompt and drafts) share StatefulRunner's forwards: first passes by their
     tokens, continuations by the chain of passes that built the cache. The T = 1 tokens with and without the

@@ -94,7 +94,7 @@ def test_two_level_sampler_agrees_with_one_cumulative_sum(V):
     assert (got == want).float().mean() >= 62 / 64
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_two_level_sampler_law_is_the_row_law():
     from specdec_ref.sampling import sample_from_uniform
     V = 8192

@@ -36,7 +36,7 @@ def test_to_dict_refuses_values_without_a_json_form():
         TestResult("x", 0.0, 1.0, n=1, details={"bad": {1, 2}}).to_dict()
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_stats_package_imports_without_torch():
     code = "import sys, harness.stats; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

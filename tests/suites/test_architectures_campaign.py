@@ -71,7 +71,7 @@ def _stub_verify(verdicts: dict, calls: list):
     return verify
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_runs_are_journaled_a_rerun_adds_seeds_and_the_exit_code_is_this_commands(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(architectures, "_verify", _stub_verify({architectures.REFERENCE: "pass"}, calls))
@@ -115,7 +115,7 @@ def test_bad_settings_exit_2_before_any_run(tmp_path):
     assert not (tmp_path / JOURNAL).exists()
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_a_real_greedy_reference_run_is_journaled_and_a_rerun_resumes_it(tmp_path):
     argv = ["--parts", "reference", "--pairs", "arch-ssm", "--samples", "50", "--setting", "T=0", "--contexts", "none",
             "--time-budget", "0", "--out", str(tmp_path)]
@@ -260,7 +260,7 @@ def test_draft_counts_sum_llama_servers_per_request_lines(tmp_path):
     assert architectures._draft_counts(tmp_path / "none.log") is None
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_mutants_at_a_sampling_plan_are_measured_not_gated_and_keep_their_own_keys(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(architectures, "_verify", _stub_verify({}, calls))  # the stub passes every mutant

@@ -31,7 +31,7 @@ def test_cost_table_from_measured_seconds():
     assert rows[0]["speedup_at_measured_alpha"] == pytest.approx(expected_tokens_per_call(0.6, 1) / (1.2 + 0.2))
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_a_run_on_the_runner_times_every_pass_and_writes_the_report_never_resuming(tmp_path):
     argv = ["--pair", "toy", "--repeats", "1", "--threads", "1", "--alphas", "toy=0.6", "--out", str(tmp_path)]
     assert run("bench_costs", argv) == 0

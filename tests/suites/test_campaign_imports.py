@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 CAMPAIGNS = Path(__file__).resolve().parents[2] / "suites" / "campaigns"
 
 
@@ -43,6 +45,7 @@ def reached(graph: dict[str, set[str]], start: str) -> set[str]:
     return campaigns
 
 
+@pytest.mark.lint
 def test_no_campaign_imports_another():
     graph = _graph()
     assert len([name for name in graph if not name.startswith("_")]) >= 20  # the scan sees the campaigns
@@ -50,6 +53,7 @@ def test_no_campaign_imports_another():
     assert {name: found for name, found in crossings.items() if found} == {}
 
 
+@pytest.mark.lint
 def test_the_scan_sees_a_crossing_at_any_depth():
     graph = {"a": {"_shared"}, "_shared": {"b"}, "b": set(), "c": {"_c_report"}, "_c_report": {"c"}}
     assert reached(graph, "a") == {"b"}

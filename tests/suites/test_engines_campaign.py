@@ -21,7 +21,7 @@ def _records(out):
     return {json.loads(line)["key"]: json.loads(line)["record"] for line in (out / "journal.jsonl").open()}
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.004, seed=0)  # four sampling cells' PASS 0.001 (the greedy ones are exact)
 def test_the_correct_fake_engine_passes_every_cell_and_the_matrix_names_it(tmp_path, capsys):
     assert run("engines", [*ARGS, "--out", str(tmp_path)]) == 0
     records = _records(tmp_path)
@@ -40,7 +40,7 @@ def test_the_correct_fake_engine_passes_every_cell_and_the_matrix_names_it(tmp_p
     capsys.readouterr()
 
 
-@pytest.mark.statistical
+@pytest.mark.stochastic(false_alarm=0.02, seed=0)  # two FAIL 0.01
 def test_a_planted_fault_fails_the_battery(tmp_path, capsys):
     # greedy verification while sampling (the class of SGLang's CPU path): greedy passes, the laws fail
     code = run("engines", [*ARGS, "--out", str(tmp_path), "--engine-option", "mutant=greedy_verify_when_sampling",

@@ -8,7 +8,7 @@ import pytest
 from harness.runner import run
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_campaign_writes_tv_and_kl_rows_the_profile_and_its_figure(tmp_path):
     rc = run("estimate", ["--seeds", "3", "--n", "1000", "--cases", "anti-logits", "--entries", "residual_from_p",
                           "out_of_range_recovered", "--out", str(tmp_path)])
@@ -26,7 +26,7 @@ def test_campaign_writes_tv_and_kl_rows_the_profile_and_its_figure(tmp_path):
     assert "![per-position TV estimate and band](positions.png)" in report and "KL(emitted ‖ p)" in report
 
 
-@pytest.mark.statistical
+@pytest.mark.end_to_end
 def test_generation_entries_give_joint_and_position_laws():
     from harness.mutants.joint import known_joint_laws
 
