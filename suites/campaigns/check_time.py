@@ -28,6 +28,7 @@ from typing import ClassVar
 
 from harness.configs import option
 from harness.errors import HarnessError
+from harness.reporting import header, rerun, table
 
 SNIPPET = """
 import json, time, torch
@@ -39,8 +40,8 @@ r = run_sampler_check(verify, seed=0)
 print(json.dumps({"verdict": r.verdict, "rows": r.samples, "seconds": time.perf_counter() - t}))
 """
 ROOT = Path(__file__).resolve().parents[2]
-CHECKOUTS: dict[str, Path] = {"new": ROOT}  # "old": the temporary worktree of --old, while the campaign runs
 WHERE = "local"  # one process, one run at a time, in the cells' order
+CONTEXT = True  # run_cell(checkouts, ...): {"new": this checkout, "old": the session's worktree of --old}
 
 
 @dataclasses.dataclass
@@ -71,11 +72,9 @@ def session(config: Config):
                                capture_output=True, text=True)
         if added.returncode != 0:  # not a git checkout, or no such commit: the run cannot be done (exit 2)
             raise HarnessError(f"--old {config.old}: cannot check it out ({added.stderr.strip().splitlines()[-1:]})")
-        CHECKOUTS["old"] = old
         try:
-            yield
+            yield {"new": ROOT, "old": old}
         finally:
-            CHECKOUTS.pop("old", None)
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], capture_output=True)
 
 
@@ -84,8 +83,8 @@ def cells(config: Config) -> dict[str, tuple]:
             for name in (("old", "new") if r % 2 == 0 else ("new", "old"))}
 
 
-def run_cell(r: int, name: str) -> dict:
-    run = {"round": r + 1, "which": name, **one_run(CHECKOUTS[name])}
+def run_cell(checkouts: dict[str, Path], r: int, name: str) -> dict:
+    run = {"round": r + 1, "which": name, **one_run(checkouts[name])}
     print(json.dumps(run), flush=True)
     return run
 
@@ -104,22 +103,24 @@ def one_run(checkout: Path) -> dict:
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_before": load}
 
 
+def timing_rows(runs: list[dict]) -> list[list[str]]:
+    """One row per run: round, checkout, verdict, rows drawn, seconds and the load average before it."""
+    return [[str(x["round"]), x["which"], x["verdict"], f"{x['rows']:,}", f"{x['seconds']:.2f}",
+             " ".join(f"{v:.2f}" for v in x["load_before"])] for x in runs]
+
+
 def report(run) -> int:
-    config, runs, meta, out = run.config, run.records, run.provenance, run.out
+    config, runs = run.config, run.records
     if not run.complete:
         raise HarnessError(f"{len(runs)} of {len(run.cells)} runs made (--budget-s / --stop-at): no ratio to report")
     med = {w: statistics.median(x["seconds"] for x in runs if x["which"] == w) for w in ("old", "new")}
     run.write_result("runs.json", "campaign.check_time", rows=runs,
                      summary={"old_commit": config.old, "median_seconds": med})
     lines = ["# Sampler-check time of a vectorized implementation: this commit against an earlier one", "",
-             f"Measured {meta['utc_time']} · this commit `{meta['git_commit']}` · old commit `{config.old}` · "
-             f"{meta['device']}", "",
-             f"Command: `specdec campaign check_time --old {config.old} --rounds {config.rounds} --out {out}` "
-             "(suites/campaigns/check_time.py: `run_sampler_check(specdec_ref.adapters:verify, seed=0)` at the "
-             "default plan, a fresh process per run, 1 thread, the order alternating per round).", "",
-             "| round | which | verdict | rows | seconds | load average before |", "|---|---|---|---|---|---|"]
-    lines += [f"| {x['round']} | {x['which']} | {x['verdict']} | {x['rows']:,} | {x['seconds']:.2f} | "
-              f"{' '.join(f'{v:.2f}' for v in x['load_before'])} |" for x in runs]
-    lines += ["", f"Median: old {med['old']:.2f} s, new {med['new']:.2f} s (new / old = {med['new'] / med['old']:.2f})."]
+             header(run, f"old commit `{config.old}`"), "",
+             rerun(run) + " (suites/campaigns/check_time.py: `run_sampler_check(specdec_ref.adapters:verify, seed=0)` "
+             "at the default plan, a fresh process per run, 1 thread, the order alternating per round).", "",
+             table(["round", "which", "verdict", "rows", "seconds", "load average before"], timing_rows(runs)),
+             "", f"Median: old {med['old']:.2f} s, new {med['new']:.2f} s (new / old = {med['new'] / med['old']:.2f})."]
     run.write_text("report.md", "\n".join(lines) + "\n")
     return 0 if all(x["verdict"] == "pass" for x in runs) else 1
