@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import time
 from typing import ClassVar
 
@@ -27,6 +26,7 @@ import torch
 
 from harness.configs import option
 from harness.errors import HarnessError
+from harness.reporting import header, rerun, table
 from specdec_ref.generate import speculative_generate
 
 WHERE = "local"  # timings: in this process, one part at a time, in order
@@ -91,8 +91,8 @@ def generation_check(pair, *, samples: int, gamma: int, length: int, seed: int =
             "score_dtype": score_dtype}
 
 
-def markdown(result: dict) -> str:
-    lines = ["# Batched reference vs transformers' batched sampling", ""]
+def markdown(result: dict, lead: tuple[str, ...] = ()) -> str:
+    lines = ["# Batched reference vs transformers' batched sampling", "", *lead]
     t, c = result.get("throughput"), result.get("check")
     if t:
         lines += _throughput_lines(result, t)
@@ -108,9 +108,17 @@ def markdown(result: dict) -> str:
                       + (f", against transformers' {t['transformers']['tokens_per_s']:.1f} tokens/s for sampling "
                          f"alone (ratio {t['transformers']['tokens_per_s'] / c['tokens_per_s']:.2f})." if t else "."), ""]
         lines += [f"- {n}" for n in c["notes"]]
-    lines += ["", "Every number above was measured by this one run. Reproduce (alone on the machine):", "",
-              f"    {result['command']}"]
+    lines += ["", "Every number above was measured by this one run (alone on the machine), its command at the top."]
     return "\n".join(lines + [""])
+
+
+def throughput_rows(t: dict) -> list[list[str]]:
+    """The throughput table: per path its rows, tokens, seconds, tokens/s and model calls."""
+    return [[label, str(r["rows"]), str(r["tokens"]), f"{r['seconds']:.1f}", f"{r['tokens_per_s']:.1f}",
+             str(r.get("target_calls", "—")), str(r.get("draft_calls", "—"))]
+            for key, label in (("batched", "reference, one KV cache for the batch"),
+                               ("transformers", "transformers `generate(do_sample=True)`"),
+                               ("per_row_cache", "reference, one KV cache per row (before)")) if (r := t.get(key))]
 
 
 def _throughput_lines(result: dict, t: dict) -> list[str]:
@@ -118,14 +126,8 @@ def _throughput_lines(result: dict, t: dict) -> list[str]:
     lines = [f"Pair **{result['pair']}**, {setup['prompt_tokens']}-token prompt, {setup['length']} new tokens per "
              f"row, γ = {setup['gamma']}, T = {setup['temperature']:g}, EOS off; torch threads = {result['threads']}; "
              f"load average {result.get('load_before', '?')} before this run (other jobs slow every row alike).", "",
-             "| path | rows | tokens | seconds | tokens/s | target calls | draft calls |", "|---|---|---|---|---|---|---|"]
-    for key, label in (("batched", "reference, one KV cache for the batch"),
-                       ("transformers", "transformers `generate(do_sample=True)`"),
-                       ("per_row_cache", "reference, one KV cache per row (before)")):
-        if key in t:
-            r = t[key]
-            lines.append(f"| {label} | {r['rows']} | {r['tokens']} | {r['seconds']:.1f} | {r['tokens_per_s']:.1f} | "
-                         f"{r.get('target_calls', '—')} | {r.get('draft_calls', '—')} |")
+             table(["path", "rows", "tokens", "seconds", "tokens/s", "target calls", "draft calls"],
+                   throughput_rows(t))]
     ratio = t["ratio_transformers_over_batched"]
     alpha = t["batched"].get("acceptance_rate")
     lines += ["", f"transformers tokens/s ÷ reference tokens/s = **{ratio:.2f}** (target: ≤ 2)."
@@ -162,13 +164,12 @@ def validate(config: Config) -> None:
 
 @contextlib.contextmanager
 def session(config: Config):
-    """The pair, loaded once before any clock starts, with the load average before the run."""
+    """The pair, loaded once before any clock starts."""
     from harness.pairs import get_pair
 
     torch.set_num_threads(config.threads)
     pair = get_pair(config.pair)
-    LOADED.update(pair=pair, load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()),
-                  dtype=str(pair.target.dtype).removeprefix("torch."))
+    LOADED.update(pair=pair, dtype=str(pair.target.dtype).removeprefix("torch."))
     try:
         yield
     finally:
@@ -198,9 +199,9 @@ def report(run) -> int:
     """batched.json (this run's parts, the check's whole report) and report.md; exit 1 if the reference FAILed."""
     parts = dict(run.done)
     result = {"pair": run.config.pair, "threads": run.config.threads, "command": run.command,
-              "load_before": LOADED.get("load_before"), **parts}
+              "load_before": " ".join(f"{x:.2f}" for x in run.load or ()), **parts}
     run.write_result("batched.json", "campaign.bench_batched", report={"load_before": result["load_before"], **parts},
                      summary={"parts": sorted(parts), "complete": run.complete})
-    run.write_text("report.md", markdown(result))
+    run.write_text("report.md", markdown(result, (header(run), "", rerun(run), "")))
     print(f"wrote {run.out / 'report.md'}")
     return 1 if parts.get("check", {}).get("verdict") == "fail" else 0
