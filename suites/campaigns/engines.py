@@ -26,6 +26,7 @@ import dataclasses
 from harness.configs import option
 from harness.defaults import DEFAULT_FALSE_ALARM_RATE
 from harness.engines.battery import CHECKS, TRUTHS
+from harness.reporting import header, rerun, table
 
 WHERE = "local"
 CONTEXT = True
@@ -172,25 +173,28 @@ def engine_rows(run) -> list[dict]:
     return rows
 
 
+def md_rows(rows: list[dict]) -> list[list[str]]:
+    """NAME.md's table: per cell its method, check, truth, verdict (or why not run), detectable TV, samples, seconds
+    and first rejecting test."""
+    return [[r["method"], r["check"], r["truth"], r["verdict"].upper() if r["verdict"] != "not run" else
+             f"not run: {r.get('why')}", _tv(r.get("detectable_tv")), str(r.get("samples") or "–"),
+             f"{r['seconds']:.0f}" if "seconds" in r else "–", r.get("first_reject") or "–"] for r in rows]
+
+
 def engine_md(run, rows: list[dict]) -> str:
-    from harness.bench.report import markdown_table
     from harness.engines.registry import get, probe
 
     c = run.config
     cls = get(c.engine)
     p = probe(cls)
-    table = [[r["method"], r["check"], r["truth"], r["verdict"].upper() if r["verdict"] != "not run" else
-              f"not run: {r.get('why')}", _tv(r.get("detectable_tv")), str(r.get("samples") or "–"),
-              f"{r['seconds']:.0f}" if "seconds" in r else "–", r.get("first_reject") or "–"] for r in rows]
     return "\n".join([
-        f"# The generic engine battery on {c.engine} ({p.version or 'version unknown'})", "",
-        f"Command: `{run.command}`; pair `{c.pair}`, {c.samples} continuations per prompt and setting, γ = "
+        f"# The generic engine battery on {c.engine} ({p.version or 'version unknown'})", "", header(run), "",
+        f"{rerun(run)}; pair `{c.pair}`, {c.samples} continuations per prompt and setting, γ = "
         f"{c.gamma}; every cell one engine-level check (`run_engine_check`) at family-wise false-alarm rate "
         f"{DEFAULT_FALSE_ALARM_RATE:g}; a pass whose detectable TV (power 0.99) is above {c.tv_bar:g} is INCONCLUSIVE. "
-        f"Ground truth local: the pair's target here; off: the same engine with speculation off (two-sample). "
-        f"{run.seconds / 60:.1f} min in this invocation.", "",
-        markdown_table(["method", "check", "truth", "verdict", "detectable TV", "samples", "s", "first rejecting test"],
-                       table), "",
+        "Ground truth local: the pair's target here; off: the same engine with speculation off (two-sample).", "",
+        table(["method", "check", "truth", "verdict", "detectable TV", "samples", "s", "first rejecting test"],
+              md_rows(rows)), "",
         f"Capabilities: {cls.capabilities.notes or '–'}", ""]) + "\n"
 
 
