@@ -9,6 +9,7 @@ import math
 import statistics
 
 from harness.peers import peer_tests
+from harness.reporting import header, rerun, table
 
 SAMPLER_TESTS = [t.name for t in peer_tests("sampler")]
 GREEDY_TESTS = [t.name for t in peer_tests("generation")]
@@ -131,6 +132,30 @@ def minimax_rows(seed: int = 0) -> list[dict]:
     return out
 
 
+def sampler_rows(rows: list[dict]) -> list[list[str]]:
+    """The sampler-level table: per entry its exact TV, each peer test's k/n at its own n and at specdec's, specdec's
+    k/n and samples, the fixed plan, the oracles' rows and specdec's ratio to them."""
+    out = []
+    for r in [r for r in rows if r["contract"] == "sampler"]:
+        tv = r.get("exact_tv")
+        out.append([f"`{r['name']}`", r["kind"],
+                    "–" if tv is None else f"{tv:.3f}" + (" (below)" if r["below_resolution"] else ""),
+                    *(_cell(r.get(f"{t}/{w}")) for t in SAMPLER_TESTS for w in ("own", "equal")),
+                    _cell(r.get("specdec")), _num(r.get("specdec_median_samples")), _num(r.get("fixed_plan")),
+                    _num(r.get("oracle_median_rows")), _ratio(r.get("oracle_ratio")),
+                    _num(r.get("law_oracle_median_rows")), _ratio(r.get("law_oracle_ratio"))])
+    return out
+
+
+def greedy_rows(rows: list[dict]) -> list[list[str]]:
+    """The generation-level table: per entry the pair it ran on, each greedy test's k/n, specdec's k/n and samples."""
+    from harness.mutants.registry import get
+
+    return [[f"`{r['name']}`", r["kind"], get(r["name"]).pair or "toy-low",  # the pair it ran on (peers._pair_of)
+             *(_cell(r.get(f"{t}/own")) for t in GREEDY_TESTS), _cell(r.get("specdec")),
+             _num(r.get("specdec_median_samples"))] for r in rows if r["contract"] == "generation"]
+
+
 def write_readme(run, campaign) -> dict:
     result = collect(run, campaign)
     rows = result["rows"]
@@ -138,11 +163,7 @@ def write_readme(run, campaign) -> dict:
     cfg = run.config
     failures = [r["name"] for r in rows if r["kind"] != "mutant" and r.get("specdec") and r["specdec"][0]]
     md = ["# Peers' tests beside specdec, and beside the Neyman–Pearson limit", "",
-          f"Generated {run.provenance['utc_time']} · commit `{run.provenance['git_commit']}` · "
-          f"{run.provenance['device']} · {len(run.done)} of {len(run.cells)} planned cells made, wall "
-          f"{run.seconds:.0f} s on {run.where.local_workers} worker processes (a shared 2-core machine, other "
-          "agents' jobs running beside it).", "",
-          f"Command: `{run.command}`", "",
+          header(run, "a shared 2-core machine, other agents' jobs running beside it"), "", rerun(run), "",
           *([f"**Partial run: {len(run.cells) - len(run.done)} of {len(run.cells)} planned cells were not made "
              "(cut at --stop-at on a shared machine). Cells run in rounds of 5 seeds across every entry and test, so "
              "each table cell shows k/n with n the seeds actually run; the same command resumes the rest.**", ""]
@@ -162,18 +183,10 @@ def write_readme(run, campaign) -> dict:
           "does not depend on n. Oracle: the Neyman–Pearson test against the mutant's exact law, rows split over the "
           "cases as specdec's plan splits them, α = 0.001, power 0.99 (harness.peers.oracle); ratio = specdec's "
           "samples to verdict / the oracle's, median over seeds.", ""]
-    head = "| entry | kind | exact TV | " + " | ".join(f"{SHORT[t]} own | {SHORT[t]} eq n" for t in SAMPLER_TESTS) \
-        + " | specdec | median samples | fixed plan | oracle rows | ratio | law-oracle rows | ratio |"
-    md += ["## Sampler level (§1a, chain rule)", "", head, "|" + "---|" * (head.count("|") - 1)]
-    for r in [r for r in rows if r["contract"] == "sampler"]:
-        tv = r.get("exact_tv")
-        tv_text = "–" if tv is None else f"{tv:.3f}" + (" (below)" if r["below_resolution"] else "")
-        cells = " | ".join(f"{_cell(r.get(f'{t}/own'))} | {_cell(r.get(f'{t}/equal'))}" for t in SAMPLER_TESTS)
-        med = r.get("specdec_median_samples")
-        md.append(f"| `{r['name']}` | {r['kind']} | {tv_text} | {cells} | {_cell(r.get('specdec'))} | "
-                  f"{'–' if med is None else f'{med:.0f}'} | {_num(r.get('fixed_plan'))} | "
-                  f"{_num(r.get('oracle_median_rows'))} | {_ratio(r.get('oracle_ratio'))} | "
-                  f"{_num(r.get('law_oracle_median_rows'))} | {_ratio(r.get('law_oracle_ratio'))} |")
+    md += ["## Sampler level (§1a, chain rule)", "",
+           table(["entry", "kind", "exact TV", *(f"{SHORT[t]} {w}" for t in SAMPLER_TESTS for w in ("own", "eq n")),
+                  "specdec", "median samples", "fixed plan", "oracle rows", "ratio", "law-oracle rows", "ratio"],
+                 sampler_rows(rows))]
     ratios = [r["oracle_ratio"] for r in rows if r.get("oracle_ratio") and not r["below_resolution"]]
     law_ratios = [r["law_oracle_ratio"] for r in rows if r.get("law_oracle_ratio") and not r["below_resolution"]]
     for label, rs in (("Oracle (exact row law, null = Algorithm 1)", ratios),
@@ -189,18 +202,9 @@ def write_readme(run, campaign) -> dict:
                   f"variance {c['null_var_exact']:.5f} vs {c['null_var']:.5f}; share of the mutant's rows the null "
                   f"can emit {c['alt_rho_exact']:.4f} (exact) vs {c['alt_finite_share']:.4f}.")
     md.append("")
-    head = "| entry | kind | pair | " + " | ".join(SHORT[t] for t in GREEDY_TESTS) + " | specdec | median samples |"
-    md += ["## Generation level (§1b): the greedy end-to-end tests", "", head, "|" + "---|" * (head.count("|") - 1)]
-    from harness.mutants.registry import get
-
-    def pair_of(name: str) -> str:  # the pair the campaign ran the entry on (peers._pair_of)
-        return get(name).pair or "toy-low"
-
-    for r in [r for r in rows if r["contract"] == "generation"]:
-        med = r.get("specdec_median_samples")
-        md.append(f"| `{r['name']}` | {r['kind']} | {pair_of(r['name'])} | "
-                  + " | ".join(_cell(r.get(f"{t}/own")) for t in GREEDY_TESTS)
-                  + f" | {_cell(r.get('specdec'))} | {'–' if med is None else f'{med:.0f}'} |")
+    md += ["## Generation level (§1b): the greedy end-to-end tests", "",
+           table(["entry", "kind", "pair", *(SHORT[t] for t in GREEDY_TESTS), "specdec", "median samples"],
+                 greedy_rows(rows))]
     md += ["", "## False alarms on the correct entries", "",
            "specdec on every control, equivalent and wasteful entry beside the peers' rates (counts above): "
            + ("**0 false alarms**" if not failures else f"**false alarms on {', '.join(failures)}**")
@@ -211,12 +215,11 @@ def write_readme(run, campaign) -> dict:
            "Valiant & Valiant 2014; with a failure probability δ, (√(k log 1/δ) + log 1/δ)/ε², Diakonikolas et al. "
            "2017). specdec's plan per default case (seed 0) at its least-reached tested position, against √k/ε² for k = "
            "the law's support and for k = 32 (the cells its omnibus tests coarsen to):", "",
-           "| case | V | support | ε | rows | rows at least-reached position | √k/ε² | ratio | √32/ε² | ratio |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for m in mm:
-        md.append(f"| {m['case']} | {m['V']} | {m['support']} | {m['tv']:g} | {m['rows']} | "
-                  f"{m['rows_at_least_reached']:.0f} | {m['minimax']:.0f} | {m['rows_at_least_reached'] / m['minimax']:.1f} | "
-                  f"{m['minimax_cells']:.0f} | {m['rows_at_least_reached'] / m['minimax_cells']:.1f} |")
+           table(["case", "V", "support", "ε", "rows", "rows at least-reached position", "√k/ε²", "ratio", "√32/ε²",
+                  "ratio"], [[m["case"], str(m["V"]), str(m["support"]), f"{m['tv']:g}", str(m["rows"]),
+                              f"{m['rows_at_least_reached']:.0f}", f"{m['minimax']:.0f}",
+                              f"{m['rows_at_least_reached'] / m['minimax']:.1f}", f"{m['minimax_cells']:.0f}",
+                              f"{m['rows_at_least_reached'] / m['minimax_cells']:.1f}"] for m in mm])]
     md += ["", "Reproduce: the command above (the journal resumes; `--report-only` rewrites this file).", ""]
     run.write_text("README.md", "\n".join(md))
     run.write_result("campaign.json", "campaign.peers", rows=[_jsonable(r) for r in rows],
