@@ -51,12 +51,11 @@ MUTANT = "stale_page_at_block_boundary_sampling"
 LOCK = "/tmp/specdec-cpu.lock"
 
 
-HELD = {"lock": False}  # --held-lock: the caller already holds the CPU lock (e.g. `flock LOCK specdec campaign ...`)
-
-
 @contextlib.contextmanager
-def cpu_lock(path: str = LOCK):
-    if HELD["lock"]:
+def cpu_lock(path: str = LOCK, *, held: bool = False):
+    """The machine's CPU lock for the block; `held`: the caller holds it already (--held-lock: e.g. `flock LOCK
+    specdec campaign ...`)."""
+    if held:
         yield
         return
     with open(path, "a") as handle:
@@ -74,6 +73,7 @@ def _load() -> str:
 
 def one_run(impl, pair, seed: int, *, contexts: bool, samples: int | None = None, stop_on_fail: bool,
             lock: bool = True) -> dict:
+    """One generation-level run, under the CPU lock unless `lock` is False (held already)."""
     with cpu_lock() if lock else contextlib.nullcontext():
         load_before, started = _load(), time.perf_counter()
         report = run_generation_check(impl, pair, seed=seed, false_alarm_rate=GATE, samples=samples,
@@ -90,14 +90,14 @@ PARTS = ("mutant", "timing", "control", "engine")
 OPT_IN_PARTS = ("demo",)  # named in --parts only: needs the embedded SmolLM2 pair
 
 
-def engine_run(url: str, seed: int, *, samples: int, stop_on_fail: bool) -> dict:
+def engine_run(url: str, seed: int, *, samples: int, stop_on_fail: bool, held: bool = False) -> dict:
     """One engine-level run over HTTP against `url` (`specdec serve`), the catalogue's contexts cells on."""
     from harness.served.check import run_engine_check
     from harness.served.config import EngineConfig
 
     config = EngineConfig(endpoint=url + "/v1", pair="toy", contexts="catalogue", samples=samples, seed=seed,
                           false_alarm_rate=GATE, stop_on_fail=stop_on_fail, prompts=2)
-    with cpu_lock():
+    with cpu_lock(held=held):
         load_before, started = _load(), time.perf_counter()
         report = run_engine_check(config)
         seconds = time.perf_counter() - started
@@ -137,11 +137,11 @@ def demo_timing(threads: int = 2) -> dict:
     return record
 
 
-def timing_pair() -> dict:
+def timing_pair(held: bool = False) -> dict:
     """The old plan (the pair's two prompts, 20,000 samples per cell, no contexts) and the plan with the catalogue,
     the reference generate(), one after the other under one hold of the CPU lock."""
     pair = get_pair("toy")
-    with cpu_lock():
+    with cpu_lock(held=held):
         timing = {"old_plan": one_run(reference_generate, pair, 0, contexts=False, samples=20_000, stop_on_fail=False,
                                       lock=False)}
         timing["new_plan"] = one_run(reference_generate, pair, 0, contexts=True, stop_on_fail=False, lock=False)
@@ -176,6 +176,7 @@ class Config:
 
 
 WHERE = "local"  # the CPU lock, the servers of the engine part and the timing pair are this process's
+CONTEXT = True  # run_cell(held, ...): the session's Held (--held-lock, the engine part's server)
 
 
 def parts(config: Config) -> list[str]:
@@ -201,38 +202,40 @@ def validate(config: Config) -> None:
                                f"({why})")
 
 
-SERVED: dict = {}  # the engine part's server while its cells run: {"kind": ..., "url": ..., "stack": ExitStack}
+@dataclasses.dataclass
+class Held:
+    """What the session holds for the cells: --held-lock, and the engine part's server while its cells run."""
+
+    lock: bool = False  # the caller holds the CPU lock
+    served: dict = dataclasses.field(default_factory=dict)  # {"kind": ..., "url": ..., "stack": ExitStack}
+
+    def stop_server(self) -> None:
+        if self.served:
+            self.served.pop("stack").close()
+            self.served.clear()
+
+    def server_url(self, kind: str) -> str:
+        """The URL of `specdec serve` running the mutant (kind "mutant") or the reference on the toy pair; one server
+        at a time, started when the first cell of its kind runs."""
+        if self.served.get("kind") != kind:
+            from harness.served.serve import serving
+
+            self.stop_server()
+            stack = contextlib.ExitStack()
+            fn = get(MUTANT).fn if kind == "mutant" else reference_generate
+            server = stack.enter_context(serving(fn, get_pair("toy")))
+            self.served.update(kind=kind, url=server.url, stack=stack)
+        return self.served["url"]
 
 
 @contextlib.contextmanager
 def session(config: Config):
     """--held-lock for the run; the engine part's server (started by its first cell) is stopped at the end."""
-    HELD["lock"] = config.held_lock
+    held = Held(lock=config.held_lock)
     try:
-        yield
+        yield held
     finally:
-        _stop_server()
-        HELD["lock"] = False
-
-
-def _stop_server() -> None:
-    if SERVED:
-        SERVED.pop("stack").close()
-        SERVED.clear()
-
-
-def _server_url(kind: str) -> str:
-    """The URL of `specdec serve` running the mutant (kind "mutant") or the reference on the toy pair; one server at a
-    time, started when the first cell of its kind runs."""
-    if SERVED.get("kind") != kind:
-        from harness.served.serve import serving
-
-        _stop_server()
-        stack = contextlib.ExitStack()
-        fn = get(MUTANT).fn if kind == "mutant" else reference_generate
-        server = stack.enter_context(serving(fn, get_pair("toy")))
-        SERVED.update(kind=kind, url=server.url, stack=stack)
-    return SERVED["url"]
+        held.stop_server()
 
 
 def provenance_fields(config: Config) -> dict:
@@ -264,25 +267,27 @@ def cells(config: Config) -> dict[str, tuple]:
     return out
 
 
-def run_cell(kind: str, seed: int = 0, samples: int | None = None) -> dict:
+def run_cell(held: Held, kind: str, seed: int = 0, samples: int | None = None) -> dict:
     torch.set_num_threads(1)
     if kind == "exact_tv":
         return exact_tvs()
     if kind == "demo":
         return demo_timing()
     if kind == "timing":
-        record = timing_pair()
+        record = timing_pair(held.lock)
         print({k: (v["seconds"], v["detectable_tv"], v["verdict"]) for k, v in record.items() if isinstance(v, dict)},
               record["ratio_new_over_old"], flush=True)
         return record
     if kind in ("engine-mutant", "engine-control"):
         mutant = kind == "engine-mutant"
-        return engine_run(_server_url("mutant" if mutant else "control"), seed, samples=samples, stop_on_fail=mutant)
+        return engine_run(held.server_url("mutant" if mutant else "control"), seed, samples=samples,
+                          stop_on_fail=mutant, held=held.lock)
     pair = get_pair("toy")
     if kind == "mutant":
-        record = one_run(get(MUTANT).fn, pair, seed, contexts=True, stop_on_fail=True)
+        record = one_run(get(MUTANT).fn, pair, seed, contexts=True, stop_on_fail=True, lock=not held.lock)
     else:
-        record = {**one_run(reference_generate, pair, seed, contexts=True, samples=samples, stop_on_fail=False),
+        record = {**one_run(reference_generate, pair, seed, contexts=True, samples=samples, stop_on_fail=False,
+                            lock=not held.lock),
                   "declared_samples": samples or "default plan"}
     print(kind, record["seed"], record["verdict"], record["seconds"], flush=True)
     return record
