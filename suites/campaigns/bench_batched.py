@@ -30,7 +30,7 @@ from harness.reporting import header, rerun, table
 from specdec_ref.generate import speculative_generate
 
 WHERE = "local"  # timings: in this process, one part at a time, in order
-LOADED: dict = {}  # while the campaign runs (session): the pair, the load average before the first part
+LOADED: dict = {}  # while the campaign runs (session): the pair and its dtype
 
 
 def reference_tokens_per_s(pair, ids: torch.Tensor, *, length: int, gamma: int, temperature: float, seed: int,
