@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from harness.engines.battery import CHECKS, not_applicable
+from harness.errors import HarnessError
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = {"greedy": "greedy", "T=1": "T = 1", "T=0.7,top_p=0.9": "T = 0.7 / top-p 0.9", "api": "API battery",
@@ -51,6 +52,121 @@ def report_cells(report: dict, check: str | None) -> dict[str, dict]:
     return out
 
 
+def _date(data: dict) -> str | None:
+    utc = str((data.get("provenance") or {}).get("utc_time") or "")
+    return utc[:10] if utc and "not" not in utc else None
+
+
+def _mapped(table: dict, name: str, what: str, path: str):
+    if name not in table:
+        raise HarnessError(f"{path}: {what} {name!r} is not in suites/catalogues/engine_findings.py: map it to "
+                           "(method, label), or None")
+    return table[name]
+
+
+def _label(*parts) -> str | None:
+    return ", ".join(p for p in parts if p) or None
+
+
+def weakest_tv(cmp: dict) -> float:
+    """The largest detectable TV among a comparison's tests (a test with no promise counts as 1)."""
+    return max((t["detectable_tv"] if t["detectable_tv"] is not None else 1.0 for t in cmp["tests"]), default=1.0)
+
+
+def cmp_verdict(cmp: dict) -> str:
+    """A law comparison's verdict (`specdec campaign openvino_genai`'s cells: {verdict: fail or pass, tests}): FAIL on
+    any rejection; else PASS only where every test's detectable TV is at most INCONCLUSIVE_TV (the project's rule:
+    a plan too small to see a useful error is INCONCLUSIVE, never PASS)."""
+    from harness.defaults import INCONCLUSIVE_TV
+
+    if cmp["verdict"] == "fail":
+        return "fail"
+    return "pass" if weakest_tv(cmp) <= INCONCLUSIVE_TV else "inconclusive"
+
+
+def openvino_entries(f: dict, data: dict) -> list[dict]:
+    """`specdec campaign openvino_genai`'s finding.json: each law cell's arms against speculation off, with the
+    campaign's own verdict (`cmp_verdict`, which its findings page uses too), the weakest test's detectable TV, the
+    arm's samples compared and its crashed requests; greedy: every prompt identical to speculation off."""
+    base = {"engine": f["engine"], "truth": f["truth"], "pair": f.get("pair"), "version": f.get("version"),
+            "utc": _date(data), "source": f["path"]}
+    out = []
+    for key, cell in (data.get("report") or {}).get("cells", {}).items():
+        if key.startswith("law/"):
+            check, where = _mapped(f["settings"], cell["setting"], "setting", f["path"])
+            for arm, cmp in cell["comparisons"].items():
+                mapped = _mapped(f["arms"], arm, "arm", f["path"])
+                if mapped is None:
+                    continue
+                a = cell["arms"][arm]
+                crashed = f"{a['crashed']}/{a['requests']} requests crashed" if a.get("crashed") else None
+                out.append({**base, "method": mapped[0], "check": check, "label": _label(where, mapped[1], crashed),
+                            "verdict": cmp_verdict(cmp), "detectable_tv": weakest_tv(cmp),
+                            "samples": cmp["n_arm"]})
+        elif key.startswith("greedy/"):
+            for arm, same in cell["identical"].items():
+                mapped = _mapped(f["arms"], arm, "arm", f["path"])
+                if mapped is None:
+                    continue
+                out.append({**base, "method": mapped[0], "check": "greedy",
+                            "label": _label(f"{cell['tokens']} tokens", mapped[1]),
+                            "verdict": "pass" if all(same) else "fail", "detectable_tv": None,
+                            "samples": len(same)})
+    return out
+
+
+def ortgenai_entries(f: dict, data: dict) -> list[dict]:
+    """`specdec campaign onnxruntime_genai`'s campaign.json rows: the generation level against the local target
+    (T = 1, T = 0.7 / top-p 0.9: a setting FAILs where one of its tests rejects; labelled where speculation off
+    FAILs the same setting too), the two-sample cells against speculation off (not the planted fault: a control of
+    the test; n: the speculative arm's continuations), greedy token for token against the local target and against
+    speculation off (n: prompts)."""
+    rows = data.get("rows") or []
+    versions = next((r for r in rows if r.get("kind") == "versions"), {})
+    version = f"onnxruntime-genai {versions['onnxruntime_genai']}" if versions.get("onnxruntime_genai") else None
+    base = {"engine": f["engine"], "version": version, "utc": _date(data), "source": f["path"]}
+
+    def impl(row):
+        return _mapped(f["impls"], row["impl"].rsplit(":", 1)[-1], "impl", f["path"])
+
+    def rejects(row, setting):
+        return bool(((row.get("settings") or {}).get(setting) or {}).get("rejected"))
+
+    local = [r for r in rows if r.get("kind") == "local"]
+    out = []
+    for row in local:
+        mapped = impl(row)
+        if mapped is None:
+            continue
+        off = [r for r in local if r["pair"] == row["pair"] and impl(r) is None]
+        for setting, s in (row.get("settings") or {}).items():
+            if setting == "greedy":  # the greedy rows below: more prompts, against both ground truths
+                continue
+            v = ("fail" if s.get("rejected") else row["verdict"] if row["verdict"] != "fail"
+                 else "no rejection here; the run FAILs on another setting")
+            also = "speculation off FAILs it too" if any(rejects(r, setting) for r in off) else None
+            tv = s.get("detectable_tv")
+            out.append({**base, "method": mapped[0], "check": setting, "truth": "local", "pair": row["pair"],
+                        "label": _label(mapped[1], also), "verdict": v,
+                        "detectable_tv": tv if tv is not None else row.get("detectable_tv"),
+                        "samples": s.get("samples")})
+    for row in rows:
+        if row.get("kind") == "two" and row.get("scale", 1.0) == 1.0:
+            out.append({**base, "method": row["method"], "check": row["setting"], "truth": "off",
+                        "pair": row["pair"], "label": None, "verdict": row["verdict"],
+                        "detectable_tv": row.get("detectable_tv"),
+                        "samples": row["samples"] // (2 * len(row.get("settings") or [row["setting"]]))})
+        elif row.get("kind") == "greedy":
+            for truth, differ in (("local", "spec_vs_transformers_differ"), ("off", "spec_vs_off_differ")):
+                out.append({**base, "method": row["method"], "check": "greedy", "truth": truth, "pair": row["pair"],
+                            "label": f"{row['length']} tokens", "verdict": "fail" if row[differ] else "pass",
+                            "detectable_tv": None, "samples": row["prompts"]})
+    return out
+
+
+READERS = {"openvino": openvino_entries, "ortgenai": ortgenai_entries}
+
+
 def findings_entries(root: Path = ROOT) -> list[dict]:
     """One entry per (finding, setting) the committed findings' files hold."""
     from suites.catalogues.engine_findings import FINDINGS
@@ -59,9 +175,15 @@ def findings_entries(root: Path = ROOT) -> list[dict]:
     for f in FINDINGS:
         path = root / f["path"]
         if not path.exists():
-            out.append({**f, "check": f.get("check", "greedy"), "verdict": "missing", "why": f"{f['path']} absent"})
+            mapped = (f.get("arms") or f.get("impls") or {}).values()
+            for method in sorted({m[0] for m in mapped if m}) if f.get("reader") else [f["method"]]:
+                out.append({**f, "method": method, "check": f.get("check", "greedy"), "verdict": "missing",
+                            "source": f["path"]})
             continue
         data = json.loads(path.read_text())
+        if f.get("reader"):
+            out += READERS[f["reader"]](f, data)
+            continue
         report = _at(data, f["keys"]) if f.get("keys") else data.get("report", data)
         prov = data.get("provenance") or {}
         versions = prov.get("versions") if isinstance(prov.get("versions"), dict) else {}
@@ -101,27 +223,30 @@ def _cell_text(e: dict) -> str:
 
 
 def matrix_rows(journal: dict, root: Path = ROOT) -> list[list[str]]:
-    from harness.engines.registry import get, listing
+    """One row per registered engine and method, from the records only (the battery's journal, the committed
+    findings): nothing here asks whether an engine is installed on this machine, so the matrix is the same
+    wherever it is regenerated. A cell no record covers says why: the check does not apply to the engine, the
+    engine cannot be run, or no run is recorded."""
+    from harness.engines.registry import load
     from suites.catalogues.engine_findings import RECORDS
 
     entries = findings_entries(root) + battery_entries(journal)
+    engines, failed = load()
     rows = []
-    for engine in listing():
-        cls = get(engine["name"])
-        why_engine = (None if engine["runnable"] else engine["not_runnable_why"])
-        if why_engine is None and not engine["installed"]:
-            why_engine = f"not installed here: {engine['reason']}"
-        for method in engine["capabilities"]["methods"]:
-            row = [f"`{engine['name']}` {engine['version'] or ''}".strip(), method]
+    for name, cls in engines.items():
+        why_engine = failed.get(name) or (None if cls.runnable else cls.not_runnable_why)
+        for method in cls.capabilities.methods:
+            row = [f"`{name}`", method]
             for check in CHECKS:
-                found = [e for e in entries if (e["engine"], e["method"], e["check"]) == (engine["name"], method, check)]
+                found = [e for e in entries if (e["engine"], e["method"], e["check"]) == (name, method, check)]
                 if found:
                     row.append("<br>".join(_cell_text(e) for e in found))
                     continue
-                why = not_applicable(cls, method, check, "local") if engine["runnable"] else None
-                why = why or why_engine or f"no run yet (`specdec campaign engines --engine {engine['name']}`)"
+                why = why_engine or not_applicable(cls, method, check, "local") or (
+                    f"no run recorded (`specdec campaign engines --engine {name}` where it is installed: "
+                    "`specdec engines`)")
                 row.append(f"not run: {why}")
-            row.append(RECORDS.get(engine["name"], "none found"))
+            row.append(RECORDS.get(name, "none found"))
             rows.append(row)
     return rows
 
@@ -138,7 +263,8 @@ def write_matrix(out: Path, journal: dict, root: Path = ROOT) -> Path:
         "in its journal): verdict (ground truth: local = the target here, off = the same engine with speculation "
         "off; the pair; a label), the detectable TV at power 0.99, continuations (for greedy: prompts), the "
         "engine's version, the date and the file it is read from; or \"not run: why\". A setting of a findings report "
-        "FAILs where its own tests reject; \"no rejection here\" where the report FAILs on another setting only.",
+        "FAILs where its own tests reject; \"no rejection here\" where the report FAILs on another setting only. "
+        "Read from records only: whether an engine is installed where this page is regenerated changes nothing.",
         "", "Regenerated by `specdec campaign engines` (matrix only) or after `specdec campaign engines --engine "
         "NAME` from the battery's journal and `suites/catalogues/engine_findings.py` (a regeneration that changes "
         "nothing leaves this file as it is).", "",

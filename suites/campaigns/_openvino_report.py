@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from harness.errors import HarnessError
+from suites.engines_matrix import cmp_verdict, weakest_tv  # the matrix's rule: the page and the matrix agree
 
 SOURCE_COMMIT = "da1db864d2bc1a265e9a036f5b57ef13f0e86c2c"  # openvino.genai master, 2026-08-21: the nearest stored
 SRC = "src/cpp/src"
@@ -79,21 +80,6 @@ def _measured_s(done: dict) -> float:
     return total
 
 
-def _weakest_tv(cmp: dict) -> float:
-    """The largest detectable TV among a comparison's tests (a test with no promise counts as 1)."""
-    return max((t["detectable_tv"] if t["detectable_tv"] is not None else 1.0 for t in cmp["tests"]), default=1.0)
-
-
-def cmp_verdict(cmp: dict) -> str:
-    """FAIL on any rejection; else PASS only where every test's detectable TV is at most INCONCLUSIVE_TV (the
-    project's rule: a plan too small to see a useful error is INCONCLUSIVE, never PASS)."""
-    from harness.defaults import INCONCLUSIVE_TV
-
-    if cmp["verdict"] == "fail":
-        return "fail"
-    return "pass" if _weakest_tv(cmp) <= INCONCLUSIVE_TV else "inconclusive"
-
-
 def _fmt(x, spec=".3g"):
     return "–" if x is None else format(x, spec)
 
@@ -108,7 +94,7 @@ def _law_rows(done: dict) -> list[str]:
         for arm, cmp in rec["comparisons"].items():
             tests = cmp["tests"]
             p = min((t["details"].get("p_holm", 1.0) for t in tests), default=1.0)
-            tv = _weakest_tv(cmp)
+            tv = weakest_tv(cmp)
             a = rec["arms"][arm]
             lines.append(f"| {rec['setting']} | {arm} | **{cmp_verdict(cmp).upper()}** | {a['requests']} | {a['crashed']} | "
                          f"{cmp['n_arm']} / {cmp['n_off']} | {_fmt(p)} | {_fmt(tv, '.3f')} | "

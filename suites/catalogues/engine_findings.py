@@ -4,7 +4,12 @@ Each entry names a check-report JSON under results/findings/ (a result envelope,
 one) and what it measured: engine, method (None: speculation off is not a matrix row), ground truth, the label
 shown beside it, the engine version where the file does not record it, and the public record. The verdict,
 detectable TV, samples and date are read from the file, setting by setting (suites/engines_matrix.py); nothing
-here is a result. `RECORDS`: each engine's public record as its findings page states it.
+here is a result. An entry with `reader` names a campaign's own record format instead of a check report
+(suites/engines_matrix.py READERS): "openvino" (`specdec campaign openvino_genai`'s finding.json: `arms` maps each
+arm of its law and greedy cells to (method, label), None: a control, not a matrix cell; `settings` maps each law
+setting to (matrix check, label)), "ortgenai" (`specdec campaign onnxruntime_genai`'s campaign.json: `impls` maps
+each generation-level function to (method, label), None: speculation off). `RECORDS`: each engine's public record
+as its findings page states it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,21 @@ FINDINGS = (
          keys=("report", "checks", 0, "report"), version="llama-cpp-python 0.3.36"),
     dict(engine="llama-cpp-python", method="ngram", truth="off", path=f"{F}/llamacpp/finding.json",
          keys=("report", "checks", 1, "report"), version="llama-cpp-python 0.3.36"),
+    # OpenVINO GenAI 2026.4.1 on SmolLM2 (specdec campaign openvino_genai): each arm against the engine with
+    # speculation off (two-sample), greedy against speculation off; the record does not hold the engine's version
+    # (its findings page does: openvino-genai 2026.4.1.0)
+    dict(engine="openvino-genai", reader="openvino", truth="off", pair="smollm2",
+         path=f"{F}/openvino-genai/finding.json", version="openvino-genai 2026.4.1.0",
+         arms={"draft": ("draft", None), "draft+prefix-cache": ("draft", "prefix caching on"),
+               "draft-bf16": ("draft", "draft at bf16 / u8"), "lookup": ("ngram", None), "off": None,
+               "off-control": None},
+         settings={"T=1,top_k=3": ("T=1", "top-k 3"), "T=1": ("T=1", None),
+                   "T=0.7,top_p=0.9": ("T=0.7,top_p=0.9", None)}),
+    # ONNX Runtime GenAI 0.18.0 (specdec campaign onnxruntime_genai): the generation level against the local target,
+    # two-sample against the engine with speculation off, greedy token for token (against both)
+    dict(engine="onnxruntime-genai", reader="ortgenai", path=f"{F}/onnxruntime-genai/campaign.json",
+         impls={"off_generate": None, "draft_generate": ("draft", None), "ngram_generate": ("ngram", None),
+                "int8_draft_generate": ("draft", "int8 draft")}),
     # transformers assisted generation on the toy pair (generation level, γ pinned)
     dict(engine="transformers", method="draft", truth="local", label="toy-low, γ pinned",
          path=f"{F}/hf_assisted_toy_low_gamma_pinned.json"),

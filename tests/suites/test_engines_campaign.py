@@ -36,7 +36,7 @@ def test_the_correct_fake_engine_passes_every_cell_and_the_matrix_names_it(tmp_p
     stops = [json.loads(line) for line in (tmp_path / "engine-stops.jsonl").open()]
     assert {s["method"] for s in stops} == {"draft", None}  # every engine the run started was stopped
     matrix = (tmp_path / "README.md").read_text()
-    assert "`fake-engine` fake 1.0 | draft | **PASS** (local" in matrix.replace("\n", " ")
+    assert "`fake-engine` | draft | **PASS** (local" in matrix.replace("\n", " ")
     capsys.readouterr()
 
 
