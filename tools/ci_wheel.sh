@@ -51,6 +51,14 @@ step "specdec pairs"
 step "specdec verify (sampler level, reference adapter, anti-logits, 2000 samples)"
 "$bin/specdec" verify --impl specdec_ref.adapters:verify --samples 2000 --cases anti-logits
 
+step "the policy a bare harness entry gets: the object the wheel declares in the entry-point group specdec.policy"
+"$vpy" -c 'from harness import policy
+assert policy.installed() is None, "installed before any entry ran"
+from harness.cli import campaign_names
+assert "zoo" in campaign_names(), campaign_names()
+from specdec import _policy
+assert policy.installed() is _policy.POLICY, policy.installed()'
+
 step "the prompt catalogues the real-model pairs and the HTTP bench read (package data)"
 "$vpy" -c 'from harness.prompts import load_catalogue, load_prompts
 assert load_prompts() and load_catalogue(), "empty prompt catalogue"'
