@@ -438,3 +438,23 @@ def test_a_field_the_server_refuses_is_a_capability_it_lacks_skipped_and_listed(
     skipped = skipped_tests(found["contract"])
     assert set(skipped) == {"min_tokens"} and found["contract"]["min_tokens"] in skipped["min_tokens"]
     assert set(skipped_tests({"n": "4 slots"})) == {"n_independent"}
+
+
+def test_no_shorter_bases_are_asked_of_an_engine_that_streams_one_token_per_delta(tmp_path):
+    """The shorter bases exist to put the cap inside a multi-token step; an implementation that reports no steps
+    (a generate() of the bare §1b signature: one token per delta) has none, so they would be requests spent on
+    nothing (24 of the 91 of a smollm2 cell, issue 58). The stops are still placed, at spread positions."""
+    import json
+
+    def contract_generate(target, draft, input_ids, *, max_new_tokens, gamma, temperature, top_k, top_p, seed):
+        return generate(target, draft, input_ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+
+    with serving(contract_generate, get_pair(PAIR)) as s:
+        report = run_engine_check(EngineConfig(endpoint=s.url + "/v1", out=str(tmp_path), **API))
+    assert report.verdict == "pass", [t.details for t in report.tests if t.reject]
+    (cell,) = report.cases
+    assert cell["tokens_per_delta"] == {"1": sum(cell["tokens_per_delta"].values())} and cell["stop_requests"] >= 2
+    keys = [json.loads(line)["key"] for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
+    bases = {k.split("/base/")[1].split("/")[0] for k in keys if "/base/" in k}
+    assert bases == {str(API["api_length"])}, bases

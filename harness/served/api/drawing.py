@@ -61,9 +61,12 @@ def draw(run, cell: Cell) -> tuple[list[Exchange], None]:
     out, steps_of, replies = _bases(run, data, key, seeds, length, repeat=True, extra=unseeded)
     out += [Exchange("unseeded", None, body, parse_reply(replies[k], run.engine.base)) for k, body in unseeded]
     # The cap-before-stop case needs a base whose last step (the one reaching max_tokens) holds >= 2 tokens; where
-    # none does, shorter bases of the same seeds move the cap onto other steps.
+    # none does, shorter bases of the same seeds move the cap onto other steps. Where no base streamed a step of
+    # >= 2 tokens (one token per delta: speculation off, or an implementation that reports no steps), no cap can
+    # fall inside one, so none is asked for.
     for cut in range(1, CAP_STEP_TRIES + 1):
-        if not data.streams or length - cut < 2 or any(_cap_step(e, steps_of) for e in out if e.kind == "base"):
+        if not data.streams or length - cut < 2 or not _multi_token_steps(steps_of) or \
+                any(_cap_step(e, steps_of) for e in out if e.kind == "base"):
             break
         more, more_steps, _ = _bases(run, data, key, seeds, length - cut)
         out += more
@@ -200,6 +203,12 @@ def _bases(run, data: ApiCell, key: str, seeds: list[int], length: int, repeat: 
         same = streamed is not None and streamed.ids == reply.ids and streamed.deltas
         steps_of[(s, length)] = (streamed.steps or streamed.deltas) if same else None
     return out, steps_of, replies
+
+
+def _multi_token_steps(steps_of: dict) -> bool:
+    """Whether any base's stream showed a step of >= 2 tokens (steps known: the stream returned the reply's
+    tokens)."""
+    return any(steps and max(steps) >= 2 for steps in steps_of.values())
 
 
 def _cap_step(e: Exchange, steps_of: dict) -> bool:
