@@ -2,8 +2,8 @@
 
 `POLICY` is a harness.policy.Policy whose names are suites' catalogues ("catalogues.NAME"), campaigns
 ("campaigns.NAME"), its outputs table ("outputs"), bench suites ("sweeps") and HTTP-bench catalogue ("http_bench"),
-each imported on first use. `install()` hands it to harness.policy; `import specdec`, the `specdec` console script
-(specdec.cli) and `python -m specdec` run it. pyproject.toml declares the same object in the entry-point group
+each imported on first use. `install()` hands it to harness.policy; `import specdec` runs it, and so do the `specdec`
+console script (specdec.cli) and `python -m specdec`, which import the package. pyproject.toml declares the same object in the entry-point group
 "specdec.policy", which harness.policy reads when nothing was installed (`python -m harness`, the pytest plugin, a
 test importing a harness module)."""
 

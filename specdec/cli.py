@@ -1,13 +1,11 @@
-"""The `specdec` console script (pyproject.toml [project.scripts]) and `python -m specdec`: the default policy
-installed (specdec._policy), then the harness's command line."""
+"""The `specdec` console script (pyproject.toml [project.scripts]) and `python -m specdec`: the harness's command
+line with the default policy installed (importing this module imports the package `specdec`, whose import installs
+it: specdec/_policy.py)."""
 
 from __future__ import annotations
-
-from specdec import _policy
 
 
 def main(argv: list[str] | None = None) -> int:
     from harness.cli import main as harness_main
 
-    _policy.install()
     return harness_main(argv)

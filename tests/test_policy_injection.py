@@ -42,12 +42,14 @@ def _policy_names_in(tree: ast.AST) -> list[str]:
     return found
 
 
+@pytest.mark.lint
 def test_the_harness_names_no_module_of_the_policy():
     found = {str(p.relative_to(ROOT)): hits for p in sorted((ROOT / "harness").rglob("*.py"))
              if (hits := _policy_names_in(ast.parse(p.read_text())))}
     assert found == {}
 
 
+@pytest.mark.lint
 def test_the_scan_sees_what_it_looks_for():
     source = ('import suites.outputs\nfrom suites.catalogues import sizes\nimport importlib\n'
               'importlib.import_module(f"suites.{name}")\nimportlib.util.find_spec("suites")\n')
